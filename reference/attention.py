@@ -1,0 +1,389 @@
+"""Attention, §3.2.1-§3.2.3: softmax, scaled dot-product attention (Eq. 1), masks, multi-head attention.
+
+Each equation is encoded twice:
+
+- the fast tier (``softmax``, ``scaled_dot_product_attention``, ``multi_head_attention``) computes in
+  ``np.longdouble`` (x87 extended on x86-64: 64-bit significand, unit roundoff 2^-64) and rounds once
+  to float64 at the end; any size, batch dimensions broadcast;
+- the exact tier (``*_exact``) computes in mpmath at ``dps`` decimal digits and rounds each result
+  once to float64, correctly rounded (see ``reference/_exact.py``).
+
+Shapes use the paper's names: ``n_q`` queries, ``n_k`` keys/values, widths ``d_k`` and ``d_v``,
+``h`` heads, ``d_model`` the model width; ``...`` is any number of broadcast batch dimensions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import mpmath
+import numpy as np
+
+from reference._checks import as_float_array, as_mask, choice, positive_int, same_size
+from reference._exact import DEFAULT_DPS, elementwise, mp_matmul, to_float64, to_mp
+
+LD = np.longdouble
+FULLY_MASKED_POLICIES = ("nan", "zeros")
+
+# --------------------------------------------------------------------------------------------
+# softmax, §3.2.1
+
+
+def _softmax_input(x: Any) -> np.ndarray:
+    """Validate softmax's input: real, at least 1-D, finite except -inf (a masked score)."""
+    arr = as_float_array("x", x, min_ndim=1, allow_nonfinite=True)
+    bad = np.isnan(arr) | (arr == np.inf)
+    if np.any(bad):
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"x: expected finite values or -inf (a masked score), found {arr[where]} at index {where}")
+    return arr
+
+
+def _softmax_ld(z: np.ndarray, axis: int) -> np.ndarray:
+    """Max-shifted softmax in longdouble; a slice that is all -inf gives NaN (0/0), as the formula does."""
+    m = np.max(z, axis=axis, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(z - m)  # -inf - (-inf) = nan for an all -inf slice
+        return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def softmax(x: Any, axis: int = -1) -> np.ndarray:
+    """Softmax along ``axis``, max-shifted; fast tier (longdouble inside, float64 out).
+
+    Paper: §3.2.1 (the softmax in Eq. (1)): softmax(z)_i = exp(z_i) / sum_j exp(z_j).
+
+    Choices:
+        Max shift: exp(z_i - max z) / sum_j exp(z_j - max z), the same value in exact arithmetic
+        and free of overflow. Entries of -inf (masked scores) get probability 0; a slice that is
+        entirely -inf has no defined softmax and gives NaN (the 0/0 that -inf masking produces);
+        ``scaled_dot_product_attention`` offers a policy for that case. NaN and +inf are rejected.
+
+    Shapes: x (..., n) along ``axis`` -> same shape, float64.
+    """
+    z = _softmax_input(x).astype(LD)
+    return _softmax_ld(z, axis).astype(np.float64)
+
+
+def _softmax_rows_mp(scores: np.ndarray, visible: np.ndarray | None, fully_masked: str) -> np.ndarray:
+    """Exact softmax of each last-axis row of an object array of mpf; masked entries get exactly 0.
+
+    A row with no visible entry gives NaN (policy "nan") or zeros (policy "zeros").
+    """
+    rows = scores.reshape(-1, scores.shape[-1])
+    vis = np.ones(rows.shape, dtype=bool) if visible is None else visible.reshape(rows.shape)
+    out = np.empty(rows.shape, dtype=object)
+    for r in range(rows.shape[0]):
+        keep = {j for j in range(rows.shape[1]) if vis[r, j] and rows[r, j] != mpmath.ninf}
+        if not keep:
+            fill = mpmath.nan if fully_masked == "nan" else mpmath.mpf(0)
+            out[r, :] = [fill] * rows.shape[1]
+            continue
+        m = max(rows[r, j] for j in keep)
+        e = [mpmath.exp(rows[r, j] - m) if j in keep else mpmath.mpf(0) for j in range(rows.shape[1])]
+        total = mpmath.fsum(e)
+        out[r, :] = [e_j / total for e_j in e]
+    return out.reshape(scores.shape)
+
+
+def softmax_exact(x: Any, axis: int = -1, *, dps: int = DEFAULT_DPS) -> np.ndarray:
+    """Softmax along ``axis``; exact tier (mpmath at ``dps`` digits, each result rounded once to float64).
+
+    Paper: §3.2.1. Same definition and choices as :func:`softmax`.
+    """
+    z = _softmax_input(x)
+    moved = np.moveaxis(z, axis, -1)
+    with mpmath.workdps(dps):
+        p = _softmax_rows_mp(to_mp(moved), None, "nan")
+        return np.moveaxis(to_float64(p), -1, axis)
+
+
+# --------------------------------------------------------------------------------------------
+# masks, §3.2.3
+
+
+def causal_mask(n_q: int, n_k: int) -> np.ndarray:
+    """The decoder's mask: query i may attend to key j only if j is not in its future.
+
+    Paper: §3.2.3: "We implement this inside of scaled dot-product attention by masking out
+    (setting to -inf) all values in the input of the softmax which correspond to illegal
+    connections", preventing leftward information flow.
+
+    Choices:
+        When n_q < n_k (queries are the last n_q of n_k positions, as in incremental decoding with
+        cached keys) the mask is aligned at the end: query i sits at position n_k - n_q + i and
+        sees keys j <= n_k - n_q + i. n_k < n_q is rejected (some queries would see nothing).
+
+    Shapes: -> bool (n_q, n_k), True = may attend.
+    """
+    n_q = positive_int("n_q", n_q)
+    n_k = positive_int("n_k", n_k)
+    if n_k < n_q:
+        raise ValueError(f"n_k: expected n_k >= n_q (queries are the last n_q of n_k positions), got n_q={n_q}, n_k={n_k}")
+    offset = n_k - n_q
+    return np.arange(n_k)[None, :] <= (np.arange(n_q)[:, None] + offset)  # (n_q, n_k)
+
+
+def padding_mask(lengths: Any, n_k: int) -> np.ndarray:
+    """Mask out the padding keys of each batch element: key j is visible iff j < lengths[b].
+
+    Paper: §3.2.3 / §5.1 (batches of sentences of different lengths; the paper's masking
+    mechanism is the -inf of §3.2.3 applied to padded positions).
+
+    Choices:
+        A length of 0 is allowed and gives fully masked rows; what they yield is the attention
+        function's ``fully_masked`` policy.
+
+    Shapes: lengths (B,) integers in [0, n_k] -> bool (B, 1, n_k), broadcastable to (B, n_q, n_k)
+    for Eq. (1) and to (B, h, n_q, n_k) inside multi-head attention.
+    """
+    n_k = positive_int("n_k", n_k)
+    arr = np.asarray(lengths)
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"lengths: expected a 1-D integer array (one length per batch element), got {arr.dtype} of shape {arr.shape}")
+    if np.any(arr < 0) or np.any(arr > n_k):
+        raise ValueError(f"lengths: expected integers in [0, n_k={n_k}], got {arr.tolist()}")
+    return (np.arange(n_k)[None, :] < arr[:, None])[:, None, :]  # (B, 1, n_k)
+
+
+# --------------------------------------------------------------------------------------------
+# scaled dot-product attention, §3.2.1, Eq. (1)
+
+
+def _attention_inputs(q: Any, k: Any, v: Any, mask: Any, fully_masked: str):
+    """Validate Eq. (1)'s inputs; return float64 arrays and the mask broadcast to the score shape."""
+    choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
+    q = as_float_array("q", q, min_ndim=2)
+    k = as_float_array("k", k, min_ndim=2)
+    v = as_float_array("v", v, min_ndim=2)
+    if q.shape[-1] == 0:
+        raise ValueError(f"q: d_k must be >= 1, got q of shape {q.shape}")
+    same_size("q", q.shape[-1], "k", k.shape[-1], "d_k (last axis)")
+    same_size("k", k.shape[-2], "v", v.shape[-2], "n_k (second-to-last axis)")
+    if k.shape[-2] == 0:
+        raise ValueError(f"k: n_k must be >= 1, got k of shape {k.shape}")
+    try:
+        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"q, k, v: batch dimensions {q.shape[:-2]}, {k.shape[:-2]}, {v.shape[:-2]} do not broadcast"
+        ) from None
+    score_shape = (*batch, q.shape[-2], k.shape[-2])
+    visible = None if mask is None else as_mask("mask", mask, score_shape)
+    return q, k, v, visible
+
+
+def _attention_ld(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray | None, fully_masked: str) -> np.ndarray:
+    """Eq. (1) in longdouble on already-validated arrays; returns longdouble (..., n_q, d_v)."""
+    d_k = q.shape[-1]
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) / np.sqrt(LD(d_k))  # (..., n_q, n_k)
+    if visible is not None:
+        scores = np.where(visible, scores, LD(-np.inf))
+    p = _softmax_ld(scores, -1)  # (..., n_q, n_k); NaN rows where fully masked
+    if fully_masked == "zeros":
+        p = np.where(np.isnan(p), LD(0), p)
+    # A masked key's weight is exp(-inf) = 0 exactly, so it contributes 0 * v = 0 (v is finite).
+    return np.matmul(p, v)  # (..., n_q, d_v)
+
+
+def scaled_dot_product_attention(
+    q: Any, k: Any, v: Any, mask: Any = None, *, fully_masked: str = "nan"
+) -> np.ndarray:
+    """Scaled dot-product attention; fast tier (longdouble inside, float64 out).
+
+    Paper: §3.2.1, Eq. (1): Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V; masking per §3.2.3
+    (illegal connections set to -inf before the softmax).
+
+    Choices:
+        Mask value: -inf (the paper's), so a masked key gets weight exactly 0 (a large negative
+        number instead would leak exp(-big) of weight). Fully masked rows (no visible key) have no
+        defined output: ``fully_masked="nan"`` (default: what -inf masking gives, 0/0) or
+        ``"zeros"`` (the row's output is 0, a common implementation choice). The scale is applied
+        to the scores after the product, as Eq. (1) writes it.
+
+    Shapes: q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask bool broadcastable to
+    (..., n_q, n_k) with True = may attend -> (..., n_q, d_v) float64.
+    """
+    q, k, v, visible = _attention_inputs(q, k, v, mask, fully_masked)
+    out = _attention_ld(q.astype(LD), k.astype(LD), v.astype(LD), visible, fully_masked)
+    return out.astype(np.float64)
+
+
+def _attention_mp(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray | None, fully_masked: str) -> np.ndarray:
+    """Eq. (1) on object arrays of mpf in the current mp context; returns mpf (..., n_q, d_v)."""
+    d_k = q.shape[-1]
+    scores = mp_matmul(q, np.swapaxes(k, -1, -2))  # (..., n_q, n_k)
+    scores = elementwise(lambda s: s / mpmath.sqrt(d_k), scores)
+    if visible is not None:
+        visible = np.broadcast_to(visible, scores.shape)
+    p = _softmax_rows_mp(scores, visible, fully_masked)  # (..., n_q, n_k); masked weights exactly 0
+    return mp_matmul(p, v)  # (..., n_q, d_v)
+
+
+def scaled_dot_product_attention_exact(
+    q: Any, k: Any, v: Any, mask: Any = None, *, fully_masked: str = "nan", dps: int = DEFAULT_DPS
+) -> np.ndarray:
+    """Scaled dot-product attention; exact tier (mpmath at ``dps`` digits, rounded once to float64).
+
+    Paper: §3.2.1, Eq. (1). Same definition, choices and shapes as :func:`scaled_dot_product_attention`.
+    """
+    q, k, v, visible = _attention_inputs(q, k, v, mask, fully_masked)
+    with mpmath.workdps(dps):
+        return to_float64(_attention_mp(to_mp(q), to_mp(k), to_mp(v), visible, fully_masked))
+
+
+# --------------------------------------------------------------------------------------------
+# multi-head attention, §3.2.2
+
+_REQUIRED = ("w_q", "w_k", "w_v", "w_o")
+_OPTIONAL = ("b_q", "b_k", "b_v", "b_o")
+
+
+def _mha_inputs(query: Any, key: Any, value: Any, params: Mapping[str, Any], num_heads: Any, mask: Any, fully_masked: str):
+    """Validate MHA's inputs against the canonical layout; return arrays, sizes and the mask."""
+    choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
+    h = positive_int("num_heads", num_heads)
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params: expected a mapping with keys {', '.join(_REQUIRED)}, got {type(params).__name__}")
+    missing = [name for name in _REQUIRED if name not in params]
+    if missing:
+        raise ValueError(f"params: missing {', '.join(missing)} (canonical layout: w_q, w_k, w_v, w_o; optional b_q, b_k, b_v, b_o)")
+    unknown = sorted(set(params) - set(_REQUIRED) - set(_OPTIONAL))
+    if unknown:
+        raise ValueError(f"params: unknown keys {unknown}; expected w_q, w_k, w_v, w_o and optional b_q, b_k, b_v, b_o")
+    w = {name: as_float_array(f"params['{name}']", params[name], min_ndim=2) for name in _REQUIRED}
+    for name, arr in w.items():
+        if arr.ndim != 2:
+            raise ValueError(f"params['{name}']: expected a 2-D matrix, got shape {arr.shape}")
+    query = as_float_array("query", query, min_ndim=2)
+    key = as_float_array("key", key, min_ndim=2)
+    value = as_float_array("value", value, min_ndim=2)
+    same_size("query", query.shape[-1], "params['w_q']", w["w_q"].shape[0], "d_model (query's last axis vs w_q's rows)")
+    same_size("key", key.shape[-1], "params['w_k']", w["w_k"].shape[0], "d_model (key's last axis vs w_k's rows)")
+    same_size("value", value.shape[-1], "params['w_v']", w["w_v"].shape[0], "d_model (value's last axis vs w_v's rows)")
+    same_size("key", key.shape[-2], "value", value.shape[-2], "n_k (second-to-last axis)")
+    same_size("params['w_q']", w["w_q"].shape[1], "params['w_k']", w["w_k"].shape[1], "h*d_k (columns)")
+    same_size("params['w_v']", w["w_v"].shape[1], "params['w_o']", w["w_o"].shape[0], "h*d_v (w_v's columns vs w_o's rows)")
+    for name, width in (("w_q", w["w_q"].shape[1]), ("w_v", w["w_v"].shape[1])):
+        if width == 0 or width % h:
+            raise ValueError(f"num_heads: {h} heads must divide params['{name}']'s {width} columns (h*d_k, h*d_v) into equal widths >= 1")
+    widths = {"b_q": w["w_q"].shape[1], "b_k": w["w_k"].shape[1], "b_v": w["w_v"].shape[1], "b_o": w["w_o"].shape[1]}
+    b = {}
+    for name in _OPTIONAL:
+        if params.get(name) is not None:
+            arr = as_float_array(f"params['{name}']", params[name], min_ndim=1)
+            if arr.shape != (widths[name],):
+                raise ValueError(f"params['{name}']: expected shape ({widths[name]},), got {arr.shape}")
+            b[name] = arr
+    if key.shape[-2] == 0:
+        raise ValueError(f"key: n_k must be >= 1, got key of shape {key.shape}")
+    try:
+        batch = np.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"query, key, value: batch dimensions {query.shape[:-2]}, {key.shape[:-2]}, {value.shape[:-2]} do not broadcast"
+        ) from None
+    visible = None
+    if mask is not None:
+        visible = as_mask("mask", mask, (*batch, query.shape[-2], key.shape[-2]))[..., None, :, :]  # (..., 1, n_q, n_k)
+    return query, key, value, w, b, h, visible
+
+
+def _split_heads(x: np.ndarray, h: int) -> np.ndarray:
+    """(..., n, h*d) -> (..., h, n, d): head i takes columns i*d:(i+1)*d (the canonical layout)."""
+    *batch, n, width = x.shape
+    return np.swapaxes(x.reshape(*batch, n, h, width // h), -2, -3)
+
+
+def _merge_heads(x: np.ndarray) -> np.ndarray:
+    """(..., h, n, d) -> (..., n, h*d): Concat(head_1, ..., head_h) of §3.2.2."""
+    *batch, h, n, d = x.shape
+    return np.swapaxes(x, -2, -3).reshape(*batch, n, h * d)
+
+
+def multi_head_attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    params: Mapping[str, Any],
+    num_heads: int,
+    mask: Any = None,
+    *,
+    fully_masked: str = "nan",
+) -> np.ndarray:
+    """Multi-head attention; fast tier (longdouble throughout, one rounding to float64 at the end).
+
+    Paper: §3.2.2: MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O with
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), Attention as in Eq. (1).
+
+    Canonical parameter layout (the contract every implementation is checked in):
+        ``w_q`` (d_model, h*d_k), ``w_k`` (d_model, h*d_k), ``w_v`` (d_model, h*d_v),
+        ``w_o`` (h*d_v, d_model); optional biases ``b_q`` (h*d_k,), ``b_k`` (h*d_k,),
+        ``b_v`` (h*d_v,), ``b_o`` (d_model,). Head i uses columns i*d_k:(i+1)*d_k of w_q and
+        w_k, columns i*d_v:(i+1)*d_v of w_v, and rows i*d_v:(i+1)*d_v of w_o. Projections are
+        right-multiplications x @ W (the paper's Q W_i^Q).
+
+    Choices:
+        Biases: the paper writes none; they are optional here (absent = zero) because most
+        implementations (PyTorch's included) have them. Masking and fully masked rows as in
+        :func:`scaled_dot_product_attention` (the same mask is applied to every head).
+
+    Shapes: query (..., n_q, d_model), key and value (..., n_k, d_model), mask broadcastable to
+    (..., n_q, n_k) -> (..., n_q, d_model) float64.
+    """
+    query, key, value, w, b, h, visible = _mha_inputs(query, key, value, params, num_heads, mask, fully_masked)
+    ld = {name: arr.astype(LD) for name, arr in {**w, **b}.items()}
+    zero = LD(0)
+    q = query.astype(LD) @ ld["w_q"] + ld.get("b_q", zero)  # (..., n_q, h*d_k)
+    k = key.astype(LD) @ ld["w_k"] + ld.get("b_k", zero)  # (..., n_k, h*d_k)
+    v = value.astype(LD) @ ld["w_v"] + ld.get("b_v", zero)  # (..., n_k, h*d_v)
+    heads = _attention_ld(_split_heads(q, h), _split_heads(k, h), _split_heads(v, h), visible, fully_masked)  # (..., h, n_q, d_v)
+    out = _merge_heads(heads) @ ld["w_o"] + ld.get("b_o", zero)  # (..., n_q, d_model)
+    return out.astype(np.float64)
+
+
+def multi_head_attention_exact(
+    query: Any,
+    key: Any,
+    value: Any,
+    params: Mapping[str, Any],
+    num_heads: int,
+    mask: Any = None,
+    *,
+    fully_masked: str = "nan",
+    dps: int = DEFAULT_DPS,
+) -> np.ndarray:
+    """Multi-head attention; exact tier (mpmath at ``dps`` digits, each output rounded once to float64).
+
+    Paper: §3.2.2. Same definition, canonical layout, choices and shapes as
+    :func:`multi_head_attention`.
+    """
+    query, key, value, w, b, h, visible = _mha_inputs(query, key, value, params, num_heads, mask, fully_masked)
+    with mpmath.workdps(dps):
+        mp = {name: to_mp(arr) for name, arr in {**w, **b}.items()}
+
+        def project(x: np.ndarray, weight: str, bias: str) -> np.ndarray:
+            y = mp_matmul(to_mp(x), mp[weight])
+            return y + mp[bias] if bias in mp else y
+
+        q = project(query, "w_q", "b_q")  # (..., n_q, h*d_k)
+        k = project(key, "w_k", "b_k")  # (..., n_k, h*d_k)
+        v = project(value, "w_v", "b_v")  # (..., n_k, h*d_v)
+        heads = _attention_mp(_split_heads(q, h), _split_heads(k, h), _split_heads(v, h), visible, fully_masked)
+        out = mp_matmul(_merge_heads(heads), mp["w_o"])  # (..., n_q, d_model)
+        if "b_o" in mp:
+            out = out + mp["b_o"]
+        return to_float64(out)
+
+
+__all__ = [
+    "FULLY_MASKED_POLICIES",
+    "causal_mask",
+    "multi_head_attention",
+    "multi_head_attention_exact",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "scaled_dot_product_attention_exact",
+    "softmax",
+    "softmax_exact",
+]
