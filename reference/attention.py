@@ -21,7 +21,7 @@ import mpmath
 import numpy as np
 
 from reference._checks import as_float_array, as_mask, choice, positive_int, same_size
-from reference._exact import DEFAULT_DPS, elementwise, mp_matmul, to_float64, to_mp
+from reference._exact import DEFAULT_DPS, correctly_rounded, elementwise, mp_matmul, to_mp
 
 LD = np.longdouble
 FULLY_MASKED_POLICIES = ("nan", "zeros")
@@ -92,10 +92,9 @@ def softmax_exact(x: Any, axis: int = -1, *, dps: int = DEFAULT_DPS) -> np.ndarr
     Paper: §3.2.1. Same definition and choices as :func:`softmax`.
     """
     z = _softmax_input(x)
-    moved = np.moveaxis(z, axis, -1)
-    with mpmath.workdps(dps):
-        p = _softmax_rows_mp(to_mp(moved), None, "nan")
-        return np.moveaxis(to_float64(p), -1, axis)
+    moved = to_mp(np.moveaxis(z, axis, -1))
+    p = correctly_rounded(lambda: _softmax_rows_mp(moved, None, "nan"), dps)
+    return np.moveaxis(p, -1, axis)
 
 
 # --------------------------------------------------------------------------------------------
@@ -228,8 +227,8 @@ def scaled_dot_product_attention_exact(
     Paper: §3.2.1, Eq. (1). Same definition, choices and shapes as :func:`scaled_dot_product_attention`.
     """
     q, k, v, visible = _attention_inputs(q, k, v, mask, fully_masked)
-    with mpmath.workdps(dps):
-        return to_float64(_attention_mp(to_mp(q), to_mp(k), to_mp(v), visible, fully_masked))
+    q, k, v = to_mp(q), to_mp(k), to_mp(v)
+    return correctly_rounded(lambda: _attention_mp(q, k, v, visible, fully_masked), dps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,21 +358,21 @@ def multi_head_attention_exact(
     :func:`multi_head_attention`.
     """
     query, key, value, w, b, h, visible = _mha_inputs(query, key, value, params, num_heads, mask, fully_masked)
-    with mpmath.workdps(dps):
-        mp = {name: to_mp(arr) for name, arr in {**w, **b}.items()}
+    mp = {name: to_mp(arr) for name, arr in {**w, **b, "query": query, "key": key, "value": value}.items()}
 
-        def project(x: np.ndarray, weight: str, bias: str) -> np.ndarray:
-            y = mp_matmul(to_mp(x), mp[weight])
-            return y + mp[bias] if bias in mp else y
+    def project(x: str, weight: str, bias: str) -> np.ndarray:
+        y = mp_matmul(mp[x], mp[weight])
+        return y + mp[bias] if bias in mp else y
 
-        q = project(query, "w_q", "b_q")  # (..., n_q, h*d_k)
-        k = project(key, "w_k", "b_k")  # (..., n_k, h*d_k)
-        v = project(value, "w_v", "b_v")  # (..., n_k, h*d_v)
+    def compute() -> np.ndarray:
+        q = project("query", "w_q", "b_q")  # (..., n_q, h*d_k)
+        k = project("key", "w_k", "b_k")  # (..., n_k, h*d_k)
+        v = project("value", "w_v", "b_v")  # (..., n_k, h*d_v)
         heads = _attention_mp(_split_heads(q, h), _split_heads(k, h), _split_heads(v, h), visible, fully_masked)
         out = mp_matmul(_merge_heads(heads), mp["w_o"])  # (..., n_q, d_model)
-        if "b_o" in mp:
-            out = out + mp["b_o"]
-        return to_float64(out)
+        return out + mp["b_o"] if "b_o" in mp else out
+
+    return correctly_rounded(compute, dps)
 
 
 __all__ = [
