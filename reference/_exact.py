@@ -24,6 +24,8 @@ rounding is broken the wrong way by the second). Below 2^-1022 we therefore roun
 scaled by 2^1074 to the nearest integer (exact in mpmath) and scale back, which is one rounding
 onto the subnormal grid.
 
+mpmath has no signed zero: a zero result comes back as +0.0 (and -0.0 inputs act as +0.0).
+
 The result is correctly rounded when the working precision's error stays below the distance to
 the nearest rounding boundary; ``tests/test_exact_tier.py`` checks this by recomputing at
 ``HIGH_DPS`` and requiring zero changed float64 results.

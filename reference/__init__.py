@@ -1,0 +1,70 @@
+"""aiayn's oracle: every equation of "Attention Is All You Need" (§3-§5), exact and fast.
+
+Each equation has a fast tier ``<name>`` (NumPy in extended precision, any size, float64 out) and
+an exact tier ``<name>_exact`` (mpmath, each result correctly rounded to float64), in the module
+of its paper section:
+
+- ``attention``  §3.2.1-3.2.3: softmax, Eq. (1), causal and padding masks, multi-head attention
+- ``layers``     §3.1, §3.3, §3.4: LayerNorm and the sub-layer connection, Eq. (2), embeddings
+- ``positional`` §3.5: sinusoidal positional encoding and the shift matrix M_k
+- ``training``   §5.3, §5.4: Eq. (3)'s learning rate, label smoothing, smoothed cross-entropy
+- ``model``      §3.1: encoder layer, decoder layer, the full forward pass (fast tier)
+- ``counts``     Tables 1-3, §6.1: configurations, parameter and operation counts, training cost
+
+``reference`` imports nothing else of aiayn.
+"""
+
+from reference._exact import DEFAULT_DPS, HIGH_DPS
+from reference.attention import (
+    causal_mask,
+    multi_head_attention,
+    multi_head_attention_exact,
+    padding_mask,
+    scaled_dot_product_attention,
+    scaled_dot_product_attention_exact,
+    softmax,
+    softmax_exact,
+)
+from reference.counts import (
+    BASE,
+    BIG,
+    GPU_TFLOPS,
+    TABLE3,
+    TransformerConfig,
+    layer_operations,
+    parameter_breakdown,
+    parameter_count,
+    training_flops,
+)
+from reference.layers import (
+    embedding_lookup,
+    embedding_lookup_exact,
+    feed_forward,
+    feed_forward_exact,
+    layer_norm,
+    layer_norm_exact,
+    output_logits,
+    output_logits_exact,
+    sublayer_connection,
+)
+from reference.model import decoder_layer, encoder_layer, init_params, transformer_forward
+from reference.positional import (
+    pe_shift_matrix,
+    pe_shift_matrix_exact,
+    positional_encoding,
+    positional_encoding_exact,
+)
+from reference.training import (
+    cross_entropy,
+    cross_entropy_exact,
+    label_smoothing,
+    label_smoothing_exact,
+    lrate,
+    lrate_exact,
+    smoothed_cross_entropy,
+    smoothed_cross_entropy_exact,
+    smoothed_target_entropy,
+    smoothed_target_entropy_exact,
+)
+
+__all__ = [name for name in dir() if not name.startswith("_")]
