@@ -1,0 +1,515 @@
+"""A NumPy implementation of every equation, computed in the requested precision (CPU).
+
+Everything is computed in the dtype of the inputs (``float64`` or ``float32``): a float32 call
+never widens to float64 internally, so what the suite measures is float32 arithmetic, as a real
+float32 implementation would do it. (Scalars are Python floats, which NumPy >= 2 treats as
+"weak" and never lets widen an array; NumPy scalars such as ``np.sqrt(d_k)`` would.)
+
+Scaled dot-product attention (§3.2.1, Eq. (1)) has two paths, both computing
+``softmax(Q K^T / sqrt(d_k)) V``:
+
+- *direct*: the whole (n_q, n_k) score matrix at once; peak memory grows with n_q * n_k;
+- *blocked*: FlashAttention-style online softmax over (block x block) tiles (Milakov &
+  Gimelshein 2018; Dao et al. 2022): for each query tile, key tiles are visited in turn keeping a
+  running row maximum m, a running denominator l and an unnormalised output acc; when the maximum
+  grows from m to m', l and acc are rescaled by exp(m - m'). The output is acc / l. Peak memory
+  grows with n * block, not n^2.
+
+``attention="auto"`` (the default) takes the blocked path when n_q * n_k exceeds
+``blocked_threshold``. The registry's ``"numpy-blocked"`` always takes it.
+
+This module does not use ``reference/`` (the oracle it is checked against).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from implementations.protocol import (
+    DEFAULT_POLICIES,
+    ImplementationBase,
+    _policy_problems,
+)
+
+__all__ = ["NumpyImplementation", "blocked_numpy_implementation"]
+
+ATTENTION_PATHS = ("auto", "direct", "blocked")
+#: Default tile edge of the blocked path: a float32 512x512 score tile is 1 MiB.
+DEFAULT_BLOCK_SIZE = 512
+#: Default n_q * n_k above which ``attention="auto"`` takes the blocked path (a 1024x1024 matrix).
+DEFAULT_BLOCKED_THRESHOLD = 1024 * 1024
+
+
+class NumpyImplementation(ImplementationBase):
+    """Every equation of :data:`implementations.protocol.EQUATIONS` in NumPy, float64 or float32.
+
+    Args:
+        attention: ``"auto"`` (blocked when n_q * n_k > ``blocked_threshold``), ``"direct"`` or
+            ``"blocked"`` — the path of scaled dot-product attention (also inside multi-head
+            attention and the layers).
+        block_size: tile edge (queries and keys) of the blocked path, a positive int.
+        blocked_threshold: n_q * n_k above which ``"auto"`` takes the blocked path.
+        policies: overrides of :data:`implementations.protocol.DEFAULT_POLICIES` (e.g.
+            ``{"fully_masked": "zeros"}``); the NumPy implementation honours every allowed value.
+    """
+
+    name = "numpy"
+    version = f"numpy {np.__version__}"
+    device = "cpu"
+    dtypes = ("float64", "float32")
+
+    def __init__(
+        self,
+        attention: str = "auto",
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        blocked_threshold: int = DEFAULT_BLOCKED_THRESHOLD,
+        policies: Mapping[str, object] | None = None,
+    ) -> None:
+        if attention not in ATTENTION_PATHS:
+            raise ValueError(f"attention: expected one of {ATTENTION_PATHS}, got {attention!r}")
+        for arg, value in (("block_size", block_size), ("blocked_threshold", blocked_threshold)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{arg}: expected a positive int, got {value!r}")
+        merged = {**DEFAULT_POLICIES, **(policies or {})}
+        problems = _policy_problems(merged)
+        if problems:
+            raise ValueError("policies: " + "; ".join(problems))
+        self.attention = attention
+        self.block_size = block_size
+        self.blocked_threshold = blocked_threshold
+        self.policies = merged
+
+    # ----------------------------------------------------------------------------------------
+    # the boundary
+
+    def from_numpy(self, array: np.ndarray, dtype: str) -> np.ndarray:
+        """Copy ``array`` into a new ndarray of ``dtype`` (float64 → float32 rounds to nearest even)."""
+        self.check_dtype(dtype, allow_index=True)
+        return np.array(array, dtype=np.dtype(dtype), copy=True)
+
+    def to_numpy(self, x: np.ndarray) -> np.ndarray:
+        """Copy ``x``: floats as float64 (exact widening), integers as int64, booleans as bool."""
+        arr = np.asarray(x)
+        kind = {"f": np.float64, "i": np.int64, "u": np.int64, "b": np.bool_}.get(arr.dtype.kind)
+        if kind is None:
+            raise TypeError(f"x: expected a float, integer or boolean array, got dtype {arr.dtype}")
+        return np.array(arr, dtype=kind, copy=True)
+
+    # ----------------------------------------------------------------------------------------
+    # §3.2.1-§3.2.3 attention
+
+    def softmax(self, x: np.ndarray, axis: int = -1) -> np.ndarray:
+        """Max-shifted softmax along ``axis`` (§3.2.1): exp(x - max x) / sum exp(x - max x)."""
+        self._float_dtype(x=x)
+        with np.errstate(invalid="ignore"):  # an all -inf slice gives NaN (0/0), as the formula does
+            e = x - np.max(x, axis=axis, keepdims=True)
+        np.exp(e, out=e)
+        e /= np.sum(e, axis=axis, keepdims=True)
+        return e
+
+    def scaled_dot_product_attention(
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
+    ) -> np.ndarray:
+        """softmax(Q K^T / sqrt(d_k)) V (§3.2.1, Eq. (1)); masked scores are -inf (§3.2.3).
+
+        q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask bool broadcastable to the
+        score shape (..., n_q, n_k) -> (..., n_q, d_v). Fully masked rows follow
+        ``policies["fully_masked"]``. The path (direct or blocked) is chosen per the constructor.
+        """
+        self._float_dtype(q=q, k=k, v=v)
+        _check_attention_shapes(q, k, v)
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        blocked = self.attention == "blocked" or (self.attention == "auto" and n_q * n_k > self.blocked_threshold)
+        block_q, block_k = (self.block_size, self.block_size) if blocked else (max(n_q, 1), max(n_k, 1))
+        fill = np.nan if self.policies["fully_masked"] == "nan" else 0.0
+        return _attention_tiled(q, k, v, _as_mask(mask), block_q, block_k, fill)
+
+    def multi_head_attention(
+        self,
+        query: np.ndarray,
+        key: np.ndarray,
+        value: np.ndarray,
+        params: Mapping[str, np.ndarray],
+        num_heads: int,
+        mask: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (§3.2.2).
+
+        Canonical params: w_q, w_k (d_model, h*d_k), w_v (d_model, h*d_v), w_o (h*d_v, d_model),
+        optional biases b_q, b_k, b_v, b_o. The mask applies to every head.
+        """
+        self._float_dtype(query=query, key=key, value=value, **{f"params[{n!r}]": a for n, a in params.items()})
+        h = _positive_int("num_heads", num_heads)
+        for w in ("w_q", "w_k", "w_v", "w_o"):
+            if w not in params:
+                raise ValueError(f"params: missing {w!r}; expected w_q, w_k, w_v, w_o and optional b_q, b_k, b_v, b_o")
+        q = _split_heads(_affine(query, params["w_q"], params.get("b_q")), h, "w_q")  # (..., h, n_q, d_k)
+        k = _split_heads(_affine(key, params["w_k"], params.get("b_k")), h, "w_k")  # (..., h, n_k, d_k)
+        v = _split_heads(_affine(value, params["w_v"], params.get("b_v")), h, "w_v")  # (..., h, n_k, d_v)
+        head_mask = None if mask is None else _as_mask(mask)[..., None, :, :]  # (..., 1, n_q, n_k)
+        heads = self.scaled_dot_product_attention(q, k, v, head_mask)  # (..., h, n_q, d_v)
+        concat = _merge_heads(heads)  # (..., n_q, h*d_v)
+        return _affine(concat, params["w_o"], params.get("b_o"))  # (..., n_q, d_model)
+
+    # ----------------------------------------------------------------------------------------
+    # §3.5 positional encoding
+
+    def positional_encoding(self, length: int, d_model: int, dtype: str) -> np.ndarray:
+        """PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same) (§3.5), in ``dtype``.
+
+        Computed in ``dtype``: exponent 2i/d_model, frequency 10000^-(2i/d_model), angle, sin/cos.
+        """
+        dt = np.dtype(self.check_dtype(dtype))
+        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+            raise ValueError(f"length: expected an int >= 0, got {length!r}")
+        d_model = _positive_int("d_model", d_model)
+        if d_model % 2:
+            raise ValueError(f"d_model: expected an even number (sin/cos pairs, §3.5), got {d_model}")
+        exponent = np.arange(0, d_model, 2, dtype=dt) / dt.type(d_model)  # (d_model/2,) 2i/d_model
+        inv_freq = np.power(dt.type(10000.0), -exponent)  # (d_model/2,)
+        angle = np.arange(length, dtype=dt)[:, None] * inv_freq  # (length, d_model/2)
+        pe = np.empty((length, d_model), dtype=dt)
+        np.sin(angle, out=pe[:, 0::2])
+        np.cos(angle, out=pe[:, 1::2])
+        return pe
+
+    # ----------------------------------------------------------------------------------------
+    # §3.1, §3.3 layers
+
+    def layer_norm(self, x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+        """(x - mean) / sqrt(var + eps) * gain + bias over the last axis, biased variance (§3.1).
+
+        Two-pass: the variance is the mean of the squared centred values (no cancellation).
+        """
+        self._float_dtype(x=x, gain=gain, bias=bias)
+        if not (isinstance(eps, (int, float)) and eps >= 0):
+            raise ValueError(f"eps: expected a float >= 0, got {eps!r}")
+        centred = x - np.mean(x, axis=-1, keepdims=True)  # (..., d_model)
+        var = np.mean(np.square(centred), axis=-1, keepdims=True)  # (..., 1)
+        var += float(eps)
+        np.sqrt(var, out=var)
+        centred /= var
+        centred *= gain
+        centred += bias
+        return centred
+
+    def feed_forward(self, x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray) -> np.ndarray:
+        """FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3, Eq. (2))."""
+        self._float_dtype(x=x, w1=w1, b1=b1, w2=w2, b2=b2)
+        hidden = _affine(x, w1, b1)  # (..., d_ff)
+        np.maximum(hidden, 0, out=hidden)
+        return _affine(hidden, w2, b2)  # (..., d_model)
+
+    # ----------------------------------------------------------------------------------------
+    # §5.3, §5.4 training
+
+    def lrate(self, step: int, d_model: int, warmup_steps: int) -> float:
+        """d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) (§5.3, Eq. (3)), a Python float.
+
+        Step 0 follows ``policies["step_zero"]`` ("zero": 0.0, the formula's limit; "raise").
+        """
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise ValueError(f"step: expected an int >= 0, got {step!r}")
+        d_model = _positive_int("d_model", d_model)
+        warmup_steps = _positive_int("warmup_steps", warmup_steps)
+        if step == 0:
+            if self.policies["step_zero"] == "raise":
+                raise ValueError("step: 0 has step^-0.5 = inf (policy step_zero='raise')")
+            return 0.0
+        step = int(step)
+        return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+    def label_smoothing(self, targets: np.ndarray, vocab_size: int, eps: float) -> np.ndarray:
+        """Smoothed one-hot targets (§5.4) in ``dtypes[0]``; variant per ``policies["label_smoothing"]``.
+
+        "K": (1 - eps) * onehot + eps / K; "K-1": target 1 - eps, every other class eps / (K - 1).
+        """
+        return self._smoothed_targets(targets, vocab_size, eps, np.dtype(self.dtypes[0]))
+
+    def smoothed_cross_entropy(self, logits: np.ndarray, targets: np.ndarray, eps: float) -> np.ndarray:
+        """-sum_c q_c log softmax(logits)_c per position (§5.4), q the smoothed targets.
+
+        log softmax = z - max z - log sum exp(z - max z) (no overflow). Result (...,).
+        """
+        dt = self._float_dtype(logits=logits)
+        if logits.ndim < 1 or targets.shape != logits.shape[:-1]:
+            raise ValueError(f"targets: expected shape {logits.shape[:-1]} (logits without its last axis), got {targets.shape}")
+        q = self._smoothed_targets(targets, logits.shape[-1], eps, dt)  # (..., K)
+        shifted = logits - np.max(logits, axis=-1, keepdims=True)  # (..., K)
+        log_sum = np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))  # (..., 1)
+        shifted -= log_sum  # log softmax
+        shifted *= q
+        return -np.sum(shifted, axis=-1)
+
+    def _smoothed_targets(self, targets: np.ndarray, vocab_size: int, eps: float, dt: np.dtype) -> np.ndarray:
+        targets = np.asarray(targets)
+        if targets.dtype.kind not in "iu":
+            raise TypeError(f"targets: expected an integer array, got dtype {targets.dtype}")
+        k = _positive_int("vocab_size", vocab_size)
+        if k < 2:
+            raise ValueError(f"vocab_size: expected >= 2, got {k}")
+        if not (isinstance(eps, (int, float)) and 0 <= eps < 1):
+            raise ValueError(f"eps: expected a float in [0, 1), got {eps!r}")
+        if targets.size and (targets.min() < 0 or targets.max() >= k):
+            raise ValueError(f"targets: expected ids in [0, {k}), got values in [{targets.min()}, {targets.max()}]")
+        if self.policies["label_smoothing"] == "K":
+            off, on = eps / k, (1.0 - eps) + eps / k
+        else:
+            off, on = eps / (k - 1), 1.0 - eps
+        q = np.full(targets.shape + (k,), off, dtype=dt)  # (..., K)
+        np.put_along_axis(q, targets[..., None].astype(np.intp), dt.type(on), axis=-1)
+        return q
+
+    # ----------------------------------------------------------------------------------------
+    # §3.1 the encoder-decoder stacks
+
+    def encoder_layer(
+        self, x: np.ndarray, params: Mapping[str, Any], num_heads: int, mask: np.ndarray | None = None
+    ) -> np.ndarray:
+        """LayerNorm(z + FFN(z)), z = LayerNorm(x + MultiHead(x, x, x)) (§3.1, post-norm)."""
+        z = self._residual_norm(x, self.multi_head_attention(x, x, x, params["self_attn"], num_heads, mask), params["norm1"])
+        return self._residual_norm(z, self.feed_forward(z, **params["ffn"]), params["norm2"])
+
+    def decoder_layer(
+        self,
+        y: np.ndarray,
+        memory: np.ndarray,
+        params: Mapping[str, Any],
+        num_heads: int,
+        self_mask: np.ndarray | None = None,
+        memory_mask: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Masked self-attention, encoder-decoder attention, FFN, each post-norm (§3.1).
+
+        ``self_mask`` None means causal (query i sees keys j <= i, §3.2.3).
+        """
+        if self_mask is None:
+            n = y.shape[-2]
+            self_mask = np.tri(n, n, dtype=bool)  # (n_tgt, n_tgt)
+        a = self._residual_norm(y, self.multi_head_attention(y, y, y, params["self_attn"], num_heads, self_mask), params["norm1"])
+        b = self._residual_norm(
+            a, self.multi_head_attention(a, memory, memory, params["cross_attn"], num_heads, memory_mask), params["norm2"]
+        )
+        return self._residual_norm(b, self.feed_forward(b, **params["ffn"]), params["norm3"])
+
+    def transformer_forward(
+        self,
+        src_tokens: np.ndarray,
+        tgt_tokens: np.ndarray,
+        params: Mapping[str, Any],
+        num_heads: int,
+        src_lengths: np.ndarray | None = None,
+        tgt_lengths: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Token ids to pre-softmax logits (Figure 1): embed, N encoder layers, N decoder layers, E^T.
+
+        Embedding E[tokens] * sqrt(d_model) + PE (§3.4, §3.5), one E shared with the output
+        projection (§3.4); ``params["positional"]`` (max_len, d_model), if present, is a learned
+        position table used instead of the sinusoids (Table 3 row E). Masks from lengths (padding
+        keys hidden; decoder self-attention also causal).
+        """
+        embedding, positional = params["embedding"], params.get("positional")  # (V, d_model), (max_len, d_model)
+        arrays = {"params['embedding']": embedding} | ({} if positional is None else {"params['positional']": positional})
+        dt = self._float_dtype(**arrays)
+        src_tokens, tgt_tokens = _token_array("src_tokens", src_tokens), _token_array("tgt_tokens", tgt_tokens)
+        if src_tokens.shape[0] != tgt_tokens.shape[0]:
+            raise ValueError(f"tgt_tokens: batch size {tgt_tokens.shape[0]} differs from src_tokens' {src_tokens.shape[0]}")
+        n_src, n_tgt = src_tokens.shape[1], tgt_tokens.shape[1]
+        src_mask = None if src_lengths is None else _padding_mask(src_lengths, n_src, "src_lengths")  # (B, 1, n_src)
+        causal = np.tri(n_tgt, n_tgt, dtype=bool)  # (n_tgt, n_tgt)
+        tgt_mask = causal if tgt_lengths is None else causal & _padding_mask(tgt_lengths, n_tgt, "tgt_lengths")  # (B, n_tgt, n_tgt)
+        memory = self._embed(src_tokens, embedding, positional, dt)  # (B, n_src, d_model)
+        for layer in params["encoder"]:
+            memory = self.encoder_layer(memory, layer, num_heads, src_mask)
+        out = self._embed(tgt_tokens, embedding, positional, dt)  # (B, n_tgt, d_model)
+        for layer in params["decoder"]:
+            out = self.decoder_layer(out, memory, layer, num_heads, tgt_mask, src_mask)
+        return out @ embedding.T  # (B, n_tgt, V)
+
+    def _embed(self, tokens: np.ndarray, embedding: np.ndarray, positional: np.ndarray | None, dt: np.dtype) -> np.ndarray:
+        """E[tokens] * sqrt(d_model) + PE (§3.4, §3.5). tokens (B, n) -> (B, n, d_model).
+
+        ``positional`` (max_len, d_model) replaces the sinusoids when given (learned positions).
+        """
+        vocab, d_model = embedding.shape
+        if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab):
+            raise ValueError(f"tokens: expected ids in [0, {vocab}), got values in [{tokens.min()}, {tokens.max()}]")
+        n = tokens.shape[1]
+        x = embedding[tokens]  # (B, n, d_model), a copy
+        x *= math.sqrt(d_model)
+        if positional is None:
+            x += self.positional_encoding(n, d_model, dt.name)  # (n, d_model), §3.5 sinusoids
+        elif positional.ndim != 2 or positional.shape[0] < n or positional.shape[1] != d_model:
+            raise ValueError(f"params['positional']: expected (max_len >= {n}, {d_model}), got {positional.shape}")
+        else:
+            x += positional[:n]  # learned positions (Table 3 row E)
+        return x
+
+    def _residual_norm(self, x: np.ndarray, sublayer_out: np.ndarray, norm: Mapping[str, np.ndarray]) -> np.ndarray:
+        """LayerNorm(x + Sublayer(x)) (§3.1) with eps = policies["layer_norm_eps"]."""
+        sublayer_out += x  # sublayer_out is a fresh array of ours
+        return self.layer_norm(sublayer_out, norm["gain"], norm["bias"], float(self.policies["layer_norm_eps"]))
+
+    # ----------------------------------------------------------------------------------------
+    # argument checks
+
+    def _float_dtype(self, **arrays: Any) -> np.dtype:
+        """Return the one float dtype shared by ``arrays`` (one of ``dtypes``), or raise naming the culprit."""
+        first_name, first = next(iter(arrays.items()))
+        for name, arr in arrays.items():
+            if not isinstance(arr, np.ndarray):
+                raise TypeError(f"{name}: expected a numpy.ndarray made by from_numpy, got {type(arr).__name__}")
+            if arr.dtype.name not in self.dtypes:
+                raise TypeError(f"{name}: expected dtype in {self.dtypes}, got {arr.dtype}")
+            if arr.dtype != first.dtype:
+                raise TypeError(f"{name}: dtype {arr.dtype} differs from {first_name}'s {first.dtype}; use one dtype per call")
+        return first.dtype
+
+
+def blocked_numpy_implementation() -> NumpyImplementation:
+    """The NumPy implementation with attention always on the blocked (online-softmax) path."""
+    impl = NumpyImplementation(attention="blocked")
+    impl.name = "numpy-blocked"
+    return impl
+
+
+# --------------------------------------------------------------------------------------------
+# attention kernels
+
+
+def _attention_tiled(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, block_q: int, block_k: int, fill: float
+) -> np.ndarray:
+    """Eq. (1) over (block_q x block_k) tiles of the score matrix with an online softmax.
+
+    With block_q >= n_q and block_k >= n_k this is the direct computation (one tile, no
+    rescaling). ``fill`` (NaN or 0) is written to rows with no visible key.
+    """
+    n_q, d_k = q.shape[-2:]
+    n_k, d_v = v.shape[-2:]
+    dt = q.dtype
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])  # batch of the scores
+    visible = None if mask is None else _broadcast_mask(mask, batch + (n_q, n_k))  # a view: no n_q x n_k copy
+    out_batch = np.broadcast_shapes(batch, v.shape[:-2])
+    out = np.empty(out_batch + (n_q, d_v), dtype=dt)  # (..., n_q, d_v)
+    q = q * (1.0 / math.sqrt(d_k))  # (..., n_q, d_k), scaled once (cheaper than scaling scores)
+    k_t = np.swapaxes(k, -1, -2)  # (..., d_k, n_k), a view
+    if n_k == 0:  # no key at all: every row is fully masked
+        out[...] = fill
+        return out
+    for qs in range(0, n_q, block_q):
+        rows = slice(qs, qs + block_q)
+        out[..., rows, :] = _attend_query_tile(q[..., rows, :], k_t, v, visible, rows, block_k, fill)
+    return out
+
+
+def _attend_query_tile(
+    q: np.ndarray, k_t: np.ndarray, v: np.ndarray, visible: np.ndarray | None, rows: slice, block_k: int, fill: float
+) -> np.ndarray:
+    """Online softmax of one query tile against all key tiles. q (..., b_q, d_k) -> (..., b_q, d_v)."""
+    n_k = v.shape[-2]
+    row_max = row_sum = acc = None
+    for ks in range(0, n_k, block_k):
+        cols = slice(ks, ks + block_k)
+        s = np.matmul(q, k_t[..., :, cols])  # (..., b_q, b_k) scores
+        if visible is not None:
+            np.copyto(s, -np.inf, where=np.logical_not(visible[..., rows, cols]))  # masked: -inf (§3.2.3)
+        tile_max = np.max(s, axis=-1, keepdims=True)  # (..., b_q, 1)
+        new_max = tile_max if row_max is None else np.maximum(row_max, tile_max)
+        shift = np.where(new_max == -np.inf, 0.0, new_max).astype(s.dtype, copy=False)  # all-masked so far: shift 0
+        s -= shift
+        np.exp(s, out=s)  # probabilities up to the factor exp(shift) / l
+        tile_sum = np.sum(s, axis=-1, keepdims=True)  # (..., b_q, 1)
+        tile_out = np.matmul(s, v[..., cols, :])  # (..., b_q, d_v)
+        if row_max is None:
+            row_sum, acc = tile_sum, tile_out
+        else:
+            alpha = np.exp(row_max - shift)  # rescales the previous tiles to the new maximum
+            row_sum *= alpha
+            row_sum += tile_sum
+            acc *= alpha
+            acc += tile_out
+        row_max = new_max
+    dead = row_sum == 0  # no visible key in the whole row (a visible maximum contributes exp(0) = 1)
+    acc /= np.where(dead, 1.0, row_sum).astype(acc.dtype, copy=False)
+    np.copyto(acc, fill, where=dead)
+    return acc
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers
+
+
+def _check_attention_shapes(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
+        raise ValueError(f"q, k, v: expected at least 2 dimensions, got shapes {q.shape}, {k.shape}, {v.shape}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"k: last axis (d_k) {k.shape[-1]} differs from q's {q.shape[-1]}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"v: n_k {v.shape[-2]} (axis -2) differs from k's {k.shape[-2]}")
+    if q.shape[-1] == 0:
+        raise ValueError("q: d_k must be positive (the scale is 1/sqrt(d_k))")
+
+
+def _broadcast_mask(mask: np.ndarray, score_shape: tuple[int, ...]) -> np.ndarray:
+    """A read-only view of ``mask`` broadcast to the score shape (..., n_q, n_k), or raise naming it."""
+    try:
+        return np.broadcast_to(mask, score_shape)
+    except ValueError:
+        raise ValueError(f"mask: shape {mask.shape} does not broadcast to the score shape {score_shape} (..., n_q, n_k)") from None
+
+
+def _as_mask(mask: Any) -> np.ndarray | None:
+    if mask is None:
+        return None
+    if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+        raise TypeError(f"mask: expected a boolean numpy.ndarray (True = may attend), got {getattr(mask, 'dtype', type(mask))}")
+    return mask
+
+
+def _affine(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    """x @ w (+ b), bias added in place. x (..., n, d_in), w (d_in, d_out) -> (..., n, d_out)."""
+    if x.shape[-1] != w.shape[0]:
+        raise ValueError(f"weight: expected {x.shape[-1]} rows to match the input width, got shape {w.shape}")
+    y = np.matmul(x, w)
+    if b is not None:
+        y += b
+    return y
+
+
+def _split_heads(x: np.ndarray, h: int, weight: str) -> np.ndarray:
+    """(..., n, h*d) -> (..., h, n, d): head i takes columns i*d:(i+1)*d."""
+    if x.shape[-1] % h:
+        raise ValueError(f"params[{weight!r}]: {x.shape[-1]} columns do not split into num_heads={h} equal heads")
+    return np.swapaxes(x.reshape(x.shape[:-1] + (h, x.shape[-1] // h)), -2, -3)
+
+
+def _merge_heads(x: np.ndarray) -> np.ndarray:
+    """(..., h, n, d) -> (..., n, h*d), the Concat of §3.2.2."""
+    x = np.swapaxes(x, -2, -3)  # (..., n, h, d)
+    return x.reshape(x.shape[:-2] + (x.shape[-2] * x.shape[-1],))
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    return int(value)
+
+
+def _token_array(name: str, tokens: Any) -> np.ndarray:
+    tokens = np.asarray(tokens)
+    if tokens.dtype.kind not in "iu" or tokens.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-D integer array (batch, length), got dtype {tokens.dtype} shape {tokens.shape}")
+    return tokens
+
+
+def _padding_mask(lengths: Any, n: int, name: str) -> np.ndarray:
+    """(B,) lengths -> (B, 1, n) bool: key j visible iff j < lengths[b]."""
+    lengths = np.asarray(lengths)
+    if lengths.dtype.kind not in "iu" or lengths.ndim != 1 or (lengths.size and (lengths.min() < 0 or lengths.max() > n)):
+        raise ValueError(f"{name}: expected a 1-D integer array of lengths in [0, {n}], got {lengths!r}")
+    return (np.arange(n) < lengths[:, None])[:, None, :]

@@ -1,0 +1,497 @@
+"""The plug-in contract: what an implementation of the Transformer's equations must look like.
+
+aiayn checks *implementations* of the equations of "Attention Is All You Need" (Vaswani et al.,
+2017) against its oracle (``reference/``). Anything that satisfies :class:`Implementation` can
+be checked: our own NumPy and PyTorch implementations, adapters over PyTorch's built-in modules,
+or your own code. The contract itself depends only on NumPy: arrays cross the boundary as NumPy
+arrays, whatever the implementation uses inside.
+
+How the suite talks to an implementation
+----------------------------------------
+1. It reads the declarations: :attr:`Implementation.name`, :attr:`~Implementation.version`,
+   :attr:`~Implementation.device`, :attr:`~Implementation.dtypes`,
+   :attr:`~Implementation.policies` and :meth:`~Implementation.provides`.
+2. For each provided equation and declared dtype it draws float64 inputs, converts them with
+   :meth:`~Implementation.from_numpy` (which rounds them to the dtype), calls the equation on
+   those *native* arrays, and converts the answer back with :meth:`~Implementation.to_numpy`.
+3. The oracle is run on exactly the rounded inputs the implementation saw, and the difference is
+   compared with an error budget derived for that equation and dtype.
+
+The suite never assumes what a native array is (a NumPy array, a ``torch.Tensor`` on a GPU,
+...): it only ever hands back to an implementation what that implementation's own
+:meth:`~Implementation.from_numpy` produced.
+
+The equations
+-------------
+An implementation provides any subset of :data:`EQUATIONS`, as methods with the oracle's names
+and argument orders (documented on :class:`CompleteImplementation`). What it lacks is reported
+as "not provided", never as an error. :func:`provided_equations` is the one place the suite asks
+which equations to run.
+
+Where the paper is silent, the implementation *declares* its choice in
+:attr:`~Implementation.policies` (see :data:`POLICY_CHOICES`), and the suite checks it against
+the oracle configured the same way.
+
+Writing your own
+----------------
+Either subclass :class:`ImplementationBase` (sensible defaults, ``provides()`` for free), or
+write any class with the members of :class:`Implementation` (structural typing; no import of
+aiayn needed). ``implementations/examples/my_attention.py`` is a short example of the latter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "DTYPES",
+    "INDEX_DTYPE",
+    "MASK_DTYPE",
+    "ARRAY_DTYPES",
+    "EQUATIONS",
+    "POLICY_CHOICES",
+    "DEFAULT_POLICIES",
+    "Implementation",
+    "CompleteImplementation",
+    "ImplementationBase",
+    "provided_equations",
+    "contract_problems",
+]
+
+#: Floating-point dtypes an implementation may declare in :attr:`Implementation.dtypes`,
+#: named as strings so that the contract does not depend on any array library.
+#: ``float64``/``float32``/``float16`` are IEEE binary64/32/16; ``bfloat16`` is the 8-bit
+#: exponent, 8-bit significand format. Conversions from float64 round to nearest, ties to even.
+DTYPES: tuple[str, ...] = ("float64", "float32", "float16", "bfloat16")
+
+#: The dtype :meth:`Implementation.from_numpy` is asked for token ids, targets and lengths.
+INDEX_DTYPE: str = "int64"
+
+#: The dtype :meth:`Implementation.from_numpy` is asked for attention masks (True = may attend).
+MASK_DTYPE: str = "bool"
+
+#: Every dtype string :meth:`Implementation.from_numpy` may be asked for.
+ARRAY_DTYPES: tuple[str, ...] = DTYPES + (INDEX_DTYPE, MASK_DTYPE)
+
+#: The equations of the paper, by the oracle's function names (``reference/``), in paper order.
+EQUATIONS: tuple[str, ...] = (
+    "softmax",  # §3.2.1, inside Eq. (1)
+    "scaled_dot_product_attention",  # §3.2.1, Eq. (1)
+    "multi_head_attention",  # §3.2.2
+    "positional_encoding",  # §3.5
+    "layer_norm",  # §3.1 (LayerNorm(x + Sublayer(x)))
+    "feed_forward",  # §3.3, Eq. (2)
+    "lrate",  # §5.3, Eq. (3)
+    "label_smoothing",  # §5.4
+    "smoothed_cross_entropy",  # §5.4
+    "encoder_layer",  # §3.1
+    "decoder_layer",  # §3.1
+    "transformer_forward",  # §3.1-§3.5, Figure 1
+)
+
+#: The policies an implementation declares where the paper leaves a choice open, and the values
+#: each may take. ``layer_norm_eps`` is not listed: it is any positive float.
+#:
+#: - ``"fully_masked"`` — Eq. (1) on a query row whose keys are all masked out: ``"nan"`` (what
+#:   softmax over a row of -inf gives: the whole output row is NaN) or ``"zeros"`` (the output row
+#:   is 0).
+#: - ``"label_smoothing"`` — §5.4 with eps_ls over K classes: ``"K"`` ((1 - eps) * onehot + eps/K)
+#:   or ``"K-1"`` (target gets 1 - eps, every other class eps/(K-1)).
+#: - ``"step_zero"`` — Eq. (3) at step 0, where step^-0.5 is infinite: ``"zero"`` (min(inf, 0) = 0,
+#:   the formula's own limit) or ``"raise"`` (ValueError).
+POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "fully_masked": ("nan", "zeros"),
+        "label_smoothing": ("K", "K-1"),
+        "step_zero": ("zero", "raise"),
+    }
+)
+
+#: The oracle's defaults, used by :class:`ImplementationBase`. ``layer_norm_eps = 1e-6`` is the
+#: authors' tensor2tensor value (PyTorch's ``nn.LayerNorm`` default is 1e-5).
+DEFAULT_POLICIES: Mapping[str, object] = MappingProxyType(
+    {"fully_masked": "nan", "label_smoothing": "K", "layer_norm_eps": 1e-6, "step_zero": "zero"}
+)
+
+
+@runtime_checkable
+class Implementation(Protocol):
+    """What every implementation declares and how arrays cross its boundary.
+
+    These members are required. The equations are optional methods (see
+    :class:`CompleteImplementation` for their exact signatures and meaning); an implementation
+    says which it has through :meth:`provides`.
+
+    ``isinstance(obj, Implementation)`` checks only that the members exist (Python's runtime
+    protocol check); :func:`contract_problems` also checks their values.
+    """
+
+    name: str
+    """Short registry name, e.g. ``"numpy"`` or ``"torch-sdpa"``; used in reports and file names."""
+
+    version: str
+    """Free-form version of what is being checked, e.g. ``"numpy 2.4.0"`` or
+    ``"torch 2.13.0+cpu"``; reports record it so a result can be tied to a library release."""
+
+    device: str
+    """Where the native arrays live: ``"cpu"``, ``"cuda"``, ``"cuda:0"``, ... Informational: the
+    suite never moves arrays itself; it goes through :meth:`from_numpy` / :meth:`to_numpy`."""
+
+    dtypes: tuple[str, ...]
+    """Floating-point dtypes supported by every provided equation, a non-empty subset of
+    :data:`DTYPES`, most precise first. The suite checks each equation in each of them. The first
+    is also the dtype of results computed from no float input (:meth:`CompleteImplementation.label_smoothing`)."""
+
+    policies: Mapping[str, object]
+    """Declared choices where the paper is silent; at least the keys of :data:`DEFAULT_POLICIES`
+    (further, implementation-specific keys are allowed and ignored by the suite):
+
+    - ``"fully_masked"``: ``"nan"`` | ``"zeros"`` (Eq. (1) on a query with no visible key);
+    - ``"label_smoothing"``: ``"K"`` | ``"K-1"`` (§5.4 variant);
+    - ``"layer_norm_eps"``: positive float, the eps inside the encoder/decoder layers' LayerNorms;
+    - ``"step_zero"``: ``"zero"`` | ``"raise"`` (Eq. (3) at step 0).
+
+    The suite configures the oracle with these values and checks the implementation against it.
+    """
+
+    def provides(self) -> frozenset[str]:
+        """Return the names (a subset of :data:`EQUATIONS`) of the equations implemented here.
+
+        The suite runs exactly ``provides()`` ∩ {callable attributes} (see
+        :func:`provided_equations`); every other equation is reported as not provided.
+        """
+        ...
+
+    def from_numpy(self, array: np.ndarray, dtype: str) -> Any:
+        """Return a native array holding ``array`` converted to ``dtype``, on :attr:`device`.
+
+        ``dtype`` is one of :attr:`dtypes` (floating point), ``"int64"`` (token ids, targets,
+        lengths) or ``"bool"`` (masks, True = may attend). Float conversion rounds to nearest
+        (ties to even), so for ``"float32"``/``"float16"`` the values must equal NumPy's own
+        ``array.astype(dtype)``. The result must not share memory with ``array`` (the suite may
+        reuse its buffers). Raise ``ValueError`` naming the dtype if it is not supported.
+        """
+        ...
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        """Return a NumPy copy of the native array ``x`` (host memory, never a view).
+
+        Floating-point arrays of any precision come back as ``float64`` (exactly: widening is
+        lossless), integer arrays as ``int64``, boolean arrays as ``bool``. Shapes are kept.
+        """
+        ...
+
+
+class CompleteImplementation(Implementation, Protocol):
+    """An :class:`Implementation` that provides every equation in :data:`EQUATIONS`.
+
+    This documents each equation's signature and meaning; it is for type checkers and readers.
+    Real implementations usually provide a subset, so the suite never requires this protocol.
+
+    Conventions shared by all equations:
+
+    - Arguments named as arrays are *native* arrays made by :meth:`~Implementation.from_numpy`:
+      float arrays all in one dtype from :attr:`~Implementation.dtypes`, masks ``"bool"`` (True =
+      may attend), token ids / targets / lengths ``"int64"``.
+    - ``params`` are (nested) dicts of native float arrays in the oracle's canonical layout (see
+      :meth:`multi_head_attention`, :meth:`encoder_layer`, :meth:`decoder_layer`,
+      :meth:`transformer_forward`).
+    - Results are native arrays in the dtype of the float inputs, with the shapes stated.
+    - Inputs are never modified in place.
+    - Leading "batch" dimensions ``...`` broadcast as in NumPy where stated.
+    - Dropout is never applied (the suite checks the deterministic function).
+    """
+
+    def softmax(self, x: Any, axis: int = -1) -> Any:
+        """Softmax of ``x`` along ``axis``: exp(x_i) / sum_j exp(x_j) (§3.2.1, inside Eq. (1)).
+
+        Any shape; result has the shape and dtype of ``x``. Must not overflow for large entries
+        (shift by the maximum, or equivalent).
+        """
+        ...
+
+    def scaled_dot_product_attention(self, q: Any, k: Any, v: Any, mask: Any | None = None) -> Any:
+        """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2.1, Eq. (1)).
+
+        Shapes: ``q`` (..., n_q, d_k), ``k`` (..., n_k, d_k), ``v`` (..., n_k, d_v); batch
+        dimensions broadcast; result (..., n_q, d_v). ``mask`` (bool, optional) broadcasts to
+        (..., n_q, n_k); ``mask[..., i, j]`` False means query i may not attend to key j (its
+        score is -inf before the softmax, §3.2.3). A query row with every key masked follows
+        ``policies["fully_masked"]``: ``"nan"`` → that output row is NaN, ``"zeros"`` → it is 0.
+        """
+        ...
+
+    def multi_head_attention(
+        self, query: Any, key: Any, value: Any, params: Mapping[str, Any], num_heads: int, mask: Any | None = None
+    ) -> Any:
+        """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (§3.2.2).
+
+        Shapes: ``query`` (..., n_q, d_model), ``key``/``value`` (..., n_k, d_model); result
+        (..., n_q, d_model). ``num_heads`` = h, a Python int.
+
+        ``params`` (canonical layout): ``w_q`` (d_model, h*d_k), ``w_k`` (d_model, h*d_k),
+        ``w_v`` (d_model, h*d_v), ``w_o`` (h*d_v, d_model), and optional biases ``b_q`` (h*d_k,),
+        ``b_k`` (h*d_k,), ``b_v`` (h*d_v,), ``b_o`` (d_model,) (absent = zero). Head i uses
+        columns ``i*d_k:(i+1)*d_k`` of ``w_q``/``w_k``, columns ``i*d_v:(i+1)*d_v`` of ``w_v``
+        and the same rows of ``w_o``. Within a head the scale is 1/sqrt(d_k).
+
+        ``mask`` (bool, optional) broadcasts to (..., n_q, n_k) and applies to every head; fully
+        masked rows follow ``policies["fully_masked"]`` (the NaN or zero head outputs then go
+        through W^O).
+        """
+        ...
+
+    def positional_encoding(self, length: int, d_model: int, dtype: str) -> Any:
+        """Sinusoidal positional encodings (§3.5), a native (length, d_model) array in ``dtype``.
+
+        PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model)).
+        ``length`` >= 0 and ``d_model`` (even, > 0) are Python ints; ``dtype`` is one of
+        :attr:`~Implementation.dtypes`. ``length == 0`` gives an empty (0, d_model) array.
+        """
+        ...
+
+    def layer_norm(self, x: Any, gain: Any, bias: Any, eps: float) -> Any:
+        """Layer normalisation over the last axis (§3.1, "LayerNorm(x + Sublayer(x))").
+
+        (x - mean) / sqrt(var + eps) * gain + bias, with the biased (population) variance over the
+        last axis and ``eps`` (a Python float) inside the square root. ``x`` (..., d_model),
+        ``gain``/``bias`` (d_model,); result (..., d_model).
+        """
+        ...
+
+    def feed_forward(self, x: Any, w1: Any, b1: Any, w2: Any, b2: Any) -> Any:
+        """Position-wise feed-forward network FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3, Eq. (2)).
+
+        ``x`` (..., d_model), ``w1`` (d_model, d_ff), ``b1`` (d_ff,), ``w2`` (d_ff, d_model),
+        ``b2`` (d_model,); result (..., d_model).
+        """
+        ...
+
+    def lrate(self, step: int, d_model: int, warmup_steps: int) -> float:
+        """Learning rate schedule (§5.3, Eq. (3)): d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5).
+
+        Python numbers in (``step`` >= 0), a Python float out. Step 0 follows
+        ``policies["step_zero"]``: ``"zero"`` → 0.0, ``"raise"`` → ``ValueError``. A negative
+        step raises ``ValueError``.
+        """
+        ...
+
+    def label_smoothing(self, targets: Any, vocab_size: int, eps: float) -> Any:
+        """Smoothed target distributions (§5.4, eps_ls = ``eps``), one row per target.
+
+        ``targets`` native int64 (...,) with values in [0, vocab_size); result (..., vocab_size)
+        in the implementation's first dtype (``dtypes[0]``). The variant follows
+        ``policies["label_smoothing"]``: ``"K"`` → (1 - eps) * onehot + eps / K; ``"K-1"`` → the
+        target gets 1 - eps and every other class eps / (K - 1). Each row sums to 1.
+        """
+        ...
+
+    def smoothed_cross_entropy(self, logits: Any, targets: Any, eps: float) -> Any:
+        """Cross-entropy of softmax(``logits``) against the smoothed targets (§5.4), per position.
+
+        -sum_c q(c) * log_softmax(logits)_c, with q = :meth:`label_smoothing` (same variant).
+        ``logits`` (..., K) float, ``targets`` (...,) int64; result (...,) in the dtype of
+        ``logits``. No reduction over positions, no padding exclusion.
+        """
+        ...
+
+    def encoder_layer(self, x: Any, params: Mapping[str, Any], num_heads: int, mask: Any | None = None) -> Any:
+        """One encoder layer (§3.1): post-norm self-attention then feed-forward sub-layers.
+
+        z = LayerNorm(x + MultiHead(x, x, x; mask)); out = LayerNorm(z + FFN(z)), with
+        eps = ``policies["layer_norm_eps"]``, no dropout. ``x`` (..., n, d_model); result the same
+        shape. ``mask`` (bool, optional) broadcasts to (..., n, n), e.g. a padding mask (B, 1, n).
+        ``params``: ``{"self_attn": <MHA params>, "norm1": {"gain", "bias"},
+        "ffn": {"w1", "b1", "w2", "b2"}, "norm2": {"gain", "bias"}}``.
+        """
+        ...
+
+    def decoder_layer(
+        self,
+        y: Any,
+        memory: Any,
+        params: Mapping[str, Any],
+        num_heads: int,
+        self_mask: Any | None = None,
+        memory_mask: Any | None = None,
+    ) -> Any:
+        """One decoder layer (§3.1): masked self-attention, encoder-decoder attention, feed-forward.
+
+        a = LayerNorm(y + MultiHead(y, y, y; self_mask)); b = LayerNorm(a + MultiHead(a, memory,
+        memory; memory_mask)); out = LayerNorm(b + FFN(b)); eps = ``policies["layer_norm_eps"]``.
+        ``y`` (..., n_tgt, d_model), ``memory`` (..., n_src, d_model) (the encoder output);
+        result (..., n_tgt, d_model). ``self_mask`` None means the causal mask (§3.2.3: query i
+        sees keys j <= i); a given ``self_mask`` is used as is (combine causal and padding
+        yourself). ``memory_mask`` broadcasts to (..., n_tgt, n_src); None means all visible.
+        ``params``: ``{"self_attn", "norm1", "cross_attn", "norm2", "ffn", "norm3"}`` laid out as
+        in :meth:`encoder_layer`.
+        """
+        ...
+
+    def transformer_forward(
+        self,
+        src_tokens: Any,
+        tgt_tokens: Any,
+        params: Mapping[str, Any],
+        num_heads: int,
+        src_lengths: Any | None = None,
+        tgt_lengths: Any | None = None,
+    ) -> Any:
+        """The whole model (Figure 1, §3.1-§3.5) from token ids to pre-softmax logits.
+
+        ``src_tokens`` (B, n_src), ``tgt_tokens`` (B, n_tgt) int64 (the decoder input, already
+        shifted right); result (B, n_tgt, vocab) in the dtype of ``params``.
+
+        Embeddings: E[tokens] * sqrt(d_model) + PE (§3.4, §3.5), with one matrix
+        ``params["embedding"]`` (vocab, d_model) shared by source, target and the pre-softmax
+        projection logits = h @ E^T (no sqrt(d_model) on the output side). Encoder:
+        ``params["encoder"]``, a list of :meth:`encoder_layer` params applied in order; decoder:
+        ``params["decoder"]``, a list of :meth:`decoder_layer` params. Post-norm, no final
+        LayerNorm, no dropout, eps = ``policies["layer_norm_eps"]``. Optional
+        ``params["positional"]`` (max_len >= n, d_model): learned positions (Table 3 row E) added
+        instead of the sinusoids (an implementation without learned positions raises ``ValueError``
+        when it is present, rather than ignoring it).
+
+        Masks from lengths (int64 (B,), optional; None = no padding): encoder self-attention and
+        encoder-decoder attention see source keys j < src_lengths[b]; decoder self-attention is
+        causal and sees target keys j < tgt_lengths[b].
+        """
+        ...
+
+
+def provided_equations(impl: Any) -> frozenset[str]:
+    """Return the equations the suite will run on ``impl``.
+
+    That is ``impl.provides()`` ∩ :data:`EQUATIONS` ∩ {names that are callable attributes of
+    ``impl``}: a declared but missing method is treated as not provided (and reported by
+    :func:`contract_problems`), never as a crash halfway through a run.
+    """
+    declared = frozenset(impl.provides())
+    return frozenset(n for n in declared if n in EQUATIONS and callable(getattr(impl, n, None)))
+
+
+def contract_problems(impl: Any) -> list[str]:
+    """Return every way ``impl`` breaks the contract's declarations (empty list = conforms).
+
+    Checks the members of :class:`Implementation` exist and hold valid values: non-empty string
+    ``name``/``version``/``device``, ``dtypes`` a non-empty tuple from :data:`DTYPES` without
+    repeats, ``policies`` with every key of :data:`DEFAULT_POLICIES` and allowed values,
+    ``provides()`` a subset of :data:`EQUATIONS` whose every name is a callable attribute. It
+    does not call any equation.
+    """
+    problems: list[str] = []
+    missing = [m for m in ("name", "version", "device", "dtypes", "policies", "provides", "from_numpy", "to_numpy") if not hasattr(impl, m)]
+    if missing:
+        return [f"missing member(s) {', '.join(missing)} of the Implementation protocol"]
+    for attr in ("name", "version", "device"):
+        value = getattr(impl, attr)
+        if not isinstance(value, str) or not value:
+            problems.append(f"{attr}: expected a non-empty str, got {value!r}")
+    problems += _dtype_problems(impl.dtypes)
+    problems += _policy_problems(impl.policies)
+    for method in ("provides", "from_numpy", "to_numpy"):
+        if not callable(getattr(impl, method)):
+            problems.append(f"{method}: expected a method, got {getattr(impl, method)!r}")
+    if callable(impl.provides):
+        problems += _provides_problems(impl)
+    return problems
+
+
+def _dtype_problems(dtypes: Any) -> list[str]:
+    if not isinstance(dtypes, tuple) or not dtypes:
+        return [f"dtypes: expected a non-empty tuple drawn from {DTYPES}, got {dtypes!r}"]
+    problems = [f"dtypes: {d!r} is not one of {DTYPES}" for d in dtypes if d not in DTYPES]
+    if len(set(dtypes)) != len(dtypes):
+        problems.append(f"dtypes: repeated entries in {dtypes!r}")
+    return problems
+
+
+def _policy_problems(policies: Any) -> list[str]:
+    if not isinstance(policies, Mapping):
+        return [f"policies: expected a mapping with keys {sorted(DEFAULT_POLICIES)}, got {policies!r}"]
+    problems = []
+    missing = sorted(set(DEFAULT_POLICIES) - set(policies))
+    if missing:
+        problems.append(f"policies: missing key(s) {missing}; every implementation declares {sorted(DEFAULT_POLICIES)}")
+    for key, allowed in POLICY_CHOICES.items():
+        if key in policies and policies[key] not in allowed:
+            problems.append(f"policies[{key!r}]: expected one of {allowed}, got {policies[key]!r}")
+    eps = policies.get("layer_norm_eps")
+    if "layer_norm_eps" in policies and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0):
+        problems.append(f"policies['layer_norm_eps']: expected a positive float, got {eps!r}")
+    return problems
+
+
+def _provides_problems(impl: Any) -> list[str]:
+    try:
+        declared = impl.provides()
+    except Exception as exc:  # a broken provides() is a contract problem to report, not a crash
+        return [f"provides(): raised {type(exc).__name__}: {exc}"]
+    if not isinstance(declared, (frozenset, set)):
+        return [f"provides(): expected a frozenset of equation names, got {declared!r}"]
+    problems = [f"provides(): {n!r} is not one of EQUATIONS" for n in sorted(map(str, declared)) if n not in EQUATIONS]
+    problems += [
+        f"provides(): declares {n!r} but the object has no callable {n}"
+        for n in sorted(declared)
+        if n in EQUATIONS and not callable(getattr(impl, n, None))
+    ]
+    return problems
+
+
+class ImplementationBase:
+    """A convenient concrete base for implementations (optional: the contract is structural).
+
+    Gives the oracle's :data:`DEFAULT_POLICIES`, a :meth:`provides` that lists the
+    :data:`EQUATIONS` defined as methods on the subclass, and :meth:`check_dtype`. A subclass sets
+    the class attributes ``name``, ``version``, ``device`` and ``dtypes`` (or assigns them in
+    ``__init__``), implements :meth:`from_numpy`/:meth:`to_numpy`, and defines the equations it
+    provides as methods named as in :class:`CompleteImplementation`.
+
+    Example::
+
+        class Mine(ImplementationBase):
+            name, version, device, dtypes = "mine", "0.1", "cpu", ("float64",)
+            def from_numpy(self, array, dtype):
+                return np.array(array, dtype=self.check_dtype(dtype, allow_index=True))
+            def to_numpy(self, x):
+                return np.array(x, dtype=np.float64 if x.dtype.kind == "f" else x.dtype)
+            def softmax(self, x, axis=-1):
+                e = np.exp(x - x.max(axis=axis, keepdims=True))
+                return e / e.sum(axis=axis, keepdims=True)
+    """
+
+    name: str = ""
+    version: str = ""
+    device: str = "cpu"
+    dtypes: tuple[str, ...] = ()
+    policies: Mapping[str, object] = DEFAULT_POLICIES
+
+    def provides(self) -> frozenset[str]:
+        """Return the :data:`EQUATIONS` defined as callables on this object's class (or itself)."""
+        return frozenset(n for n in EQUATIONS if callable(getattr(self, n, None)))
+
+    def check_dtype(self, dtype: str, *, allow_index: bool = False) -> str:
+        """Return ``dtype`` if this implementation supports it, else raise ``ValueError``.
+
+        Supported means one of :attr:`dtypes`; with ``allow_index=True`` also ``"int64"`` and
+        ``"bool"`` (what :meth:`from_numpy` must also accept).
+        """
+        allowed = self.dtypes + ((INDEX_DTYPE, MASK_DTYPE) if allow_index else ())
+        if dtype not in allowed:
+            raise ValueError(f"dtype: implementation {self.name!r} supports {allowed}, got {dtype!r}")
+        return dtype
+
+    def from_numpy(self, array: np.ndarray, dtype: str) -> Any:
+        """See :meth:`Implementation.from_numpy`; subclasses must override."""
+        raise NotImplementedError(f"{type(self).__name__} must define from_numpy(array, dtype)")
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        """See :meth:`Implementation.to_numpy`; subclasses must override."""
+        raise NotImplementedError(f"{type(self).__name__} must define to_numpy(x)")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} device={self.device!r} dtypes={self.dtypes}>"

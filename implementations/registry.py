@@ -1,0 +1,154 @@
+"""Find an implementation by name, importing it only when it is chosen.
+
+Three ways to name an implementation (see :func:`load`):
+
+1. a built-in name from :data:`BUILTINS` (``"numpy"``, ``"torch"``, ...);
+2. a name registered by an installed package under the entry-point group
+   :data:`ENTRY_POINT_GROUP` (``"aiayn.implementations"``). In your ``pyproject.toml``::
+
+       [project.entry-points."aiayn.implementations"]
+       mine = "my_package.attention:MyImplementation"
+
+3. a direct ``"module:attr"`` reference, e.g.
+   ``"implementations.examples.my_attention:MyAttention"``.
+
+``attr`` may be a class (instantiated with no arguments), a factory function (called with no
+arguments), or a ready-made instance; dotted attributes (``"module:Class.factory"``) work too.
+Whatever it yields must satisfy :class:`implementations.protocol.Implementation`.
+
+Built-ins are plain ``"module:attr"`` strings, so importing this module imports no array
+library: a NumPy-only run never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from implementations.protocol import Implementation, contract_problems
+
+__all__ = [
+    "BUILTINS",
+    "ENTRY_POINT_GROUP",
+    "ImplementationNotFound",
+    "InvalidImplementation",
+    "known_names",
+    "load",
+]
+
+#: Built-in implementation names → ``"module:attr"``, imported only by :func:`load`.
+BUILTINS: Mapping[str, str] = MappingProxyType(
+    {
+        "numpy": "implementations.numpy_impl:NumpyImplementation",
+        "numpy-blocked": "implementations.numpy_impl:blocked_numpy_implementation",
+        "torch": "implementations.torch_impl:TorchImplementation",
+        "torch-sdpa": "implementations.torch_impl:TorchSDPAImplementation",
+        "torch-nn": "implementations.torch_nn:TorchNNImplementation",
+    }
+)
+
+#: The entry-point group third-party packages register implementations under.
+ENTRY_POINT_GROUP = "aiayn.implementations"
+
+
+class ImplementationNotFound(LookupError):
+    """No implementation could be loaded for a name: unknown, or its import failed.
+
+    The message names what was asked for, what went wrong, and every known name.
+    """
+
+
+class InvalidImplementation(ImplementationNotFound):
+    """The name resolved to an object that does not satisfy the Implementation contract."""
+
+
+class _UnknownName(Exception):
+    """Internal: the name is neither ``module:attr``, a built-in, nor an entry point."""
+
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    """Entry points of :data:`ENTRY_POINT_GROUP` by name (the first of any duplicate wins)."""
+    found: dict[str, importlib.metadata.EntryPoint] = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep)
+    return found
+
+
+def known_names() -> list[str]:
+    """Return every name :func:`load` accepts without a ``":"``: built-ins first, then entry points.
+
+    A built-in name shadows an entry point of the same name.
+    """
+    return list(BUILTINS) + sorted(n for n in _entry_points() if n not in BUILTINS)
+
+
+def _not_found(spec: str, reason: str, cls: type[ImplementationNotFound] = ImplementationNotFound) -> ImplementationNotFound:
+    return cls(
+        f"cannot load implementation {spec!r}: {reason}. "
+        f"Known names: {', '.join(known_names())}; or name one directly as 'module:attr' "
+        f"(e.g. 'implementations.examples.my_attention:MyAttention')."
+    )
+
+
+def _import_target(target: str) -> Any:
+    """Import ``"module:attr"`` (``attr`` may be dotted) and return the attribute."""
+    module_name, _, attr_path = target.partition(":")
+    if not module_name or not attr_path:
+        raise ValueError(f"expected 'module:attr', got {target!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr_path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _instantiate(obj: Any) -> Any:
+    """Turn a class, a factory or an instance into an instance."""
+    if isinstance(obj, type):
+        return obj()
+    if isinstance(obj, Implementation):
+        return obj
+    if callable(obj):
+        return obj()
+    return obj
+
+
+def _resolve(spec: str) -> tuple[Any, str]:
+    """Return (the object ``spec`` names, a description of where it came from)."""
+    if ":" in spec:
+        return _import_target(spec), spec
+    if spec in BUILTINS:
+        return _import_target(BUILTINS[spec]), f"built-in {BUILTINS[spec]}"
+    entry_points = _entry_points()
+    if spec in entry_points:
+        ep = entry_points[spec]
+        return ep.load(), f"entry point {ep.value} ({ENTRY_POINT_GROUP})"
+    raise _UnknownName(spec)
+
+
+def load(spec: str) -> Implementation:
+    """Return the implementation ``spec`` names, checked against the contract.
+
+    ``spec`` is a built-in name (:data:`BUILTINS`), an entry-point name (group
+    :data:`ENTRY_POINT_GROUP`) or ``"module:attr"``. Raises :class:`ImplementationNotFound` for an
+    unknown name or any failure to import or construct it (the underlying error is in the message
+    and chained), and :class:`InvalidImplementation` when the object breaks the contract (see
+    :func:`implementations.protocol.contract_problems`).
+    """
+    if not isinstance(spec, str) or not spec:
+        raise _not_found(repr(spec), "expected a non-empty string")
+    try:
+        obj, origin = _resolve(spec)
+        impl = _instantiate(obj)
+    except _UnknownName:
+        raise _not_found(spec, "unknown name") from None
+    except Exception as exc:  # import errors, a missing attribute, a failing constructor
+        raise _not_found(spec, f"{type(exc).__name__}: {exc}") from exc
+    problems = contract_problems(impl)
+    if problems:
+        raise _not_found(
+            spec, f"{origin} gave {impl!r}, which breaks the contract: {'; '.join(problems)}", InvalidImplementation
+        )
+    return impl
