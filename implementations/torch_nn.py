@@ -1,0 +1,243 @@
+"""PyTorch's own modules, mapped to the oracle's canonical layout: the ``torch-nn`` built-in.
+
+This adapter is how aiayn checks whether PyTorch's built-in building blocks compute the paper's
+equations. Each call builds the module, copies the canonical weights into it, and runs it:
+
+- multi-head attention (§3.2.2) -> ``nn.MultiheadAttention(d_model, h, batch_first=True)``:
+  ``in_proj_weight = [w_q^T; w_k^T; w_v^T]`` (PyTorch computes x @ W^T, we compute x @ W),
+  ``in_proj_bias = [b_q; b_k; b_v]``, ``out_proj.weight = w_o^T``, ``out_proj.bias = b_o``;
+  absent canonical biases are zeros. PyTorch splits heads as the canonical layout does (head i
+  takes columns i*d_k:(i+1)*d_k). It requires h*d_k = h*d_v = d_model; other shapes raise
+  ``ValueError``. Masks: the contract's True = may attend is inverted to PyTorch's
+  ``attn_mask`` True = may *not* attend, as a (B*h, n_q, n_k) mask (or (n_q, n_k)).
+- layer normalisation (§3.1) -> ``nn.LayerNorm(d_model, eps)``; the layers use
+  ``layer_norm_eps = policies["layer_norm_eps"] = 1e-6`` (the oracle's, the authors'
+  tensor2tensor value; the paper is silent). PyTorch's default is 1e-5: with it the check would
+  fail by up to ~0.5 * 1e-5 / var relative, which is a different function, not a rounding error.
+- encoder and decoder layers (§3.1) -> ``nn.TransformerEncoderLayer`` /
+  ``nn.TransformerDecoderLayer`` with ``norm_first=False`` (post-norm, the paper's),
+  ``activation="relu"`` (Eq. (2)), ``dropout=0.0``, ``batch_first=True``, ``bias=True``.
+- the whole model (Figure 1) -> our own composition of those layers (inherited from
+  ``TorchImplementation.transformer_forward``), *not* ``nn.Transformer``: ``nn.Transformer``
+  appends a final LayerNorm to the encoder and to the decoder stack, which the paper's post-norm
+  model does not have (it would normalise twice at the top of each stack).
+- Eq. (1) alone is ``torch.nn.functional.scaled_dot_product_attention`` (what
+  ``nn.MultiheadAttention`` calls inside), inherited from ``torch-sdpa``;
+- the other equations (softmax, feed-forward, positional encoding, lrate, label smoothing,
+  cross-entropy) have no module of their own and are ``TorchImplementation``'s.
+
+The inference "fast path". In eval mode, without autograd, PyTorch may replace the Python
+forward of ``nn.MultiheadAttention`` (self-attention only) and ``nn.TransformerEncoderLayer`` by
+fused kernels (``torch._native_multi_head_attention``, ``torch._transformer_encoder_layer_fwd``).
+Their rounding differs, and so does their answer on a fully masked row: NaN, where the Python
+forward (which goes through ``scaled_dot_product_attention``) gives zeros — measured on the CPU in
+torch 2.13. By default (``fastpath=False``) this adapter therefore checks the documented Python
+forward, which is one consistent function: it keeps the modules in training mode, which the fast
+path excludes (every dropout probability is 0, and dropout with p = 0 returns its input
+unchanged), without touching the process-wide ``torch.backends.mha`` switch. ``fastpath=True``
+runs the modules in eval mode instead, so PyTorch takes its fused kernels where it can; its
+declared fully-masked policy stays "zeros", and a conformance run then reports the fused kernels'
+NaN on fully masked self-attention rows as the disagreement it is.
+
+Declared policies: fully masked rows give zeros (``scaled_dot_product_attention``'s safe softmax,
+reached because the adapter calls the modules with ``need_weights=False``), label smoothing over K,
+LayerNorm eps 1e-6, lrate(0) = 0. Dtypes: float64 and float32 on the CPU; float32, float16 and
+bfloat16 on CUDA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import torch
+from torch import nn
+
+from implementations.protocol import DEFAULT_POLICIES
+from implementations.torch_impl import TorchSDPAImplementation, _param, _positive_int
+
+__all__ = ["TorchNNImplementation"]
+
+
+def _batched(t: torch.Tensor, batch: tuple[int, ...]) -> torch.Tensor:
+    """(..., n, d) broadcast to ``batch`` + (n, d), flattened to the (N, n, d) PyTorch's layers take."""
+    return t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:])
+
+
+def _copy(param: torch.Tensor, value: torch.Tensor | None) -> None:
+    """Overwrite a module parameter in place (zeros when the canonical value is absent)."""
+    if value is None:
+        param.zero_()
+    else:
+        param.copy_(value)
+
+
+class TorchNNImplementation(TorchSDPAImplementation):
+    """PyTorch's ``nn`` modules in the canonical layout (registry name ``"torch-nn"``).
+
+    See the module docstring for the mapping, the eps, and the fast path. ``fastpath=False``
+    (default) checks the modules' Python forward; ``True`` lets PyTorch use its fused inference
+    kernels.
+    """
+
+    name = "torch-nn"
+    policies: Mapping[str, object] = MappingProxyType({**DEFAULT_POLICIES, "fully_masked": "zeros"})
+
+    def __init__(self, device: str | None = None, *, fastpath: bool = False) -> None:
+        super().__init__(device)
+        self.fastpath = bool(fastpath)
+        on_cpu = torch.device(self.device).type == "cpu"
+        self.dtypes = ("float64", "float32") if on_cpu else ("float32", "float16", "bfloat16")
+        if self.fastpath:
+            self.name = "torch-nn-fastpath"
+
+    # ---------------------------------------------------------------- building the modules
+
+    def _factory(self, like: torch.Tensor) -> dict[str, Any]:
+        return {"device": like.device, "dtype": like.dtype}
+
+    def _mode(self, module: nn.Module) -> nn.Module:
+        """Training mode (fast path excluded; dropout p = 0 is the identity) unless ``fastpath``."""
+        return module.train(not self.fastpath)
+
+    def _load_mha(self, module: nn.MultiheadAttention, params: Mapping[str, Any]) -> None:
+        """Canonical MHA params -> ``nn.MultiheadAttention`` (transposed: PyTorch computes x @ W^T)."""
+        w = [_param(params, n, "params (multi-head attention)") for n in ("w_q", "w_k", "w_v")]
+        b = [params.get(n) for n in ("b_q", "b_k", "b_v")]
+        d_model = module.embed_dim
+        for name, weight in zip(("w_q", "w_k", "w_v"), w):
+            if tuple(weight.shape) != (d_model, d_model):
+                raise ValueError(
+                    f"params['{name}']: nn.MultiheadAttention needs h*d_k = h*d_v = d_model, i.e. a ({d_model}, {d_model}) matrix; got {tuple(weight.shape)}"
+                )
+        module.in_proj_weight.copy_(torch.cat([t.transpose(0, 1) for t in w], dim=0))  # (3 d_model, d_model)
+        for i, bias in enumerate(b):
+            _copy(module.in_proj_bias[i * d_model : (i + 1) * d_model], bias)
+        module.out_proj.weight.copy_(_param(params, "w_o", "params (multi-head attention)").transpose(0, 1))
+        _copy(module.out_proj.bias, params.get("b_o"))
+
+    def _mha_module(self, params: Mapping[str, Any], num_heads: int) -> nn.MultiheadAttention:
+        w_q = _param(params, "w_q", "params (multi-head attention)")
+        d_model = w_q.shape[0]
+        if d_model % num_heads:
+            raise ValueError(f"num_heads: nn.MultiheadAttention needs num_heads to divide d_model={d_model}, got {num_heads}")
+        module = nn.MultiheadAttention(d_model, num_heads, dropout=0.0, bias=True, batch_first=True, **self._factory(w_q))
+        self._load_mha(module, params)
+        return self._mode(module)
+
+    @staticmethod
+    def _load_norm(module: nn.LayerNorm, params: Mapping[str, Any], name: str) -> None:
+        p = _param(params, name, "params (layer)")
+        module.weight.copy_(_param(p, "gain", f"params['{name}']"))
+        module.bias.copy_(_param(p, "bias", f"params['{name}']"))
+
+    @staticmethod
+    def _load_ffn(layer: nn.Module, params: Mapping[str, Any]) -> None:
+        p = _param(params, "ffn", "params (layer)")
+        layer.linear1.weight.copy_(_param(p, "w1", "params['ffn']").transpose(0, 1))  # (d_ff, d_model)
+        layer.linear1.bias.copy_(_param(p, "b1", "params['ffn']"))
+        layer.linear2.weight.copy_(_param(p, "w2", "params['ffn']").transpose(0, 1))  # (d_model, d_ff)
+        layer.linear2.bias.copy_(_param(p, "b2", "params['ffn']"))
+
+    def _layer_kwargs(self, params: Mapping[str, Any], num_heads: int) -> dict[str, Any]:
+        """The constructor arguments shared by both layer classes: the paper's, not PyTorch's defaults."""
+        w1 = _param(_param(params, "ffn", "params (layer)"), "w1", "params['ffn']")
+        d_model, d_ff = w1.shape
+        return dict(
+            d_model=d_model,
+            nhead=_positive_int("num_heads", num_heads),
+            dim_feedforward=d_ff,
+            dropout=0.0,
+            activation="relu",
+            layer_norm_eps=float(self.policies["layer_norm_eps"]),
+            batch_first=True,
+            norm_first=False,
+            bias=True,
+            **self._factory(w1),
+        )
+
+    @staticmethod
+    def _attn_mask(mask: torch.Tensor | None, batch: tuple[int, ...], n_q: int, n_k: int, h: int) -> torch.Tensor | None:
+        """Contract mask (True = may attend, broadcastable to batch + (n_q, n_k)) -> PyTorch's attn_mask.
+
+        PyTorch's boolean ``attn_mask`` means True = may *not* attend, shaped (n_q, n_k) or
+        (N*h, n_q, n_k) with index b*h + head.
+        """
+        if mask is None:
+            return None
+        if mask.dim() == 2:
+            return ~mask
+        full = mask.expand(*batch, n_q, n_k).reshape(-1, n_q, n_k)  # (N, n_q, n_k)
+        return (~full).repeat_interleave(h, dim=0)  # (N*h, n_q, n_k)
+
+    # ---------------------------------------------------------------- the equations
+
+    @torch.no_grad()
+    def multi_head_attention(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, params: Mapping[str, Any], num_heads: int, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """§3.2.2 by ``nn.MultiheadAttention`` (need_weights=False). Shapes as in the contract."""
+        h = _positive_int("num_heads", num_heads)
+        module = self._mha_module(params, h)
+        batch = tuple(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2]))
+        n_q, n_k = query.shape[-2], key.shape[-2]
+        q = _batched(query, batch)
+        k = q if key is query else _batched(key, batch)  # keep self-attention recognisable (fast path)
+        v = k if value is key else _batched(value, batch)
+        out, _ = module(q, k, v, attn_mask=self._attn_mask(mask, batch, n_q, n_k, h), need_weights=False)
+        return out.reshape(*batch, n_q, -1)
+
+    @torch.no_grad()
+    def layer_norm(self, x: torch.Tensor, gain: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+        """§3.1's LayerNorm by ``nn.LayerNorm(d_model, eps=eps)`` with weight = gain, bias = bias."""
+        if not eps > 0:
+            raise ValueError(f"eps: expected a positive float, got {eps!r}")
+        module = nn.LayerNorm(x.shape[-1], eps=float(eps), **self._factory(x))
+        module.weight.copy_(gain)
+        module.bias.copy_(bias)
+        return module(x)
+
+    @torch.no_grad()
+    def encoder_layer(self, x: torch.Tensor, params: Mapping[str, Any], num_heads: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """§3.1's encoder layer by ``nn.TransformerEncoderLayer`` (post-norm, ReLU, dropout 0, eps 1e-6)."""
+        layer = nn.TransformerEncoderLayer(**self._layer_kwargs(params, num_heads))
+        self._load_mha(layer.self_attn, _param(params, "self_attn", "params (encoder layer)"))
+        self._load_norm(layer.norm1, params, "norm1")
+        self._load_ffn(layer, params)
+        self._load_norm(layer.norm2, params, "norm2")
+        batch, n = tuple(x.shape[:-2]), x.shape[-2]
+        src_mask = self._attn_mask(mask, batch, n, n, layer.self_attn.num_heads)
+        out = self._mode(layer)(_batched(x, batch), src_mask=src_mask)
+        return out.reshape(x.shape)
+
+    @torch.no_grad()
+    def decoder_layer(
+        self,
+        y: torch.Tensor,
+        memory: torch.Tensor,
+        params: Mapping[str, Any],
+        num_heads: int,
+        self_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """§3.1's decoder layer by ``nn.TransformerDecoderLayer``; ``self_mask`` None = causal."""
+        layer = nn.TransformerDecoderLayer(**self._layer_kwargs(params, num_heads))
+        self._load_mha(layer.self_attn, _param(params, "self_attn", "params (decoder layer)"))
+        self._load_norm(layer.norm1, params, "norm1")
+        self._load_mha(layer.multihead_attn, _param(params, "cross_attn", "params (decoder layer)"))
+        self._load_norm(layer.norm2, params, "norm2")
+        self._load_ffn(layer, params)
+        self._load_norm(layer.norm3, params, "norm3")
+        n_tgt, n_src = y.shape[-2], memory.shape[-2]
+        if self_mask is None:
+            self_mask = self._causal(n_tgt)
+        batch = tuple(torch.broadcast_shapes(y.shape[:-2], memory.shape[:-2]))
+        h = layer.self_attn.num_heads
+        out = self._mode(layer)(
+            _batched(y, batch),
+            _batched(memory, batch),
+            tgt_mask=self._attn_mask(self_mask, batch, n_tgt, n_tgt, h),
+            memory_mask=self._attn_mask(memory_mask, batch, n_tgt, n_src, h),
+        )
+        return out.reshape(*batch, n_tgt, -1)
