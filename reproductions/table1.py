@@ -333,7 +333,7 @@ def write_measured(out_dir: Path) -> str:
         "![Measured seconds per call against n](table1-measured.png)",
     )
     report.verdict = (
-        f"measured growth in n: " + ", ".join(f"{LABELS[t]} {fits[t]:.2f} (counted {counted_n[t]:g})" for t in TYPES)
+        "measured growth in n: " + ", ".join(f"{LABELS[t]} {fits[t]:.2f} (counted {counted_n[t]:g})" for t in TYPES)
         + f"; self-attention overtakes recurrent at {cross_text} (counted: n = d = {sweep['d']})"
     )
     report.data = {"sweep": sweep, "fit_min_n": FIT_MIN_N, "fitted_exponents": fits, "counted_exponents": counted_n,

@@ -1,0 +1,381 @@
+"""Training, §5.3 and §5.4: the learning-rate schedule (Eq. 3), label smoothing, the (smoothed)
+cross-entropy and its minimum.
+
+Each function is encoded twice:
+
+- the fast tier computes in ``np.longdouble`` (unit roundoff 2^-64) and rounds once to float64;
+- the exact tier evaluates the same formula in mpmath through
+  ``reference._exact.correctly_rounded`` (correctly rounded float64).
+
+K is the number of classes (the vocabulary size); ``...`` is any number of batch dimensions.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import mpmath
+import numpy as np
+
+from reference._checks import as_float_array, choice, positive_int, same_size
+from reference._exact import DEFAULT_DPS, correctly_rounded, to_mp
+
+LD = np.longdouble
+STEP_ZERO_POLICIES = ("zero", "raise")
+SMOOTHING_VARIANTS = ("K", "K-1")
+# Any difference of two float64 values is exact in this many bits (2^1024 down to 2^-1074).
+DIFF_PREC = 2200
+
+
+def _integer_array(name: str, value: Any, what: str) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name}: expected {what} (an integer or integer array), got dtype {arr.dtype}")
+    return arr
+
+
+def _first(mask: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argwhere(mask)[0])
+
+
+# --------------------------------------------------------------------------------------------
+# the learning rate, §5.3, Eq. (3)
+
+
+def _validate_lrate(step: Any, d_model: Any, warmup_steps: Any, step_zero: str) -> tuple[np.ndarray, int, int]:
+    choice("step_zero", step_zero, STEP_ZERO_POLICIES)
+    steps = _integer_array("step", step, "training step numbers")
+    if np.any(steps < 0):
+        where = _first(steps < 0)
+        raise ValueError(f"step: expected step numbers >= 0, got {int(steps[where])} at index {where}")
+    if step_zero == "raise" and np.any(steps == 0):
+        raise ValueError("step: step 0 has no learning rate under step_zero='raise' (step^-0.5 is infinite); "
+                         "use step_zero='zero' for the formula's limit min(inf, 0) = 0")
+    return steps, positive_int("d_model", d_model), positive_int("warmup_steps", warmup_steps)
+
+
+def lrate(step: Any, d_model: int, warmup_steps: int = 4000, *, step_zero: str = "zero") -> Any:
+    """The learning-rate schedule; fast tier (longdouble inside, float64 out).
+
+    Paper: §5.3, Eq. (3): lrate = d_model^-0.5 * min(step_num^-0.5, step_num * warmup_steps^-1.5),
+    warmup_steps = 4000: a linear rise for the first warmup_steps steps, then decay as step^-0.5.
+
+    Choices:
+        Step 0 (the paper counts from 1): step_zero="zero" (default) returns 0, the formula's own
+        value min(inf, 0) = 0; step_zero="raise" rejects it. Negative steps are an error.
+
+    Shapes: step an integer or an integer array (...) -> float64 of the same shape (a scalar
+    for a scalar step).
+    """
+    steps, d, w = _validate_lrate(step, d_model, warmup_steps, step_zero)
+    s = steps.astype(LD)
+    with np.errstate(divide="ignore"):
+        decay = 1 / np.sqrt(s)  # inf at step 0
+    warm = s * (1 / (LD(w) * np.sqrt(LD(w))))
+    return ((1 / np.sqrt(LD(d))) * np.minimum(decay, warm)).astype(np.float64)[()]
+
+
+def lrate_exact(step: Any, d_model: int, warmup_steps: int = 4000, *, step_zero: str = "zero", dps: int = DEFAULT_DPS) -> Any:
+    """The learning-rate schedule; exact tier (mpmath, correctly rounded float64).
+
+    Paper: §5.3, Eq. (3): lrate = d_model^-0.5 * min(step_num^-0.5, step_num * warmup_steps^-1.5).
+
+    Choices: as ``lrate`` (step 0 gives 0 or raises, per ``step_zero``).
+
+    Shapes: as ``lrate``.
+    """
+    steps, d, w = _validate_lrate(step, d_model, warmup_steps, step_zero)
+    flat = [int(s) for s in steps.reshape(-1)]
+
+    def compute() -> np.ndarray:
+        scale, warm = 1 / mpmath.sqrt(d), 1 / (w * mpmath.sqrt(w))
+        return np.array([scale * min(1 / mpmath.sqrt(s), s * warm) if s else mpmath.mpf(0) for s in flat], dtype=object)
+
+    return correctly_rounded(compute, dps).reshape(steps.shape)[()]
+
+
+# --------------------------------------------------------------------------------------------
+# label smoothing, §5.4
+
+
+def _validate_eps(eps: Any) -> float:
+    arr = as_float_array("eps", eps)
+    if arr.ndim != 0 or not 0 <= arr < 1:
+        raise ValueError(f"eps: expected one number in [0, 1) (the smoothing mass; the paper uses 0.1), got {eps!r}")
+    return float(arr)
+
+
+def _validate_padding_id(padding_id: Any, k: int, variant: str) -> int | None:
+    if padding_id is None:
+        return None
+    if isinstance(padding_id, (bool, np.bool_)) or not isinstance(padding_id, numbers.Integral):
+        raise TypeError(f"padding_id: expected None or an integer class id, got {padding_id!r}")
+    if not 0 <= padding_id < k:
+        raise ValueError(f"padding_id: expected 0 <= padding_id < vocab_size = {k}, got {padding_id}")
+    if variant == "K-1" and k < 3:
+        raise ValueError(f"vocab_size: variant 'K-1' with a padding_id needs vocab_size >= 3 (the target and the "
+                         f"padding class leave no class for the smoothing mass), got {k}")
+    return int(padding_id)
+
+
+def _validate_targets(targets: Any, k: int) -> np.ndarray:
+    t = _integer_array("targets", targets, "class ids")
+    bad = (t < 0) | (t >= k)
+    if np.any(bad):
+        where = _first(bad)
+        raise ValueError(f"targets: class id {int(t[where])} at index {where} is out of range; expected 0 <= id < vocab_size = {k}")
+    return t
+
+
+def _validate_smoothing(targets: Any, vocab_size: Any, eps: Any, variant: str, padding_id: Any) -> tuple[np.ndarray, int, float, int | None]:
+    k = positive_int("vocab_size", vocab_size, minimum=2)
+    e = _validate_eps(eps)
+    choice("variant", variant, SMOOTHING_VARIANTS)
+    pad = _validate_padding_id(padding_id, k, variant)
+    return _validate_targets(targets, k), k, e, pad
+
+
+def _smoothing_values(k: int, eps: Any, variant: str, padded: bool, one: Any) -> tuple[Any, Any]:
+    """(target value, every other class's value) of a smoothed row; ``one`` fixes the arithmetic."""
+    m = k - 1 if padded else k  # classes that may receive smoothing mass
+    if variant == "K":
+        off = eps / m
+        return (one - eps) + off, off
+    return one - eps, eps / (m - 1)
+
+
+def _fill(targets: np.ndarray, k: int, on: Any, off: Any, pad: int | None, dtype: Any, zero: Any) -> np.ndarray:
+    """Smoothed rows (..., K): ``on`` at each target, ``off`` elsewhere; padding column and rows zero."""
+    out = np.full((*targets.shape, k), off, dtype=dtype)  # (..., K)
+    np.put_along_axis(out, targets[..., None], on, axis=-1)
+    if pad is not None:
+        out[..., pad] = zero
+        out[targets == pad] = zero
+    return out
+
+
+def label_smoothing(targets: Any, vocab_size: int, eps: float, *, variant: str = "K", padding_id: int | None = None) -> np.ndarray:
+    """Label-smoothed target distributions; fast tier (longdouble inside, float64 out).
+
+    Paper: §5.4: "we employed label smoothing of value eps_ls = 0.1" (citing Szegedy et al.),
+    q' = (1 - eps) * onehot(target) + eps / K.
+
+    Choices:
+        variant="K" (default, Szegedy's and the seeds' form): target gets 1 - eps + eps/K, every
+        other class eps/K. variant="K-1": target gets exactly 1 - eps, every other class
+        eps/(K-1) (tensor2tensor's and the Annotated Transformer's form).
+        padding_id (default None): rows whose target is the padding id are all zero (excluded
+        from the loss), and the padding class gets no smoothing mass; its share is spread over
+        the remaining classes, so K becomes K-1 in either variant ("K-1" then needs K >= 3).
+        eps in [0, 1), vocab_size >= 2, targets integers in [0, K).
+
+    Shapes: targets (...) integer -> (..., vocab_size) float64.
+    """
+    t, k, e, pad = _validate_smoothing(targets, vocab_size, eps, variant, padding_id)
+    on, off = _smoothing_values(k, LD(e), variant, pad is not None, LD(1))
+    return _fill(t, k, float(on), float(off), pad, np.float64, 0.0)  # float(longdouble): one rounding
+
+
+def label_smoothing_exact(
+    targets: Any, vocab_size: int, eps: float, *, variant: str = "K", padding_id: int | None = None, dps: int = DEFAULT_DPS
+) -> np.ndarray:
+    """Label-smoothed target distributions; exact tier (correctly rounded float64).
+
+    Paper: §5.4: q' = (1 - eps) * onehot(target) + eps / K.
+
+    Choices: as ``label_smoothing``.
+
+    Shapes: targets (...) integer -> (..., vocab_size) float64.
+    """
+    t, k, e, pad = _validate_smoothing(targets, vocab_size, eps, variant, padding_id)
+    em = to_mp(e)[()]
+    on, off = correctly_rounded(lambda: np.array(_smoothing_values(k, em, variant, pad is not None, mpmath.mpf(1)), dtype=object), dps)
+    return _fill(t, k, on, off, pad, np.float64, 0.0)
+
+
+# --------------------------------------------------------------------------------------------
+# cross-entropy
+
+
+def _validate_cross_entropy(logits: Any, target_dist: Any) -> tuple[np.ndarray, np.ndarray]:
+    z = as_float_array("logits", logits, min_ndim=1)
+    p = as_float_array("target_dist", target_dist, min_ndim=1)
+    if z.shape[-1] == 0:
+        raise ValueError(f"logits: expected at least one class on the last axis, got shape {z.shape}")
+    same_size("logits", z.shape[-1], "target_dist", p.shape[-1], "the number of classes K (last axis)")
+    try:
+        shape = np.broadcast_shapes(z.shape, p.shape)
+    except ValueError:
+        raise ValueError(f"logits and target_dist: batch shapes {z.shape[:-1]} and {p.shape[:-1]} do not broadcast") from None
+    if np.any(p < 0):
+        where = _first(p < 0)
+        raise ValueError(f"target_dist: expected non-negative class weights, found {p[where]} at index {where}")
+    return np.broadcast_to(z, shape), np.broadcast_to(p, shape)
+
+
+def _cross_entropy_ld(z: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """-sum p log_softmax(z) in longdouble as sum_k p_k (L - w_k): w = z - max z <= 0 and
+    L = log sum_j exp(w_j) = log1p(sum over all j but one maximal index), so every term is >= 0."""
+    w = z - np.max(z, axis=-1, keepdims=True)  # (..., K), <= 0
+    e = np.exp(w)
+    np.put_along_axis(e, np.argmax(w, axis=-1)[..., None], 0, axis=-1)  # drop one exp(0) = 1
+    lse = np.log1p(np.sum(e, axis=-1, keepdims=True))  # (..., 1), >= 0
+    return np.sum(p * (lse - w), axis=-1)  # (...)
+
+
+def _cross_entropy_mp(z: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """The same sum for object arrays of the same shape, in the ambient mpmath context
+    (w = z - max z formed exactly)."""
+    k = z.shape[-1]
+    zr, pr = z.reshape(-1, k), p.reshape(-1, k)
+    out = np.empty(zr.shape[0], dtype=object)
+    for r in range(zr.shape[0]):
+        row = zr[r].tolist()
+        top = max(range(k), key=lambda j: row[j])
+        with mpmath.workprec(max(DIFF_PREC, mpmath.mp.prec)):
+            w = [v - row[top] for v in row]
+        lse = mpmath.log1p(mpmath.fsum(mpmath.exp(w[j]) for j in range(k) if j != top))
+        out[r] = mpmath.fsum(pr[r, j] * (lse - w[j]) for j in range(k))
+    return out.reshape(z.shape[:-1])
+
+
+def cross_entropy(logits: Any, target_dist: Any) -> Any:
+    """Cross-entropy of a target distribution against softmax(logits); fast tier (float64 out).
+
+    Paper: §5.4 (the training loss the label smoothing enters; perplexity in Table 3 is its
+    exponential): CE = -sum_k q_k log softmax(z)_k over the last axis.
+
+    Choices:
+        target_dist need not sum to 1 (a zero row, e.g. padding, gives 0) but must be >= 0.
+        No reduction over positions (the caller chooses sum or mean).
+
+    Shapes: logits (..., K), target_dist (..., K), batch shapes broadcast -> (...) float64.
+    """
+    z, p = _validate_cross_entropy(logits, target_dist)
+    return _cross_entropy_ld(z.astype(LD), p.astype(LD)).astype(np.float64)[()]
+
+
+def cross_entropy_exact(logits: Any, target_dist: Any, *, dps: int = DEFAULT_DPS) -> Any:
+    """Cross-entropy of a target distribution against softmax(logits); exact tier.
+
+    Paper: §5.4: CE = -sum_k q_k log softmax(z)_k.
+
+    Choices: as ``cross_entropy``.
+
+    Shapes: logits (..., K), target_dist (..., K) -> (...) float64.
+    """
+    z, p = _validate_cross_entropy(logits, target_dist)
+    zm, pm = to_mp(z), to_mp(p)
+    return correctly_rounded(lambda: _cross_entropy_mp(zm, pm), dps)[()]
+
+
+def _validate_smoothed_ce(logits: Any, targets: Any, eps: Any, variant: str, padding_id: Any) -> tuple[np.ndarray, np.ndarray, int, float, int | None]:
+    z = as_float_array("logits", logits, min_ndim=1)
+    if z.shape[-1] < 2:
+        raise ValueError(f"logits: expected at least 2 classes on the last axis (label smoothing needs K >= 2), got shape {z.shape}")
+    t, k, e, pad = _validate_smoothing(targets, z.shape[-1], eps, variant, padding_id)
+    try:
+        batch = np.broadcast_shapes(z.shape[:-1], t.shape)
+    except ValueError:
+        raise ValueError(f"logits and targets: batch shapes {z.shape[:-1]} and {t.shape} do not broadcast") from None
+    return np.broadcast_to(z, (*batch, k)), np.broadcast_to(t, batch), k, e, pad
+
+
+def smoothed_cross_entropy(
+    logits: Any, targets: Any, eps: float, *, variant: str = "K", padding_id: int | None = None
+) -> Any:
+    """Cross-entropy against label-smoothed targets; fast tier (longdouble inside, float64 out).
+
+    Paper: §5.4: the training loss with label smoothing eps_ls = 0.1:
+    -sum_k q'_k log softmax(z)_k with q' = label_smoothing(target).
+
+    Choices: as ``label_smoothing`` (variant, padding rows give loss 0) and ``cross_entropy``
+    (no reduction). The smoothed targets stay in longdouble (no intermediate rounding).
+
+    Shapes: logits (..., K), targets (...) integer -> (...) float64.
+    """
+    z, t, k, e, pad = _validate_smoothed_ce(logits, targets, eps, variant, padding_id)
+    on, off = _smoothing_values(k, LD(e), variant, pad is not None, LD(1))
+    q = _fill(t, k, on, off, pad, LD, LD(0))
+    return _cross_entropy_ld(z.astype(LD), q).astype(np.float64)[()]
+
+
+def smoothed_cross_entropy_exact(
+    logits: Any, targets: Any, eps: float, *, variant: str = "K", padding_id: int | None = None, dps: int = DEFAULT_DPS
+) -> Any:
+    """Cross-entropy against label-smoothed targets; exact tier (correctly rounded float64).
+
+    Paper: §5.4: -sum_k q'_k log softmax(z)_k.
+
+    Choices: as ``smoothed_cross_entropy``.
+
+    Shapes: logits (..., K), targets (...) integer -> (...) float64.
+    """
+    z, t, k, e, pad = _validate_smoothed_ce(logits, targets, eps, variant, padding_id)
+    zm, em = to_mp(z), to_mp(e)[()]
+
+    def compute() -> np.ndarray:
+        on, off = _smoothing_values(k, em, variant, pad is not None, mpmath.mpf(1))
+        return _cross_entropy_mp(zm, _fill(t, k, on, off, pad, object, mpmath.mpf(0)))
+
+    return correctly_rounded(compute, dps)[()]
+
+
+# --------------------------------------------------------------------------------------------
+# the minimum of the smoothed cross-entropy: the entropy of the smoothed target
+
+
+def _off_target_mass(k: int, eps: Any, variant: str) -> tuple[Any, Any]:
+    """(r, b): the total mass off the target and each other class's share, for variant K or K-1."""
+    if variant == "K":
+        return eps * (k - 1) / k, eps / k
+    return eps, eps / (k - 1)
+
+
+def _validate_entropy(vocab_size: Any, eps: Any, variant: str) -> tuple[int, float]:
+    k = positive_int("vocab_size", vocab_size, minimum=2)
+    e = _validate_eps(eps)
+    choice("variant", variant, SMOOTHING_VARIANTS)
+    return k, e
+
+
+def smoothed_target_entropy(vocab_size: int, eps: float, *, variant: str = "K") -> float:
+    """The entropy of a smoothed target row: the minimum of the smoothed cross-entropy; fast tier.
+
+    Paper: §5.4 (label smoothing "hurts perplexity, as the model learns to be more unsure"): the
+    cross-entropy against q' is H(q') + KL(q' || softmax(z)) >= H(q'), reached at softmax(z) = q'.
+    With r the mass off the target and b each other class's share:
+    H = -(1 - r) log(1 - r) - r log b.
+
+    Choices: variant as ``label_smoothing`` ("K": r = eps (K-1)/K, b = eps/K; "K-1": r = eps,
+    b = eps/(K-1)); eps = 0 gives 0 (0 log 0 = 0). No padding (a padded row has no loss).
+
+    Shapes: scalars -> float64 scalar.
+    """
+    k, e = _validate_entropy(vocab_size, eps, variant)
+    if e == 0:
+        return np.float64(0.0)
+    r, b = _off_target_mass(k, LD(e), variant)
+    return np.float64(-(1 - r) * np.log1p(-r) - r * np.log(b))
+
+
+def smoothed_target_entropy_exact(vocab_size: int, eps: float, *, variant: str = "K", dps: int = DEFAULT_DPS) -> float:
+    """The entropy of a smoothed target row (the smoothed cross-entropy's minimum); exact tier.
+
+    Paper: §5.4: H(q') = -(1 - r) log(1 - r) - r log b.
+
+    Choices: as ``smoothed_target_entropy``.
+
+    Shapes: scalars -> float64 scalar.
+    """
+    k, e = _validate_entropy(vocab_size, eps, variant)
+    if e == 0:
+        return np.float64(0.0)
+    em = to_mp(e)[()]
+
+    def compute() -> np.ndarray:
+        r, b = _off_target_mass(k, em, variant)
+        return np.array([-(1 - r) * mpmath.log1p(-r) - r * mpmath.log(b)], dtype=object)
+
+    return np.float64(correctly_rounded(compute, dps)[0])
