@@ -71,8 +71,8 @@ def write_index(out: Path, verdicts: dict[str, str]) -> None:
         link = f"[{name}]({name}.md)" if verdict != NOT_BUILT else name
         lines.append(f"| {link} | {PLANNED[name]} | {verdict} |")
     measured = [f for f in MEASURED_FILES if f.endswith(".md")]
-    lines += ["", "Measured (wall-clock timings: they vary from run to run, are skipped with `--no-measure`, and "
-              "the drift test does not compare them): " + ", ".join(f"[{f}]({f})" for f in measured) + "."]
+    lines += ["", "Measured (wall-clock timings, or data fetched at run time: they may vary from run to run or "
+              "machine to machine, are skipped with `--no-measure`, and the drift test does not compare them): " + ", ".join(f"[{f}]({f})" for f in measured) + "."]
     (out / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

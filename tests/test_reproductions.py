@@ -131,7 +131,7 @@ def test_index_lists_every_planned_report(regenerated: Path) -> None:
         assert f"| {name} |" in index or f"[{name}]({name}.md)" in index, f"index lacks {name}"
     built = [n for n in PLANNED if (regenerated / f"{n}.md").exists()]
     assert {"table1", "table2", "table3", "saturation", "seeds", "figures"} <= set(built), f"built: {built}"
-    assert run_one("bleu", regenerated) == NOT_BUILT or (regenerated / "bleu.md").exists()
+    assert {"bleu"} <= set(built), f"built: {built}"
 
 
 # ---------------------------------------------------------------------------------------------
