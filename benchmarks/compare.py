@@ -1,0 +1,126 @@
+"""``python -m benchmarks.compare BASELINE.json RUN.json``: compare ceiling ratios, not times.
+
+pytest-benchmark's own ``--benchmark-compare`` (and ``--benchmark-compare-fail``) compare *times*
+(min, mean, ...), which drift between machines and with the load of a shared VM. Our figure of
+merit is the fraction of the machine's GEMM ceiling, measured in the same run and stored by each
+case in pytest-benchmark's ``extra_info`` (``ratio_full``; ``ratio_useful`` for causal work), which
+pytest-benchmark does not compare. This script does: for every case in both runs it prints the
+baseline ratio, the current ratio and the relative change, and exits 1 when any case lost more
+than ``--max-drop`` (default 10%) of its ratio. ``make bench`` also passes the baseline to
+``--benchmark-compare``, so pytest-benchmark's time table appears beside it for reference.
+
+Ratios are comparable across machines only for the same thread count (checked) and the same
+library build; the BLAS kernel each run used is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Comparison", "case_figures", "compare_runs", "load_run", "main"]
+
+FIGURES = ("ratio_full", "ratio_useful")
+DEFAULT_MAX_DROP = 0.10
+
+
+def load_run(path: Path) -> dict[str, Any]:
+    """A pytest-benchmark JSON file written with ``--benchmark-json`` (or saved by ``--benchmark-save``)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SystemExit(f"{path}: cannot read a pytest-benchmark JSON file ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise SystemExit(f"{path}: expected pytest-benchmark JSON with a 'benchmarks' list")
+    return data
+
+
+def case_figures(run: dict[str, Any], figure: str) -> dict[str, float]:
+    """``{case id: figure}`` for the attention cases of ``run`` that recorded ``figure``."""
+    out = {}
+    for bench in run["benchmarks"]:
+        info = bench.get("extra_info", {})
+        if "case" in info and isinstance(info.get(figure), (int, float)):
+            out[info["case"]] = float(info[figure])
+    return out
+
+
+def _threads(run: dict[str, Any]) -> int | None:
+    return run.get("aiayn", {}).get("threads")
+
+
+@dataclass
+class Comparison:
+    """Per common case: (baseline, current, relative change); plus what only one side has."""
+
+    figure: str
+    max_drop: float
+    rows: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    only_baseline: list[str] = field(default_factory=list)
+    only_current: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[str]:
+        """Cases whose figure fell by more than ``max_drop`` (relative)."""
+        return [case for case, (_, _, change) in self.rows.items() if change < -self.max_drop]
+
+
+def compare_runs(
+    baseline: dict[str, Any], current: dict[str, Any], figure: str = "ratio_full", max_drop: float = DEFAULT_MAX_DROP
+) -> Comparison:
+    """Compare ``figure`` case by case; relative change = current / baseline - 1."""
+    if figure not in FIGURES:
+        raise ValueError(f"figure: expected one of {FIGURES}, got {figure!r}")
+    if not max_drop >= 0:
+        raise ValueError(f"max_drop: expected a fraction >= 0, got {max_drop!r}")
+    base, cur = case_figures(baseline, figure), case_figures(current, figure)
+    result = Comparison(figure, max_drop)
+    for case in sorted(base.keys() & cur.keys()):
+        result.rows[case] = (base[case], cur[case], cur[case] / base[case] - 1.0 if base[case] else float("inf"))
+    result.only_baseline = sorted(base.keys() - cur.keys())
+    result.only_current = sorted(cur.keys() - base.keys())
+    if _threads(baseline) != _threads(current):
+        result.warnings.append(
+            f"thread counts differ: baseline {_threads(baseline)}, current {_threads(current)}; ratios are not comparable"
+        )
+    return result
+
+
+def format_comparison(result: Comparison) -> list[str]:
+    """Plain-text lines: one per common case, then the regressions and the one-sided cases."""
+    lines = [f"{'case':45s} {'baseline':>9s} {'current':>9s} {'change':>8s}  ({result.figure}, fraction of the GEMM ceiling)"]
+    for case, (b, c, change) in result.rows.items():
+        flag = "  REGRESSION" if case in result.regressions else ""
+        lines.append(f"{case:45s} {b:9.3f} {c:9.3f} {change:+8.1%}{flag}")
+    lines += [f"warning: {w}" for w in result.warnings]
+    if result.only_baseline:
+        lines.append(f"only in the baseline: {', '.join(result.only_baseline)}")
+    if result.only_current:
+        lines.append(f"only in this run: {', '.join(result.only_current)}")
+    verdict = (
+        f"{len(result.regressions)} of {len(result.rows)} cases lost more than {result.max_drop:.0%} of their ratio: {', '.join(result.regressions)}"
+        if result.regressions
+        else f"no case lost more than {result.max_drop:.0%} of its ratio ({len(result.rows)} compared)"
+    )
+    return lines + [verdict]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__.splitlines()[0])
+    parser.add_argument("baseline", type=Path, help="the stored baseline (e.g. benchmarks/baseline/benchmarks-baseline.json)")
+    parser.add_argument("current", type=Path, help="this run's --benchmark-json file")
+    parser.add_argument("--figure", choices=FIGURES, default="ratio_full", help="the compared figure (default ratio_full)")
+    parser.add_argument("--max-drop", type=float, default=DEFAULT_MAX_DROP, help="relative drop that fails (default 0.10)")
+    args = parser.parse_args(argv)
+    result = compare_runs(load_run(args.baseline), load_run(args.current), args.figure, args.max_drop)
+    print("\n".join(format_comparison(result)))
+    return 1 if result.regressions else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,515 @@
+"""``python -m benchmarks.report [RUN.json]``: pytest-benchmark JSON -> reports/benchmarks.{md,json,png}.
+
+Reads one run of the suite (``pytest benchmarks --benchmark-json=RUN.json``; default
+``reports/tmp/benchmarks-run.json``) and writes:
+
+- ``benchmarks.md``: the verdict on the issue's targets, the run's setup (CPU, threads, BLAS
+  kernel, environment, load), the GEMM ceilings at the start and end of the run, every case in
+  GFLOP/s and as a fraction of the ceiling with its peak memory, what bounds the NumPy attention
+  (its stages timed alone), and the ratios against the stored baseline;
+- ``benchmarks.json``: the same numbers, machine-readable;
+- ``benchmarks.png``: GFLOP/s against n per implementation (float32, float64) and peak memory
+  against n.
+
+The same RUN.json always gives the same three files (bytes), apart from the signature line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cases import HEAD_DIM, HEADS, attention_flops
+from benchmarks.compare import compare_runs, format_comparison, load_run
+from reproductions._report import Report, figure_style, md_table, pyplot, save_png, write_report
+
+__all__ = ["DEFAULT_BASELINE", "DEFAULT_RUN", "TARGETS", "build_report", "main"]
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_RUN = REPO / "reports" / "tmp" / "benchmarks-run.json"
+DEFAULT_BASELINE = REPO / "benchmarks" / "baseline" / "benchmarks-baseline.json"
+#: The issue's targets (float32, n = 2048, one thread, no mask).
+TARGETS = {"ratio_of_ceiling": 0.6, "ratio_of_sdpa": 0.8, "target_case": ("float32", 2048)}
+MIB = 2**20
+
+
+# ---------------------------------------------------------------------------------------------
+# reading the run
+
+
+def attention_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One dict per attention case that was timed (``extra_info`` plus its pytest-benchmark name)."""
+    rows = [dict(b["extra_info"], name=b["name"]) for b in run["benchmarks"] if "case" in b.get("extra_info", {})]
+    rows = [r for r in rows if "ratio_full" in r]
+    return sorted(rows, key=lambda r: (r["impl"], r["dtype"], r["n"], r["causal"]))
+
+
+def stage_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One dict per timed NumPy stage."""
+    return [
+        dict(b["extra_info"]) for b in run["benchmarks"] if "stage" in b.get("extra_info", {}) and "time_min_s" in b["extra_info"]
+    ]
+
+
+def _find(rows: list[dict[str, Any]], **keys: Any) -> dict[str, Any] | None:
+    for row in rows:
+        if all(row.get(k) == v for k, v in keys.items()):
+            return row
+    return None
+
+
+def _ceiling_of(run: dict[str, Any], library: str, dtype: str, when: str = "best") -> dict[str, Any] | None:
+    """The ``when`` (``start``, ``end`` or ``best``) GEMM ceiling of ``library``/``dtype`` recorded by the run."""
+    for c in run.get("aiayn", {}).get(f"ceilings_{when}", []):
+        if c["library"] == library and c["dtype"] == dtype:
+            return c
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# the issue's targets and the NumPy bounds
+
+
+def memory_exponent(rows: list[dict[str, Any]], impl: str, dtype: str) -> dict[str, Any] | None:
+    """Growth exponent of peak memory between the two largest n of ``impl`` (no mask): 1 linear, 2 quadratic."""
+    pts = sorted(
+        (r["n"], r["peak_bytes"])
+        for r in rows
+        if r["impl"] == impl and r["dtype"] == dtype and not r["causal"] and r.get("peak_bytes")
+    )
+    if len(pts) < 2:
+        return None
+    (n1, p1), (n2, p2) = pts[-2], pts[-1]
+    return {
+        "impl": impl,
+        "dtype": dtype,
+        "n": [n1, n2],
+        "peak_bytes": [p1, p2],
+        "exponent": math.log(p2 / p1) / math.log(n2 / n1),
+    }
+
+
+def evaluate_targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's three targets, each with its measured value and met / short (None: not measured)."""
+    dtype, n = TARGETS["target_case"]
+    ours = _find(rows, impl="numpy", dtype=dtype, n=n, causal=False)
+    sdpa = _find(rows, impl="torch-sdpa", dtype=dtype, n=n, causal=False)
+    out: dict[str, Any] = {"case": f"{dtype} n={n} no mask, one call of Eq. (1) over B=1, h=8, d=64"}
+    ratio = ours["ratio_full"] if ours else None
+    vs_sdpa = ours["gflops_full"] / sdpa["gflops_full"] if ours and sdpa else None
+    out["numpy_ratio_of_ceiling"] = {
+        "value": ratio,
+        "target": TARGETS["ratio_of_ceiling"],
+        "met": None if ratio is None else ratio >= TARGETS["ratio_of_ceiling"],
+    }
+    out["numpy_throughput_of_sdpa"] = {
+        "value": vs_sdpa,
+        "target": TARGETS["ratio_of_sdpa"],
+        "met": None if vs_sdpa is None else vs_sdpa >= TARGETS["ratio_of_sdpa"],
+    }
+    growth = memory_exponent(rows, "numpy-blocked", dtype)
+    out["blocked_memory_growth"] = dict(
+        growth or {}, target="exponent ~1 (linear in n; < 1.5 counts)", met=None if growth is None else growth["exponent"] < 1.5
+    )
+    return out
+
+
+def numpy_bounds(rows: list[dict[str, Any]], stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (dtype, n, layout) of the stage breakdown: the best ratio a NumPy Eq. (1) could reach.
+
+    ``floor_s`` = qk_gemm + pv_gemm + exp (no NumPy attention does less); ``all_stages_s`` adds the
+    max, subtract and sum passes; ``gemm_at_ceiling_s`` = the 4 n^2 d flops at the ceiling + exp.
+    Each is turned into a fraction of the ceiling of the measured ``numpy`` case (the same ceiling
+    for all, so that they compare with it) and set beside that case's ratio.
+    """
+    out = []
+    keys = sorted({(s["dtype"], s["n"], s["layout"]) for s in stages})
+    for dtype, n, layout in keys:
+        t = {s["name"]: s["time_min_s"] for s in stages if (s["dtype"], s["n"], s["layout"]) == (dtype, n, layout)}
+        if not {"qk_gemm", "pv_gemm", "exp"} <= t.keys():
+            continue
+        measured = _find(rows, impl="numpy", dtype=dtype, n=n, causal=False)
+        group = [s["ceiling_gflops"] for s in stages if (s["dtype"], s["n"], s["layout"]) == (dtype, n, layout)]
+        ceiling = measured["ceiling_gflops"] if measured else max(group)  # one ceiling for the bounds and the case
+        flops = attention_flops(HEADS, n, n, HEAD_DIM, causal=False)
+        floor_s = t["qk_gemm"] + t["pv_gemm"] + t["exp"]
+        all_s = sum(t.values())
+        at_ceiling_s = flops / (ceiling * 1e9) + t["exp"]
+        out.append({
+            "dtype": dtype, "n": n, "layout": layout, "stage_times_s": t, "ceiling_gflops": ceiling,
+            "exp_gelem_per_s": HEADS * n * n / t["exp"] / 1e9,
+            "exp_share_of_floor": t["exp"] / floor_s,
+            "ratio_bound_gemm_at_ceiling": flops / at_ceiling_s / 1e9 / ceiling,
+            "ratio_bound_floor": flops / floor_s / 1e9 / ceiling,
+            "ratio_bound_all_stages": flops / all_s / 1e9 / ceiling,
+            "numpy_measured_ratio": measured["ratio_full"] if measured else None,
+            "numpy_measured_time_s": measured["time_min_s"] if measured else None,
+        })  # fmt: skip
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# formatting
+
+
+def _mib(x: int | None) -> str:
+    return "n/a" if x is None else f"{x / MIB:,.1f}"
+
+
+def _ratio(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _met(m: bool | None) -> str:
+    return {True: "met", False: "short", None: "not measured"}[m]
+
+
+def _case_table(rows: list[dict[str, Any]]) -> list[str]:
+    headers = [
+        "implementation",
+        "dtype",
+        "n",
+        "mask",
+        "best ms",
+        "GFLOP/s full",
+        "GFLOP/s useful",
+        "of ceiling (full)",
+        "of ceiling (useful)",
+        "peak MiB",
+        "peak / scores",
+    ]
+    body = [
+        [
+            r["impl"], r["dtype"], r["n"], "causal" if r["causal"] else "none", f"{r['time_min_s'] * 1e3:,.2f}",
+            f"{r['gflops_full']:.1f}", f"{r['gflops_useful']:.1f}", _ratio(r["ratio_full"]), _ratio(r["ratio_useful"]),
+            _mib(r.get("peak_bytes")), "n/a" if r.get("peak_bytes") is None else f"{r['peak_bytes'] / r['score_bytes']:.3f}",
+        ]
+        for r in rows
+    ]  # fmt: skip
+    return md_table(headers, body, "lllrrrrrrrr")
+
+
+def _ceiling_table(run: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    body = []
+    for start in run.get("aiayn", {}).get("ceilings_start", []):
+        end = _ceiling_of(run, start["library"], start["dtype"], "end")
+        drift = "n/a" if end is None else f"{end['gflops'] / start['gflops'] - 1:+.1%}"
+        adjacent = [r["ceiling_gflops"] for r in rows if (r["library"], r["dtype"]) == (start["library"], start["dtype"])]
+        spread = f"{min(adjacent):.1f} - {max(adjacent):.1f}" if adjacent else "n/a"
+        body.append([
+            start["library"], start["dtype"], f"{start['n']}^3", f"{start['gflops']:.1f}", f"{start['gflops_median']:.1f}",
+            "n/a" if end is None else f"{end['gflops']:.1f}", drift, spread,
+        ])  # fmt: skip
+    headers = ["library", "dtype", "GEMM", "start GFLOP/s (best)", "start (median)", "end GFLOP/s (best)", "end vs start"]
+    return md_table([*headers, "per-case ceilings (min - max)"], body, "lllrrrrr") + [
+        "",
+        "Each case's ratios use its own ceiling, measured right before and after its rounds (last column: their range).",
+    ]
+
+
+def _pool(p: dict[str, Any]) -> str:
+    """One thread pool as threadpoolctl reports it: library, version, kernel, threads."""
+    version = f" {p['version']}" if p.get("version") else ""
+    return f"{p.get('internal_api')}{version} ({p.get('prefix')}) kernel {p.get('architecture', 'n/a')}, {p.get('num_threads')} thread(s)"
+
+
+def _load(xs: list[float] | None) -> str:
+    return "/".join(f"{x:.2f}" for x in xs) if xs else "n/a"
+
+
+def _setup_lines(run: dict[str, Any]) -> list[str]:
+    a = run.get("aiayn", {})
+    pools = "; ".join(_pool(p) for p in a.get("threadpools", []))
+    env = ", ".join(f"{k}={'unset' if v is None else v}" for k, v in a.get("blas_env", {}).items())
+    impls = ", ".join(f"{k} ({v['version']}, {v['device']})" for k, v in a.get("implementations", {}).items())
+    commit = run.get("commit_info", {})
+    commit_id = str(commit.get("id", "n/a"))[:7] + (" (dirty)" if commit.get("dirty") else "")
+    pools_how = "applied" if a.get("threadpoolctl") else "NOT available: pools set by environment only"
+    return [
+        f"- Run: {run.get('datetime', 'n/a')}, commit {commit_id}, pytest-benchmark {run.get('version', 'n/a')}.",
+        f"- CPU: {a.get('cpu_model', 'n/a')}, {a.get('cpu_count', 'n/a')} logical CPUs; "
+        f"threads used: {a.get('threads', 'n/a')} (threadpoolctl {pools_how}).",
+        f"- GPU: {', '.join(a.get('cuda_devices') or []) or 'none seen by torch'}.",
+        f"- Thread pools (threadpoolctl): {pools or 'n/a'}.",
+        f"- BLAS environment during the run: {env or 'n/a'}.",
+        f"- Load average (1/5/15 min) at start {_load(a.get('loadavg_start'))}, at end {_load(a.get('loadavg_end'))}: "
+        "other work on the machine slows the timed calls and the ceilings alike.",
+        f"- Implementations: {impls or 'n/a'}.",
+        "- Timing: best of the timed rounds (one call each, after an untimed warm-up call and an untimed memory-measuring "
+        f"call), rounds filling about {a.get('budget_s', 'n/a')} s per case, between {a.get('min_rounds', 'n/a')} and "
+        f"{a.get('max_rounds', 'n/a')}. GEMM ceiling of a case: the best of {a.get('adjacent_repeats', 'n/a')} calls of a "
+        f"{a.get('gemm_n', 'n/a')}^2 product right before its rounds and {a.get('adjacent_repeats', 'n/a')} right after "
+        "(so the case and its ceiling see the same load); the session's ceilings (best of "
+        f"{a.get('gemm_repeats', 'n/a')} after a warm-up, at the start and again at the end) show the drift.",
+    ]
+
+
+def noise_warning(run: dict[str, Any]) -> str | None:
+    """A sentence when the run was visibly disturbed: ceilings moved > 10% or more runnable work than CPUs."""
+    a = run.get("aiayn", {})
+    drifts = []
+    for start in a.get("ceilings_start", []):
+        end = _ceiling_of(run, start["library"], start["dtype"], "end")
+        if end is not None:
+            drifts.append(abs(end["gflops"] / start["gflops"] - 1))
+    load = max([*a.get("loadavg_start", [0])[:1], *a.get("loadavg_end", [0])[:1]])
+    cpus = a.get("cpu_count") or 1
+    reasons = []
+    if drifts and max(drifts) > 0.10:
+        reasons.append(f"the GEMM ceilings moved by up to {max(drifts):.0%} between the start and the end of the run")
+    if load > cpus:
+        reasons.append(f"the 1-minute load average reached {load:.1f} on {cpus} CPUs")
+    if not reasons:
+        return None
+    return "Noisy run: " + " and ".join(reasons) + "; treat these numbers as indicative and rerun on a quiet machine."
+
+
+def _target_lines(t: dict[str, Any]) -> list[str]:
+    r, s, g = t["numpy_ratio_of_ceiling"], t["numpy_throughput_of_sdpa"], t["blocked_memory_growth"]
+    growth = (
+        "not measured"
+        if g.get("exponent") is None
+        else f"{g['exponent']:.2f} between n = {g['n'][0]} and {g['n'][1]} ({_mib(g['peak_bytes'][0])} -> {_mib(g['peak_bytes'][1])} MiB)"
+    )
+    return md_table(
+        ["target (" + t["case"] + ")", "measured", "target", "status"],
+        [
+            ["numpy attention, fraction of the NumPy GEMM ceiling", _ratio(r["value"]), f">= {r['target']}", _met(r["met"])],
+            [
+                "numpy attention throughput / torch-sdpa throughput (same run)",
+                _ratio(s["value"]),
+                f">= {s['target']}",
+                _met(s["met"]),
+            ],
+            ["numpy-blocked peak memory growth exponent (float32, no mask)", growth, "~1 (linear)", _met(g["met"])],
+        ],
+        "lrrl",
+    )
+
+
+def _bound_lines(bounds: list[dict[str, Any]]) -> list[str]:
+    rows = []
+    for b in bounds:
+        t = b["stage_times_s"]
+        rows.append([
+            f"{b['dtype']} n={b['n']} {b['layout']}",
+            *(f"{t.get(k, float('nan')) * 1e3:.2f}" for k in ("qk_gemm", "pv_gemm", "exp", "max", "subtract", "sum")),
+            f"{b['exp_gelem_per_s']:.2f}", _ratio(b["ratio_bound_gemm_at_ceiling"]), _ratio(b["ratio_bound_floor"]),
+            _ratio(b["ratio_bound_all_stages"]), _ratio(b["numpy_measured_ratio"]),
+        ])  # fmt: skip
+    headers = [
+        "stages (one call's worth)",
+        "QK^T ms",
+        "PV ms",
+        "exp ms",
+        "max ms",
+        "subtract ms",
+        "sum ms",
+        "exp Gelem/s",
+        "bound: GEMM at ceiling + exp",
+        "bound: QK + PV + exp",
+        "bound: all six",
+        "numpy measured",
+    ]
+    return md_table(headers, rows, "l" + "r" * 11)
+
+
+def _diagnosis(bounds: list[dict[str, Any]], targets: dict[str, Any]) -> list[str]:
+    """Plain sentences on what bounds the NumPy attention, from the tile layout's numbers."""
+    tile = next((b for b in bounds if b["layout"] == "tile" and (b["dtype"], b["n"]) == TARGETS["target_case"]), None)
+    full = next((b for b in bounds if b["layout"] == "full" and (b["dtype"], b["n"]) == TARGETS["target_case"]), None)
+    if tile is None:
+        return ["The stage breakdown was not run (`--bench-stages float32:2048`), so no bound is computed."]
+    lines = [
+        f"- Exponential: `np.exp` runs at {tile['exp_gelem_per_s']:.2f} Gelem/s on cache-resident 1 MiB tiles; one call needs 8 x 2048^2 = "
+        f"{8 * 2048**2 / 1e6:.1f} M of them, {tile['stage_times_s']['exp'] * 1e3:.1f} ms, which is {tile['exp_share_of_floor']:.0%} "
+        "of the least time (QK^T + PV + exp) any NumPy attention built from these calls can take.",
+        f"- Even with both products at the full GEMM ceiling, that exp time caps a NumPy attention at "
+        f"{tile['ratio_bound_gemm_at_ceiling']:.3f} of the ceiling; with the products at the speed NumPy actually gets for these "
+        f"shapes (n x 64 x n and n x n x 64), at {tile['ratio_bound_floor']:.3f}; adding the max, subtract and sum passes, at "
+        f"{tile['ratio_bound_all_stages']:.3f}.",
+    ]
+    if full is not None:
+        lines.append(
+            f"- Memory traffic: on the whole (8, 2048, 2048) score array (128 MiB, main memory) instead of 1 MiB tiles, the exp pass "
+            f"runs at {full['exp_gelem_per_s']:.2f} Gelem/s and the six stages bound the ratio at {full['ratio_bound_all_stages']:.3f} "
+            f"(tiles: {tile['ratio_bound_all_stages']:.3f})."
+        )
+    measured = tile["numpy_measured_ratio"]
+    if measured is not None:
+        lines.append(
+            f"- The `numpy` implementation measured {measured:.3f} of the ceiling: "
+            f"{measured / tile['ratio_bound_all_stages']:.0%} of the all-stages bound on tiles."
+        )
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# the figure
+
+
+def _plot(rows: list[dict[str, Any]], run: dict[str, Any], path: Path) -> Path:
+    """GFLOP/s (top) and peak memory (bottom) against n, one column per dtype, one colour per implementation."""
+    plt = pyplot()
+    dtypes = sorted({r["dtype"] for r in rows})
+    impls = sorted({r["impl"] for r in rows})
+    sizes = sorted({r["n"] for r in rows})
+    colors = {impl: f"C{i}" for i, impl in enumerate(impls)}
+    threads = run.get("aiayn", {}).get("threads", "?")
+    with figure_style():
+        fig, axes = plt.subplots(2, len(dtypes), figsize=(6 * len(dtypes), 9.5), squeeze=False)
+        for col, dtype in enumerate(dtypes):
+            top, bottom = axes[0][col], axes[1][col]
+            for impl in impls:
+                for causal, style in ((False, "-"), (True, "--")):
+                    pts = sorted(
+                        (r["n"], r["gflops_useful"], r.get("peak_bytes"))
+                        for r in rows
+                        if r["impl"] == impl and r["dtype"] == dtype and r["causal"] == causal
+                    )
+                    label = f"{impl}, {'causal (useful flops)' if causal else 'no mask'}"
+                    top.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=colors[impl], label=label)
+                    mem = [(p[0], p[2] / MIB) for p in pts if p[2]]
+                    bottom.plot([m[0] for m in mem], [m[1] for m in mem], style, marker="o", color=colors[impl])
+            for library, ls in (("numpy", ":"), ("torch", "-.")):
+                c = _ceiling_of(run, library, dtype)
+                if c:
+                    top.axhline(c["gflops"], linestyle=ls, color="black", linewidth=1, label=f"{library} GEMM ceiling")
+                    top.annotate(
+                        f"{library} GEMM {c['gflops']:.0f}",
+                        (sizes[0], c["gflops"]),
+                        textcoords="offset points",
+                        xytext=(0, 3) if library == "numpy" else (0, -10),
+                        fontsize=8,
+                    )
+            top.set(
+                xscale="log",
+                title=f"Eq. (1), {dtype}, B=1 h=8 d=64, {threads} thread(s)",
+                xlabel="n",
+                ylabel="GFLOP/s (4 n^2 d per head; causal: useful pairs)",
+            )
+            bottom.set(
+                xscale="log", yscale="log", title=f"peak memory per call beyond the inputs, {dtype}", xlabel="n", ylabel="MiB"
+            )
+            for ax in (top, bottom):
+                ax.set_xticks(sizes, labels=[str(n) for n in sizes])
+                ax.minorticks_off()
+            top.set_ylim(bottom=0)
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+        fig.tight_layout(rect=(0, 0.1, 1, 1))
+        return save_png(fig, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# assembling the report
+
+
+def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[Report, list[dict[str, Any]]]:
+    """The Markdown/JSON report of ``run`` (and its comparison with ``baseline``), and its case rows."""
+    rows, stages = attention_rows(run), stage_rows(run)
+    if not rows:
+        raise SystemExit("the run has no timed attention case (was it run with --benchmark-disable?)")
+    targets = evaluate_targets(rows)
+    bounds = numpy_bounds(rows, stages)
+    dtypes = sorted({r["dtype"] for r in rows})
+    packages = ("numpy", "torch", "pytest-benchmark", "threadpoolctl")
+    report = Report(
+        name="benchmarks",
+        title="Attention benchmarks: throughput as a fraction of this machine's GEMM ceiling",
+        precision=",".join(dtypes),
+        seed="0",
+        packages=packages,
+    )
+    r, s, g = targets["numpy_ratio_of_ceiling"], targets["numpy_throughput_of_sdpa"], targets["blocked_memory_growth"]
+    report.verdict = (
+        f"numpy attention (float32, n=2048) at {_ratio(r['value'])} of the GEMM ceiling (target 0.6: {_met(r['met'])}) and "
+        f"{_ratio(s['value'])} of torch-sdpa's throughput (target 0.8: {_met(s['met'])}); blocked-path memory exponent "
+        f"{'n/a' if g.get('exponent') is None else format(g['exponent'], '.2f')} ({_met(g['met'])})."
+    )
+    warning = noise_warning(run)
+    if warning:
+        report.verdict += " " + warning
+    report.add(
+        "",
+        "Each case times one call of Eq. (1), softmax(Q K^T / sqrt(d_k)) V (§3.2.1), through the implementation's own "
+        "`scaled_dot_product_attention` on its own arrays (B = 1, h = 8, d = 64, n_q = n_k = n; causal = the §3.2.3 mask as "
+        "an (n, n) boolean argument). Throughput counts 4 n^2 d flops per head (full); a causal case is also counted by its "
+        "n (n + 1) / 2 visible pairs (useful). Every figure is also given as a fraction of the GEMM ceiling of the same library "
+        "and dtype, measured in the same run right next to the case: that fraction is what is comparable between machines.",
+    )
+    report.section("Targets", *_target_lines(targets))
+    report.section("Setup", *_setup_lines(run))
+    report.section("GEMM ceilings", *_ceiling_table(run, rows))
+    report.section(
+        "Results",
+        "Best time of the timed rounds. Peak memory: the most held at once during one call beyond its inputs "
+        "(NumPy: tracemalloc; PyTorch: the profiler's CPU-allocator events), and that over one (B, h, n, n) score matrix in the dtype.",
+        "",
+        *_case_table(rows),
+    )
+    report.section("What bounds the NumPy attention", *_diagnosis(bounds, targets), "", *(_bound_lines(bounds) if bounds else []))
+    comparison = None
+    how = (
+        "Compared figure: the fraction of the ceiling (`ratio_full` in pytest-benchmark's extra_info), by "
+        "`python -m benchmarks.compare`; pytest-benchmark's own `--benchmark-compare` compares absolute times only."
+    )
+    if baseline is not None and baseline.get("datetime") == run.get("datetime"):
+        report.section("Against the stored baseline", how, "", "This run is the stored baseline (same run, nothing to compare).")
+    elif baseline is not None:
+        comparison = compare_runs(baseline, run)
+        baseline_when = f"Baseline: run of {baseline.get('datetime', 'n/a')}."
+        report.section("Against the stored baseline", how, baseline_when, "", "```", *format_comparison(comparison), "```")
+    report.data.update(
+        targets=targets,
+        noise_warning=warning,
+        setup={k: v for k, v in run.get("aiayn", {}).items() if k not in ("ceilings_start", "ceilings_end")},
+        ceilings={"start": run.get("aiayn", {}).get("ceilings_start", []), "end": run.get("aiayn", {}).get("ceilings_end", [])},
+        cases=[{k: v for k, v in row.items() if k != "name"} for row in rows],
+        numpy_bounds=bounds,
+        stages=stages,
+        comparison=None
+        if comparison is None
+        else {
+            "figure": comparison.figure,
+            "max_drop": comparison.max_drop,
+            "rows": {k: list(v) for k, v in comparison.rows.items()},
+            "regressions": comparison.regressions,
+        },
+        run={
+            "datetime": run.get("datetime"),
+            "commit": run.get("commit_info", {}).get("id"),
+            "pytest_benchmark": run.get("version"),
+        },
+    )
+    return report, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "run",
+        type=Path,
+        nargs="?",
+        default=DEFAULT_RUN,
+        help=f"the run's --benchmark-json file (default {DEFAULT_RUN.relative_to(REPO)})",
+    )
+    parser.add_argument("--baseline", default=str(DEFAULT_BASELINE), help="baseline JSON to compare ratios with, or 'none'")
+    parser.add_argument("--out", type=Path, default=REPO / "reports", help="output folder (default reports/)")
+    parser.add_argument("--stem", default="benchmarks", help="file stem (default benchmarks; e.g. benchmarks-cuda for a GPU run)")
+    args = parser.parse_args(argv)
+    run = load_run(args.run)
+    baseline = None if args.baseline == "none" or not Path(args.baseline).exists() else load_run(Path(args.baseline))
+    report, rows = build_report(run, baseline)
+    paths = write_report(args.out, report, args.stem)
+    paths.append(_plot(rows, run, args.out / f"{args.stem}.png"))
+    print(report.verdict)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""The benchmark suite keeps running: CI's smoke subset, and the report and comparison scripts.
+
+``test_smoke_run`` runs ``pytest benchmarks --bench-smoke`` (every implementation and dtype at
+n = 128, the O(n)-memory paths also at n = 1024, one round each, a 256^2 GEMM ceiling) in a
+subprocess, checks what it recorded, turns its JSON into the three report files, and keeps the
+JSON at ``reports/tmp/benchmarks-smoke.json`` (CI's record). Nothing asserts on time: a shared VM
+makes every timing noisy. What is asserted is deterministic: which cases ran, that each recorded
+a positive finite throughput and ratio, and memory facts that follow from what a path allocates
+(a path that materialises the (B, h, n, n) scores holds at least their bytes; the blocked path at
+n = 1024 holds less than them).
+
+The other tests check the arithmetic of the counts and of the comparison on hand-made data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import cases as C
+from benchmarks.compare import compare_runs, format_comparison
+from benchmarks.report import memory_exponent
+
+REPO = Path(__file__).resolve().parent.parent
+BASELINE = REPO / "benchmarks" / "baseline" / "benchmarks-baseline.json"
+SMOKE_JSON = REPO / "reports" / "tmp" / "benchmarks-smoke.json"
+
+
+def _loadable(name: str) -> bool:
+    from implementations.registry import ImplementationNotFound, load
+
+    try:
+        load(name)
+    except ImplementationNotFound:
+        return False
+    return True
+
+
+def _run_smoke(json_path: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "benchmarks",
+        "--bench-smoke",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        f"--benchmark-json={json_path}",
+    ]
+    if BASELINE.exists():
+        cmd.append(f"--benchmark-compare={BASELINE}")  # pytest-benchmark's own (time) comparison must accept our baseline
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST") and k != "PYTEST_CURRENT_TEST"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
+
+
+def _by_case(run: dict) -> dict[str, dict]:
+    return {b["extra_info"]["case"]: b["extra_info"] for b in run["benchmarks"] if "case" in b["extra_info"]}
+
+
+def test_smoke_run(tmp_path: Path) -> None:
+    """The CI subset runs, records every case with its ratio and memory, and makes the reports."""
+    json_path = tmp_path / "smoke.json"
+    proc = _run_smoke(json_path)
+    assert proc.returncode == 0, (
+        f"pytest benchmarks --bench-smoke exited {proc.returncode}:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
+    )
+    SMOKE_JSON.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(json_path, SMOKE_JSON)
+    run = json.loads(json_path.read_text(encoding="utf-8"))
+
+    impls = [name for name in C.BUILTIN_IMPLS if _loadable(name)]
+    expected = {c.id for c in C.build_cases(impls, C.DTYPES, C.SMOKE.sizes, C.SMOKE.big_sizes, C.MEMORY_BOUNDED_IMPLS)}
+    got = _by_case(run)
+    assert expected <= got.keys(), f"smoke run is missing cases {sorted(expected - got.keys())}; it recorded {sorted(got)}"
+    for case_id in sorted(expected):
+        info = got[case_id]
+        for key in ("gflops_full", "ratio_full", "ratio_useful", "ceiling_gflops"):
+            assert isinstance(info.get(key), float) and math.isfinite(info[key]) and info[key] > 0, (
+                f"{case_id}: {key} = {info.get(key)!r}, expected a positive finite float"
+            )
+        assert isinstance(info.get("peak_bytes"), int) and info["peak_bytes"] > 0, (
+            f"{case_id}: peak_bytes = {info.get('peak_bytes')!r} ({info.get('peak_method')}), expected a positive int"
+        )
+
+    # The memory measurements see the allocations: these two paths hold the whole 8 x 128 x 128 score matrix.
+    for case_id in ("numpy-float32-n128-full", "torch-float32-n128-full"):
+        if case_id in got:
+            info = got[case_id]
+            assert info["peak_bytes"] >= info["score_bytes"], (
+                f"{case_id}: peak {info['peak_bytes']} B by {info['peak_method']} is below the {info['score_bytes']} B score matrix "
+                "that this path materialises: the memory measurement misses allocations"
+            )
+    # The blocked path never holds the (1, 8, 1024, 1024) scores at once.
+    blocked = got["numpy-blocked-float32-n1024-full"]
+    assert blocked["peak_bytes"] < blocked["score_bytes"], (
+        f"numpy-blocked at n=1024: peak {blocked['peak_bytes']} B, not below the {blocked['score_bytes']} B score matrix it must not materialise"
+    )
+
+    stages = {b["extra_info"]["stage"] for b in run["benchmarks"] if "stage" in b["extra_info"]}
+    assert len(stages) == 12, f"expected the 12 NumPy stage benchmarks (2 layouts x 6 stages), got {sorted(stages)}"
+    record = run.get("aiayn", {})
+    assert record.get("threads") == 1, f"the smoke run should use one thread, recorded {record.get('threads')!r}"
+    assert {(c["library"], c["dtype"]) for c in record.get("ceilings_start", [])} >= {
+        ("numpy", "float32"),
+        ("numpy", "float64"),
+    }, "no NumPy GEMM ceiling recorded"
+
+    from benchmarks.report import main as report_main
+
+    out = tmp_path / "reports"
+    assert report_main([str(json_path), "--out", str(out), "--baseline", "none"]) == 0
+    data = json.loads((out / "benchmarks.json").read_text(encoding="utf-8"))
+    assert {row["case"] for row in data["cases"]} >= expected, "the report's JSON lacks some smoke cases"
+    md = (out / "benchmarks.md").read_text(encoding="utf-8")
+    for heading in ("## Targets", "## GEMM ceilings", "## Results", "## What bounds the NumPy attention"):
+        assert heading in md, f"benchmarks.md has no section {heading!r}"
+    assert (out / "benchmarks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", "benchmarks.png is not a PNG file"
+
+
+def test_attention_flops_closed_forms() -> None:
+    """4 * pairs * d per head: by hand for tiny shapes and for the issue's n = 2048 case."""
+    assert C.attention_flops(1, 2, 2, 1, causal=False) == 16  # 4 pairs x 4
+    assert C.attention_flops(1, 2, 2, 1, causal=True) == 12  # pairs (0,0), (1,0), (1,1)
+    assert C.attention_flops(3, 2, 5, 7, causal=False) == 3 * 4 * 10 * 7
+    case = C.Case("numpy", "float32", 2048, causal=True)
+    assert case.flops_full == 8_589_934_592  # 4 * 8 heads * 2048^2 * 64
+    assert case.flops_useful == 4 * 8 * 64 * (2048 * 2049 // 2) == 4_297_064_448  # 2048 x 2098176
+    assert case.score_bytes == 8 * 2048 * 2048 * 4
+    with pytest.raises(ValueError, match="square"):
+        C.attention_flops(1, 2, 3, 1, causal=True)
+
+
+def _run_with(ratios: dict[str, float], threads: int = 1) -> dict:
+    return {
+        "benchmarks": [{"extra_info": {"case": k, "ratio_full": v}} for k, v in ratios.items()],
+        "aiayn": {"threads": threads},
+    }
+
+
+def test_compare_flags_only_drops_beyond_the_threshold() -> None:
+    """A 20% drop fails at max_drop 0.10, an 8% drop and any gain do not; one-sided cases are listed."""
+    base = _run_with({"a": 0.50, "b": 0.50, "c": 0.50, "gone": 0.3})
+    cur = _run_with({"a": 0.40, "b": 0.46, "c": 0.60, "new": 0.2})
+    result = compare_runs(base, cur, max_drop=0.10)
+    assert result.regressions == ["a"], f"expected only 'a' (0.50 -> 0.40, -20%) to regress, got {result.regressions}"
+    assert result.rows["b"][2] == pytest.approx(-0.08, abs=1e-12)
+    assert (result.only_baseline, result.only_current) == (["gone"], ["new"])
+    assert not result.warnings
+    text = "\n".join(format_comparison(result))
+    assert "REGRESSION" in text and "1 of 3 cases" in text
+
+
+def test_compare_warns_when_thread_counts_differ() -> None:
+    result = compare_runs(_run_with({"a": 0.5}, threads=1), _run_with({"a": 0.5}, threads=2))
+    assert result.warnings and "thread counts differ" in result.warnings[0]
+    with pytest.raises(ValueError, match="figure"):
+        compare_runs(_run_with({}), _run_with({}), figure="time")
+
+
+def test_memory_exponent_reads_linear_and_quadratic_growth() -> None:
+    """Peaks proportional to n give exponent 1, to n^2 give 2 (from the two largest n, no mask)."""
+    rows = [{"impl": "x", "dtype": "float32", "causal": False, "n": n, "peak_bytes": 1000 * n} for n in (128, 2048, 8192)]
+    rows += [{"impl": "y", "dtype": "float32", "causal": False, "n": n, "peak_bytes": 3 * n * n} for n in (512, 2048)]
+    assert memory_exponent(rows, "x", "float32")["exponent"] == pytest.approx(1.0, abs=1e-12)
+    assert memory_exponent(rows, "y", "float32")["exponent"] == pytest.approx(2.0, abs=1e-12)
+    assert memory_exponent(rows, "z", "float32") is None

