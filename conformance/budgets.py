@@ -1,0 +1,433 @@
+"""Error budgets: how far an implementation in a given dtype may be from the exact value, equation by equation.
+
+Each function below returns an *elementwise* bound on ``|computed - exact|`` for an
+implementation that evaluates the equation in a dtype of precision ``prec`` (see
+:mod:`conformance.numerics`), derived by forward error analysis from the actual magnitudes of the
+inputs (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed.; cited as [H]). There
+is no global rtol anywhere in the suite.
+
+What the budgets assume, and what they do not:
+
+- Every elementary operation (add, multiply, divide, sqrt, a storage rounding) is at least as
+  accurate as the dtype: relative error ``<= prec.op = u (1 + 2^-10)`` (the slack covers double
+  rounding through a wider format). Nothing assumes a wider accumulator: a float16 dot product
+  is allowed ``gamma_n(u_float16)``. Implementations that accumulate in float32 (PyTorch on the
+  CPU, cuBLAS) are well inside such a budget; the suite does not need their word for it, and
+  gives them no tighter budget for it either.
+- exp/log/sin/cos/pow: relative error ``<= prec.t`` (4 ulps, see :mod:`conformance.numerics`).
+- Any summation order (pairwise, blocked, sequential, split-K): the bounds are the worst case
+  over orders, ``gamma_{n-1}`` for n terms [H, §4.2, Lemma 3.4 / eq. (3.4)].
+- The algorithm is a standard stable one: the max-shifted softmax; two-pass or Welford variance
+  in LayerNorm. An unshifted softmax or a one-pass ``E[x^2] - E[x]^2`` variance is a numerical
+  defect these budgets are meant to catch.
+
+The implementation's inputs are exact (the oracle runs on the same rounded values), so every
+bound here is the rounding error of one evaluation. Inside multi-head attention the heads see
+projections that already carry rounding errors: :func:`attention_core` accepts such input-error
+bounds ``e_*`` and bounds ``|f_computed(x + dx) - f(x)|`` for every ``|dx| <= e`` [H, §1.6]. The
+composites (layers, the whole model) are bounded in ``conformance/propagation.py``.
+
+How a budget is used (``conformance/harness.py``): the oracle (``reference/``, fast tier) computes
+in x87 longdouble and rounds its result to float64; its own error is therefore bounded by the same
+analysis with the float64 precision.
+The comparison threshold is ``bound(prec_dtype) + bound(prec_float64)``, with a floor of one ulp
+of the dtype at the expected value (a result must be stored in the dtype, so half an ulp is the
+least any implementation can be off by; the floor keeps exact zeros from getting a zero budget).
+
+Every bound is multiplied by ``SAFETY = 1 + 2^-20``: the bound itself is evaluated in float64 from
+float64 magnitudes (|q||k|^T, P|V|, ...), which carry relative errors of a few 2^-53.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from conformance.numerics import Precision, gamma
+
+__all__ = [
+    "SAFETY",
+    "attention_core",
+    "feed_forward",
+    "label_smoothing",
+    "layer_norm",
+    "lrate",
+    "multi_head_attention",
+    "positional_encoding",
+    "scaled_dot_product_attention",
+    "smoothed_cross_entropy",
+    "softmax",
+]
+
+SAFETY = 1.0 + 2.0**-20
+LN_BASE = math.log(10000.0)  # ln of §3.5's base: the exponent 2i/d_model is multiplied by it
+_HUGE = 1e300  # stands in for an infinite (vacuous) bound inside matrix products, where inf * 0 = NaN
+
+
+def _finite(e: Any) -> np.ndarray:
+    """A bound array with inf replaced by a huge finite number, so that 0 * bound stays 0 in matmuls."""
+    return np.minimum(np.asarray(e, dtype=np.float64), _HUGE)
+
+
+def _times(p: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """p * c with 0 wherever p == 0 (a zero weight contributes nothing, even against an infinite factor)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(p == 0, 0.0, p * c)
+
+
+def _softmax64(z: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis in float64 for magnitudes only; -inf entries get 0, all -inf rows 0."""
+    visible = z > -np.inf
+    m = np.max(np.where(visible, z, -np.inf), axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        e = np.where(visible, np.exp(np.where(visible, z - m, 0.0)), 0.0)
+        s = np.sum(e, axis=-1, keepdims=True)
+        return np.where(s > 0, e / np.where(s > 0, s, 1.0), 0.0)
+
+
+# --------------------------------------------------------------------------------------------
+# §3.2.1: softmax
+
+
+def _softmax_weight_factor(gap: np.ndarray, p: np.ndarray, widen: np.ndarray | float, n: int, prec: Precision) -> np.ndarray:
+    """Bound c_j on |p_hat_j / p_j - 1| for the max-shifted softmax of scores whose row max may be off.
+
+    ``gap`` = (row max - z_j) >= 0 of the visible entries, ``p`` the exact weights, ``widen`` =
+    e^{2D} for scores perturbed by at most D before the softmax (1 for exact inputs).
+    See :func:`softmax` for the derivation.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        rho = np.expm1(prec.op * gap) * (1 + prec.t) + prec.t  # exp of a rounded difference, then exp's own error
+        big_r = widen * np.sum(_times(p, rho), axis=-1, keepdims=True)  # relative error of the sum's terms, weighted
+        g = gamma(max(n - 1, 0), prec.op)  # the sum itself, n - 1 additions in any order
+        s_lo, s_hi = (1 - big_r) * (1 - g), (1 + big_r) * (1 + g)
+        r3 = (1 + prec.op) ** 3  # the division (or reciprocal and multiply), and a storage rounding
+        upper = np.where(s_lo > 0, widen * (1 + rho) * r3 / np.where(s_lo > 0, s_lo, 1.0), np.inf) - 1
+        lower = 1 - (1 - np.minimum(rho, 1)) / r3 / widen / s_hi
+    return np.maximum(upper, lower)
+
+
+def softmax(x: np.ndarray, axis: int, prec: Precision) -> np.ndarray:
+    """Bound for softmax(x) along ``axis`` (§3.2.1), max-shifted, in precision ``prec``.
+
+    Derivation. Let m = max_j x_j (exact: max is exact), gap_j = m - x_j >= 0, p_j the exact
+    weights, n the row length.
+      1. d_j = fl(x_j - m) = (x_j - m)(1 + d1): absolute error <= u gap_j, which exp turns into
+         the factor e^{+-u gap_j}; exp's own error adds (1 + t). So
+         e_hat_j = e_j (1 + r_j), |r_j| <= rho_j := expm1(u gap_j)(1 + t) + t.
+      2. S_hat = fl(sum_j e_hat_j): n - 1 additions of positive terms in any order [H, (3.4)]:
+         S_hat / S in [(1 - R)(1 - gamma_{n-1}), (1 + R)(1 + gamma_{n-1})], R = sum_j p_j rho_j.
+      3. p_hat_j = fl(e_hat_j / S_hat), up to three roundings (a division or a reciprocal and a
+         product, and a storage rounding): (1 + u)^{+-3}.
+    Hence |p_hat_j - p_j| <= p_j c_j with c_j = max((1 + rho_j)(1 + u)^3 / ((1 - R)(1 - gamma)) - 1,
+    1 - (1 - rho_j)(1 + u)^-3 / ((1 + R)(1 + gamma))): the shifted-softmax bound, computed from
+    the actual gaps. Underflow: each exp may underflow with absolute error eta, the sum then
+    carries n eta, and S >= 1 (the max term is exp(0)), so add (n + 2) eta.
+    -inf entries (masked scores) must give exactly 0; a row of -inf gives NaN (compared separately).
+    """
+    z = np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1)
+    n = z.shape[-1]
+    p = _softmax64(z)
+    visible = z > -np.inf
+    m = np.max(np.where(visible, z, -np.inf), axis=-1, keepdims=True)
+    gap = np.where(visible, np.where(np.isfinite(m), m, 0.0) - np.where(visible, z, 0.0), 0.0)
+    c = _softmax_weight_factor(gap, p, 1.0, n, prec)
+    bound = _times(p, c) + np.where(visible, (n + 2) * prec.eta, 0.0)
+    return np.moveaxis(bound * SAFETY, -1, axis)
+
+
+# --------------------------------------------------------------------------------------------
+# §3.2.1, Eq. (1): scaled dot-product attention
+
+
+def attention_core(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    visible: np.ndarray | None,
+    prec: Precision,
+    e_q: Any = 0.0,
+    e_k: Any = 0.0,
+    e_v: Any = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(error bound, magnitude bound) for softmax(q k^T / sqrt(d_k)) v with inputs known to within e_q, e_k, e_v.
+
+    Derivation (Eq. (1)).
+      Scores. s = q k^T / sqrt(d_k). The implementation sees q + dq, k + dk and computes a
+      length-d_k dot product (gamma_{d_k} [H, (3.5)]) and a scaling by 1/sqrt(d_k) formed and
+      applied with at most 4 more roundings (sqrt, a reciprocal or fourth root, applied to the
+      score or to q and to k): |s_hat - s| <= delta :=
+        (e_q |k|^T + |q| e_k^T + e_q e_k^T + gamma_{d_k + 4} (|q| + e_q)(|k| + e_k)^T) / sqrt(d_k).
+      Masked scores are -inf in both: no error. D = max over a row's visible keys of delta.
+      Softmax of perturbed scores. softmax(s + ds)_j / softmax(s)_j lies in [e^{-2D}, e^{2D}]
+      (numerator and denominator each move by at most e^{+-D}); on top of that the rounding of
+      the max-shifted softmax itself (see :func:`softmax`) with gaps widened by 2D. So the
+      computed weight p_hat_j = p_j (1 + c_j) with |c_j| bounded by ``_softmax_weight_factor``.
+      P V. out = sum_j p_j v_j; the implementation forms sum_j p_hat_j (v_j + dv_j) with
+      n_k - 1 additions, n_k products and a storage rounding: gamma_{n_k + 1}. Hence
+        |out_hat - out| <= (P o C)(|V| + E_V) + P E_V + gamma_{n_k+1} (P o (1 + C))(|V| + E_V)
+      plus underflow: each weight may carry (n_k + 2) eta absolutely, times sum_j (|v_j| + e_v_j),
+      and the n_k + 2 products and sums may each underflow: (n_k + 2) eta.
+    (Every ``eta`` term in this module is the subnormal spacing of the dtype: the absolute error
+    of an operation whose result is below the normal range, [H, §2.1].)
+    Fully masked rows (no visible key) get bound 0: their output is the declared policy's NaN or
+    exact 0, compared separately.
+
+    Shapes: q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), visible broadcastable to
+    (..., n_q, n_k); e_* broadcastable to their inputs. Returns two arrays (..., n_q, d_v): the
+    error bound and a bound on |out_hat| (|out| + error), for the next stage of a composite.
+    """
+    d_k, n_k = q.shape[-1], k.shape[-2]
+    e_q, e_k, e_v = (np.broadcast_to(_finite(e), a.shape) for e, a in ((e_q, q), (e_k, k), (e_v, v)))
+    kt, ekt = np.swapaxes(k, -1, -2), np.swapaxes(e_k, -1, -2)
+    root = math.sqrt(d_k)
+    s = np.matmul(q, kt) / root  # (..., n_q, n_k)
+    delta = (np.matmul(e_q, np.abs(kt)) + np.matmul(np.abs(q), ekt) + np.matmul(e_q, ekt)
+             + gamma(d_k + 4, prec.op) * np.matmul(np.abs(q) + e_q, np.abs(kt) + ekt) + (d_k + 4) * prec.eta) / root
+    vis = np.ones(s.shape, dtype=bool) if visible is None else np.broadcast_to(visible, s.shape)
+    s = np.where(vis, s, -np.inf)
+    delta = np.where(vis, delta, 0.0)
+    p = _softmax64(s)  # (..., n_q, n_k); fully masked rows all 0
+    big_d = np.max(delta, axis=-1, keepdims=True)  # (..., n_q, 1)
+    with np.errstate(over="ignore"):
+        widen = np.exp(2 * big_d)
+    m = np.max(np.where(vis, s, -np.inf), axis=-1, keepdims=True)
+    gap = np.where(vis, np.where(np.isfinite(m), m, 0.0) - np.where(vis, s, 0.0), 0.0) + 2 * big_d
+    c = _finite(_softmax_weight_factor(gap, p, widen, n_k, prec))
+    av = np.abs(v) + e_v  # (..., n_k, d_v)
+    err = (np.matmul(_times(p, c), av) + np.matmul(p, e_v)
+           + gamma(n_k + 1, prec.op) * np.matmul(_times(p, 1 + c), av))
+    alive = np.any(vis, axis=-1, keepdims=True)  # rows with at least one visible key
+    err = err + np.where(alive, (n_k + 2) * prec.eta, 0.0) * (np.sum(av, axis=-2, keepdims=True) + 1)
+    err = np.where(alive, err, 0.0) * SAFETY
+    return err, np.matmul(p, av) + err
+
+
+def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, prec: Precision) -> np.ndarray:
+    """Bound for Eq. (1) on exact inputs: :func:`attention_core` with no input error."""
+    return attention_core(q, k, v, mask, prec)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# §3.2.2: multi-head attention
+
+
+def _affine(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, prec: Precision) -> tuple[np.ndarray, np.ndarray]:
+    """(value, error bound) of x @ w + b.
+
+    |fl(x w + b) - (x w + b)| <= gamma_{m+2} (|x||w| + |b|) + (m + 2) eta: a length-m dot product,
+    the bias addition and a storage rounding [H, (3.5)], each of the m + 2 results possibly
+    underflowing (absolute error eta).
+    """
+    ab = 0.0 if b is None else np.abs(b)
+    value = np.matmul(x, w) + (0.0 if b is None else b)
+    m = w.shape[0]
+    return value, gamma(m + 2, prec.op) * (np.matmul(np.abs(x), np.abs(w)) + ab) + (m + 2) * prec.eta
+
+
+def _split(x: np.ndarray, h: int) -> np.ndarray:
+    """(..., n, h*d) -> (..., h, n, d), head i = columns i*d:(i+1)*d (the canonical layout)."""
+    *batch, n, width = x.shape
+    return np.swapaxes(x.reshape(*batch, n, h, width // h), -2, -3)
+
+
+def _merge(x: np.ndarray) -> np.ndarray:
+    """(..., h, n, d) -> (..., n, h*d)."""
+    *batch, h, n, d = x.shape
+    return np.swapaxes(x, -2, -3).reshape(*batch, n, h * d)
+
+
+def multi_head_attention(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    params: Mapping[str, np.ndarray],
+    num_heads: int,
+    mask: np.ndarray | None,
+    prec: Precision,
+) -> np.ndarray:
+    """Bound for MultiHead(Q, K, V) (§3.2.2).
+
+    Derivation. The projections Q = query W^Q + b_Q etc. are affine maps (see ``_affine``:
+    e_Q = gamma_{d_model+2} (|query||W^Q| + |b_Q|)); each head is
+    Eq. (1) on its column block with those input errors (:func:`attention_core`), giving e_H and
+    |H_hat| <= P|V| + e_H; the output projection adds
+    e_H |W^O| + gamma_{h d_v + 2} (|H_hat| |W^O| + |b_O|).
+    """
+    h = int(num_heads)
+    q, e_q = _affine(query, params["w_q"], params.get("b_q"), prec)
+    k, e_k = _affine(key, params["w_k"], params.get("b_k"), prec)
+    v, e_v = _affine(value, params["w_v"], params.get("b_v"), prec)
+    vis = None if mask is None else np.asarray(mask)[..., None, :, :]  # (..., 1, n_q, n_k): every head
+    e_h, mag_h = attention_core(_split(q, h), _split(k, h), _split(v, h), vis, prec, _split(e_q, h), _split(e_k, h), _split(e_v, h))
+    e_h, mag_h = _finite(_merge(e_h)), _finite(_merge(mag_h))  # (..., n_q, h*d_v)
+    w_o, b_o = params["w_o"], params.get("b_o")
+    ab = 0.0 if b_o is None else np.abs(b_o)
+    m = w_o.shape[0]
+    err = np.matmul(e_h, np.abs(w_o)) + gamma(m + 2, prec.op) * (np.matmul(mag_h, np.abs(w_o)) + ab) + (m + 2) * prec.eta
+    return err * SAFETY
+
+
+# --------------------------------------------------------------------------------------------
+# §3.5: positional encoding
+
+
+def positional_encoding(length: int, d_model: int, prec: Precision) -> np.ndarray:
+    """Bound for PE (§3.5) computed in precision ``prec``: the argument grows with the position.
+
+    Derivation. PE[pos, 2i] = sin(theta), PE[pos, 2i+1] = cos(theta), theta = pos w_i,
+    w_i = 10000^{-e_i}, e_i = 2i/d_model. The exponent e_i (times ln 10000, in whatever form:
+    pow, exp of a product, a division) is formed with at most 4 roundings, so its absolute error
+    is <= ln(10000) e_i gamma_4, which pow/exp turns into the factor exp(ln(10000) e_i gamma_4);
+    pow/exp's own error (1 + t); pos * w_i or pos / 10000^{e_i}, and possibly a storage rounding
+    of w_i: (1 + u)^2. So theta_hat = theta (1 + r_i),
+      r_i = (1 + t)(1 + u)^2 exp(ln(10000) e_i gamma_4) - 1,
+    an absolute argument error |theta| r_i: it grows with pos, which is why long sequences in low
+    precision lose the high-frequency dimensions. sin and cos are 1-Lipschitz and bounded by 1:
+      |PE_hat - PE| <= min(|theta| r_i, 2) + (t + u)|PE| + 2 eta
+    (the function's own error and a storage rounding).
+    """
+    pos = np.arange(length, dtype=np.float64)[:, None]  # (length, 1)
+    e = np.arange(0, d_model, 2, dtype=np.float64) / d_model  # (d_model/2,)
+    theta = pos * np.power(10000.0, -e)  # (length, d_model/2)
+    r = (1 + prec.t) * (1 + prec.op) ** 2 * np.exp(LN_BASE * e * gamma(4, prec.op)) - 1
+    arg = np.minimum(theta * r, 2.0)
+    pe = np.empty((length, d_model))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(theta), np.cos(theta)
+    bound = np.repeat(arg, 2, axis=1) + (prec.t + prec.op) * np.abs(pe) + 2 * prec.eta
+    return bound * SAFETY
+
+
+# --------------------------------------------------------------------------------------------
+# §3.1: LayerNorm
+
+
+def layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, prec: Precision) -> np.ndarray:
+    """Bound for LayerNorm (§3.1) over the last axis, biased variance, eps inside the sqrt.
+
+    Derivation. Row x (length d); c = x - mean(x), sigma^2 = mean(c^2), s = sqrt(sigma^2 + eps),
+    x_hat = c / s, y = g x_hat + b.
+      Mean: |mu_hat - mu| <= gamma_{d+1} mean(|x|) =: a (d - 1 additions, a division, a storage
+      rounding).
+      Centred values: |c_hat_i - c_i| <= alpha_i := a + u (|c_i| + a).
+      Scale: s is 1-Lipschitz in sigma, and |rms(c_hat) - rms(c)| <= rms(alpha) (triangle
+      inequality), so the two-pass s_hat = sqrt(fl(mean(c_hat^2)) + eps) satisfies
+      |s_hat - s| <= rms(alpha) + gamma_{d+4} (s + rms(alpha)) (squares, d - 1 additions, a
+      division, the eps addition, the sqrt: the relative error of a sum of positive terms, halved
+      by the sqrt, bounded loosely). Welford/Chan updating algorithms have, by Chan, Golub &
+      LeVeque (1983), a relative error <= d u kappa in S = d sigma^2 with kappa = rms(x)/sigma,
+      i.e. |sigma_hat - sigma| <~ d u rms(x) / 2; the term gamma_d rms(x) covers that too.
+      Call the total beta. (A one-pass E[x^2] - E[x]^2 has error ~ d u kappa^2 S and fails this
+      budget on near-constant rows, as it should.)
+      Quotient: |c_hat/s_hat - c/s| <= (alpha_i + |x_hat_i| beta) / (s - beta) =: Delta_i
+      (exact algebra, valid while beta < s; beyond that the bound is vacuous, inf).
+      Affine step: a division (or reciprocal and product), the gain product, the bias addition and
+      a storage rounding: |y_hat - y| <= |g| Delta (1 + gamma_5) + gamma_5 (|g x_hat| + |b|).
+      Underflow (small rows in float16): eta in the mean and in each centred value, (d + 2) eta in
+      the variance (which moves s by at most (d + 2) eta / s), 4 eta in the affine step.
+    """
+    d = x.shape[-1]
+    ax = np.abs(x)
+    c = x - np.mean(x, axis=-1, keepdims=True)
+    s = np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps)
+    a = gamma(d + 1, prec.op) * np.mean(ax, axis=-1, keepdims=True) + (d + 1) * prec.eta
+    alpha = a + prec.op * (np.abs(c) + a) + prec.eta
+    rms_alpha = np.sqrt(np.mean(alpha * alpha, axis=-1, keepdims=True))
+    beta = (rms_alpha + gamma(d + 4, prec.op) * (s + rms_alpha) + gamma(d, prec.op) * np.sqrt(np.mean(ax * ax, axis=-1, keepdims=True))
+            + (d + 2) * prec.eta / s)
+    x_hat = c / s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        delta = np.where(beta < s, (alpha + np.abs(x_hat) * beta) / (s - beta), np.inf)
+    g5 = gamma(5, prec.op)
+    return (np.abs(gain) * delta * (1 + g5) + g5 * (np.abs(gain * x_hat) + np.abs(bias)) + 4 * prec.eta) * SAFETY
+
+
+# --------------------------------------------------------------------------------------------
+# §3.3, Eq. (2): the position-wise feed-forward network
+
+
+def feed_forward(x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray, prec: Precision) -> np.ndarray:
+    """Bound for FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3, Eq. (2)).
+
+    Derivation. hidden = x W1 + b1 is affine (``_affine``: e_hid = gamma_{d+2} (|x||W1| + |b1|));
+    ReLU is exact and 1-Lipschitz, so |relu(hid_hat) - relu(hid)| <= e_hid
+    and |relu(hid_hat)| <= |relu(hid)| + e_hid; the second affine map adds
+    e_hid |W2| + gamma_{d_ff+2} ((|relu(hid)| + e_hid)|W2| + |b2|).
+    """
+    hid, e_hid = _affine(x, w1, b1, prec)
+    e_hid = _finite(e_hid)
+    mag = np.maximum(hid, 0.0) + e_hid
+    m = w2.shape[0]
+    err = np.matmul(e_hid, np.abs(w2)) + gamma(m + 2, prec.op) * (np.matmul(mag, np.abs(w2)) + np.abs(b2)) + (m + 2) * prec.eta
+    return err * SAFETY
+
+
+# --------------------------------------------------------------------------------------------
+# §5.3, Eq. (3): the learning rate
+
+
+def lrate(value: float, prec: Precision) -> float:
+    """Bound for lrate = d_model^-0.5 min(step^-0.5, step warmup^-1.5) (§5.3, Eq. (3)).
+
+    Derivation. Three powers (d_model^-0.5, step^-0.5, warmup^-1.5, by pow or by sqrt and a
+    reciprocal and a product: each within (1 + t) or (1 + u)^3), the product step * w^-1.5, the
+    min (exact) and the final product: relative error <= (1 + t)^3 (1 + u)^4 - 1 times |lrate|.
+    The result is a Python float, but ``prec`` is the implementation's first (most precise)
+    dtype: one computing the schedule in float32 is held to float32's budget.
+    """
+    r = (1 + prec.t) ** 3 * (1 + prec.op) ** 4 - 1
+    return abs(value) * r * SAFETY
+
+
+# --------------------------------------------------------------------------------------------
+# §5.4: label smoothing and the smoothed cross-entropy
+
+
+def label_smoothing(q: np.ndarray, prec: Precision) -> np.ndarray:
+    """Bound for the smoothed targets (§5.4): each entry eps/K, eps/(K-1), 1 - eps or (1 - eps) + eps/K.
+
+    Derivation. At most 4 roundings per entry (a division, a subtraction, an addition, and a
+    final rounding when computed wider and stored in the dtype): gamma_4 |q| + eta.
+    """
+    return (gamma(4, prec.op) * np.abs(q) + prec.eta) * SAFETY
+
+
+def smoothed_cross_entropy(logits: np.ndarray, q: np.ndarray, prec: Precision) -> np.ndarray:
+    """Bound for L = -sum_c q_c log softmax(z)_c per position (§5.4), q the smoothed target.
+
+    Derivation. With m = max z, gap_c = m - z_c, S = sum_c exp(-gap_c) >= 1, the per-class loss is
+    l_c = gap_c + log S >= 0.
+      log S: as in :func:`softmax`, S_hat / S in [(1 - R)(1 - gamma_{K-1}), (1 + R)(1 + gamma_{K-1})]
+      with R = sum_c p_c rho_c, so |log S_hat - log S| <= lam := -log((1 - R)(1 - gamma_{K-1}));
+      log's own error t (log S + lam).
+      l_c: the rounded gap (u gap_c), lam, log's error, and two more roundings (combining and
+      storing): dl_c = u gap_c + lam + t (log S + lam) + gamma_2 (gap_c + log S + lam).
+      q: computed in the logits' dtype, |dq_c| <= gamma_4 q_c (:func:`label_smoothing`).
+      The weighted sum: K products, K - 1 additions, possibly a division by K (the
+      "(1 - eps) nll + eps mean(l)" form) and a storage rounding: gamma_{K+3}.
+      |L_hat - L| <= sum_c [(q_c + dq_c) dl_c + dq_c l_c] + gamma_{K+3} sum_c (q_c + dq_c)(l_c + dl_c).
+    """
+    z = np.asarray(logits, dtype=np.float64)
+    k = z.shape[-1]
+    m = np.max(z, axis=-1, keepdims=True)
+    gap = m - z
+    s = np.sum(np.exp(-gap), axis=-1, keepdims=True)
+    p = np.exp(-gap) / s
+    log_s = np.log(s)
+    rho = np.expm1(prec.op * gap) * (1 + prec.t) + prec.t
+    big_r = np.sum(p * rho, axis=-1, keepdims=True)
+    lo = (1 - big_r) * (1 - gamma(k - 1, prec.op)) - (k + 2) * prec.eta  # S >= 1: underflowed terms cost (k + 2) eta relative
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lam = np.where(lo > 0, -np.log(np.where(lo > 0, lo, 1.0)), np.inf)
+    ell = gap + log_s
+    d_ell = prec.op * gap + lam + prec.t * (log_s + lam) + gamma(2, prec.op) * (ell + lam)
+    dq = gamma(4, prec.op) * q
+    err = (np.sum((q + dq) * d_ell + dq * ell, axis=-1) + gamma(k + 3, prec.op) * np.sum((q + dq) * (ell + d_ell), axis=-1)
+           + (k + 3) * prec.eta)
+    return err * SAFETY
+
+

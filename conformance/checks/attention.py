@@ -1,0 +1,228 @@
+"""Checks for §3.2: softmax, scaled dot-product attention (Eq. (1)), masking (§3.2.3), multi-head attention (§3.2.2).
+
+Agreement checks compare with the oracle (``reference.attention``) on the rounded inputs, within
+the budgets of ``conformance/budgets.py``. Property checks compare the implementation with
+itself on related inputs: two computations of the same exact value may each be off by their own
+budget, so they may differ by the sum of both (``B1 + B2``), and by nothing more.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance import budgets as B
+from conformance.checks._common import policy, prepare
+from conformance.harness import Case, check, compare, total_budget
+from conformance.numerics import gamma, is_representable, precision
+
+# --------------------------------------------------------------------------------------------
+# softmax, §3.2.1
+
+
+def _softmax(case: Case, x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(implementation's result, oracle's, budget) for softmax on the rounded ``x``."""
+    from reference.attention import softmax as oracle
+
+    nat, seen = prepare(case, x=x)
+    got = case.run("softmax", [nat["x"], axis])
+    expected = oracle(seen["x"], axis)
+    budget = total_budget(lambda p: B.softmax(seen["x"], axis, p), case.dtype, expected)
+    return got, expected, budget
+
+
+@check("softmax", "softmax")
+def softmax_agreement(case: Case, x: np.ndarray, axis: int) -> None:
+    """softmax(x) along ``axis`` agrees with the oracle within the shifted-softmax bound."""
+    got, expected, budget = _softmax(case, x, axis)
+    compare(case, got, expected, budget, budget_name="shifted-softmax bound, budgets.softmax")
+
+
+@check("softmax_rows_sum_to_one", "softmax", kind="property")
+def softmax_rows_sum_to_one(case: Case, x: np.ndarray, axis: int) -> None:
+    """Each slice along ``axis`` sums to 1 (rows that are all -inf excepted: they are NaN).
+
+    |sum_j p_hat_j - 1| <= sum_j |p_hat_j - p_j| <= sum_j budget_j, plus our own float64 summation
+    of n terms: gamma_n(2^-53) sum_j p_hat_j.
+    """
+    got, expected, budget = _softmax(case, x, axis)
+    n = got.shape[axis]
+    total = np.sum(got, axis=axis)
+    alive = ~np.all(np.isnan(expected), axis=axis)
+    bound = np.sum(np.where(np.isnan(budget), 0.0, budget), axis=axis) + float(gamma(n, 2.0**-53)) * np.nansum(np.abs(got), axis=axis)
+    compare(case, np.where(alive, total, np.nan), np.where(alive, 1.0, np.nan), bound,
+            what=f"softmax slices along axis {axis} do not sum to 1", expected_name="the required sum")
+
+
+@check("softmax_shift_invariance", "softmax", kind="property")
+def softmax_shift_invariance(case: Case, x: np.ndarray, axis: int, shift: float) -> None:
+    """softmax(x + c) = softmax(x) (§3.2.1): x and x + c are drawn so that both are exact in the dtype."""
+    if not (np.all(is_representable(x, case.dtype)) and np.all(is_representable(x + shift, case.dtype))):
+        raise ValueError(f"test construction: x and x + {shift} must be exact in {case.dtype}")
+    got, _, budget = _softmax(case, x, axis)
+    got_shifted, _, budget_shifted = _softmax(case, x + shift, axis)
+    compare(case, got_shifted, got, budget + budget_shifted, what=f"softmax(x + {shift}) differs from softmax(x)",
+            expected_name="softmax(x)")
+
+
+# --------------------------------------------------------------------------------------------
+# scaled dot-product attention, Eq. (1), and masks, §3.2.3
+
+
+def _attention(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(implementation's result, oracle's, budget) for Eq. (1) on the rounded inputs."""
+    from reference.attention import scaled_dot_product_attention as oracle
+
+    nat, seen = prepare(case, q=q, k=k, v=v)
+    native_mask = None if mask is None else case.native(mask)
+    got = case.run("scaled_dot_product_attention", [nat["q"], nat["k"], nat["v"], native_mask])
+    expected = oracle(seen["q"], seen["k"], seen["v"], mask, fully_masked=policy(case, "fully_masked"))
+    budget = total_budget(lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p), case.dtype, expected)
+    return got, expected, budget
+
+
+@check("scaled_dot_product_attention", "scaled_dot_product_attention")
+def attention_agreement(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None) -> None:
+    """Eq. (1) agrees with the oracle (masked scores -inf; fully masked rows per the declared policy)."""
+    got, expected, budget = _attention(case, q, k, v, mask)
+    compare(case, got, expected, budget, budget_name="Eq. (1) bound, budgets.attention_core")
+
+
+@check("attention_keys_values_permuted", "scaled_dot_product_attention", kind="property")
+def attention_keys_values_permuted(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, perm: np.ndarray) -> None:
+    """Permuting keys and values together (and the mask's key axis) leaves the output unchanged."""
+    got, _, budget = _attention(case, q, k, v, mask)
+    pm = None if mask is None else mask[..., perm]
+    got_p, _, budget_p = _attention(case, q, k[..., perm, :], v[..., perm, :], pm)
+    compare(case, got_p, got, budget + budget_p, what=f"permuting keys and values together by {perm.tolist()} changed the output",
+            expected_name="the unpermuted call")
+
+
+@check("attention_queries_permuted", "scaled_dot_product_attention", kind="property")
+def attention_queries_permuted(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, perm: np.ndarray) -> None:
+    """Permuting the queries (and the mask's query axis) permutes the output rows the same way."""
+    got, _, budget = _attention(case, q, k, v, mask)
+    pm = None if mask is None else np.broadcast_to(mask, (*mask.shape[:-2], q.shape[-2], k.shape[-2]))[..., perm, :]
+    got_p, _, budget_p = _attention(case, q[..., perm, :], k, v, pm)
+    compare(case, got_p, got[..., perm, :], budget[..., perm, :] + budget_p,
+            what=f"permuting the queries by {perm.tolist()} did not permute the output rows the same way", expected_name="the permuted original")
+
+
+@check("attention_masked_equals_removed", "scaled_dot_product_attention", kind="property")
+def attention_masked_equals_removed(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray) -> None:
+    """Masking keys out (§3.2.3) gives the output of deleting those keys and values."""
+    got, _, budget = _attention(case, q, k, v, keep[None, :])
+    got_r, _, budget_r = _attention(case, q, k[..., keep, :], v[..., keep, :], None)
+    compare(case, got, got_r, budget + budget_r, what=f"masking keys {np.flatnonzero(~keep).tolist()} is not the same as removing them",
+            expected_name="the call without those keys")
+
+
+@check("attention_poison_at_masked_positions", "scaled_dot_product_attention", kind="property")
+def attention_poison(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray, poison: str) -> None:
+    """Garbage at masked key/value positions changes nothing: the largest finite values there, or NaN in keys.
+
+    ``poison``: "huge" (the dtype's largest finite value, +-, in masked keys and values) or
+    "nan_keys" (NaN in masked keys). A masked score is -inf before the softmax (§3.2.3), so a
+    masked key's content never matters, and its weight is exactly 0, so a masked value of any
+    finite size contributes exactly 0. (NaN in a masked *value* is not required to vanish: Eq. (1)
+    forms P V, and IEEE arithmetic gives 0 x NaN = NaN in every matrix-product implementation.)
+    An implementation that adds a large negative number instead of masking (-1e4, -1e9) fails
+    both poisons: the huge score outweighs the penalty, and NaN + penalty is NaN.
+    Bound: both calls compute the same exact value, and the budget of the clean call covers the
+    poisoned one (the analysis never looks at masked entries), so 2 x budget.
+    """
+    got, _, budget = _attention(case, q, k, v, keep[None, :])
+    big = precision(case.dtype).max
+    k2, v2 = k.copy(), v.copy()
+    if poison == "huge":
+        sign = np.where(np.arange(k.shape[-1]) % 2 == 0, 1.0, -1.0)
+        k2[..., ~keep, :] = big * sign
+        v2[..., ~keep, :] = -big
+    elif poison == "nan_keys":
+        k2[..., ~keep, :] = np.nan
+    else:
+        raise ValueError(f"poison: expected 'huge' or 'nan_keys', got {poison!r}")
+    nat, _ = prepare(case, q=q, k=k2, v=v2)
+    got_p = case.run("scaled_dot_product_attention", [nat["q"], nat["k"], nat["v"], case.native(keep[None, :])])
+    compare(case, got_p, got, 2 * budget, what=f"poison ({poison}) at masked key/value positions {np.flatnonzero(~keep).tolist()} changed the output",
+            expected_name="the call with clean masked positions")
+
+
+@check("attention_causal_ignores_future", "scaled_dot_product_attention", kind="property")
+def attention_causal(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, upto: int, q2: np.ndarray, k2: np.ndarray, v2: np.ndarray) -> None:
+    """With the causal mask (§3.2.3), the output at i does not depend on queries, keys or values at j > i.
+
+    q2, k2, v2 equal q, k, v at positions <= ``upto`` and differ after it; outputs <= upto must agree.
+    """
+    from reference.attention import causal_mask
+
+    n = q.shape[-2]
+    mask = causal_mask(n, n)
+    got, _, budget = _attention(case, q, k, v, mask)
+    got2, _, budget2 = _attention(case, q2, k2, v2, mask)
+    rows = slice(0, upto + 1)
+    compare(case, got2[..., rows, :], got[..., rows, :], budget[..., rows, :] + budget2[..., rows, :],
+            what=f"with the causal mask, changing positions > {upto} changed the output at positions <= {upto}",
+            expected_name="the call before the change")
+
+
+@check("attention_batch_independent", "scaled_dot_product_attention", kind="property")
+def attention_batch_independent(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, index: int) -> None:
+    """Batch element ``index`` computed alone equals the same element computed in the batch."""
+    got, _, budget = _attention(case, q, k, v, mask)
+    one = slice(index, index + 1)
+    m1 = None if mask is None else np.broadcast_to(mask, (q.shape[0], q.shape[-2], k.shape[-2]))[one]
+    got1, _, budget1 = _attention(case, q[one], k[one], v[one], m1)
+    compare(case, got1, got[one], budget[one] + budget1, what=f"batch element {index} computed alone differs from the same element in the batch",
+            expected_name="the batched call")
+
+
+# --------------------------------------------------------------------------------------------
+# multi-head attention, §3.2.2
+
+
+def _mha(case: Case, query: np.ndarray, key: np.ndarray, value: np.ndarray, params: dict[str, np.ndarray], num_heads: int,
+         mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    from reference.attention import multi_head_attention as oracle
+
+    nat, seen = prepare(case, query=query, key=key, value=value, params=params)
+    native_mask = None if mask is None else case.native(mask)
+    got = case.run("multi_head_attention", [nat["query"], nat["key"], nat["value"], nat["params"], num_heads, native_mask])
+    expected = oracle(seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, fully_masked=policy(case, "fully_masked"))
+    budget = total_budget(
+        lambda p: B.multi_head_attention(seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, p), case.dtype, expected
+    )
+    return got, expected, budget
+
+
+@check("multi_head_attention", "multi_head_attention")
+def mha_agreement(case: Case, query: np.ndarray, key: np.ndarray, value: np.ndarray, params: dict[str, np.ndarray], num_heads: int,
+                  mask: np.ndarray | None) -> None:
+    """MultiHead(Q, K, V) agrees with the oracle in the canonical layout."""
+    got, expected, budget = _mha(case, query, key, value, params, num_heads, mask)
+    compare(case, got, expected, budget, budget_name="MHA bound, budgets.multi_head_attention")
+
+
+@check("mha_heads_independent", "multi_head_attention", kind="property")
+def mha_heads_independent(case: Case, query: np.ndarray, key: np.ndarray, value: np.ndarray, params: dict[str, np.ndarray], num_heads: int,
+                          mask: np.ndarray | None, head: int, replacement: dict[str, np.ndarray]) -> None:
+    """Heads are independent: with head ``head``'s rows of W^O zeroed, its own Q/K/V weights cannot matter.
+
+    ``replacement`` holds new values for that head's column blocks of w_q, w_k, w_v (and b_q, b_k,
+    b_v if present). Head i uses columns i*d_k:(i+1)*d_k (the canonical layout); an implementation
+    that splits the heads along the wrong axis, or concatenates them in the wrong order, lets the
+    silenced head's weights leak into the output.
+    """
+    h = num_heads
+    d_k, d_v = params["w_q"].shape[1] // h, params["w_v"].shape[1] // h
+    silenced = {n: a.copy() for n, a in params.items()}
+    silenced["w_o"][head * d_v:(head + 1) * d_v, :] = 0.0
+    changed = {n: a.copy() for n, a in silenced.items()}
+    for name, block in replacement.items():
+        width = d_v if name in ("w_v", "b_v") else d_k
+        if name in changed:
+            changed[name][..., head * width:(head + 1) * width] = block
+    got, _, budget = _mha(case, query, key, value, silenced, num_heads, mask)
+    got2, _, budget2 = _mha(case, query, key, value, changed, num_heads, mask)
+    compare(case, got2, got, budget + budget2,
+            what=f"with head {head}'s rows of w_o zeroed, changing head {head}'s w_q/w_k/w_v columns changed the output (heads not independent)",
+            expected_name="the call before the change")

@@ -1,0 +1,60 @@
+"""Checks of the plug-in contract itself (implementations/protocol.py): declarations and the array boundary.
+
+Every other check trusts ``from_numpy``/``to_numpy``: the oracle is run on what ``to_numpy``
+returns of ``from_numpy``'s result. These checks make sure that boundary is what the contract says:
+rounding to nearest (ties to even) into the dtype, exact widening back, copies not views.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.harness import Case, check, compare
+from conformance.numerics import round_to
+from implementations.protocol import contract_problems
+
+
+@check("declarations", "contract", kind="contract")
+def declarations(case: Case) -> None:
+    """name, version, device, dtypes, policies and provides() hold valid values."""
+    problems = contract_problems(case.impl)
+    case.record(0.0)
+    if problems:
+        case.fail("declarations break the contract: " + "; ".join(problems))
+
+
+@check("from_numpy_rounds_to_nearest_even", "contract", kind="contract")
+def from_numpy_rounding(case: Case, x: np.ndarray) -> None:
+    """from_numpy(x, dtype) holds x rounded to nearest, ties to even (what NumPy's astype does for float32/float16).
+
+    The expected values come from ``conformance.numerics.round_to`` (exact power-of-two scaling and
+    ``np.rint``), an independent rounding that also covers bfloat16. Zero tolerance: rounding is exact.
+    """
+    native = case.native(x)
+    seen = case.numpy(native, "from_numpy(x)")
+    if seen.shape != x.shape:
+        case.fail(f"to_numpy(from_numpy(x)) has shape {seen.shape}, expected {x.shape}")
+    compare(case, seen, round_to(x, case.dtype), np.zeros(x.shape), what=f"from_numpy does not round to the nearest {case.dtype} (ties to even)",
+            expected_name="correct rounding")
+
+
+@check("to_numpy_returns_copies", "contract", kind="contract")
+def to_numpy_copies(case: Case, x: np.ndarray) -> None:
+    """to_numpy returns a float64 copy: writing into it does not change the native array; ids and masks round-trip."""
+    native = case.native(x)
+    first = case.numpy(native, "x")
+    if first.dtype != np.float64:
+        case.fail(f"to_numpy returned {first.dtype} for a {case.dtype} array; expected float64")
+    if first.flags.writeable:  # a read-only result cannot be a writable view of the native array's memory
+        first[...] = -7.0
+    second = case.numpy(native, "x")
+    compare(case, second, round_to(x, case.dtype), np.zeros(x.shape), what="to_numpy returned a view: writing into its result changed the native array",
+            expected_name="the original values")
+    ids = np.arange(-3, x.size - 3, dtype=np.int64).reshape(x.shape)
+    back = case.numpy(case.native(ids), "ids")
+    if back.dtype != np.int64 or not np.array_equal(back, ids):
+        case.fail(f"int64 ids do not round-trip: got {back.dtype} {back.tolist()}, expected {ids.tolist()}")
+    mask = (ids % 2) == 0
+    back = case.numpy(case.native(mask), "mask")
+    if back.dtype != np.bool_ or not np.array_equal(back, mask):
+        case.fail(f"bool masks do not round-trip: got {back.dtype} {back.tolist()}, expected {mask.tolist()}")

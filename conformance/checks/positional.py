@@ -1,0 +1,55 @@
+"""Checks for §3.5: the sinusoidal positional encoding, its shift property and its range."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance import budgets as B
+from conformance.harness import Case, check, compare, total_budget
+from conformance.numerics import gamma, precision
+
+
+def _pe(case: Case, length: int, d_model: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(implementation's PE in the case's dtype, oracle's, budget)."""
+    from reference.positional import positional_encoding as oracle
+
+    got = case.run("positional_encoding", [length, d_model, case.dtype])
+    expected = oracle(length, d_model)
+    budget = total_budget(lambda p: B.positional_encoding(length, d_model, p), case.dtype, expected)
+    return got, expected, budget
+
+
+@check("positional_encoding", "positional_encoding")
+def pe_agreement(case: Case, length: int, d_model: int) -> None:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...) agrees with the oracle."""
+    got, expected, budget = _pe(case, length, d_model)
+    compare(case, got, expected, budget, budget_name="PE argument-growth bound, budgets.positional_encoding")
+
+
+@check("pe_shift_is_linear", "positional_encoding", kind="property")
+def pe_shift(case: Case, length: int, d_model: int, offset: int) -> None:
+    """PE(pos + k) = M_k PE(pos) for a fixed matrix M_k (§3.5: "PE_{pos+k} can be represented as a linear function of PE_pos").
+
+    M_k (block-diagonal 2x2 rotations) comes from the oracle. Bound: |M_k PE_hat(pos) - PE_hat(pos + k)|
+    <= |M_k| budget(pos) + budget(pos + k) + |dM_k| |PE| + gamma_2(2^-53) |M_k| |PE_hat|, where the
+    oracle's M_k is within 2^-53 |M_k| (+ its longdouble error) of the exact rotation, and our own
+    float64 product has two terms per output (gamma_2).
+    """
+    from reference.positional import pe_shift_matrix
+
+    got, _, budget = _pe(case, length + offset, d_model)
+    m = pe_shift_matrix(offset, d_model)  # (d_model, d_model)
+    shifted = got[:length] @ m.T  # row pos -> M_k PE(pos)
+    u64 = 2.0**-53
+    bound = budget[:length] @ np.abs(m).T + budget[offset:] + (2 * u64 + float(gamma(2, u64))) * (np.abs(got[:length]) @ np.abs(m).T)
+    compare(case, shifted, got[offset:], bound, what=f"PE(pos + {offset}) is not M_{offset} PE(pos)", expected_name="PE(pos + k)")
+
+
+@check("pe_bounded_by_one", "positional_encoding", kind="property")
+def pe_bounded(case: Case, length: int, d_model: int) -> None:
+    """|PE| <= 1 (sines and cosines), up to the allowed error of sin/cos (t relative, see conformance.numerics)."""
+    got = case.run("positional_encoding", [length, d_model, case.dtype])
+    limit = 1.0 + precision(case.dtype).t
+    clipped = np.clip(got, -limit, limit)
+    compare(case, got, clipped, np.full(got.shape, precision(case.dtype).eta), what=f"|PE| exceeds 1 (+ sin/cos's allowed error, limit {limit!r})",
+            expected_name="the limit")

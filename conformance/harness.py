@@ -1,0 +1,451 @@
+"""How a check talks to an implementation, compares with the oracle, and reports a failure.
+
+A *check* (see ``conformance/checks/``) is a function ``check(impl, dtype, **args)`` of plain
+float64/int64/bool NumPy arrays and Python scalars. It converts the arrays with the
+implementation's own ``from_numpy`` (so they are rounded to ``dtype``), reads back exactly what the
+implementation saw (``to_numpy``), runs the oracle on those values, calls the implementation, and
+compares with a derived budget (``conformance/budgets.py``).
+
+Everything an implementation can do wrong inside a call — raise, return the wrong shape, a
+non-array, NaN, values not in its dtype, a different answer the second time, modify its input —
+becomes a :class:`ConformanceFailure` (an ``AssertionError``) of that one check, with a message
+naming the equation and paper section, the worst element, the error as a multiple of its budget,
+the input shapes and dtypes, and a replay command; the failing inputs are saved as ``.npz``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import json
+import os
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from conformance.numerics import is_representable, precision, ulp
+
+__all__ = [
+    "CHECKS",
+    "SECTIONS",
+    "Case",
+    "ConformanceFailure",
+    "Stats",
+    "check",
+    "compare",
+    "current_stats",
+    "failure_dir",
+    "load_case",
+    "register_spec",
+]
+
+#: Every equation's name in reports and messages, with its place in the paper.
+SECTIONS: dict[str, str] = {
+    "softmax": "softmax (§3.2.1, inside Eq. (1))",
+    "scaled_dot_product_attention": "scaled dot-product attention (§3.2.1, Eq. (1))",
+    "multi_head_attention": "multi-head attention (§3.2.2)",
+    "positional_encoding": "positional encoding (§3.5)",
+    "layer_norm": "LayerNorm (§3.1)",
+    "feed_forward": "position-wise feed-forward (§3.3, Eq. (2))",
+    "lrate": "learning rate schedule (§5.3, Eq. (3))",
+    "label_smoothing": "label smoothing (§5.4)",
+    "smoothed_cross_entropy": "smoothed cross-entropy (§5.4)",
+    "encoder_layer": "encoder layer (§3.1)",
+    "decoder_layer": "decoder layer (§3.1, §3.2.3)",
+    "transformer_forward": "full forward pass (Figure 1, §3.1-§3.5)",
+    "contract": "the plug-in contract (implementations/protocol.py)",
+}
+
+#: name -> the registered check (a function ``(impl, dtype, **args)``); filled by ``conformance.checks``.
+CHECKS: dict[str, Callable[..., None]] = {}
+
+#: id(impl) -> the spec it was loaded from (``--impl``), so that a replay file can load it again.
+_SPECS: dict[int, str] = {}
+
+
+class ConformanceFailure(AssertionError):
+    """A check found the implementation disagreeing with the paper; the message says how and how to replay."""
+
+
+# --------------------------------------------------------------------------------------------
+# statistics for the report (collected per test by conformance/conftest.py)
+
+
+@dataclass
+class Stats:
+    """What the checks of one test saw: examples run and the worst agreement error as a fraction of budget."""
+
+    examples: int = 0
+    worst: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"examples": self.examples, "worst": self.worst}
+
+
+_STATS: contextvars.ContextVar[Stats | None] = contextvars.ContextVar("aiayn_stats", default=None)
+
+
+def current_stats() -> contextvars.ContextVar[Stats | None]:
+    """The context variable the conftest sets to a fresh :class:`Stats` around each test."""
+    return _STATS
+
+
+def register_spec(impl: Any, spec: str) -> None:
+    """Remember how ``impl`` was loaded, for the replay command of its failures."""
+    _SPECS[id(impl)] = spec
+
+
+def _spec_of(impl: Any) -> str:
+    spec = _SPECS.get(id(impl))
+    if spec is None:
+        name = getattr(impl, "name", "")
+        spec = name if isinstance(name, str) and name else f"{type(impl).__module__}:{type(impl).__qualname__}"
+    return spec
+
+
+def failure_dir() -> Path:
+    """Where failing inputs are saved: ``$AIAYN_FAILURES`` or ``.aiayn-cache/failures`` (git-ignored)."""
+    return Path(os.environ.get("AIAYN_FAILURES", ".aiayn-cache/failures"))
+
+
+# --------------------------------------------------------------------------------------------
+# a case: one call of one check
+
+
+@dataclass
+class Case:
+    """One run of a check: which implementation, dtype, check and equation, and the raw arguments."""
+
+    impl: Any
+    dtype: str
+    check: str
+    equation: str
+    args: dict[str, Any]
+    kind: str  # "agreement" (counts towards the report's headroom), "property" or "contract"
+
+    @property
+    def title(self) -> str:
+        return SECTIONS.get(self.equation, self.equation)
+
+    # ---- calling the implementation
+
+    def native(self, value: Any, dtype: str | None = None) -> Any:
+        """The implementation's native version of a (nested) argument: floats in ``dtype`` (default the case's)."""
+        dtype = dtype or self.dtype
+        if isinstance(value, Mapping):
+            return {k: self.native(v, dtype) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.native(v, dtype) for v in value]
+        if not isinstance(value, np.ndarray):
+            return value
+        target = "bool" if value.dtype == np.bool_ else "int64" if value.dtype.kind in "iu" else dtype
+        return self.guard(f"from_numpy(<{value.dtype} {value.shape}>, {target!r})", self.impl.from_numpy, value, target)
+
+    def numpy(self, native: Any, what: str) -> Any:
+        """``to_numpy`` of a (nested) native value, checked to be an ndarray (floats come back as float64)."""
+        if isinstance(native, Mapping):
+            return {k: self.numpy(v, f"{what}[{k!r}]") for k, v in native.items()}
+        if isinstance(native, list):
+            return [self.numpy(v, f"{what}[{i}]") for i, v in enumerate(native)]
+        if native is None or isinstance(native, (int, float, str, bool)):
+            return native
+        arr = self.guard(f"to_numpy({what})", self.impl.to_numpy, native)
+        if not isinstance(arr, np.ndarray):
+            self.fail(f"to_numpy({what}) returned {type(arr).__name__}, expected a numpy.ndarray")
+        if arr.dtype.kind == "f" and arr.dtype != np.float64:
+            self.fail(f"to_numpy({what}) returned dtype {arr.dtype}; the contract says float results come back as float64")
+        return arr
+
+    def guard(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call into the implementation; anything it raises becomes this check's failure."""
+        try:
+            with warnings.catch_warnings():  # the results are judged, not the warnings (poison overflows on purpose)
+                warnings.simplefilter("ignore", RuntimeWarning)
+                return fn(*args)
+        except ConformanceFailure:
+            raise
+        except Exception as exc:  # a plugin's own error fails this check, never the run
+            self.fail(f"{what} raised {type(exc).__name__}: {exc}")
+
+    def call(self, method: str, *native_args: Any) -> Any:
+        """Call equation ``method`` with native arguments; raise a failure if it raises."""
+        fn = getattr(self.impl, method)
+        shown = ", ".join(_describe_native(a) for a in native_args)
+        return self.guard(f"{self.impl.name}.{method}({shown})", fn, *native_args)
+
+    def run(self, method: str, native_args: list[Any], *, out_dtype: str | None = None, repeat: bool = True) -> np.ndarray:
+        """Call ``method`` with hygiene checks; return the result as float64.
+
+        Hygiene (issue 4, "What it checks" 3): inputs not mutated; the result is an array of the
+        declared dtype (its native ``dtype`` attribute if it has one, and every value exactly
+        representable in that dtype) on the declared device (its ``device`` attribute if any);
+        and the same bits when called twice with the same inputs.
+        """
+        out_dtype = out_dtype or self.dtype
+        before = _snapshot(self, native_args)
+        out = self.call(method, *native_args)
+        again = self.call(method, *native_args) if repeat else None
+        after = _snapshot(self, native_args)
+        for path, (b, a) in _paired(before, after):
+            if not _same_bits(a, b):
+                where = tuple(int(i) for i in np.argwhere(~_equal_nan(a, b))[0]) if a.shape == b.shape else ()
+                self.fail(f"{method} modified its input {path} in place" + (f" (first change at index {where})" if where else ""))
+        got = self.numpy(out, f"{method}(...)")
+        if not isinstance(got, np.ndarray):
+            self.fail(f"{method} returned {type(out).__name__}, expected a native array")
+        self._check_native_dtype(out, got, out_dtype, method)
+        self._check_device(out, method)
+        if again is not None:
+            got2 = self.numpy(again, f"{method}(...) (second call)")
+            if got2.shape != got.shape or not _same_bits(got, got2):
+                diff = _first_difference(got, got2)
+                self.fail(f"{method} is not deterministic: two calls with the same inputs differ{diff}")
+        return got
+
+    def _check_native_dtype(self, out: Any, got: np.ndarray, dtype: str, method: str) -> None:
+        native_dtype = getattr(out, "dtype", None)
+        if native_dtype is not None and str(native_dtype).rsplit(".", 1)[-1] != dtype:
+            self.fail(f"{method} returned native dtype {native_dtype}, expected {dtype}")
+        if got.dtype.kind == "f":
+            bad = ~is_representable(got, dtype)
+            if np.any(bad):
+                where = tuple(int(i) for i in np.argwhere(bad)[0])
+                self.fail(f"{method} returned values that are not {dtype} numbers (e.g. {got[where]!r} at {where}): "
+                          f"the result was not rounded to the declared dtype")
+
+    def _check_device(self, out: Any, method: str) -> None:
+        device = getattr(out, "device", None)
+        if device is None or not isinstance(self.impl.device, str):
+            return
+        dev, declared = str(device), self.impl.device
+        if not (dev == declared or dev.startswith(declared + ":") or declared.startswith(dev + ":")):
+            self.fail(f"{method} returned an array on device {dev!r}, declared device {declared!r}")
+
+    # ---- failing
+
+    def fail(self, problem: str, details: list[str] | None = None) -> None:
+        """Save the inputs for replay and raise the failure message."""
+        path = _save(self)
+        impl = self.impl
+        lines = [
+            f"{self.title}: {problem}",
+            f"  implementation {getattr(impl, 'name', '?')} ({getattr(impl, 'version', '?')}) on {getattr(impl, 'device', '?')}, "
+            f"dtype {self.dtype}; check {self.check}",
+            *(details or []),
+            f"  inputs: {_describe_args(self.args, self.dtype)}",
+            f"  replay: python -m conformance.replay {path}",
+        ]
+        raise ConformanceFailure("\n".join(lines))
+
+    def record(self, ratio: float) -> None:
+        stats = _STATS.get()
+        if stats is not None:
+            stats.examples += 1
+            if self.kind == "agreement" and np.isfinite(ratio):
+                stats.worst = max(stats.worst, float(ratio))
+
+
+def check(name: str, equation: str, kind: str = "agreement") -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register a check function ``fn(case, **args)`` under ``name`` as ``check(impl, dtype, **args)``."""
+
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(fn)
+        def run(impl: Any, dtype: str, **args: Any) -> None:
+            fn(Case(impl, dtype, name, equation, args, kind), **args)
+
+        run.equation = equation  # type: ignore[attr-defined]
+        CHECKS[name] = run
+        return run
+
+    return decorate
+
+
+# --------------------------------------------------------------------------------------------
+# comparison
+
+
+def total_budget(bound_fn: Callable[[Any], np.ndarray], dtype: str, expected: np.ndarray) -> np.ndarray:
+    """The comparison threshold: bound(dtype) + bound(float64) (the oracle's own), floored at 1 ulp.
+
+    See ``conformance/budgets.py`` (module docstring) for why the oracle's share is the float64
+    bound and why the floor is one ulp of the dtype at the expected value.
+    """
+    derived = np.asarray(bound_fn(precision(dtype)), dtype=np.float64) + np.asarray(bound_fn(precision("float64")), dtype=np.float64)
+    return floored(derived, dtype, expected)
+
+
+def floored(derived: np.ndarray, dtype: str, expected: np.ndarray) -> np.ndarray:
+    """A derived threshold (already including the oracle's share) with the floor of one ulp of ``dtype``."""
+    floor = ulp(np.where(np.isfinite(expected), expected, 0.0), dtype)
+    return np.maximum(np.broadcast_to(np.asarray(derived, dtype=np.float64), np.shape(expected)), floor)
+
+
+def compare(case: Case, got: np.ndarray, expected: np.ndarray, budget: np.ndarray, *, what: str = "disagrees with the oracle",
+            budget_name: str = "", expected_name: str = "the oracle") -> float:
+    """Fail unless |got - expected| <= budget elementwise (NaN only where expected is NaN); return the worst ratio."""
+    got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    if got.shape != expected.shape:
+        case.fail(f"{what}: result has shape {got.shape}, expected {expected.shape}")
+    nan_got, nan_exp = np.isnan(got), np.isnan(expected)
+    if not np.array_equal(nan_got, nan_exp):
+        extra, missing = np.argwhere(nan_got & ~nan_exp), np.argwhere(nan_exp & ~nan_got)
+        if extra.size:
+            i = tuple(int(j) for j in extra[0])
+            case.fail(f"{what}: NaN at index {i}, where {expected_name} gives {expected[i]!r} "
+                      f"({len(extra)} unexpected NaN in all; declared fully_masked policy {case.impl.policies.get('fully_masked')!r})")
+        i = tuple(int(j) for j in missing[0])
+        case.fail(f"{what}: {got[i]!r} at index {i}, where {expected_name} gives NaN (the declared policy's "
+                  f"result for a fully masked row; policy {case.impl.policies.get('fully_masked')!r})")
+    budget = np.broadcast_to(np.asarray(budget, dtype=np.float64), expected.shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(nan_exp | (got == expected), 0.0, np.abs(got - expected))  # equal infinities: no error
+        err = np.where(np.isnan(err), np.inf, err)  # inf against -inf
+        ratio = np.where(nan_exp, 0.0, np.where(err == 0, 0.0, err / budget))
+    worst = np.unravel_index(int(np.argmax(ratio)), ratio.shape) if ratio.size else ()
+    r = float(ratio[worst]) if ratio.size else 0.0
+    case.record(r)
+    if r > 1.0:
+        i = tuple(int(j) for j in worst)
+        case.fail(
+            f"{what}",
+            [
+                f"  worst element at index {i}: got {float(got[i])!r}, {expected_name} gives {float(expected[i])!r}",
+                f"  error {err[i]:.3e} = {r:.3g} x budget {budget[i]:.3e}"
+                + (f" ({budget_name})" if budget_name else "")
+                + f"; {int(np.sum(ratio > 1))} of {ratio.size} elements over budget",
+            ],
+        )
+    return r
+
+
+# --------------------------------------------------------------------------------------------
+# helpers: snapshots, descriptions, saving and loading
+
+
+def _snapshot(case: Case, natives: list[Any]) -> list[tuple[str, np.ndarray]]:
+    out: list[tuple[str, np.ndarray]] = []
+
+    def walk(v: Any, path: str) -> None:
+        if isinstance(v, Mapping):
+            for k, x in v.items():
+                walk(x, f"{path}[{k!r}]")
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                walk(x, f"{path}[{i}]")
+        elif v is not None and not isinstance(v, (int, float, str, bool)):
+            out.append((path, np.array(case.numpy(v, path), copy=True)))
+
+    for i, v in enumerate(natives):
+        walk(v, f"argument {i}")
+    return out
+
+
+def _paired(a: list[tuple[str, np.ndarray]], b: list[tuple[str, np.ndarray]]):
+    return [(pa, (xa, xb)) for (pa, xa), (_, xb) in zip(a, b)]
+
+
+def _equal_nan(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f":
+        return (a == b) | (np.isnan(a) & np.isnan(b))
+    return a == b
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.shape != b.shape:
+        return False
+    if a.dtype.kind == "f":
+        eq = _equal_nan(a, b) & (np.signbit(a) == np.signbit(b))
+        return bool(np.all(eq))
+    return bool(np.array_equal(a, b))
+
+
+def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
+    if a.shape != b.shape:
+        return f" (shapes {a.shape} and {b.shape})"
+    where = np.argwhere(~(_equal_nan(a, b) & (np.signbit(a) == np.signbit(b))))
+    i = tuple(int(j) for j in where[0])
+    return f" (first at index {i}: {a[i]!r} then {b[i]!r})"
+
+
+def _describe_native(v: Any) -> str:
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{k}: {_describe_native(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return f"[{len(v)} items]"
+    shape = getattr(v, "shape", None)
+    if shape is not None:
+        return f"<{str(getattr(v, 'dtype', '?')).rsplit('.', 1)[-1]} {tuple(shape)}>"
+    return repr(v)
+
+
+def _describe_args(args: Mapping[str, Any], dtype: str) -> str:
+    def one(v: Any) -> str:
+        if isinstance(v, np.ndarray):
+            kind = "bool" if v.dtype == np.bool_ else "int64" if v.dtype.kind in "iu" else dtype
+            return f"{kind} {v.shape}"
+        if isinstance(v, Mapping):
+            return "{" + ", ".join(f"{k}: {one(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, (list, tuple)):
+            return f"[{len(v)} x {one(v[0])}]" if v else "[]"
+        return repr(v)
+
+    text = "; ".join(f"{k} {one(v)}" for k, v in args.items())
+    return text if len(text) < 600 else text[:600] + " ..."
+
+
+def _encode(value: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
+    if isinstance(value, np.ndarray):
+        arrays[path] = value
+        return {"__array__": path}
+    if isinstance(value, Mapping):
+        return {"__dict__": {str(k): _encode(v, f"{path}/{k}", arrays) for k, v in value.items()}}
+    if isinstance(value, (list, tuple)):
+        return {"__list__": [_encode(v, f"{path}/{i}", arrays) for i, v in enumerate(value)]}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _decode(value: Any, arrays: Mapping[str, np.ndarray]) -> Any:
+    if isinstance(value, dict):
+        if "__array__" in value:
+            return np.array(arrays[value["__array__"]])
+        if "__dict__" in value:
+            return {k: _decode(v, arrays) for k, v in value["__dict__"].items()}
+        if "__list__" in value:
+            return [_decode(v, arrays) for v in value["__list__"]]
+    return value
+
+
+def _save(case: Case) -> Path:
+    """Write the case's raw inputs to ``<failure_dir>/<impl>-<check>-<dtype>.npz`` and return the path.
+
+    One file per (implementation, check, dtype): Hypothesis replays the shrunk example last, so the
+    file left behind holds the minimal failing input.
+    """
+    arrays: dict[str, np.ndarray] = {}
+    meta = {
+        "impl": _spec_of(case.impl),
+        "dtype": case.dtype,
+        "check": case.check,
+        "args": _encode(case.args, "args", arrays),
+    }
+    directory = failure_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{getattr(case.impl, 'name', 'impl')}-{case.check}-{case.dtype}")
+    path = directory / f"{safe}.npz"
+    np.savez(path, __meta__=np.array(json.dumps(meta)), **{k.replace("/", "|"): v for k, v in arrays.items()})
+    return path
+
+
+def load_case(path: str | os.PathLike[str]) -> tuple[str, str, str, dict[str, Any]]:
+    """Read a failure file: (implementation spec, dtype, check name, raw arguments)."""
+    with np.load(path, allow_pickle=False) as data:
+        meta = json.loads(str(data["__meta__"]))
+        arrays = {k.replace("|", "/"): data[k] for k in data.files if k != "__meta__"}
+    return meta["impl"], meta["dtype"], meta["check"], _decode(meta["args"], arrays)

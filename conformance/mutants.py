@@ -1,0 +1,436 @@
+"""Deliberately broken implementations: proof that the conformance suite has teeth.
+
+Each mutant is the NumPy built-in with one realistic bug, the kind a person writing the paper's
+equations could make. A mutant provides only the equations its bug lives in (``targets``), so
+the suite runs just the checks that concern it. ``tests/test_conformance_mutants.py`` runs the
+suite (default profile) against all of them and requires every one to be caught, with the
+unbroken NumPy implementation as the control; ``python -m conformance.mutants`` does the same and
+writes the kill table to ``reports/conformance-mutants.md`` and ``.json``.
+
+Load one with ``pytest conformance --impl conformance.mutants:NoScale``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from implementations import numpy_impl as base
+from implementations.numpy_impl import NumpyImplementation
+
+__all__ = ["MUTANTS", "Mutant", "kill_table", "main", "run_mutants"]
+
+
+class Mutant(NumpyImplementation):
+    """A NumPy implementation with one bug; subclasses set ``name``, ``targets`` and the docstring's first line (the bug)."""
+
+    targets: frozenset[str] = frozenset()
+
+    def provides(self) -> frozenset[str]:
+        return self.targets
+
+    @classmethod
+    def bug(cls) -> str:
+        return (cls.__doc__ or "").strip().splitlines()[0]
+
+
+def _visible(mask: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    return np.ones(shape, dtype=bool) if mask is None else np.broadcast_to(mask, shape)
+
+
+def _scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    return np.matmul(q, np.swapaxes(k, -1, -2)) * (1.0 / math.sqrt(q.shape[-1]))  # (..., n_q, n_k)
+
+
+def _softmax(z: np.ndarray, axis: int) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        e = np.exp(z - np.max(z, axis=axis, keepdims=True))
+        return e / np.sum(e, axis=axis, keepdims=True)
+
+
+# --------------------------------------------------------------------------------------------
+# §3.2.1 softmax and Eq. (1)
+
+
+class ScaleByDk(Mutant):
+    """Scores divided by d_k instead of sqrt(d_k)."""
+
+    name, targets = "mutant-scale-by-dk", frozenset({"scaled_dot_product_attention", "multi_head_attention"})
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None):
+        return super().scaled_dot_product_attention(q * (1.0 / math.sqrt(q.shape[-1])), k, v, mask)
+
+
+class NoScale(Mutant):
+    """No 1/sqrt(d_k) scaling of the scores."""
+
+    name, targets = "mutant-no-scale", frozenset({"scaled_dot_product_attention", "multi_head_attention"})
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None):
+        return super().scaled_dot_product_attention(q * math.sqrt(q.shape[-1]), k, v, mask)
+
+
+class SoftmaxOverQueries(Mutant):
+    """Attention weights normalised over the query axis instead of the key axis."""
+
+    name, targets = "mutant-softmax-over-queries", frozenset({"scaled_dot_product_attention"})
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None):
+        s = _scores(q, k)
+        s = np.where(_visible(mask, s.shape), s, -np.inf)
+        return np.matmul(_softmax(s, -2), v)
+
+
+class MaskAfterSoftmax(Mutant):
+    """Mask applied after the softmax (weights zeroed, not renormalised)."""
+
+    name, targets = "mutant-mask-after-softmax", frozenset({"scaled_dot_product_attention"})
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None):
+        s = _scores(q, k)
+        p = _softmax(s, -1) * _visible(mask, s.shape)
+        return np.matmul(p, v)
+
+
+class AdditiveMask(Mutant):
+    """Mask as an additive -1e4 on the scores instead of -inf."""
+
+    name, targets = "mutant-additive-mask", frozenset({"scaled_dot_product_attention"})
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None):
+        s = _scores(q, k)
+        s = s + np.where(_visible(mask, s.shape), 0.0, -1e4).astype(s.dtype)
+        return np.matmul(_softmax(s, -1), v)
+
+
+class MaskIgnored(Mutant):
+    """The mask argument is ignored."""
+
+    name, targets = "mutant-mask-ignored", frozenset({"scaled_dot_product_attention"})
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None):
+        return super().scaled_dot_product_attention(q, k, v, None)
+
+
+class FullyMaskedZeros(Mutant):
+    """Fully masked rows give zeros while the declared policy says NaN."""
+
+    name, targets = "mutant-fully-masked-zeros", frozenset({"scaled_dot_product_attention"})
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None):
+        return NumpyImplementation(policies={"fully_masked": "zeros"}).scaled_dot_product_attention(q, k, v, mask)
+
+
+class UnshiftedSoftmax(Mutant):
+    """Softmax without the max shift: exp overflows for large logits."""
+
+    name, targets = "mutant-unshifted-softmax", frozenset({"softmax"})
+
+    def softmax(self, x, axis=-1):
+        with np.errstate(over="ignore", invalid="ignore"):
+            e = np.exp(x)
+            return e / np.sum(e, axis=axis, keepdims=True)
+
+
+class SoftmaxLastAxisOnly(Mutant):
+    """Softmax always over the last axis, whatever ``axis`` says."""
+
+    name, targets = "mutant-softmax-last-axis", frozenset({"softmax"})
+
+    def softmax(self, x, axis=-1):
+        return super().softmax(x, -1)
+
+
+# --------------------------------------------------------------------------------------------
+# §3.2.2 multi-head attention
+
+
+def _mha_with(impl: NumpyImplementation, query, key, value, params, num_heads, mask, split, merge):
+    q = split(base._affine(query, params["w_q"], params.get("b_q")), num_heads)
+    k = split(base._affine(key, params["w_k"], params.get("b_k")), num_heads)
+    v = split(base._affine(value, params["w_v"], params.get("b_v")), num_heads)
+    heads = impl.scaled_dot_product_attention(q, k, v, None if mask is None else mask[..., None, :, :])
+    return base._affine(merge(heads), params["w_o"], params.get("b_o"))
+
+
+class HeadsSplitStrided(Mutant):
+    """Heads split along the wrong axis: head i takes columns i, i+h, i+2h, ... instead of a block."""
+
+    name, targets = "mutant-heads-split-strided", frozenset({"multi_head_attention"})
+
+    def multi_head_attention(self, query, key, value, params, num_heads, mask=None):
+        def split(x, h):
+            *batch, n, width = x.shape
+            return np.moveaxis(x.reshape(*batch, n, width // h, h), -1, -3)  # (..., h, n, d)
+        return _mha_with(self, query, key, value, params, num_heads, mask, split, lambda x: base._merge_heads(x))
+
+
+class HeadsConcatReversed(Mutant):
+    """Heads concatenated in reverse order before W^O."""
+
+    name, targets = "mutant-heads-concat-reversed", frozenset({"multi_head_attention"})
+
+    def multi_head_attention(self, query, key, value, params, num_heads, mask=None):
+        split = lambda x, h: base._split_heads(x, h, "w")  # noqa: E731
+        return _mha_with(self, query, key, value, params, num_heads, mask, split, lambda x: base._merge_heads(x[..., ::-1, :, :]))
+
+
+# --------------------------------------------------------------------------------------------
+# §3.5 positional encoding
+
+
+class PESinCosSwapped(Mutant):
+    """Positional encoding with cos in the even and sin in the odd dimensions."""
+
+    name, targets = "mutant-pe-sin-cos-swapped", frozenset({"positional_encoding"})
+
+    def positional_encoding(self, length, d_model, dtype):
+        pe = super().positional_encoding(length, d_model, dtype)
+        return np.ascontiguousarray(pe.reshape(length, d_model // 2, 2)[..., ::-1].reshape(length, d_model))
+
+
+class PEBase1000(Mutant):
+    """Positional encoding with base 1000 instead of 10000."""
+
+    name, targets = "mutant-pe-base-1000", frozenset({"positional_encoding"})
+
+    def positional_encoding(self, length, d_model, dtype):
+        dt = np.dtype(dtype)
+        inv_freq = np.power(dt.type(1000.0), -(np.arange(0, d_model, 2, dtype=dt) / dt.type(d_model)))
+        angle = np.arange(length, dtype=dt)[:, None] * inv_freq
+        pe = np.empty((length, d_model), dtype=dt)
+        pe[:, 0::2], pe[:, 1::2] = np.sin(angle), np.cos(angle)
+        return pe
+
+
+# --------------------------------------------------------------------------------------------
+# §3.1 LayerNorm, §3.3 FFN
+
+
+class LayerNormEpsOutsideSqrt(Mutant):
+    """LayerNorm divides by sqrt(var) + eps instead of sqrt(var + eps)."""
+
+    name, targets = "mutant-layernorm-eps-outside-sqrt", frozenset({"layer_norm"})
+
+    def layer_norm(self, x, gain, bias, eps):
+        c = x - np.mean(x, axis=-1, keepdims=True)
+        return c / (np.sqrt(np.mean(c * c, axis=-1, keepdims=True)) + eps) * gain + bias
+
+
+class LayerNormUnbiasedVariance(Mutant):
+    """LayerNorm with the unbiased variance (divide by d - 1)."""
+
+    name, targets = "mutant-layernorm-unbiased-variance", frozenset({"layer_norm"})
+
+    def layer_norm(self, x, gain, bias, eps):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            var = np.var(x, axis=-1, keepdims=True, ddof=1)
+        return (x - np.mean(x, axis=-1, keepdims=True)) / np.sqrt(var + eps) * gain + bias
+
+
+class LayerNormOnePassVariance(Mutant):
+    """LayerNorm with the one-pass variance E[x^2] - E[x]^2 (cancels catastrophically on near-constant rows)."""
+
+    name, targets = "mutant-layernorm-one-pass-variance", frozenset({"layer_norm"})
+
+    def layer_norm(self, x, gain, bias, eps):
+        mean = np.mean(x, axis=-1, keepdims=True)
+        var = np.maximum(np.mean(x * x, axis=-1, keepdims=True) - mean * mean, 0)
+        return (x - mean) / np.sqrt(var + eps) * gain + bias
+
+
+class FFNWithoutReLU(Mutant):
+    """Feed-forward network without the ReLU: x W1 W2 + ..."""
+
+    name, targets = "mutant-ffn-no-relu", frozenset({"feed_forward"})
+
+    def feed_forward(self, x, w1, b1, w2, b2):
+        return base._affine(base._affine(x, w1, b1), w2, b2)
+
+
+# --------------------------------------------------------------------------------------------
+# §5.3 lrate, §5.4 label smoothing
+
+
+class LrateOffByOne(Mutant):
+    """lrate evaluated at step + 1 (a 0-based step counter fed to Eq. (3))."""
+
+    name, targets = "mutant-lrate-off-by-one", frozenset({"lrate"})
+
+    def lrate(self, step, d_model, warmup_steps):
+        if isinstance(step, int) and step < 0:
+            raise ValueError(f"step: expected an int >= 0, got {step!r}")
+        return super().lrate(step + 1, d_model, warmup_steps)
+
+
+class SmoothingOverKMinus1(Mutant):
+    """Label smoothing spreads eps over the K-1 other classes while declaring the "K" variant."""
+
+    name, targets = "mutant-smoothing-k-minus-1", frozenset({"label_smoothing", "smoothed_cross_entropy"})
+
+    def _smoothed_targets(self, targets, vocab_size, eps, dt):
+        return NumpyImplementation(policies={"label_smoothing": "K-1"})._smoothed_targets(targets, vocab_size, eps, dt)
+
+
+class CrossEntropyIgnoresSmoothing(Mutant):
+    """The "smoothed" cross-entropy ignores eps (plain negative log-likelihood of the target)."""
+
+    name, targets = "mutant-cross-entropy-unsmoothed", frozenset({"smoothed_cross_entropy"})
+
+    def smoothed_cross_entropy(self, logits, targets, eps):
+        return super().smoothed_cross_entropy(logits, targets, 0.0)
+
+
+# --------------------------------------------------------------------------------------------
+# §3.1 the layers and the model
+
+
+class CausalMaskOffByOne(Mutant):
+    """The decoder's default causal mask lets position i see position i + 1."""
+
+    name, targets = "mutant-causal-off-by-one", frozenset({"decoder_layer"})
+
+    def decoder_layer(self, y, memory, params, num_heads, self_mask=None, memory_mask=None):
+        if self_mask is None:
+            n = y.shape[-2]
+            self_mask = np.tri(n, n, k=1, dtype=bool)
+        return super().decoder_layer(y, memory, params, num_heads, self_mask, memory_mask)
+
+
+class PreNormEncoder(Mutant):
+    """Encoder layer in pre-norm form x + Sublayer(LayerNorm(x)) instead of the paper's post-norm."""
+
+    name, targets = "mutant-pre-norm-encoder", frozenset({"encoder_layer"})
+
+    def encoder_layer(self, x, params, num_heads, mask=None):
+        eps = float(self.policies["layer_norm_eps"])
+        n1, n2 = params["norm1"], params["norm2"]
+        t = self.layer_norm(x, n1["gain"], n1["bias"], eps)
+        z = x + self.multi_head_attention(t, t, t, params["self_attn"], num_heads, mask)
+        t = self.layer_norm(z, n2["gain"], n2["bias"], eps)
+        return z + self.feed_forward(t, **params["ffn"])
+
+
+class EmbeddingNotScaled(Mutant):
+    """Embeddings not multiplied by sqrt(d_model) (§3.4)."""
+
+    name, targets = "mutant-embedding-not-scaled", frozenset({"transformer_forward"})
+
+    def _embed(self, tokens, embedding, dt):
+        return embedding[tokens] + self.positional_encoding(tokens.shape[1], embedding.shape[1], dt.name)
+
+
+#: Every mutant, by class name (``--impl conformance.mutants:<name>``).
+MUTANTS: dict[str, type[Mutant]] = {
+    cls.__name__: cls
+    for cls in (
+        ScaleByDk, NoScale, SoftmaxOverQueries, MaskAfterSoftmax, AdditiveMask, MaskIgnored, FullyMaskedZeros,
+        UnshiftedSoftmax, SoftmaxLastAxisOnly, HeadsSplitStrided, HeadsConcatReversed, PESinCosSwapped, PEBase1000,
+        LayerNormEpsOutsideSqrt, LayerNormUnbiasedVariance, LayerNormOnePassVariance, FFNWithoutReLU, LrateOffByOne,
+        SmoothingOverKMinus1, CrossEntropyIgnoresSmoothing, CausalMaskOffByOne, PreNormEncoder, EmbeddingNotScaled,
+    )
+}
+
+CONTROL = "numpy"
+
+
+# --------------------------------------------------------------------------------------------
+# running the suite against them
+
+
+def run_mutants(report_dir: Path, *, workers: int = 0, extra: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``pytest conformance`` on every mutant and the control (``numpy``), reports into ``report_dir``.
+
+    ``AIAYN_FIND_ONLY=1`` keeps the default profile's example generation but skips shrinking and
+    the example database: the question is only whether the freshly generated examples find a
+    failure, as on a fresh clone.
+    """
+    root = Path(__file__).resolve().parent.parent
+    specs = [f"conformance.mutants:{name}" for name in MUTANTS] + [CONTROL]
+    cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "--tb=no", "-W", "ignore::RuntimeWarning",
+           f"--aiayn-report={report_dir}"]
+    cmd += [f"--impl={s}" for s in specs]
+    if workers:
+        cmd += ["-n", str(workers)]
+    cmd += extra or []
+    env = {**os.environ, "AIAYN_FIND_ONLY": "1", "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+           "AIAYN_FAILURES": str(report_dir / "failures")}
+    return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
+
+
+def kill_table(report_dir: Path) -> dict[str, Any]:
+    """Read the per-implementation reports of a :func:`run_mutants` run into the kill table."""
+    rows = []
+    for name, cls in MUTANTS.items():
+        data = json.loads((report_dir / f"conformance-{cls.name}.json").read_text())
+        failing = [r for r in data["rows"] if r["status"] == "fail"]
+        rows.append({
+            "mutant": name,
+            "impl": cls.name,
+            "bug": cls.bug(),
+            "equations": sorted(cls.targets),
+            "caught": bool(failing),
+            "caught_by": sorted({f"{t} [{r['dtype']}]" for r in failing for t in r["failed_tests"]}),
+        })
+    control = json.loads((report_dir / f"conformance-{CONTROL}.json").read_text())
+    return {
+        "mutants": rows,
+        "caught": sum(r["caught"] for r in rows),
+        "total": len(rows),
+        "control": {"impl": CONTROL, "verdict": control["verdict"],
+                    "failing": [f"{r['equation']} [{r['dtype']}]" for r in control["rows"] if r["status"] == "fail"]},
+        "hypothesis_profile": control["hypothesis_profile"],
+        "signature": control["signature"].replace(f"impl:{CONTROL}", "impl:mutants"),
+    }
+
+
+def _markdown(table: Mapping[str, Any]) -> str:
+    lines = [
+        "# Mutants: does the conformance suite catch realistic bugs?",
+        "",
+        f"**{table['caught']} of {table['total']} caught**; control (`{table['control']['impl']}`, unbroken): "
+        f"**{table['control']['verdict']}**.",
+        "",
+        "Each mutant is the NumPy built-in with one bug (`conformance/mutants.py`), checked by `pytest conformance` "
+        f"(Hypothesis profile `{table['hypothesis_profile']}`, no shrinking) on the equations the bug lives in; the meta-test "
+        "`tests/test_conformance_mutants.py` repeats this with the default profile `dev` on every run.",
+        "",
+        "| mutant | bug | equations | caught | caught by |",
+        "|---|---|---|---|---|",
+    ]
+    for r in table["mutants"]:
+        lines.append(f"| `{r['mutant']}` | {r['bug']} | {', '.join(r['equations'])} | {'yes' if r['caught'] else '**NO**'} | "
+                     f"{'; '.join(r['caught_by'])} |")
+    lines += ["", f"Signature: `{table['signature']}`", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m conformance.mutants [REPORT_DIR]``: run the mutants, write the kill table (default ``reports/``)."""
+    args = sys.argv[1:] if argv is None else argv
+    out = Path(args[0]) if args else Path(__file__).resolve().parent.parent / "reports"
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = run_mutants(Path(tmp), workers=2)
+        try:
+            table = kill_table(Path(tmp))
+        except FileNotFoundError:
+            print(proc.stdout[-4000:], proc.stderr[-4000:], sep="\n")
+            return 2
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "conformance-mutants.md").write_text(_markdown(table), encoding="utf-8")
+    (out / "conformance-mutants.json").write_text(json.dumps(table, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(_markdown(table))
+    return 0 if table["caught"] == table["total"] and table["control"]["verdict"] == "PASS" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""Error budgets for the composites (§3.1 layers, Figure 1's forward pass): local bounds times condition numbers.
+
+A composite is a chain of equations (multi-head attention, residual sums, LayerNorm, Eq. (2),
+embeddings, the output projection). Chaining the elementwise worst-case bounds of
+``conformance/budgets.py`` stage by stage is rigorous but compounds the worst case at every stage
+(about 10^3 per layer), which makes it vacuous for anything below float64. So the composites use
+the standard first-order forward error analysis instead [H, §1.6; §3.5]:
+
+    computed output - exact output  =  sum_k  J_k l_k  +  O(u^2),
+
+where stage k adds a local rounding error l_k (bounded elementwise by that equation's own budget,
+|l_k| <= L_k, evaluated at the exact inputs of the stage) and J_k is the Jacobian of everything
+*downstream* of stage k (the condition of the rest of the network with respect to stage k's
+output). Hence, elementwise,
+
+    |error|  <~  sum_k |J_k| L_k,
+
+with |J_k| L_k = sum_j |J_k[:, j]| L_k[j]: each local error may take any sign pattern, but the
+Jacobians are composed exactly before the absolute value is taken, so cancellation inside the
+downstream network is kept. The Jacobians are evaluated at the exact intermediate values (the
+oracle's, in float64) by forward-mode differentiation (a Jacobian-vector product per column,
+batched). Terms of second order in u are neglected (the "<~" of [H]); so is the kink of ReLU
+(a unit whose exact pre-activation lies within its own rounding error of 0 may switch; the
+derivative used is that at the exact value).
+
+The oracle's own error in a composite (it rounds to float64 between sub-layers) is the same sum
+with the float64 local bounds; the comparison threshold uses the sum of both, L_k(dtype) +
+L_k(float64), through the same Jacobians.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from conformance import budgets as B
+from conformance.numerics import Precision, gamma
+
+__all__ = ["decoder_layer", "encoder_layer", "transformer_forward"]
+
+Tangent = np.ndarray | None  # a batch of tangents with a leading axis, or None for zero
+
+
+# --------------------------------------------------------------------------------------------
+# the graph: stages with a value, a Jacobian-vector product and a local error bound
+
+
+@dataclass
+class _Op:
+    out: str
+    inputs: tuple[str, ...]
+    jvp: Callable[..., np.ndarray]  # jvp(*input values, *input tangents) -> output tangent
+    local: Callable[[Precision], np.ndarray]  # elementwise bound on this stage's own rounding error
+
+
+class _Graph:
+    """Records the stages of a composite as they are evaluated (in float64), then bounds its output."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, np.ndarray] = {}
+        self.ops: list[_Op] = []
+
+    def source(self, name: str, value: np.ndarray, local: Callable[[Precision], np.ndarray]) -> None:
+        """A stage with no upstream stage (an embedding): only a local error."""
+        self.values[name] = value
+        self.ops.append(_Op(name, (), lambda: None, local))
+
+    def stage(self, name: str, inputs: Sequence[str], value: np.ndarray, jvp: Callable[..., np.ndarray],
+              local: Callable[[Precision], np.ndarray]) -> np.ndarray:
+        self.values[name] = value
+        self.ops.append(_Op(name, tuple(inputs), jvp, local))
+        return value
+
+    def bound(self, output: str, precisions: Sequence[Precision]) -> np.ndarray:
+        """sum_k |J_k| L_k at ``output``, with L_k summed over ``precisions``."""
+        total = np.zeros_like(self.values[output])
+        for index, op in enumerate(self.ops):
+            local = np.minimum(sum(op.local(p) for p in precisions), 1e300)
+            if op.out == output:
+                total = total + local
+                continue
+            if not np.any(local):
+                continue
+            n = local.size
+            tangents: dict[str, Tangent] = {op.out: (np.eye(n) * local.reshape(-1)).reshape(n, *local.shape)}
+            for later in self.ops[index + 1:]:
+                ins = [tangents.get(name) for name in later.inputs]
+                if all(t is None for t in ins):
+                    continue
+                tangents[later.out] = later.jvp(*[self.values[name] for name in later.inputs], *ins)
+            if tangents.get(output) is not None:
+                total = total + np.sum(np.abs(tangents[output]), axis=0)
+        return total * B.SAFETY
+
+
+def _zero(t: Tangent, like: np.ndarray) -> np.ndarray:
+    return np.zeros((1, *like.shape)) if t is None else t
+
+
+# --------------------------------------------------------------------------------------------
+# the stages in float64 with their Jacobian-vector products
+
+
+def _split(x: np.ndarray, h: int) -> np.ndarray:
+    *batch, n, width = x.shape
+    return np.swapaxes(x.reshape(*batch, n, h, width // h), -2, -3)
+
+
+def _merge(x: np.ndarray) -> np.ndarray:
+    *batch, h, n, d = x.shape
+    return np.swapaxes(x, -2, -3).reshape(*batch, n, h * d)
+
+
+def _softmax_masked(s: np.ndarray, visible: np.ndarray) -> np.ndarray:
+    z = np.where(visible, s, -np.inf)
+    z = z - np.max(z, axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def _mha(query: np.ndarray, key: np.ndarray, value: np.ndarray, params: Mapping[str, np.ndarray], h: int, mask: np.ndarray | None,
+         dq: Tangent = None, dk: Tangent = None, dv: Tangent = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(value, tangent) of MultiHead (§3.2.2); the tangent of head i: dP V + P dV with dP = P o (dS - sum P dS)."""
+    def proj(x: np.ndarray, w: str, b: str) -> np.ndarray:
+        return x @ params[w] + (params[b] if params.get(b) is not None else 0.0)
+
+    q, k, v = _split(proj(query, "w_q", "b_q"), h), _split(proj(key, "w_k", "b_k"), h), _split(proj(value, "w_v", "b_v"), h)
+    root = math.sqrt(q.shape[-1])
+    s = q @ np.swapaxes(k, -1, -2) / root  # (..., h, n_q, n_k)
+    visible = np.ones(s.shape, dtype=bool) if mask is None else np.broadcast_to(np.asarray(mask)[..., None, :, :], s.shape)
+    p = _softmax_masked(s, visible)
+    out = _merge(p @ v) @ params["w_o"] + (params["b_o"] if params.get("b_o") is not None else 0.0)
+    if dq is None and dk is None and dv is None:
+        return out, None
+    tq = _split(_zero(dq, query) @ params["w_q"], h)
+    tk = _split(_zero(dk, key) @ params["w_k"], h)
+    tv = _split(_zero(dv, value) @ params["w_v"], h)
+    ds = np.where(visible, (tq @ np.swapaxes(k, -1, -2) + q @ np.swapaxes(tk, -1, -2)) / root, 0.0)
+    dp = p * (ds - np.sum(p * ds, axis=-1, keepdims=True))
+    return out, _merge(dp @ v + p @ tv) @ params["w_o"]
+
+
+def _layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, dx: Tangent = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(value, tangent) of LayerNorm: d x_hat = (dc - x_hat (x_hat . dc) / d) / s, dc = dx - mean(dx)."""
+    c = x - np.mean(x, axis=-1, keepdims=True)
+    s = np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps)
+    xh = c / s
+    out = xh * gain + bias
+    if dx is None:
+        return out, None
+    dc = dx - np.mean(dx, axis=-1, keepdims=True)
+    d_xh = (dc - xh * np.mean(xh * dc, axis=-1, keepdims=True)) / s
+    return out, d_xh * gain
+
+
+def _ffn(x: np.ndarray, ffn: Mapping[str, np.ndarray], dx: Tangent = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(value, tangent) of Eq. (2); ReLU's derivative taken at the exact pre-activation."""
+    hidden = x @ ffn["w1"] + ffn["b1"]
+    out = np.maximum(hidden, 0.0) @ ffn["w2"] + ffn["b2"]
+    if dx is None:
+        return out, None
+    return out, ((dx @ ffn["w1"]) * (hidden > 0)) @ ffn["w2"]
+
+
+# --------------------------------------------------------------------------------------------
+# building the composites
+
+
+def _add_mha(g: _Graph, name: str, q: str, k: str, v: str, params: Mapping[str, np.ndarray], h: int, mask: np.ndarray | None) -> None:
+    vals = g.values
+    value, _ = _mha(vals[q], vals[k], vals[v], params, h, mask)
+    qv, kv, vv = vals[q], vals[k], vals[v]
+    g.stage(name, (q, k, v), value,
+            lambda a, b, c, ta, tb, tc: _mha(a, b, c, params, h, mask, ta, tb, tc)[1],
+            lambda p: B.multi_head_attention(qv, kv, vv, params, h, mask, p))
+
+
+def _add_residual_norm(g: _Graph, name: str, x: str, sub: str, norm: Mapping[str, np.ndarray], eps: float) -> None:
+    """LayerNorm(x + Sublayer(x)) (§3.1) as two stages: the sum (one rounding) and the LayerNorm."""
+    r = g.values[x] + g.values[sub]
+    g.stage(f"{name}.sum", (x, sub), r, lambda a, b, ta, tb: _zero(ta, a) + _zero(tb, b),
+            lambda p: p.op * np.abs(r) + p.eta)
+    gain, bias = norm["gain"], norm["bias"]
+    g.stage(name, (f"{name}.sum",), _layer_norm(r, gain, bias, eps)[0],
+            lambda a, ta: _layer_norm(a, gain, bias, eps, ta)[1],
+            lambda p: B.layer_norm(r, gain, bias, eps, p))
+
+
+def _add_ffn(g: _Graph, name: str, x: str, ffn: Mapping[str, np.ndarray]) -> None:
+    xv = g.values[x]
+    g.stage(name, (x,), _ffn(xv, ffn)[0], lambda a, ta: _ffn(a, ffn, ta)[1],
+            lambda p: B.feed_forward(xv, ffn["w1"], ffn["b1"], ffn["w2"], ffn["b2"], p))
+
+
+def _encoder(g: _Graph, x: str, params: Mapping[str, Any], h: int, mask: np.ndarray | None, eps: float, tag: str) -> str:
+    _add_mha(g, f"{tag}.attn", x, x, x, params["self_attn"], h, mask)
+    _add_residual_norm(g, f"{tag}.z", x, f"{tag}.attn", params["norm1"], eps)
+    _add_ffn(g, f"{tag}.ffn", f"{tag}.z", params["ffn"])
+    _add_residual_norm(g, f"{tag}.out", f"{tag}.z", f"{tag}.ffn", params["norm2"], eps)
+    return f"{tag}.out"
+
+
+def _decoder(g: _Graph, y: str, memory: str, params: Mapping[str, Any], h: int, self_mask: np.ndarray, memory_mask: np.ndarray | None,
+             eps: float, tag: str) -> str:
+    _add_mha(g, f"{tag}.self", y, y, y, params["self_attn"], h, self_mask)
+    _add_residual_norm(g, f"{tag}.a", y, f"{tag}.self", params["norm1"], eps)
+    _add_mha(g, f"{tag}.cross", f"{tag}.a", memory, memory, params["cross_attn"], h, memory_mask)
+    _add_residual_norm(g, f"{tag}.b", f"{tag}.a", f"{tag}.cross", params["norm2"], eps)
+    _add_ffn(g, f"{tag}.ffn", f"{tag}.b", params["ffn"])
+    _add_residual_norm(g, f"{tag}.out", f"{tag}.b", f"{tag}.ffn", params["norm3"], eps)
+    return f"{tag}.out"
+
+
+def _input(g: _Graph, name: str, value: np.ndarray) -> None:
+    """An exact input (the rounded values the implementation was given): no error of its own."""
+    g.source(name, np.asarray(value, dtype=np.float64), lambda p: np.zeros(np.shape(value)))
+
+
+def encoder_layer(x: np.ndarray, params: Mapping[str, Any], num_heads: int, mask: np.ndarray | None, eps: float,
+                  precisions: Sequence[Precision]) -> np.ndarray:
+    """First-order bound for the encoder layer (§3.1): MHA, sum, LayerNorm, FFN, sum, LayerNorm."""
+    g = _Graph()
+    _input(g, "x", x)
+    return g.bound(_encoder(g, "x", params, num_heads, mask, eps, "enc"), precisions)
+
+
+def decoder_layer(y: np.ndarray, memory: np.ndarray, params: Mapping[str, Any], num_heads: int, self_mask: np.ndarray | None,
+                  memory_mask: np.ndarray | None, eps: float, precisions: Sequence[Precision]) -> np.ndarray:
+    """First-order bound for the decoder layer (§3.1); ``self_mask`` None means causal (§3.2.3)."""
+    n = y.shape[-2]
+    self_mask = (np.arange(n)[None, :] <= np.arange(n)[:, None]) if self_mask is None else self_mask
+    g = _Graph()
+    _input(g, "y", y)
+    _input(g, "memory", memory)
+    return g.bound(_decoder(g, "y", "memory", params, num_heads, self_mask, memory_mask, eps, "dec"), precisions)
+
+
+def _embedding(g: _Graph, name: str, tokens: np.ndarray, embedding: np.ndarray) -> None:
+    """E[tokens] sqrt(d) + PE (§3.4, §3.5): gather exact, gamma_2 for sqrt(d) and the product, PE's bound, the sum."""
+    from reference.positional import positional_encoding
+
+    n, d = tokens.shape[-1], embedding.shape[1]
+    scaled = embedding[tokens] * math.sqrt(d)
+    x = scaled + positional_encoding(n, d)
+    g.source(name, x, lambda p: gamma(2, p.op) * np.abs(scaled) + B.positional_encoding(n, d, p) + p.op * np.abs(x) + 2 * p.eta)
+
+
+def transformer_forward(src: np.ndarray, tgt: np.ndarray, params: Mapping[str, Any], num_heads: int, src_lengths: np.ndarray | None,
+                        tgt_lengths: np.ndarray | None, eps: float, precisions: Sequence[Precision]) -> np.ndarray:
+    """First-order bound for the logits (Figure 1): both embeddings, the stacks, the tied projection y E^T (§3.4).
+
+    The encoder's stages reach the logits through every decoder layer's encoder-decoder attention
+    (the graph is a DAG: the memory feeds each cross-attention).
+    """
+    n_src, n_tgt = src.shape[1], tgt.shape[1]
+    src_mask = None if src_lengths is None else (np.arange(n_src)[None, :] < np.asarray(src_lengths)[:, None])[:, None, :]
+    tgt_mask = np.arange(n_tgt)[None, :] <= np.arange(n_tgt)[:, None]
+    if tgt_lengths is not None:
+        tgt_mask = tgt_mask & (np.arange(n_tgt)[None, :] < np.asarray(tgt_lengths)[:, None])[:, None, :]
+    emb = params["embedding"]
+    g = _Graph()
+    _embedding(g, "src", src, emb)
+    x = "src"
+    for i, layer in enumerate(params["encoder"]):
+        x = _encoder(g, x, layer, num_heads, src_mask, eps, f"enc{i}")
+    _embedding(g, "tgt", tgt, emb)
+    y = "tgt"
+    for i, layer in enumerate(params["decoder"]):
+        y = _decoder(g, y, x, layer, num_heads, tgt_mask, src_mask, eps, f"dec{i}")
+    yv = g.values[y]
+    d = emb.shape[1]
+    g.stage("logits", (y,), yv @ emb.T, lambda a, ta: ta @ emb.T,
+            lambda p: gamma(d + 1, p.op) * (np.abs(yv) @ np.abs(emb).T) + (d + 1) * p.eta)
+    return g.bound("logits", precisions)

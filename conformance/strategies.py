@@ -1,0 +1,380 @@
+"""Hypothesis strategies for the conformance suite: small shapes, magnitudes that matter.
+
+Every strategy returns the keyword arguments of one check (``conformance/checks``) as float64 /
+int64 / bool NumPy arrays and Python scalars. The arrays are drawn in float64; the check rounds
+them to the implementation's dtype through its own ``from_numpy``. Sizes stay small (the whole
+suite runs in about a minute on two cores), and edge cases are built, never filtered for:
+near-constant rows, large logits, masked and fully masked rows, -inf scores, exact shifts.
+
+``examples(fraction)`` scales a test's example count with the loaded Hypothesis profile (dev/ci:
+40 per test, thorough: 1000), for the tests whose single example is expensive.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import numpy as np
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from conformance.numerics import precision
+
+__all__ = [
+    "attention_inputs",
+    "causal_perturbation",
+    "cross_entropy_inputs",
+    "decoder_inputs",
+    "encoder_inputs",
+    "examples",
+    "exact_shift",
+    "ffn_inputs",
+    "forward_inputs",
+    "keep_pattern",
+    "label_smoothing_inputs",
+    "layer_norm_inputs",
+    "lrate_inputs",
+    "mha_inputs",
+    "pe_inputs",
+    "softmax_inputs",
+]
+
+
+def examples(fraction: float) -> int:
+    """max_examples for a test: ``fraction`` of the loaded profile's, at least 3."""
+    return max(3, int(settings().max_examples * fraction))
+
+
+def _floats(scale: float) -> st.SearchStrategy[float]:
+    return st.floats(min_value=-scale, max_value=scale, allow_nan=False, allow_infinity=False)
+
+
+def _array(draw: Any, shape: tuple[int, ...], scale: float) -> np.ndarray:
+    """An array drawn element by element (edge values, shrinkable): for the inputs of an equation."""
+    return draw(hnp.arrays(np.float64, shape, elements=_floats(scale)))
+
+
+def _weights(draw: Any, shape: tuple[int, ...], scale: float) -> np.ndarray:
+    """Uniform(-scale, scale) weights from a drawn seed: weight matrices are data, not edge cases, and this is fast."""
+    return np.random.default_rng(draw(st.integers(0, 2**32 - 1))).uniform(-scale, scale, shape)
+
+
+# --------------------------------------------------------------------------------------------
+# §3.2.1 softmax
+
+
+@st.composite
+def softmax_inputs(draw: Any, dtype: str) -> dict[str, Any]:
+    """x of shape (rows..., n) and an axis: random, near-constant, large (|x| up to 1e4), or with -inf entries."""
+    ndim = draw(st.integers(1, 3))
+    shape = tuple(draw(st.integers(1, 7 if i == ndim - 1 else 3)) for i in range(ndim))
+    kind = draw(st.sampled_from(["random", "near_constant", "large", "masked"]))
+    if kind == "near_constant":
+        x = draw(_floats(100.0)) + _array(draw, shape, 1e-6)
+    elif kind == "large":
+        x = _array(draw, shape, 1e4)
+    else:
+        x = _array(draw, shape, 10.0)
+    if kind == "masked":
+        hide = draw(hnp.arrays(np.bool_, shape))
+        x = np.where(hide, -np.inf, x)
+    return {"x": x, "axis": draw(st.integers(-len(shape), len(shape) - 1))}
+
+
+def exact_shift(dtype: str, shape: tuple[int, ...]) -> st.SearchStrategy[tuple[np.ndarray, float]]:
+    """(x, c) with x and x + c both exact in ``dtype``: multiples of g = 2^(6 - p), |x| <= 16, |c| <= 32.
+
+    |x + c| <= 48 < 64 = g 2^p, so every value is an integer multiple of g below 2^p g: representable.
+    """
+    p = precision(dtype).p
+    g = 2.0 ** (6 - p)
+    xs = hnp.arrays(np.int64, shape, elements=st.integers(-(2 ** (p - 2)), 2 ** (p - 2)))
+    cs = st.integers(-(2 ** (p - 1)), 2 ** (p - 1))
+    return st.tuples(xs, cs).map(lambda t: (t[0].astype(np.float64) * g, float(t[1]) * g))
+
+
+# --------------------------------------------------------------------------------------------
+# §3.2.1 Eq. (1) and §3.2.3 masks
+
+
+@st.composite
+def _mask(draw: Any, batch: tuple[int, ...], n_q: int, n_k: int, *, allow_fully_masked: bool = True) -> np.ndarray | None:
+    """None, causal (end-aligned), padding (B, 1, n_k) or random (possibly fully masked rows), for scores (*batch, n_q, n_k)."""
+    kinds = ["none", "random", "padding"] + (["causal"] if n_k >= n_q else [])
+    kind = draw(st.sampled_from(kinds))
+    if kind == "none":
+        return None
+    if kind == "causal":
+        return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q)
+    if kind == "padding":
+        b = batch[0] if batch else 1
+        low = 0 if allow_fully_masked else 1
+        lengths = np.array(draw(st.lists(st.integers(low, n_k), min_size=b, max_size=b)))
+        m = np.arange(n_k)[None, :] < lengths[:, None]  # (B, n_k)
+        if not batch:
+            return m[0][None, :]  # (1, n_k)
+        return m.reshape(b, *([1] * len(batch)), n_k)  # (B, 1, ..., 1, n_k): key axis, broadcast over queries
+    m = draw(hnp.arrays(np.bool_, (*batch, n_q, n_k)))
+    if not allow_fully_masked:
+        m[..., 0] = True
+    return m
+
+
+@st.composite
+def attention_inputs(draw: Any, dtype: str, *, batch: tuple[int, ...] | None = None, mask: bool = True, max_n: int = 5,
+                     max_d: int = 6) -> dict[str, Any]:
+    """q, k, v (scales 1, 4 or 30: up to saturated softmax rows) and a mask."""
+    if batch is None:
+        batch = draw(st.sampled_from([(), (2,), (2, 1)]))
+    n_q, n_k = draw(st.integers(1, max_n)), draw(st.integers(1, max_n))
+    d_k, d_v = draw(st.integers(1, max_d)), draw(st.integers(1, max_d))
+    scale = draw(st.sampled_from([1.0, 4.0, 30.0]))
+    q, k = _array(draw, (*batch, n_q, d_k), scale), _array(draw, (*batch, n_k, d_k), scale)
+    v = _array(draw, (*batch, n_k, d_v), 10.0)
+    m = draw(_mask(batch, n_q, n_k)) if mask else None
+    return {"q": q, "k": k, "v": v, "mask": m}
+
+
+@st.composite
+def keep_pattern(draw: Any, n_k: int) -> np.ndarray:
+    """Which keys stay visible: at least one kept and (when n_k > 1) at least one masked."""
+    keep = draw(hnp.arrays(np.bool_, (n_k,)))
+    keep[draw(st.integers(0, n_k - 1))] = True
+    if n_k > 1 and keep.all():
+        keep[draw(st.integers(0, n_k - 1))] = False
+        if not keep.any():
+            keep[0] = True
+    return keep
+
+
+@st.composite
+def causal_perturbation(draw: Any, dtype: str) -> dict[str, Any]:
+    """q, k, v of one length n >= 2 and copies that differ only after position ``upto``."""
+    n = draw(st.integers(2, 5))
+    d_k, d_v = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    batch = draw(st.sampled_from([(), (2,)]))
+    upto = draw(st.integers(0, n - 2))
+    q, k, v = (_array(draw, (*batch, n, d), 4.0) for d in (d_k, d_k, d_v))
+    q2, k2, v2 = q.copy(), k.copy(), v.copy()
+    for a, d in ((q2, d_k), (k2, d_k), (v2, d_v)):
+        a[..., upto + 1:, :] = _array(draw, (*batch, n - upto - 1, d), 4.0) + 5.0  # shifted: surely different
+    return {"q": q, "k": k, "v": v, "upto": upto, "q2": q2, "k2": k2, "v2": v2}
+
+
+# --------------------------------------------------------------------------------------------
+# §3.2.2 multi-head attention
+
+
+@st.composite
+def mha_inputs(draw: Any, dtype: str, *, min_heads: int = 1, fully_masked: bool = True) -> dict[str, Any]:
+    """The paper's shapes (§3.2.2): d_k = d_v = d_model / h; weights ~ 1/sqrt(d_model); optional biases."""
+    h = draw(st.integers(min_heads, 3))
+    d_k = draw(st.integers(1, 3))
+    d_model = h * d_k
+    n_q, n_k = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    batch = draw(st.sampled_from([(), (2,)]))
+    w = 1.5 / np.sqrt(d_model)
+    params = {name: _weights(draw, (d_model, d_model), w) for name in ("w_q", "w_k", "w_v", "w_o")}
+    if draw(st.booleans()):
+        params.update({name: _weights(draw, (d_model,), 0.5) for name in ("b_q", "b_k", "b_v", "b_o")})
+    query = _array(draw, (*batch, n_q, d_model), 3.0)
+    self_attention = draw(st.booleans())
+    key = query if self_attention and n_q == n_k else _array(draw, (*batch, n_k, d_model), 3.0)
+    value = key if draw(st.booleans()) else _array(draw, (*batch, n_k, d_model), 3.0)
+    mask = draw(_mask(batch, n_q, n_k, allow_fully_masked=fully_masked))
+    return {"query": query, "key": key, "value": value, "params": params, "num_heads": h, "mask": mask}
+
+
+# --------------------------------------------------------------------------------------------
+# §3.5 positional encoding
+
+
+@st.composite
+def pe_inputs(draw: Any, dtype: str, *, min_length: int = 0) -> dict[str, Any]:
+    """length 0..64 and an even d_model 2..32."""
+    return {"length": draw(st.integers(min_length, 64)), "d_model": 2 * draw(st.integers(1, 16))}
+
+
+# --------------------------------------------------------------------------------------------
+# §3.1 LayerNorm, §3.3 FFN
+
+
+@st.composite
+def layer_norm_inputs(draw: Any, dtype: str) -> dict[str, Any]:
+    """x (rows, d), gain ~ 1, bias ~ 0 (both not exactly), eps from 1e-6 to 0.25; rows random, offset or near-constant.
+
+    Near-constant rows have a spread of max(2^(-p/2), 32 d u) relative to their level, so the
+    condition kappa = rms(x)/sigma is as large as the dtype can still resolve.
+    """
+    rows, d = draw(st.integers(1, 3)), draw(st.integers(1, 12))
+    kind = draw(st.sampled_from(["random", "offset", "near_constant"]))
+    prec = precision(dtype)
+    if kind == "random":
+        x = _array(draw, (rows, d), 10.0)
+    elif kind == "offset":
+        x = draw(st.sampled_from([-1e3, 1e3, 37.0])) + _array(draw, (rows, d), 2.0)
+    else:
+        level = draw(st.floats(1.0, 100.0)) * draw(st.sampled_from([-1.0, 1.0]))
+        spread = abs(level) * max(2.0 ** (-prec.p / 2), 32 * d * prec.u)
+        x = level + _array(draw, (rows, d), spread)
+    gain = 1.0 + _array(draw, (d,), 0.5)
+    bias = _array(draw, (d,), 1.0)
+    eps = draw(st.sampled_from([1e-6, 1e-5, 1e-3, 0.25]))
+    return {"x": x, "gain": gain, "bias": bias, "eps": eps}
+
+
+@st.composite
+def ffn_inputs(draw: Any, dtype: str) -> dict[str, Any]:
+    """x (..., n, d_model), W1 (d_model, d_ff), W2 (d_ff, d_model), biases; ReLU active on part of the units."""
+    batch = draw(st.sampled_from([(), (2,)]))
+    n, d, d_ff = draw(st.integers(1, 4)), draw(st.integers(1, 8)), draw(st.integers(1, 16))
+    return {
+        "x": _array(draw, (*batch, n, d), 3.0),
+        "w1": _weights(draw, (d, d_ff), 1.5 / np.sqrt(d)),
+        "b1": _weights(draw, (d_ff,), 1.0),
+        "w2": _weights(draw, (d_ff, d), 1.5 / np.sqrt(d_ff)),
+        "b2": _weights(draw, (d,), 1.0),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# §5.3 lrate, §5.4 label smoothing
+
+
+@st.composite
+def lrate_inputs(draw: Any) -> dict[str, Any]:
+    """d_model, warmup_steps, and steps around the warmup boundary and far beyond (all >= 1)."""
+    d_model = draw(st.sampled_from([1, 2, 64, 512, 1024])) if draw(st.booleans()) else draw(st.integers(1, 4096))
+    w = draw(st.sampled_from([1, 2, 4000])) if draw(st.booleans()) else draw(st.integers(1, 10_000))
+    special = [1, max(w - 1, 1), w, w + 1, 10**6]
+    extra = draw(st.lists(st.integers(1, 3 * w + 3), min_size=1, max_size=4))
+    return {"steps": sorted(set(special + extra)), "d_model": d_model, "warmup_steps": w}
+
+
+@st.composite
+def lrate_shape_inputs(draw: Any) -> dict[str, Any]:
+    """Steps below and above the warmup boundary, for the shape of the schedule."""
+    w = draw(st.sampled_from([1, 2, 10, 4000])) if draw(st.booleans()) else draw(st.integers(1, 10_000))
+    rise = sorted(set(draw(st.lists(st.integers(1, w), min_size=1, max_size=4)) + [1, w]))
+    decay = sorted(set(draw(st.lists(st.integers(w, 50 * w), min_size=1, max_size=4)) + [w + 1]))
+    return {"rise": rise, "decay": decay, "d_model": draw(st.integers(1, 2048)), "warmup_steps": w}
+
+
+@st.composite
+def label_smoothing_inputs(draw: Any, dtype: str) -> dict[str, Any]:
+    """targets (...,) in [0, K), K 2..12, eps in [0, 0.5] (0.1 is the paper's)."""
+    k = draw(st.integers(2, 12))
+    shape = draw(st.sampled_from([(1,), (3,), (2, 4)]))
+    targets = draw(hnp.arrays(np.int64, shape, elements=st.integers(0, k - 1)))
+    eps = draw(st.sampled_from([0.0, 0.1])) if draw(st.booleans()) else draw(st.floats(0.0, 0.5))
+    return {"targets": targets, "vocab_size": k, "eps": eps}
+
+
+@st.composite
+def cross_entropy_inputs(draw: Any, dtype: str) -> dict[str, Any]:
+    """logits (..., K) at scales 1, 10 or 100 and targets; eps as in label_smoothing_inputs."""
+    k = draw(st.integers(2, 12))
+    shape = draw(st.sampled_from([(1,), (3,), (2, 3)]))
+    scale = draw(st.sampled_from([1.0, 10.0, 100.0]))
+    targets = draw(hnp.arrays(np.int64, shape, elements=st.integers(0, k - 1)))
+    eps = draw(st.sampled_from([0.0, 0.1])) if draw(st.booleans()) else draw(st.floats(0.0, 0.5))
+    return {"logits": _array(draw, (*shape, k), scale), "targets": targets, "eps": eps}
+
+
+@st.composite
+def cross_entropy_minimum_inputs(draw: Any, dtype: str) -> dict[str, Any]:
+    """Targets, K, eps > 0 (so log q is finite), a shift of the logits and a perturbation away from log q."""
+    k = draw(st.integers(2, 10))
+    shape = draw(st.sampled_from([(1,), (3,)]))
+    targets = draw(hnp.arrays(np.int64, shape, elements=st.integers(0, k - 1)))
+    eps = draw(st.sampled_from([0.1, 0.3])) if draw(st.booleans()) else draw(st.floats(0.01, 0.5))
+    delta = _array(draw, (*shape, k), 2.0)
+    return {"targets": targets, "vocab_size": k, "eps": eps, "shift": draw(_floats(5.0)), "delta": delta}
+
+
+# --------------------------------------------------------------------------------------------
+# §3.1 composites, canonical weights
+
+
+def _config(n_layers: int, d_model: int, h: int, d_ff: int) -> types.SimpleNamespace:
+    return types.SimpleNamespace(n_layers=n_layers, d_model=d_model, d_ff=d_ff, num_heads=h, d_k=d_model // h, d_v=d_model // h)
+
+
+@st.composite
+def _sizes(draw: Any) -> tuple[int, int, int]:
+    h = draw(st.sampled_from([1, 2]))
+    d_model = h * draw(st.sampled_from([2, 4]))
+    return d_model, h, draw(st.sampled_from([4, 8, 16]))
+
+
+def _params(seed: int, config: types.SimpleNamespace, vocab: int, biases: bool) -> dict[str, Any]:
+    from reference.model import init_params
+
+    return init_params(config, vocab, np.random.default_rng(seed), biases=biases)
+
+
+@st.composite
+def encoder_inputs(draw: Any, dtype: str) -> dict[str, Any]:
+    """x (B, n, d_model), one encoder layer's canonical weights, an optional padding mask (lengths >= 1)."""
+    d_model, h, d_ff = draw(_sizes())
+    layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()))["encoder"][0]
+    b, n = draw(st.integers(1, 2)), draw(st.integers(1, 5))
+    x = _array(draw, (b, n, d_model), 2.0)
+    mask = None
+    if draw(st.booleans()):
+        lengths = np.array(draw(st.lists(st.integers(1, n), min_size=b, max_size=b)))
+        mask = (np.arange(n)[None, :] < lengths[:, None])[:, None, :]
+    return {"x": x, "params": layer, "num_heads": h, "mask": mask}
+
+
+@st.composite
+def decoder_inputs(draw: Any, dtype: str, *, causal_check: bool = False) -> dict[str, Any]:
+    """y (B, n_tgt, d), memory (B, n_src, d), one decoder layer's weights; masks None or causal & padding."""
+    d_model, h, d_ff = draw(_sizes())
+    layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()))["decoder"][0]
+    b = draw(st.integers(1, 2))
+    n_tgt, n_src = draw(st.integers(2 if causal_check else 1, 5)), draw(st.integers(1, 5))
+    y, memory = _array(draw, (b, n_tgt, d_model), 2.0), _array(draw, (b, n_src, d_model), 2.0)
+    if causal_check:
+        upto = draw(st.integers(0, n_tgt - 2))
+        y2 = y.copy()
+        y2[:, upto + 1:] = _array(draw, (b, n_tgt - upto - 1, d_model), 2.0) + 3.0
+        return {"y": y, "memory": memory, "params": layer, "num_heads": h, "upto": upto, "y2": y2}
+    self_mask = memory_mask = None
+    if draw(st.booleans()):
+        t_len = np.array(draw(st.lists(st.integers(1, n_tgt), min_size=b, max_size=b)))
+        s_len = np.array(draw(st.lists(st.integers(1, n_src), min_size=b, max_size=b)))
+        causal = np.arange(n_tgt)[None, :] <= np.arange(n_tgt)[:, None]
+        self_mask = causal & (np.arange(n_tgt)[None, :] < t_len[:, None])[:, None, :]
+        memory_mask = (np.arange(n_src)[None, :] < s_len[:, None])[:, None, :]
+    return {"y": y, "memory": memory, "params": layer, "num_heads": h, "self_mask": self_mask, "memory_mask": memory_mask}
+
+
+@st.composite
+def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement") -> dict[str, Any]:
+    """Token ids, canonical weights of a 1- or 2-layer model, and lengths (>= 1) or None.
+
+    ``kind``: "agreement"; "causal" (adds ``upto`` and ``tgt2``, equal to tgt up to ``upto``);
+    "batch" (B = 2 and an ``index``).
+    """
+    d_model, h, d_ff = draw(_sizes())
+    vocab = draw(st.integers(2, 11))
+    params = _params(draw(st.integers(0, 2**32 - 1)), _config(draw(st.integers(1, 2)), d_model, h, d_ff), vocab, draw(st.booleans()))
+    b = 2 if kind == "batch" else draw(st.integers(1, 2))
+    n_src, n_tgt = draw(st.integers(1, 4)), draw(st.integers(2 if kind == "causal" else 1, 4))
+    src = draw(hnp.arrays(np.int64, (b, n_src), elements=st.integers(0, vocab - 1)))
+    tgt = draw(hnp.arrays(np.int64, (b, n_tgt), elements=st.integers(0, vocab - 1)))
+    args: dict[str, Any] = {"src": src, "tgt": tgt, "params": params, "num_heads": h}
+    if kind == "causal":
+        upto = draw(st.integers(0, n_tgt - 2))
+        tgt2 = tgt.copy()
+        tgt2[:, upto + 1:] = (tgt[:, upto + 1:] + 1 + draw(st.integers(0, vocab - 2))) % vocab  # surely different ids
+        return {**args, "upto": upto, "tgt2": tgt2}
+    lengths = draw(st.booleans())
+    args["src_lengths"] = np.array(draw(st.lists(st.integers(1, n_src), min_size=b, max_size=b))) if lengths else None
+    args["tgt_lengths"] = np.array(draw(st.lists(st.integers(1, n_tgt), min_size=b, max_size=b))) if lengths else None
+    if kind == "batch":
+        args["index"] = draw(st.integers(0, b - 1))
+    return args

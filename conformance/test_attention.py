@@ -1,0 +1,130 @@
+"""§3.2: softmax, scaled dot-product attention (Eq. (1)), masking (§3.2.3) and multi-head attention (§3.2.2).
+
+Agreement with the oracle within derived budgets, and the metamorphic relations of issue 4:
+softmax shift invariance and rows summing to 1; keys and values permuted together; queries
+permuted; masked keys equal to removed keys; poison at masked positions; the causal mask; batch
+elements and heads independent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance import strategies as S
+from conformance.checks import attention as A
+
+# --------------------------------------------------------------------------------------------
+# softmax
+
+
+@pytest.mark.equation("softmax")
+@given(data=st.data())
+def test_softmax(impl: Any, dtype: str, data: st.DataObject) -> None:
+    A.softmax_agreement(impl, dtype, **data.draw(S.softmax_inputs(dtype)))
+
+
+@pytest.mark.equation("softmax")
+@settings(max_examples=S.examples(0.5))
+@given(data=st.data())
+def test_softmax_rows_sum_to_one(impl: Any, dtype: str, data: st.DataObject) -> None:
+    A.softmax_rows_sum_to_one(impl, dtype, **data.draw(S.softmax_inputs(dtype)))
+
+
+@pytest.mark.equation("softmax")
+@settings(max_examples=S.examples(0.5))
+@given(data=st.data())
+def test_softmax_shift_invariance(impl: Any, dtype: str, data: st.DataObject) -> None:
+    shape = data.draw(st.sampled_from([(1, 3), (2, 5), (3, 1, 4)]))
+    x, shift = data.draw(S.exact_shift(dtype, shape))
+    A.softmax_shift_invariance(impl, dtype, x=x, axis=-1, shift=shift)
+
+
+# --------------------------------------------------------------------------------------------
+# scaled dot-product attention, Eq. (1)
+
+
+@pytest.mark.equation("scaled_dot_product_attention")
+@given(data=st.data())
+def test_scaled_dot_product_attention(impl: Any, dtype: str, data: st.DataObject) -> None:
+    A.attention_agreement(impl, dtype, **data.draw(S.attention_inputs(dtype)))
+
+
+@pytest.mark.equation("scaled_dot_product_attention")
+@settings(max_examples=S.examples(0.5))
+@given(data=st.data())
+def test_attention_unchanged_when_keys_and_values_are_permuted_together(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.attention_inputs(dtype))
+    perm = np.array(data.draw(st.permutations(range(args["k"].shape[-2]))))
+    A.attention_keys_values_permuted(impl, dtype, **args, perm=perm)
+
+
+@pytest.mark.equation("scaled_dot_product_attention")
+@settings(max_examples=S.examples(0.5))
+@given(data=st.data())
+def test_attention_outputs_follow_permuted_queries(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.attention_inputs(dtype))
+    perm = np.array(data.draw(st.permutations(range(args["q"].shape[-2]))))
+    A.attention_queries_permuted(impl, dtype, **args, perm=perm)
+
+
+@pytest.mark.equation("scaled_dot_product_attention")
+@settings(max_examples=S.examples(0.5))
+@given(data=st.data())
+def test_attention_masked_keys_equal_removed_keys(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.attention_inputs(dtype, mask=False))
+    keep = data.draw(S.keep_pattern(args["k"].shape[-2]))
+    A.attention_masked_equals_removed(impl, dtype, q=args["q"], k=args["k"], v=args["v"], keep=keep)
+
+
+@pytest.mark.equation("scaled_dot_product_attention")
+@settings(max_examples=S.examples(0.5))
+@given(data=st.data(), poison=st.sampled_from(["huge", "nan_keys"]))
+def test_attention_poison_at_masked_positions_changes_nothing(impl: Any, dtype: str, data: st.DataObject, poison: str) -> None:
+    args = data.draw(S.attention_inputs(dtype, mask=False))
+    keep = data.draw(S.keep_pattern(args["k"].shape[-2]))
+    A.attention_poison(impl, dtype, q=args["q"], k=args["k"], v=args["v"], keep=keep, poison=poison)
+
+
+@pytest.mark.equation("scaled_dot_product_attention")
+@settings(max_examples=S.examples(0.5))
+@given(data=st.data())
+def test_causal_output_at_i_ignores_inputs_after_i(impl: Any, dtype: str, data: st.DataObject) -> None:
+    A.attention_causal(impl, dtype, **data.draw(S.causal_perturbation(dtype)))
+
+
+@pytest.mark.equation("scaled_dot_product_attention")
+@settings(max_examples=S.examples(0.5))
+@given(data=st.data())
+def test_attention_batch_elements_are_independent(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.attention_inputs(dtype, batch=(data.draw(st.integers(2, 3)),)))
+    A.attention_batch_independent(impl, dtype, **args, index=data.draw(st.integers(0, args["q"].shape[0] - 1)))
+
+
+# --------------------------------------------------------------------------------------------
+# multi-head attention, §3.2.2
+
+
+@pytest.mark.equation("multi_head_attention")
+@given(data=st.data())
+def test_multi_head_attention(impl: Any, dtype: str, data: st.DataObject) -> None:
+    A.mha_agreement(impl, dtype, **data.draw(S.mha_inputs(dtype)))
+
+
+@pytest.mark.equation("multi_head_attention")
+@settings(max_examples=S.examples(0.25))
+@given(data=st.data())
+def test_multi_head_attention_heads_are_independent(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.mha_inputs(dtype, min_heads=2, fully_masked=False))
+    h, params = args["num_heads"], args["params"]
+    d_k = params["w_q"].shape[1] // h
+    d_model = params["w_q"].shape[0]
+    scale = 1.5 / np.sqrt(d_model)
+    names = ["w_q", "w_k", "w_v"] + [b for b in ("b_q", "b_k", "b_v") if b in params]
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    replacement = {n: rng.uniform(-scale, scale, (d_model, d_k) if n.startswith("w") else (d_k,)) for n in names}
+    A.mha_heads_independent(impl, dtype, **args, head=data.draw(st.integers(0, h - 1)), replacement=replacement)

@@ -1,0 +1,38 @@
+"""§3.1 LayerNorm and §3.3 the position-wise feed-forward network (Eq. (2))."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from conformance import strategies as S
+from conformance.checks import layers as L
+
+
+@pytest.mark.equation("layer_norm")
+@given(data=st.data())
+def test_layer_norm(impl: Any, dtype: str, data: st.DataObject) -> None:
+    L.layer_norm_agreement(impl, dtype, **data.draw(S.layer_norm_inputs(dtype)))
+
+
+@pytest.mark.equation("layer_norm")
+@settings(max_examples=S.examples(0.5))
+@given(data=st.data())
+def test_layer_norm_unchanged_by_shifting_its_input(impl: Any, dtype: str, data: st.DataObject) -> None:
+    d = data.draw(st.integers(2, 10))
+    x, shift = data.draw(S.exact_shift(dtype, (data.draw(st.integers(1, 3)), d)))
+    gain = 1.0 + data.draw(hnp.arrays(np.float64, (d,), elements=st.floats(-0.5, 0.5)))
+    bias = data.draw(hnp.arrays(np.float64, (d,), elements=st.floats(-1.0, 1.0)))
+    eps = data.draw(st.sampled_from([1e-6, 1e-3, 0.25]))
+    L.layer_norm_shift_invariance(impl, dtype, x=x, gain=gain, bias=bias, eps=eps, shift=shift)
+
+
+@pytest.mark.equation("feed_forward")
+@given(data=st.data())
+def test_feed_forward(impl: Any, dtype: str, data: st.DataObject) -> None:
+    L.ffn_agreement(impl, dtype, **data.draw(S.ffn_inputs(dtype)))

@@ -1,0 +1,32 @@
+"""§3.5: sinusoidal positional encodings: agreement, PE(pos + k) = M_k PE(pos), and |PE| <= 1."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance import strategies as S
+from conformance.checks import positional as P
+
+
+@pytest.mark.equation("positional_encoding")
+@given(data=st.data())
+def test_positional_encoding(impl: Any, dtype: str, data: st.DataObject) -> None:
+    P.pe_agreement(impl, dtype, **data.draw(S.pe_inputs(dtype)))
+
+
+@pytest.mark.equation("positional_encoding")
+@settings(max_examples=S.examples(0.5))
+@given(data=st.data(), offset=st.integers(1, 20))
+def test_positional_encoding_shift_is_a_linear_map(impl: Any, dtype: str, data: st.DataObject, offset: int) -> None:
+    P.pe_shift(impl, dtype, **data.draw(S.pe_inputs(dtype, min_length=1)), offset=offset)
+
+
+@pytest.mark.equation("positional_encoding")
+@settings(max_examples=S.examples(0.25))
+@given(data=st.data())
+def test_positional_encoding_is_bounded_by_one(impl: Any, dtype: str, data: st.DataObject) -> None:
+    P.pe_bounded(impl, dtype, **data.draw(S.pe_inputs(dtype)))

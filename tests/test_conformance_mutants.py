@@ -1,0 +1,135 @@
+"""The conformance suite has teeth (issue 4, "Mutants"), and fails well.
+
+1. Every mutant of ``conformance/mutants.py`` (the NumPy built-in with one realistic bug) is
+   caught by ``pytest conformance`` under the default profile, and the unbroken NumPy built-in,
+   run alongside as the control, passes. This runs the suite in a subprocess (about a minute and a
+   half on two cores).
+2. A failure message names the equation and section, the worst element, the error as a multiple
+   of its budget, the input shapes and dtypes, and a replay command that reruns that one check.
+3. A plugin that raises, returns the wrong shape, NaN, values outside its dtype, a different
+   answer the second time, or modifies its input fails the check it is in with a message saying
+   so, never with an unrelated exception.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conformance import mutants
+from conformance.checks import attention as A
+from conformance.checks import load_all
+from conformance.harness import ConformanceFailure, register_spec
+from conformance.replay import main as replay
+from implementations.numpy_impl import NumpyImplementation
+
+load_all()
+
+
+@pytest.fixture(autouse=True)
+def _failures_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIAYN_FAILURES", str(tmp_path / "failures"))
+
+
+def test_every_mutant_is_caught_and_the_unbroken_numpy_implementation_passes(tmp_path: Path) -> None:
+    proc = mutants.run_mutants(tmp_path / "reports", workers=2)
+    assert (tmp_path / "reports" / "conformance-numpy.json").exists(), f"the suite did not run:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    table = mutants.kill_table(tmp_path / "reports")
+    missed = [f"{r['mutant']}: {r['bug']}" for r in table["mutants"] if not r["caught"]]
+    assert not missed, f"{len(missed)} of {table['total']} mutants were not caught: {missed}"
+    assert table["total"] >= 15
+    assert table["control"]["verdict"] == "PASS", f"the unbroken numpy implementation failed: {table['control']['failing']}"
+
+
+def _no_scale_case() -> dict[str, np.ndarray | None]:
+    q = np.array([[1.0, 2.0, 0.5], [0.25, -1.0, 3.0]])
+    k = np.array([[0.5, 1.0, -1.0], [2.0, 0.0, 1.5], [-0.5, 0.75, 0.25]])
+    v = np.array([[1.0, -2.0], [0.5, 4.0], [3.0, 1.0]])
+    return {"q": q, "k": k, "v": v, "mask": None}
+
+
+def test_a_failure_message_says_what_where_by_how_much_on_what_and_how_to_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    impl = mutants.NoScale()
+    register_spec(impl, "conformance.mutants:NoScale")
+    with pytest.raises(ConformanceFailure) as failure:
+        A.attention_agreement(impl, "float64", **_no_scale_case())
+    message = str(failure.value)
+    for part in ("scaled dot-product attention (§3.2.1, Eq. (1))", "disagrees with the oracle", "worst element at index (",
+                 "x budget", "elements over budget", "q float64 (2, 3); k float64 (3, 3); v float64 (3, 2)",
+                 "replay: python -m conformance.replay "):
+        assert part in message, f"{part!r} missing from the failure message:\n{message}"
+    ratio = float(message.split(" x budget")[0].rsplit("= ", 1)[1])
+    assert ratio > 1e6, f"no scaling is an O(1) error, expected a huge multiple of the budget, got {ratio}"
+    path = message.rsplit("replay: python -m conformance.replay ", 1)[1].strip()
+    assert replay([path]) == 1, "replaying the saved failure should fail again"
+    assert "disagrees with the oracle" in capsys.readouterr().out
+    assert replay([path, "--impl", "numpy"]) == 0, "the same inputs should pass on the unbroken implementation"
+
+
+class _Broken(NumpyImplementation):
+    """The NumPy implementation with its softmax replaced by ``bad``."""
+
+    name = "broken"
+
+    def __init__(self, bad) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.bad = bad
+
+    def softmax(self, x, axis=-1):  # type: ignore[no-untyped-def]
+        return self.bad(self, x, axis)
+
+
+def _raises(self, x, axis):  # type: ignore[no-untyped-def]
+    raise RuntimeError("kernel exploded")
+
+
+def _wrong_shape(self, x, axis):  # type: ignore[no-untyped-def]
+    return NumpyImplementation.softmax(self, x, axis)[..., :1]
+
+
+def _nan(self, x, axis):  # type: ignore[no-untyped-def]
+    out = NumpyImplementation.softmax(self, x, axis)
+    out[0, 0] = np.nan
+    return out
+
+
+def _mutates(self, x, axis):  # type: ignore[no-untyped-def]
+    out = NumpyImplementation.softmax(self, x, axis)
+    x -= 1.0
+    return out
+
+
+_calls = {"n": 0}
+
+
+def _nondeterministic(self, x, axis):  # type: ignore[no-untyped-def]
+    _calls["n"] += 1
+    out = NumpyImplementation.softmax(self, x, axis)
+    return out * (1.0 + _calls["n"] * 2.0**-20)
+
+
+def _widened(self, x, axis):  # type: ignore[no-untyped-def]
+    return NumpyImplementation.softmax(self, x.astype(np.float64), axis)
+
+
+@pytest.mark.parametrize(
+    "bad, dtype, words",
+    [
+        (_raises, "float64", "raised RuntimeError: kernel exploded"),
+        (_wrong_shape, "float64", "result has shape (2, 1), expected (2, 3)"),
+        (_nan, "float64", "NaN at index (0, 0)"),
+        (_mutates, "float64", "modified its input"),
+        (_nondeterministic, "float64", "not deterministic"),
+        (_widened, "float32", "returned native dtype float64, expected float32"),
+    ],
+)
+def test_a_broken_plugin_fails_the_check_it_is_in_with_a_message_saying_how(bad, dtype: str, words: str) -> None:  # type: ignore[no-untyped-def]
+    x = np.array([[0.5, -1.0, 2.0], [3.0, 3.0, math.pi]])
+    with pytest.raises(ConformanceFailure) as failure:
+        A.softmax_agreement(_Broken(bad), dtype, x=x, axis=-1)
+    assert words in str(failure.value), str(failure.value)
+    assert "softmax (§3.2.1, inside Eq. (1))" in str(failure.value)
+    A.softmax_agreement(NumpyImplementation(), dtype, x=x, axis=-1)  # the same check passes on the real thing
