@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, Phase, settings
 from conformance.checks import load_all
 from conformance.plugin import (  # noqa: F401  (pytest finds hooks by name in this module)
     pytest_addoption,
+    pytest_collection_modifyitems,
     pytest_configure,
     pytest_generate_tests,
     pytest_report_header,

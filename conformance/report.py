@@ -37,11 +37,14 @@ def _cell(results: list[dict[str, Any]]) -> dict[str, Any]:
     if not results:
         return {"status": "not run", "examples": 0, "worst_error_to_budget": None, "headroom": None, "failed_tests": [], "tests": []}
     failed = sorted({r["test"] for r in results if r["outcome"] == "failed"})
-    ran = [r for r in results if r["outcome"] != "skipped"]
+    deviations = sorted({r["test"] for r in results if r["outcome"] == "known deviation"})
+    ran = [r for r in results if r["outcome"] not in ("skipped", "known deviation")]
     not_provided = any("not provided" in r.get("reason", "") for r in results)
     worst = max((r.get("worst", 0.0) for r in ran), default=0.0)
     if failed:
         status = "fail"
+    elif deviations:
+        status = "known deviation"
     elif ran:
         status = "pass"
     else:
@@ -52,6 +55,7 @@ def _cell(results: list[dict[str, Any]]) -> dict[str, Any]:
         "worst_error_to_budget": worst if ran else None,
         "headroom": None if not ran or worst == 0 else 1.0 / worst,
         "failed_tests": failed,
+        "known_deviations": {r["test"]: r["reason"] for r in results if r["outcome"] == "known deviation"},
         "tests": sorted({r["test"] for r in results}),
     }
 
@@ -84,7 +88,8 @@ def build(entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str])
         "policies": {k: v for k, v in dict(getattr(impl, "policies", {}) or {}).items()},
         "loaded": impl is not None,
         "load_error": entry.error or None,
-        "verdict": "NOT LOADED" if impl is None else ("FAIL" if failed else "PASS"),
+        "verdict": "NOT LOADED" if impl is None else ("FAIL" if failed else
+                                                      "PASS WITH KNOWN DEVIATIONS" if any(r["status"] == "known deviation" for r in rows) else "PASS"),
         "failed_rows": failed,
         "hypothesis_profile": run.get("profile"),
         "seed": run.get("seed"),
@@ -117,14 +122,18 @@ def markdown(data: Mapping[str, Any]) -> str:
         "|implementation - oracle| / budget seen by the agreement checks (budgets derived per equation in "
         "`conformance/budgets.py`; 1 is the limit); *headroom* is its inverse.",
         "",
-        "| equation | dtype | status | examples | worst error / budget | headroom | failing tests |",
+        "| equation | dtype | status | examples | worst error / budget | headroom | failing tests (or known deviations) |",
         "|---|---|---|---|---|---|---|",
     ]
     if not data["loaded"]:
         lines.append(f"| (all) | - | not loaded | | | | {data['load_error']} |")
     for r in data["rows"]:
         lines.append(f"| {r['section']} | {r['dtype']} | {r['status']} | {r['examples'] or ''} | {_fmt_ratio(r['worst_error_to_budget'])} | "
-                     f"{_fmt_headroom(r)} | {', '.join(r['failed_tests'])} |")
+                     f"{_fmt_headroom(r)} | {', '.join(r['failed_tests'] or r.get('known_deviations', {}))} |")
+    reasons = sorted({(t, why) for r in data["rows"] for t, why in r.get("known_deviations", {}).items()})
+    if reasons:
+        lines += ["", "Known deviations (declared by the implementation, checked strictly: each must still deviate):", ""]
+        lines += [f"- `{t}`: {why.removeprefix('known deviation declared by ')}" for t, why in reasons]
     lines += ["", f"Signature: `{data['signature']}`", ""]
     return "\n".join(lines)
 

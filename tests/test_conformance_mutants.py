@@ -133,3 +133,51 @@ def test_a_broken_plugin_fails_the_check_it_is_in_with_a_message_saying_how(bad,
     assert words in str(failure.value), str(failure.value)
     assert "softmax (§3.2.1, inside Eq. (1))" in str(failure.value)
     A.softmax_agreement(NumpyImplementation(), dtype, x=x, axis=-1)  # the same check passes on the real thing
+
+
+# --------------------------------------------------------------------------------------------
+# declared known deviations: reported when they deviate, a failure when they no longer do
+
+_POISON = "attention_poison_at_masked_positions_changes_nothing"
+
+
+class _DeclaredAdditiveMask(mutants.AdditiveMask):
+    """The additive-mask mutant, declaring its poison failures as known deviations."""
+
+    name = "declared-additive-mask"
+    known_deviations = {f"{_POISON}[huge]": "adds -1e4 instead of setting -inf", f"{_POISON}[nan_keys]": "adds -1e4"}
+
+
+class _StaleDeclaration(NumpyImplementation):
+    """The correct NumPy implementation, declaring a deviation it does not have."""
+
+    known_deviations = {f"{_POISON}[huge]": "a declaration that outlived its deviation"}
+
+
+def _run_poison_checks(spec: str, tmp_path: Path) -> tuple[int, str, dict]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), "HYPOTHESIS_PROFILE": "ci", "AIAYN_FIND_ONLY": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "conformance/test_attention.py", "-q", "-p", "no:cacheprovider", "-k", "poison",
+         "--impl", spec, "--dtype", "float64", "--aiayn-report", str(tmp_path)],
+        cwd=root, env=env, capture_output=True, text=True, timeout=600,
+    )
+    reports = list(tmp_path.glob("conformance-*.json"))
+    return proc.returncode, proc.stdout + proc.stderr, json.loads(reports[0].read_text()) if reports else {}
+
+
+def test_a_declared_deviation_that_deviates_is_reported_not_failed(tmp_path: Path) -> None:
+    code, out, report = _run_poison_checks("tests.test_conformance_mutants:_DeclaredAdditiveMask", tmp_path)
+    assert code == 0, f"declared deviations should not fail the run:\n{out[-3000:]}"
+    assert "2 xfailed" in out, out[-2000:]
+    assert report["verdict"] == "PASS WITH KNOWN DEVIATIONS", report.get("verdict")
+
+
+def test_a_declaration_that_no_longer_deviates_fails_the_run(tmp_path: Path) -> None:
+    code, out, _ = _run_poison_checks("tests.test_conformance_mutants:_StaleDeclaration", tmp_path)
+    assert code != 0 and "XPASS(strict)" in out, f"a stale declaration must fail (strict xfail):\n{out[-3000:]}"
