@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 test: $(STAMP)
-	$(THREADS) $(PY) -m pytest -p no:cacheprovider -n 2 tests $(PYTEST_ARGS)
+	$(THREADS) $(PY) -m pytest -p no:cacheprovider -n 2 tests conformance $(PYTEST_ARGS)
 
 reproduce: $(STAMP)
 	$(THREADS) $(PY) -m reproductions

@@ -176,7 +176,8 @@ def deviation_key(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A failure the implementation declares in ``known_deviations`` is expected, strictly.
 
-    The test still runs: if it fails it is reported as a known deviation (with the declared
+    A declaration names the test as :func:`deviation_key` does, optionally followed by
+    ``@<dtype>`` to limit it to one dtype. The test still runs: if it fails it is reported as a known deviation (with the declared
     reason), and if it passes the run fails (strict), so a declaration cannot outlive the
     deviation it explains.
     """
@@ -184,7 +185,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         callspec = getattr(item, "callspec", None)
         impl = callspec.params.get("impl") if callspec else None
         declared = getattr(impl, "known_deviations", None) or {}
-        reason = declared.get(deviation_key(item)) if hasattr(declared, "get") else None
+        key, dtype = deviation_key(item), callspec.params.get("dtype") if callspec else None
+        reason = (declared.get(key) or declared.get(f"{key}@{dtype}")) if hasattr(declared, "get") else None
         if reason:
             item.add_marker(pytest.mark.xfail(strict=True, reason=f"known deviation declared by {getattr(impl, 'name', impl)}: {reason}"))
 

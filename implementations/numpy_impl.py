@@ -381,39 +381,179 @@ def blocked_numpy_implementation() -> NumpyImplementation:
 # attention kernels
 
 
+#: Query rows per tile of the blocked path (at most ``block_size``): a float32 128 x 512 score tile
+#: is 256 KiB, resident in a 512 KiB L2 (measured fastest of 64/128/256 rows at n = 2048).
+QUERY_TILE_ROWS = 128
+#: n_q * n_k from which the batch is walked one (batch, head) slice at a time (cache-sized tiles);
+#: below it one batched call over every slice costs less Python overhead.
+PER_SLICE_MIN = 64 * 64
+
+
 def _attention_tiled(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, block_q: int, block_k: int, fill: float
 ) -> np.ndarray:
-    """Eq. (1) over (block_q x block_k) tiles of the score matrix with an online softmax.
+    """Eq. (1) over (block_q x block_k) tiles of the score matrix, one (batch, head) slice at a time.
 
-    With block_q >= n_q and block_k >= n_k this is the direct computation (one tile, no
-    rescaling). ``fill`` (NaN or 0) is written to rows with no visible key.
+    With block_q >= n_q and block_k >= n_k this is the direct computation (one tile per slice);
+    otherwise query tiles have at most min(block_q, :data:`QUERY_TILE_ROWS`) rows. ``fill`` (NaN
+    or 0) is written to rows with no visible key. Key tiles a mask hides entirely are skipped.
+    The softmax is unshifted when :func:`_unshifted_is_safe` proves exp(score) cannot overflow or
+    leave the normal range (then no row maximum and no rescaling are needed); otherwise it is the
+    max-shifted online softmax (:func:`_attend_query_tile`).
     """
     n_q, d_k = q.shape[-2:]
     n_k, d_v = v.shape[-2:]
-    dt = q.dtype
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])  # batch of the scores
     visible = None if mask is None else _broadcast_mask(mask, batch + (n_q, n_k))  # a view: no n_q x n_k copy
     out_batch = np.broadcast_shapes(batch, v.shape[:-2])
-    out = np.empty(out_batch + (n_q, d_v), dtype=dt)  # (..., n_q, d_v)
-    q = q * (1.0 / math.sqrt(d_k))  # (..., n_q, d_k), scaled once (cheaper than scaling scores)
-    k_t = np.swapaxes(k, -1, -2)  # (..., d_k, n_k), a view
+    out = np.empty(out_batch + (n_q, d_v), dtype=q.dtype)  # (..., n_q, d_v)
     if n_k == 0:  # no key at all: every row is fully masked
         out[...] = fill
         return out
-    for qs in range(0, n_q, block_q):
-        rows = slice(qs, qs + block_q)
-        out[..., rows, :] = _attend_query_tile(q[..., rows, :], k_t, v, visible, rows, block_k, fill)
+    if n_q == 0:
+        return out
+    q = q * (1.0 / math.sqrt(d_k))  # (..., n_q, d_k), scaled once; a Python float keeps q's dtype
+    unshifted = _unshifted_is_safe(q, k, v)
+    b_q = n_q if block_q >= n_q else min(block_q, QUERY_TILE_ROWS)
+    b_k = min(block_k, n_k)
+    if visible is not None:
+        visible = np.broadcast_to(visible, out_batch + (n_q, n_k))  # still a view
+    tiles: dict[tuple[Any, ...], dict[tuple[int, int], int]] = {}  # tile states per distinct mask slice
+    if out_batch and n_q * n_k >= PER_SLICE_MIN:
+        qb, kb, vb = (np.broadcast_to(a, out_batch + a.shape[-2:]) for a in (q, k, v))  # views
+        for idx in np.ndindex(*out_batch):
+            vis = None if visible is None else visible[idx]
+            _attend_slice(qb[idx], kb[idx], vb[idx], vis, b_q, b_k, fill, out[idx], unshifted, tiles)
+    else:
+        _attend_slice(q, k, v, visible, b_q, b_k, fill, out, unshifted, tiles)
     return out
 
 
-def _attend_query_tile(
-    q: np.ndarray, k_t: np.ndarray, v: np.ndarray, visible: np.ndarray | None, rows: slice, block_k: int, fill: float
-) -> np.ndarray:
-    """Online softmax of one query tile against all key tiles. q (..., b_q, d_k) -> (..., b_q, d_v)."""
+def _unshifted_is_safe(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> bool:
+    """True when exp of every (scaled) score may be taken without subtracting the row maximum.
+
+    Cauchy-Schwarz: |s_ij| <= |q_i| |k_j| <= b. If b (with margin) keeps every visible weight
+    exp(s) in [e^-b, e^b] inside the normal range, the sums (<= n_k e^b max|v|) below the largest
+    finite number, and every product exp(s) v (v != 0) above the smallest normal number, then
+    exp(s) carries the same relative error as exp(s - max s) (no subtraction; no underflow or
+    overflow anywhere) and the softmax ratio is unchanged. A row sum is then 0 exactly when the row
+    has no visible key. NaN or infinite inputs fail the test (the shifted path handles them).
+    """
+    info = np.finfo(q.dtype)
+    log_max, log_tiny = math.log(float(info.max)), math.log(float(info.tiny))
     n_k = v.shape[-2]
+    if not (q.size and k.size and v.size):
+        return False
+    q_norm = math.sqrt(float(np.max(np.einsum("...i,...i->...", q, q))))
+    k_norm = math.sqrt(float(np.max(np.einsum("...i,...i->...", k, k))))
+    bound = q_norm * k_norm * 1.01 + 1.0  # margin for the rounding of the norms and scores
+    mag = np.abs(v)
+    v_max, v_min = float(np.max(mag)), float(np.min(mag))
+    if not (bound + math.log(n_k) + math.log(max(v_max, 1.0)) <= log_max - 2.0 and bound <= -log_tiny - 2.0):
+        return False  # also False for NaN
+    floor = math.exp(log_tiny + 2.0 + bound)  # smallest |v| whose products exp(s) v stay normal
+    return v_min >= floor or not np.any((mag < floor) & (mag > 0))
+
+
+def _tile_states(vis: np.ndarray, b_q: int, b_k: int, cache: dict[tuple[Any, ...], dict[tuple[int, int], int]]) -> dict[tuple[int, int], int]:
+    """Per (query start, key start) tile: 0 hidden entirely, 1 visible entirely, 2 mixed.
+
+    Cached per mask slice (its address, strides and shape): a mask broadcast over heads is
+    classified once, not once per head.
+    """
+    key = (vis.__array_interface__["data"][0], vis.strides, vis.shape)
+    states = cache.get(key)
+    if states is None:
+        n_q, n_k = vis.shape[-2:]
+        states = {}
+        for qs in range(0, n_q, b_q):
+            for ks in range(0, n_k, b_k):
+                block = vis[..., qs : qs + b_q, ks : ks + b_k]
+                states[qs, ks] = 1 if block.all() else (2 if block.any() else 0)
+        cache[key] = states
+    return states
+
+
+def _attend_slice(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, vis: np.ndarray | None, b_q: int, b_k: int, fill: float,
+    out: np.ndarray, unshifted: bool, cache: dict[tuple[Any, ...], dict[tuple[int, int], int]],
+) -> None:  # fmt: skip
+    """Write Eq. (1) of one slice (or of a whole broadcast batch) into ``out`` (..., n_q, d_v)."""
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    k_t = np.swapaxes(k, -1, -2)  # (..., d_k, n_k), a view
+    states = None if vis is None else _tile_states(vis, b_q, b_k, cache)
+    if not unshifted:
+        for qs in range(0, n_q, b_q):
+            rows = slice(qs, qs + b_q)
+            live = range(0, n_k, b_k) if states is None else [ks for ks in range(0, n_k, b_k) if states[qs, ks]]
+            out[..., rows, :] = _attend_query_tile(q[..., rows, :], k_t, v, vis, rows, live, b_k, fill)
+        return
+    _attend_unshifted(q, k_t, v, vis, b_q, b_k, fill, out, states)
+
+
+def _attend_unshifted(
+    q: np.ndarray, k_t: np.ndarray, v: np.ndarray, vis: np.ndarray | None, b_q: int, b_k: int, fill: float,
+    out: np.ndarray, states: dict[tuple[int, int], int] | None,
+) -> None:  # fmt: skip
+    """P V with P = exp(S) unnormalised (safe by :func:`_unshifted_is_safe`), row sums from the same product.
+
+    V gets a column of ones, so [P V | P 1] comes out of one matrix product: no separate pass for
+    the row sums, and key tiles just add up (no maximum, no rescaling). Score and product tiles are
+    preallocated once and reused (contiguous, so exp runs on a contiguous buffer).
+    """
+    n_q, n_k = q.shape[-2], k_t.shape[-1]
+    d_v = v.shape[-1]
+    lead = np.broadcast_shapes(q.shape[:-2], k_t.shape[:-2], v.shape[:-2])
+    v1 = np.empty(lead + (n_k, d_v + 1), dtype=v.dtype)  # [V | 1], O(n_k d_v)
+    v1[..., :d_v] = v
+    v1[..., d_v] = 1.0
+    width = d_v + 1
+    score_buf = np.empty(lead + (b_q * b_k,), dtype=q.dtype)
+    acc_buf, part_buf = (np.empty(lead + (b_q * width,), dtype=q.dtype) for _ in range(2))
+    for qs in range(0, n_q, b_q):
+        rows = min(b_q, n_q - qs)
+        q_tile = q[..., qs : qs + rows, :]
+        acc = acc_buf[..., : rows * width].reshape(lead + (rows, width))  # [P V | P 1] so far
+        started = False
+        for ks in range(0, n_k, b_k):
+            cols = min(b_k, n_k - ks)
+            state = 1 if states is None else states[qs, ks]
+            if state == 0:  # hidden entirely: contributes nothing
+                continue
+            s = score_buf[..., : rows * cols].reshape(lead + (rows, cols))  # contiguous
+            np.matmul(q_tile, k_t[..., :, ks : ks + cols], out=s)  # scores
+            np.exp(s, out=s)  # unnormalised weights
+            if state == 2:
+                np.copyto(s, 0.0, where=~vis[..., qs : qs + rows, ks : ks + cols])  # masked: weight 0 (§3.2.3)
+            target = part_buf[..., : rows * width].reshape(lead + (rows, width)) if started else acc
+            np.matmul(s, v1[..., ks : ks + cols, :], out=target)
+            if started:
+                acc += target
+            started = True
+        dst = out[..., qs : qs + rows, :]
+        if not started:
+            dst[...] = fill
+            continue
+        row_sum = acc[..., d_v:]  # (..., rows, 1)
+        dead = row_sum == 0  # no visible key (a visible weight is >= e^-b > 0)
+        if dead.any():
+            np.copyto(row_sum, 1.0, where=dead)
+            np.divide(acc[..., :d_v], row_sum, out=dst)
+            np.copyto(dst, fill, where=np.broadcast_to(dead, dst.shape))
+        else:
+            np.divide(acc[..., :d_v], row_sum, out=dst)
+
+
+def _attend_query_tile(
+    q: np.ndarray, k_t: np.ndarray, v: np.ndarray, visible: np.ndarray | None, rows: slice, live: Any, block_k: int, fill: float
+) -> np.ndarray:
+    """Max-shifted online softmax of one query tile against the key tiles starting at ``live``.
+
+    q (..., b_q, d_k) -> (..., b_q, d_v). When the maximum grows from m to m', the running sum and
+    output are rescaled by exp(m - m').
+    """
     row_max = row_sum = acc = None
-    for ks in range(0, n_k, block_k):
+    for ks in live:
         cols = slice(ks, ks + block_k)
         s = np.matmul(q, k_t[..., :, cols])  # (..., b_q, b_k) scores
         if visible is not None:
@@ -434,6 +574,10 @@ def _attend_query_tile(
             acc *= alpha
             acc += tile_out
         row_max = new_max
+    n_rows = q.shape[-2]
+    if acc is None:  # every key tile hidden
+        shape = np.broadcast_shapes(q.shape[:-2], k_t.shape[:-2], v.shape[:-2]) + (n_rows, v.shape[-1])
+        return np.full(shape, fill, dtype=q.dtype)
     dead = row_sum == 0  # no visible key in the whole row (a visible maximum contributes exp(0) = 1)
     acc /= np.where(dead, 1.0, row_sum).astype(acc.dtype, copy=False)
     np.copyto(acc, fill, where=dead)

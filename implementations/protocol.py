@@ -471,7 +471,8 @@ class ImplementationBase:
     policies: Mapping[str, object] = DEFAULT_POLICIES
     #: Optional. Conformance checks this implementation is known to fail, by name, with the reason:
     #: the test's name without ``test_`` plus its own parameters in brackets, e.g.
-    #: ``"attention_poison_at_masked_positions_changes_nothing[nan_keys]"``. The suite still runs
+    #: ``"attention_poison_at_masked_positions_changes_nothing[nan_keys]"``, optionally followed by
+    #: ``@<dtype>`` (e.g. ``...[huge]@float32``) to limit it to one dtype. The suite still runs
     #: them; a failure is reported as a known deviation with this reason, and a pass fails the
     #: run (the declaration must go once the deviation is gone). Declare only behaviour you
     #: cannot or will not change (e.g. a library's documented semantics), never to hide a bug.

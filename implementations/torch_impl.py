@@ -438,12 +438,29 @@ class TorchSDPAImplementation(TorchImplementation):
 
     name = "torch-sdpa"
     policies: Mapping[str, object] = MappingProxyType({**DEFAULT_POLICIES, "fully_masked": "zeros"})
+    # SDPA applies a boolean mask by *adding* -inf to the scores, where §3.2.3 *sets* masked scores
+    # to -inf. The two differ only when a masked score is not finite: NaN in a masked key, or a key
+    # so large that q.k overflows to inf, gives NaN + (-inf) or inf + (-inf) = NaN, and the query's
+    # whole output row becomes NaN. That is PyTorch's behaviour, which this implementation exists
+    # to check, so it is declared (and checked strictly) rather than worked around.
+    # In float16 the largest finite key (65504) cannot overflow SDPA's float32 scores, so the
+    # "huge" poison deviates only in the wider formats.
+    known_deviations: Mapping[str, str] = MappingProxyType({
+        **{f"attention_poison_at_masked_positions_changes_nothing[huge]@{dtype}":
+           "PyTorch adds -inf to masked scores instead of replacing them (§3.2.3), so a masked score that overflows to inf gives inf + (-inf) = NaN"
+           for dtype in ("float64", "float32", "bfloat16")},
+        "attention_poison_at_masked_positions_changes_nothing[nan_keys]":
+            "PyTorch adds -inf to masked scores instead of replacing them (§3.2.3), so NaN in a masked key gives NaN + (-inf) = NaN",
+    })
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
         """Eq. (1) by ``F.scaled_dot_product_attention`` in ``dtype``; batch dims (and mask) broadcast explicitly."""
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], () if mask is None else mask.shape[:-2])
         q, k, v = (t.to(dtype).expand(*batch, *t.shape[-2:]) for t in (q, k, v))
         if mask is not None:
-            mask = mask.expand(*batch, q.shape[-2], k.shape[-2])  # SDPA wants the full score shape
+            # Broadcastable, not expanded over the batch: SDPA turns a boolean mask into a float one
+            # of the mask's own shape, so a (n_q, n_k) mask stays one score matrix, not h of them.
+            # Only the score axes are expanded (a view), for masks given as (..., 1, n_k) or (..., n_q, 1).
+            mask = mask.expand(*mask.shape[:-2], q.shape[-2], k.shape[-2])
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (..., n_q, d_v)
         return out.to(self._compute_dtype(dtype))

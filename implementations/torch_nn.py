@@ -83,18 +83,7 @@ class TorchNNImplementation(TorchSDPAImplementation):
 
     name = "torch-nn"
     policies: Mapping[str, object] = MappingProxyType({**DEFAULT_POLICIES, "fully_masked": "zeros"})
-    # PyTorch applies a boolean attention mask by *adding* -inf to the scores (inside
-    # scaled_dot_product_attention, which nn.MultiheadAttention calls), where §3.2.3 *sets* masked
-    # scores to -inf. The two differ only when a masked score is not finite: NaN in a masked key,
-    # or a key so large that q.k overflows to inf, gives NaN + (-inf) or inf + (-inf) = NaN, and
-    # the query's whole output row becomes NaN. This is PyTorch's behaviour, which this adapter
-    # exists to check, so it is declared rather than worked around.
-    known_deviations: Mapping[str, str] = MappingProxyType({
-        "attention_poison_at_masked_positions_changes_nothing[huge]":
-            "PyTorch adds -inf to masked scores instead of replacing them (§3.2.3), so a masked score that overflows to inf gives inf + (-inf) = NaN",
-        "attention_poison_at_masked_positions_changes_nothing[nan_keys]":
-            "PyTorch adds -inf to masked scores instead of replacing them (§3.2.3), so NaN in a masked key gives NaN + (-inf) = NaN",
-    })
+    # known_deviations: inherited from torch-sdpa (nn.MultiheadAttention masks through SDPA).
 
     def __init__(self, device: str | None = None, *, fastpath: bool = False) -> None:
         super().__init__(device)
