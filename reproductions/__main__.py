@@ -72,7 +72,12 @@ def write_index(out: Path, verdicts: dict[str, str]) -> None:
         lines.append(f"| {link} | {PLANNED[name]} | {verdict} |")
     measured = [f for f in MEASURED_FILES if f.endswith(".md")]
     lines += ["", "Measured (wall-clock timings, or data fetched at run time: they may vary from run to run or "
-              "machine to machine, are skipped with `--no-measure`, and the drift test does not compare them): " + ", ".join(f"[{f}]({f})" for f in measured) + "."]
+              "machine to machine, are skipped with `--no-measure`, and the drift test does not compare them): " + ", ".join(f"[{f}]({f})" for f in measured) + ".",
+              "", "Written by other commands (not by `make reproduce`):", "",
+              "- `conformance-<impl>.md/.json`: `pytest conformance --aiayn-report reports` (the conformance suite, one "
+              "report per implementation; `conformance-mutants.md`: `python -m conformance.mutants reports`);",
+              "- `benchmarks.md/.json/.png`: `make bench` (attention throughput as a fraction of the GEMM ceiling);",
+              "- `bleu-training.md/.json`: `make reproduce-bleu-training` (train, decode and score the model on CPU)."]
     (out / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
