@@ -59,8 +59,12 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _owned(name: str) -> bool:
-    """Files of reports/ that the reproductions write (others write conformance-*, benchmarks* and reports/tmp/)."""
-    return not name.startswith(("conformance-", "benchmarks")) and name not in MEASURED_FILES
+    """Files of reports/ that ``python -m reproductions`` writes.
+
+    Other commands write conformance-* (pytest conformance), benchmarks* (make bench),
+    bleu-training.* (make reproduce-bleu-training) and reports/tmp/.
+    """
+    return not name.startswith(("conformance-", "benchmarks", "bleu-training.")) and name not in MEASURED_FILES
 
 
 def _without_signature(path: Path) -> object:
