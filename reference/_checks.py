@@ -69,3 +69,12 @@ def choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ValueError(f"{name}: expected one of {', '.join(repr(a) for a in allowed)}, got {value!r}")
     return value
+
+
+def batch_shape(names: str, *arrays: np.ndarray) -> tuple[int, ...]:
+    """The broadcast of the arrays' batch dimensions (all but the last two), or raise naming them."""
+    try:
+        return np.broadcast_shapes(*(a.shape[:-2] for a in arrays))
+    except ValueError:
+        given = ", ".join(str(a.shape[:-2]) for a in arrays)
+        raise ValueError(f"{names}: batch dimensions {given} do not broadcast") from None

@@ -20,7 +20,7 @@ from typing import Any
 import mpmath
 import numpy as np
 
-from reference._checks import as_float_array, as_mask, choice, positive_int, same_size
+from reference._checks import as_float_array, as_mask, batch_shape, choice, positive_int, same_size
 from reference._exact import DEFAULT_DPS, correctly_rounded, elementwise, mp_matmul, to_mp
 
 LD = np.longdouble
@@ -161,12 +161,7 @@ def _attention_inputs(q: Any, k: Any, v: Any, mask: Any, fully_masked: str):
     same_size("k", k.shape[-2], "v", v.shape[-2], "n_k (second-to-last axis)")
     if k.shape[-2] == 0:
         raise ValueError(f"k: n_k must be >= 1, got k of shape {k.shape}")
-    try:
-        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except ValueError:
-        raise ValueError(
-            f"q, k, v: batch dimensions {q.shape[:-2]}, {k.shape[:-2]}, {v.shape[:-2]} do not broadcast"
-        ) from None
+    batch = batch_shape("q, k, v", q, k, v)
     score_shape = (*batch, q.shape[-2], k.shape[-2])
     visible = None if mask is None else as_mask("mask", mask, score_shape)
     return q, k, v, visible
@@ -276,12 +271,7 @@ def _mha_inputs(query: Any, key: Any, value: Any, params: Mapping[str, Any], num
             b[name] = arr
     if key.shape[-2] == 0:
         raise ValueError(f"key: n_k must be >= 1, got key of shape {key.shape}")
-    try:
-        batch = np.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    except ValueError:
-        raise ValueError(
-            f"query, key, value: batch dimensions {query.shape[:-2]}, {key.shape[:-2]}, {value.shape[:-2]} do not broadcast"
-        ) from None
+    batch = batch_shape("query, key, value", query, key, value)
     visible = None
     if mask is not None:
         visible = as_mask("mask", mask, (*batch, query.shape[-2], key.shape[-2]))[..., None, :, :]  # (..., 1, n_q, n_k)

@@ -420,6 +420,7 @@ def test_mha_output_shapes_follow_the_paper():
         (lambda: scaled_dot_product_attention(np.ones((2, 3)), np.ones((4, 3)), np.ones((4, 1)), np.ones((3, 4), bool)), ValueError, "broadcast"),
         (lambda: scaled_dot_product_attention(np.array([[np.nan]]), np.ones((1, 1)), np.ones((1, 1))), ValueError, "q: expected finite"),
         (lambda: scaled_dot_product_attention(np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)), fully_masked="zero"), ValueError, "fully_masked"),
+        (lambda: scaled_dot_product_attention(np.ones((2, 2, 3)), np.ones((3, 4, 3)), np.ones((3, 4, 1))), ValueError, "batch dimensions"),
         (lambda: softmax(np.array([1.0, np.inf])), ValueError, "x: expected finite"),
         (lambda: softmax(3.0), ValueError, "at least 1"),
         (lambda: causal_mask(3, 2), ValueError, "n_k >= n_q"),
