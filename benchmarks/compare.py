@@ -36,7 +36,24 @@ def load_run(path: Path) -> dict[str, Any]:
         raise SystemExit(f"{path}: cannot read a pytest-benchmark JSON file ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise SystemExit(f"{path}: expected pytest-benchmark JSON with a 'benchmarks' list")
-    return data
+    return with_session_ceiling(data)
+
+
+def with_session_ceiling(run: dict[str, Any]) -> dict[str, Any]:
+    """``run`` with every ratio against its session ceiling (runs recorded before that rule get it here).
+
+    A run recorded when each case was divided by its own adjacent ceiling carries everything needed
+    (each case's before/after ceilings, the session's start/end ceilings), so its ratios are
+    recomputed the way current runs compute them and old baselines stay comparable.
+    """
+    from benchmarks.measure import apply_session_ceiling
+
+    record = run.get("aiayn", {})
+    best = {(c["library"], c["dtype"], c["device"]): c["gflops"] for c in record.get("ceilings_best", [])}
+    best = apply_session_ceiling(run["benchmarks"], best)
+    if record:
+        record["ceilings_best"] = [{"library": k[0], "dtype": k[1], "device": k[2], "gflops": v} for k, v in best.items()]
+    return run
 
 
 def case_figures(run: dict[str, Any], figure: str) -> dict[str, float]:

@@ -7,7 +7,8 @@ Run (``make bench`` does this, then writes the reports)::
 
 Options (all ``--bench-*``; lists are comma-separated) choose the implementations, dtypes, sizes
 and threads; ``--bench-smoke`` selects the seconds-long subset that CI runs. Every case records
-its own GEMM ceiling (measured right before and right after its rounds); every run records in
+a GEMM ceiling measured right before and right after its rounds, and the run divides every case
+by the best GEMM ceiling of the session (``measure.apply_session_ceiling``); every run records in
 its JSON (key ``"aiayn"``) the session's GEMM ceilings at its start and again at its end (the
 drift), the thread pools threadpoolctl sees (library, version, kernel, threads), the BLAS
 environment variables, and the load average.
@@ -225,7 +226,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list[Any], o
     """Add the run's own record (key ``"aiayn"``), with every session ceiling measured again at the end.
 
     The start and end ceilings are a drift check (how much the machine's speed moved during the
-    run); each case's ratios use its own adjacent ceiling (see ``BenchSession.adjacent_ceiling``).
+    run); every case's ratios are then taken against the session ceiling (``measure.apply_session_ceiling``).
     """
     session: BenchSession = config.stash[_SESSION_KEY]
     session.apply_threads()
@@ -233,6 +234,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list[Any], o
         M.gemm_ceiling(c["library"], c["dtype"], c["n"], session.gemm_repeats, c["device"]) for c in session.ceilings.values()
     ]
     best = {key: max(start["gflops"], end["gflops"]) for (key, start), end in zip(session.ceilings.items(), ends, strict=True)}
+    best = M.apply_session_ceiling(output_json.get("benchmarks", []), best)
     output_json["aiayn"] = {
         "threads": session.threads,
         "smoke": session.smoke,

@@ -30,6 +30,7 @@ __all__ = [
     "blas_env",
     "device_of",
     "best_time",
+    "apply_session_ceiling",
     "gemm_ceiling",
     "library_of",
     "limit_threads",
@@ -213,3 +214,44 @@ def _peak_cuda(call: Callable[[], Any]) -> int:
     peak = torch.cuda.max_memory_allocated()
     del result
     return peak - base
+
+
+def _ceiling_key(info: dict[str, Any]) -> tuple[str, str, str]:
+    library = info.get("library", "numpy")
+    return (library, info["dtype"], info.get("device", "cpu"))
+
+
+def apply_session_ceiling(
+    benchmarks: list[dict[str, Any]], best: dict[tuple[str, str, str], float]
+) -> dict[tuple[str, str, str], float]:
+    """Divide every case by its library's session ceiling: the best GEMM seen anywhere in the run.
+
+    Each case measured a GEMM ceiling right before and right after its rounds. Those short
+    measurements scatter (three calls each; on a quiet 2-core VM they ranged 72.6-87.6 GFLOP/s
+    in one run), so that two identical kernels timed equally fast could read 0.555 and 0.646
+    of "the" ceiling. The machine has one ceiling per library and dtype: the fastest GEMM it ran
+    in this session (start, end, and every adjacent measurement). Noise only slows a GEMM down,
+    so the maximum is the least disturbed estimate, as the best round is for the case itself.
+    Each case keeps its adjacent figures as ``ceiling_adjacent_gflops`` / ``ratio_*_adjacent``.
+    Returns the session ceilings (``best`` raised by the adjacent measurements).
+    """
+    best = dict(best)
+    for b in benchmarks:
+        info = b.get("extra_info", {})
+        if "ceiling_gflops" not in info:
+            continue
+        key = _ceiling_key(info)
+        seen = [info["ceiling_gflops"], info.get("ceiling_before_gflops", 0.0), info.get("ceiling_after_gflops", 0.0)]
+        best[key] = max(best.get(key, 0.0), *seen)
+    for b in benchmarks:
+        info = b.get("extra_info", {})
+        if "ceiling_gflops" not in info or "ceiling_adjacent_gflops" in info:
+            continue
+        ceiling = best[_ceiling_key(info)]
+        info["ceiling_adjacent_gflops"] = info["ceiling_gflops"]
+        info["ceiling_gflops"] = ceiling
+        for name, gflops in (("ratio_full", "gflops_full"), ("ratio_useful", "gflops_useful"), ("ratio", "gflops")):
+            if name in info and gflops in info:
+                info[f"{name}_adjacent"] = info[name]
+                info[name] = info[gflops] / ceiling
+    return best

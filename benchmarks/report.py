@@ -197,16 +197,20 @@ def _ceiling_table(run: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]
     for start in run.get("aiayn", {}).get("ceilings_start", []):
         end = _ceiling_of(run, start["library"], start["dtype"], "end")
         drift = "n/a" if end is None else f"{end['gflops'] / start['gflops'] - 1:+.1%}"
-        adjacent = [r["ceiling_gflops"] for r in rows if (r["library"], r["dtype"]) == (start["library"], start["dtype"])]
+        adjacent = [r.get("ceiling_adjacent_gflops", r["ceiling_gflops"]) for r in rows if (r["library"], r["dtype"]) == (start["library"], start["dtype"])]
+        session = _ceiling_of(run, start["library"], start["dtype"], "best")
         spread = f"{min(adjacent):.1f} - {max(adjacent):.1f}" if adjacent else "n/a"
         body.append([
             start["library"], start["dtype"], f"{start['n']}^3", f"{start['gflops']:.1f}", f"{start['gflops_median']:.1f}",
-            "n/a" if end is None else f"{end['gflops']:.1f}", drift, spread,
+            "n/a" if end is None else f"{end['gflops']:.1f}", drift, spread, "n/a" if session is None else f"**{session['gflops']:.1f}**",
         ])  # fmt: skip
     headers = ["library", "dtype", "GEMM", "start GFLOP/s (best)", "start (median)", "end GFLOP/s (best)", "end vs start"]
-    return md_table([*headers, "per-case ceilings (min - max)"], body, "lllrrrrr") + [
+    return md_table([*headers, "per-case adjacent ceilings (min - max)", "session ceiling"], body, "lllrrrrrr") + [
         "",
-        "Each case's ratios use its own ceiling, measured right before and after its rounds (last column: their range).",
+        "Every ratio in this report divides by the session ceiling (last column): the fastest GEMM of that library and dtype "
+        "seen anywhere in the run (start, end, and the short measurements right before and after each case). Noise only slows "
+        "a GEMM, so the maximum is the least disturbed estimate, as the best round is for each case; a per-case ceiling "
+        "scattered too much (see its range) to compare cases with each other.",
     ]
 
 
@@ -241,9 +245,9 @@ def _setup_lines(run: dict[str, Any]) -> list[str]:
         "- Timing: best of the timed rounds (one call each, after an untimed warm-up call and an untimed memory-measuring "
         f"call), rounds filling about {a.get('budget_s', 'n/a')} s per case, between {a.get('min_rounds', 'n/a')} and "
         f"{a.get('max_rounds', 'n/a')}. GEMM ceiling of a case: the best of {a.get('adjacent_repeats', 'n/a')} calls of a "
-        f"{a.get('gemm_n', 'n/a')}^2 product right before its rounds and {a.get('adjacent_repeats', 'n/a')} right after "
-        "(so the case and its ceiling see the same load); the session's ceilings (best of "
-        f"{a.get('gemm_repeats', 'n/a')} after a warm-up, at the start and again at the end) show the drift.",
+        f"{a.get('gemm_n', 'n/a')}^2 product right before its rounds and {a.get('adjacent_repeats', 'n/a')} right after; "
+        f"the session's ceilings (best of {a.get('gemm_repeats', 'n/a')} after a warm-up, at the start and again at the end) "
+        "show the drift. Ratios divide by the session ceiling, the best of all of these (see the ceiling table).",
     ]
 
 
@@ -439,7 +443,8 @@ def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[
         "`scaled_dot_product_attention` on its own arrays (B = 1, h = 8, d = 64, n_q = n_k = n; causal = the §3.2.3 mask as "
         "an (n, n) boolean argument). Throughput counts 4 n^2 d flops per head (full); a causal case is also counted by its "
         "n (n + 1) / 2 visible pairs (useful). Every figure is also given as a fraction of the GEMM ceiling of the same library "
-        "and dtype, measured in the same run right next to the case: that fraction is what is comparable between machines.",
+        "and dtype measured in the same run (the session ceiling: the best GEMM seen in the run): that fraction is what is "
+        "comparable between machines.",
     )
     report.section("Targets", *_target_lines(targets))
     report.section("Setup", *_setup_lines(run))

@@ -3,9 +3,10 @@
 Each case times one call of an implementation's ``scaled_dot_product_attention`` on its own
 native arrays (the contract's boundary: no conversion is timed), and records in
 pytest-benchmark's ``extra_info``: GFLOP/s (full and useful counts, see :mod:`benchmarks.cases`),
-the fraction of the GEMM ceiling measured right before and right after the case's rounds
-(``ratio_full``, ``ratio_useful``: the figures :mod:`benchmarks.compare` compares against the
-baseline), and the peak memory of one call.
+the fraction of the GEMM ceiling (``ratio_full``, ``ratio_useful``: the figures
+:mod:`benchmarks.compare` compares against the baseline; first against the ceiling measured right
+before and right after the case's rounds, then, when the run writes its JSON, against the session
+ceiling, see ``conftest.apply_session_ceiling``), and the peak memory of one call.
 The stage cases time the pieces of a NumPy Eq. (1) (see :mod:`benchmarks.stages`).
 
 Nothing here asserts on time: only that the call computed an output of the right shape with no

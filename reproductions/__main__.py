@@ -77,7 +77,9 @@ def write_index(out: Path, verdicts: dict[str, str]) -> None:
               "- `conformance-<impl>.md/.json`: `pytest conformance --aiayn-report reports` (the conformance suite, one "
               "report per implementation; `conformance-mutants.md`: `python -m conformance.mutants reports`);",
               "- `benchmarks.md/.json/.png`: `make bench` (attention throughput as a fraction of the GEMM ceiling);",
-              "- `bleu-training.md/.json`: `make reproduce-bleu-training` (train, decode and score the model on CPU)."]
+              "- `bleu-training.md/.json`: the second step of `make reproduce` (train, decode and score the model on CPU; "
+              "`make reproduce-bleu` adds the EN-FR run);",
+              "- `bleu-ablation.md/.json`: `make reproduce-bleu` (Table 3's variations at CPU scale, two seeds per row)."]
     (out / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

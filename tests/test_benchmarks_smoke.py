@@ -114,6 +114,17 @@ def test_smoke_run(tmp_path: Path) -> None:
         ("numpy", "float64"),
     }, "no NumPy GEMM ceiling recorded"
 
+    # Every case is divided by its library's session ceiling, the best GEMM the run saw.
+    session = {(c["library"], c["dtype"], c["device"]): c["gflops"] for c in record.get("ceilings_best", [])}
+    for case_id in sorted(expected):
+        info = got[case_id]
+        want = session.get((info["library"], info["dtype"], info["device"]))
+        assert want is not None and info["ceiling_gflops"] == want, (
+            f"{case_id}: divided by a ceiling of {info['ceiling_gflops']} GFLOP/s, expected the session ceiling {want} "
+            f"of {info['library']}/{info['dtype']}/{info['device']} (ceilings_best: {session})"
+        )
+        assert want >= info["ceiling_adjacent_gflops"], f"{case_id}: session ceiling {want} below its adjacent {info['ceiling_adjacent_gflops']}"
+
     from benchmarks.report import main as report_main
 
     out = tmp_path / "reports"
@@ -173,3 +184,26 @@ def test_memory_exponent_reads_linear_and_quadratic_growth() -> None:
     assert memory_exponent(rows, "x", "float32")["exponent"] == pytest.approx(1.0, abs=1e-12)
     assert memory_exponent(rows, "y", "float32")["exponent"] == pytest.approx(2.0, abs=1e-12)
     assert memory_exponent(rows, "z", "float32") is None
+
+
+def test_session_ceiling_makes_equal_speeds_equal_ratios() -> None:
+    """Two cases of equal GFLOP/s whose adjacent ceilings differed get the same ratio: speed / best ceiling seen."""
+    from benchmarks.measure import apply_session_ceiling
+
+    def case(name: str, gflops: float, before: float, after: float) -> dict:
+        ceiling = max(before, after)
+        info = {"case": name, "library": "numpy", "dtype": "float32", "device": "cpu", "gflops_full": gflops,
+                "gflops_useful": gflops / 2, "ceiling_before_gflops": before, "ceiling_after_gflops": after,
+                "ceiling_gflops": ceiling, "ratio_full": gflops / ceiling, "ratio_useful": gflops / 2 / ceiling}  # fmt: skip
+        return {"extra_info": info}
+
+    runs = [case("a", 48.0, 72.0, 74.0), case("b", 48.0, 86.0, 80.0), {"extra_info": {"stage": "s"}}]
+    best = apply_session_ceiling(runs, {("numpy", "float32", "cpu"): 84.0, ("torch", "float32", "cpu"): 90.0})
+    assert best == {("numpy", "float32", "cpu"): 86.0, ("torch", "float32", "cpu"): 90.0}
+    a, b = runs[0]["extra_info"], runs[1]["extra_info"]
+    assert a["ratio_full"] == b["ratio_full"] == 48.0 / 86.0, (a["ratio_full"], b["ratio_full"])
+    assert a["ratio_useful"] == 24.0 / 86.0
+    assert (a["ratio_full_adjacent"], a["ceiling_adjacent_gflops"]) == (48.0 / 74.0, 74.0)
+    assert (b["ratio_full_adjacent"], b["ceiling_adjacent_gflops"]) == (48.0 / 86.0, 86.0)
+    again = apply_session_ceiling(runs, best)  # applying twice changes nothing
+    assert again == best and runs[0]["extra_info"]["ratio_full_adjacent"] == 48.0 / 74.0

@@ -62,9 +62,9 @@ def _owned(name: str) -> bool:
     """Files of reports/ that ``python -m reproductions`` writes.
 
     Other commands write conformance-* (pytest conformance), benchmarks* (make bench),
-    bleu-training.* (make reproduce-bleu-training) and reports/tmp/.
+    bleu-training.* and bleu-ablation.* (training runs: make reproduce's second step, make reproduce-bleu) and reports/tmp/.
     """
-    return not name.startswith(("conformance-", "benchmarks", "bleu-training.")) and name not in MEASURED_FILES
+    return not name.startswith(("conformance-", "benchmarks", "bleu-training.", "bleu-ablation.")) and name not in MEASURED_FILES
 
 
 def _without_signature(path: Path) -> object:

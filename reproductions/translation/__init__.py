@@ -15,7 +15,12 @@ Modules:
     ``train``   the §5 training loop: progress line, atomic checkpoints, resume, averaging,
                 data parallelism under ``torchrun`` (gloo on CPU, NCCL on GPU).
     ``decode``  greedy and beam search (GNMT length penalty, early stopping).
-    ``report``  ``reports/bleu-training.{md,json}``: sacreBLEU, paper-style tokenized BLEU, chrF.
+    ``run``     one end-to-end run (``python -m reproductions.translation``): presets, data,
+                vocabulary, training, averaging, decoding, scoring; ``<work>/results.json``.
+    ``report``  ``reports/bleu-training.{md,json}`` from one or more finished runs: sacreBLEU,
+                paper-style tokenized BLEU, chrF, beside Table 2's transcribed cells.
+    ``ablation`` Table 3's model variations at CPU scale, 2+ seeds per row, on a fixed token
+                budget: ``reports/bleu-ablation.{md,json}``.
 
 Run: ``python -m reproductions.translation --help``. It is not one of ``reproductions.PLANNED``:
 a training run is neither seconds long nor byte-identical across machines.

@@ -2,7 +2,10 @@
 
 Examples:
     python -m reproductions.translation --preset smoke                 # seconds, synthetic task
-    python -m reproductions.translation --preset cpu --minutes 10      # EN->DE Bible, 5.7M params
+    python -m reproductions.translation --preset cpu                   # EN->DE Bible, 1.4M params, 15 min
+    OMP_NUM_THREADS=1 torchrun --nproc_per_node=2 -m reproductions.translation --preset cpu \
+        --work runs/cpu-en-de                                          # the same as 2 gloo workers (make reproduce)
+    python -m reproductions.translation --preset cpu --tgt-lang fr --work runs/cpu-en-fr   # EN->FR
     # the base model on WMT14 EN-DE, 8 GPUs (paths prepared by the user: BPE-ready plain text):
     torchrun --nproc_per_node=8 -m reproductions.translation --preset base \\
         --train-src wmt14/train.en --train-tgt wmt14/train.de --dev-src wmt14/newstest2013.en \\
@@ -39,6 +42,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--minutes", type=float, default=None, help="training wall-time limit")
     p.add_argument("--max-tokens", type=int, default=None, help="global token budget per step (split across workers)")
     p.add_argument("--accumulate", type=int, default=None, help="shards per worker per step")
+    p.add_argument("--warmup", type=int, default=None, help="Eq. (3) warmup steps (overrides the preset)")
+    p.add_argument("--lr-scale", type=float, default=None, help="multiplies Eq. (3)'s learning rate (1 = the paper; overrides the preset)")
     p.add_argument("--beam", type=int, default=4, help="beam size (0 = greedy)")
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty")
     p.add_argument("--greedy-too", action="store_true", help="also score greedy decoding")

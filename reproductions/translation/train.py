@@ -15,9 +15,11 @@ Choices:
       of (world · shard loss sum / global tokens) under DDP (which averages over workers), so the
       gradient is exactly the single-process gradient of the same shards (multiplying and dividing
       by a power of two is exact; a sum of two addends does not depend on their order).
-    - Checkpoints hold the model, the optimizer, the step, the batch cursor (epoch, index) and the
-      RNG state; written to a temporary file then renamed (atomic on POSIX), every
-      ``checkpoint_steps`` steps and every ``checkpoint_minutes``; the last ``keep`` are kept.
+    - Checkpoints hold the model, the optimizer, the step, the batch cursor (epoch, index), the
+      RNG state, the target tokens and the training seconds so far (a time limit counts the whole
+      run: a resumed run trains only for what is left of it); written to a temporary file then
+      renamed (atomic on POSIX), every ``checkpoint_steps`` steps and every ``checkpoint_minutes``;
+      the last ``keep`` are kept.
       Resuming restarts from the newest one: an interrupted run loses only the steps since.
 """
 
@@ -47,6 +49,7 @@ class TrainConfig:
     max_tokens: int = 25_000  # padded tokens per global batch (§5.1: ~25000 per side)
     steps: int = 100_000  # optimizer steps (base: 100K, §5.2)
     minutes: float | None = None  # stop after this wall time (checkpointing first)
+    max_train_tokens: int | None = None  # stop once this many target tokens were trained on (a fixed budget)
     warmup: int = 4000  # Eq. (3)
     lr_scale: float = 1.0  # multiplies Eq. (3) (1 = the paper)
     betas: tuple[float, float] = (0.9, 0.98)  # §5.3
@@ -128,13 +131,14 @@ def checkpoints(folder: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def save_checkpoint(folder: Path, model: Transformer, optimizer: torch.optim.Optimizer, step: int, cursor: tuple[int, int], keep: int, tokens: int) -> Path:
+def save_checkpoint(folder: Path, model: Transformer, optimizer: torch.optim.Optimizer, step: int, cursor: tuple[int, int], keep: int, tokens: int,
+                    seconds: float = 0.0) -> Path:
     """Write ``ckpt-<step>.pt`` atomically and delete all but the newest ``keep``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"ckpt-{step}.pt"
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "cursor": list(cursor),
-             "rng": torch.get_rng_state(), "tokens": tokens}  # fmt: skip
+             "rng": torch.get_rng_state(), "tokens": tokens, "seconds": seconds}  # fmt: skip
     _atomic_save(state, path)
     for old in checkpoints(folder)[:-keep]:
         old.unlink()
@@ -176,13 +180,14 @@ def train(model: Transformer, examples: Sequence[Example], cfg: TrainConfig, fol
     parts = world * cfg.accumulate
     eps_ls = model.config.eps_ls
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=cfg.betas, eps=cfg.adam_eps)
-    step, cursor, tokens_seen = 0, (0, 0), 0
+    step, cursor, tokens_seen, seconds_before = 0, (0, 0), 0, 0.0
     found = checkpoints(folder)
     if found:
         state = torch.load(found[-1], map_location=model.embedding.device, weights_only=False)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, cursor, tokens_seen = state["step"], tuple(state["cursor"]), state["tokens"]
+        seconds_before = float(state.get("seconds", 0.0))  # training time before the interruption
         torch.set_rng_state(state["rng"].cpu())
         if rank == 0:
             log(f"resumed from {found[-1]} at step {step}")
@@ -193,10 +198,12 @@ def train(model: Transformer, examples: Sequence[Example], cfg: TrainConfig, fol
     if not batches:
         raise ValueError(f"max_tokens={cfg.max_tokens}: no batch holds {parts} sentences (one per shard); raise max_tokens")
     model.train()
-    start = last_ckpt = time.perf_counter()
-    window_tokens, window_start, window_step, loss_sum, loss_tokens = 0, start, step, 0.0, 0
+    last_ckpt = time.perf_counter()
+    start = last_ckpt - seconds_before  # the time limit counts the whole run, across resumes
+    window_tokens, window_start, window_step, loss_sum, loss_tokens = 0, last_ckpt, step, 0.0, 0
     stream = batch_stream(batches, cfg.seed, cursor)
-    while step < cfg.steps:
+    while (step < cfg.steps and (cfg.max_train_tokens is None or tokens_seen < cfg.max_train_tokens)
+           and (cfg.minutes is None or time.perf_counter() - start <= 60 * cfg.minutes)):  # fmt: skip
         cursor, batch = next(stream)
         shards = shard(batch, parts)[rank * cfg.accumulate:(rank + 1) * cfg.accumulate]
         global_tokens = sum(len(examples[i].tgt) + 1 for i in batch)
@@ -219,17 +226,20 @@ def train(model: Transformer, examples: Sequence[Example], cfg: TrainConfig, fol
         window_tokens += global_tokens
         now = time.perf_counter()
         out_of_time = cfg.minutes is not None and now - start > 60 * cfg.minutes
+        out_of_time = out_of_time or (cfg.max_train_tokens is not None and tokens_seen >= cfg.max_train_tokens)
         if step % cfg.log_steps == 0 or step == cfg.steps:
             rate = window_tokens / max(now - window_start, 1e-9)
             eta = (cfg.steps - step) * (now - window_start) / max(step - window_step, 1)
             if cfg.minutes is not None:
                 eta = min(eta, 60 * cfg.minutes - (now - start))
+            if cfg.max_train_tokens is not None:
+                eta = min(eta, (cfg.max_train_tokens - tokens_seen) / max(rate, 1e-9))
             if rank == 0:
                 log(f"step {step}/{cfg.steps} | {rate:,.0f} tok/s | loss {loss_sum / max(loss_tokens, 1):.3f} | lr {lr:.2e} | ETA {_fmt_time(eta)}")
             window_tokens, window_start, window_step, loss_sum, loss_tokens = 0, now, step, 0.0, 0
         wants = step % cfg.checkpoint_steps == 0 or now - last_ckpt > 60 * cfg.checkpoint_minutes or step == cfg.steps or out_of_time
         if wants and rank == 0:
-            save_checkpoint(folder, model, optimizer, step, _after(cursor), cfg.keep, tokens_seen)
+            save_checkpoint(folder, model, optimizer, step, _after(cursor), cfg.keep, tokens_seen, now - start)
             last_ckpt = now
         if out_of_time:
             break
