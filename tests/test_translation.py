@@ -455,3 +455,6 @@ def test_command_line_smoke_run_writes_results_and_report(tmp_path: Path) -> Non
     assert "## Our runs" in md and f"{results['test']['sacrebleu']:.2f}" in md and "Transformer (base model)" in md
     with pytest.raises(SystemExit):
         report_main([str(tmp_path / "missing")])
+    # The folder now holds a smoke run: another language pair must not resume from its checkpoints.
+    with pytest.raises(SystemExit, match=r"langs: folder has \['en', 'de'\], this run asks \['en', 'fr'\]"):
+        main(["--preset", "smoke", "--tgt-lang", "fr", "--work", str(work), "--no-report"])

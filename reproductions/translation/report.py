@@ -35,6 +35,10 @@ def pair_of(r: dict[str, Any]) -> str:
     return f"{PAIR_NAMES.get(langs[0], langs[0])}→{PAIR_NAMES.get(langs[1], langs[1])}"
 
 
+def _threads(n: int) -> str:
+    return "1 thread" if n == 1 else f"{n} threads"
+
+
 def make_report(runs: list[dict[str, Any]]) -> Report:
     """``bleu-training.{md,json}``: our runs beside Table 2's transcribed cells (not comparable)."""
     from reproductions.paper import printed
@@ -49,7 +53,7 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
         f"sacreBLEU {r['test']['sacrebleu']:.2f}, tokenized BLEU {r['test']['tokenized_bleu']:.2f}, chrF {r['test']['chrf']:.2f}"
         for r in runs
     ) + " on held-out test books; not comparable to Table 2's WMT14 figures"
-    rep.add("What: the paper's encoder-decoder trained by `python -m reproductions.translation` (model, training and decoding "
+    rep.add("", "What: the paper's encoder-decoder trained by `python -m reproductions.translation` (model, training and decoding "
             "computed by the equations `pytest conformance --impl torch` checks), checkpoints averaged, beam search as §6.1, "
             "scored on whole held-out books with sacreBLEU, the paper-style tokenized BLEU with compound splitting, and chrF. "
             "How each score is computed, and why the two BLEUs differ: [bleu.md](bleu.md); the same two BLEUs on sixteen real WMT17 "
@@ -60,7 +64,7 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
         s = r["summary"]
         greedy = f"{r['test_greedy']['sacrebleu']:.2f}" if "test_greedy" in r else "n/a"
         body.append([pair_of(r), r["preset"], f"{r['parameters']:,}", f"{s['steps']:,}", f"{s['tokens']:,}",
-                     f"{r['train_seconds'] / 60:.1f} min, {r['device']} ({r['threads']} threads) x {r['world']}",
+                     f"{r['train_seconds'] / 60:.1f} min, {r['world']} x {r['device']} ({_threads(r['threads'])})",
                      f"{r['dev_last']['ppl']:.1f} / {r['dev_averaged']['ppl']:.1f}", f"**{r['test']['sacrebleu']:.2f}**",
                      f"{r['test']['tokenized_bleu']:.2f}", f"{r['test']['chrf']:.2f}", greedy])  # fmt: skip
     rep.table(["pair", "preset", "parameters", "steps", "target tokens seen", "training", "dev PPL last / averaged", "sacreBLEU",
@@ -75,10 +79,17 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
     rep.table(["model (Table 2 row)", "EN-DE BLEU (printed)", "EN-FR BLEU (printed)"],
               [[m, printed(f"table2.{m}.bleu_en_de").text, printed(f"table2.{m}.bleu_en_fr").text]
                for m in ("Transformer (base model)", "Transformer (big)")], "lrr")  # fmt: skip
+    seen = ", ".join(f"{r['summary']['tokens'] / 1e6:.1f}M target tokens ({pair_of(r)})" + (
+        f", {r['summary']['tokens'] / r['train_target_tokens']:.1f} passes over its training side" if r.get("train_target_tokens") else "")
+        for r in runs)  # fmt: skip
+    sizes = ", ".join(f"{r['parameters'] / 1e6:.1f}M ({pair_of(r)})" for r in runs)
+    pairs = ", ".join(f"{r['pairs']['train']:,} verse pairs ({pair_of(r)})" for r in runs)
+    base_tokens = printed("s5.2.base.steps").value * printed("s5.1.batch_target_tokens").value  # printed, §5.1 and §5.2
     rep.section("Why our numbers are far from the paper's", *[f"- {x}" for x in (
-        "Compute: minutes on a 2-core CPU instead of 8 GPUs for 12 hours; the model sees about one pass over 30K verse pairs, "
-        "where the base model sees 100K steps of 25K-token batches (about 2.5 billion target tokens).",
-        "Size: 5.7M parameters instead of 65M; about 30K verse pairs instead of 4.5M (EN-DE) or 36M (EN-FR) sentence pairs.",
+        f"Compute: minutes on a CPU instead of 8 P100 GPUs for 12 hours; our models saw {seen}, where the base model sees "
+        f"{printed('s5.2.base.steps').value:,} steps of about {printed('s5.1.batch_target_tokens').value:,} target tokens "
+        f"(about {base_tokens / 1e9:.1f} billion; §5.1 and §5.2, printed).",
+        f"Size: {sizes} parameters instead of 65M (Table 3, base); {pairs} instead of 4.5M (EN-DE) or 36M (EN-FR) sentence pairs (§5.1).",
         "Data: Bible translations of 1910-1951 (Schlachter German, Segond French) against a modern English one (World English Bible); "
         "they are not sentence-for-sentence literal, and the held-out books hold names and topics unseen in training.",
         "Scoring: one reference; sacreBLEU is detokenized, the paper's BLEU is tokenized with compound splitting (both shown; "
@@ -92,7 +103,7 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
             f"Model: N={c['n_layers']}, d_model={c['d_model']}, d_ff={c['d_ff']}, h={c['num_heads']}, P_drop={c['p_drop']}, eps_ls={c['eps_ls']}, "
             f"{c['positional']} positions; {r['parameters']:,} parameters (the shared embedding counted once)",
             f"Training: {s['steps']:,} steps, {s['tokens']:,} target tokens, {r['train_seconds']:.0f} s on {r['device']} ({r['cpu']}, "
-            f"{r['threads']} threads), {r['world']} worker(s); {s['config']['max_tokens']:,} padded tokens per step, Eq. (3) warmup {s['config']['warmup']}, seed {r['seed']}",
+            f"{_threads(r['threads'])} per worker), {r['world']} worker(s); {s['config']['max_tokens']:,} padded tokens per step, Eq. (3) warmup {s['config']['warmup']}, seed {r['seed']}",
             f"Averaged checkpoints: {', '.join(r['averaged'])}",
             f"Decoding: beam {r['beam']}, α = {r['alpha']}, maximum length input + 50, early stopping; {r['decode_seconds']:.0f} s for the test books",
             f"sacreBLEU: `{t['sacrebleu_summary']}`",

@@ -117,6 +117,27 @@ def score(hyps: list[str], refs: list[str]) -> dict[str, Any]:
             "tokenized_bleu": t.score, "tokenized_signature": t.signature, "chrf": c.score, "chrf_signature": c.signature}  # fmt: skip
 
 
+def claim_work(work: Path, identity: dict[str, Any]) -> None:
+    """Record what run ``work`` holds (``run.json``); refuse to resume a different run in it.
+
+    Resuming loads the newest checkpoint of ``work``: a checkpoint of another model, language pair
+    or corpus would fail to load or, worse, train on under a wrong name. ``run.json`` names the
+    preset, model, language pair, training corpus and batch budget; a mismatch is an error that
+    says which field differs.
+    """
+    path = work / "run.json"
+    if path.exists():
+        held = json.loads(path.read_text(encoding="utf-8"))
+        differs = {k: (held.get(k), v) for k, v in identity.items() if held.get(k) != v}
+        if differs:
+            detail = "; ".join(f"{k}: folder has {a!r}, this run asks {b!r}" for k, (a, b) in differs.items())
+            raise SystemExit(f"--work {work}: holds a different run ({detail}); choose another --work or delete the folder")
+        return
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(identity, indent=2), encoding="utf-8")
+    tmp.replace(path)
+
+
 def run(args: Any) -> dict[str, Any]:
     """The whole recipe; returns the results (rank 0 also writes the report when asked)."""
     rank = dist.get_rank() if dist.is_initialized() else 0
@@ -130,6 +151,9 @@ def run(args: Any) -> dict[str, Any]:
         tcfg = replace(tcfg, minutes=None)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
+    if rank == 0:
+        claim_work(work, {"preset": args.preset, "config": asdict(config), "langs": [args.src_lang, args.tgt_lang],
+                          "train_src": str(args.train_src) if args.train_src else None, "max_tokens": tcfg.max_tokens})  # fmt: skip
     torch.manual_seed(args.seed)
     train_p, dev_p, test_p, source = load_corpus(args)
     vocab = build_vocab(preset, train_p, work, rank)
@@ -164,6 +188,7 @@ def run(args: Any) -> dict[str, Any]:
         results["test_greedy"] = score(translate(model, test_x, vocab, beam=0, alpha=0.0, sentences=preset.decode_sentences), refs)
     results.update(config=asdict(config), parameters=parameter_total(model), vocab=vocab.size, device=device, world=world,
                    pairs={"train": len(train_x), "dev": len(dev_x), "test": len(test_x)}, preset=args.preset,
+                   train_target_tokens=sum(len(e.tgt) + 1 for e in train_x),
                    beam=args.beam, alpha=args.alpha, seed=args.seed, langs=[args.src_lang, args.tgt_lang], cpu=platform.processor() or platform.machine(),
                    threads=torch.get_num_threads(),
                    examples=[{"src": test_p[i].src, "ref": refs[i], "hyp": hyps[i]} for i in range(min(3, len(refs)))])  # fmt: skip
