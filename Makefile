@@ -11,7 +11,7 @@ EXTRAS := test,torch,plots,bleu,translation
 # One thread: two threads on small shared VMs swing by 2-4x (see benchmarks/).
 THREADS := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: venv test reproduce reproduce-bleu bench clean
+.PHONY: venv test reproduce reproduce-bleu bench bench-cuda clean
 
 venv: $(STAMP)
 
@@ -56,6 +56,17 @@ bench: $(STAMP)
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(THREADS) $(PY) -m pytest -p no:cacheprovider benchmarks \
 		--benchmark-json=$(BENCH_RUN) --benchmark-compare=$(BENCH_BASELINE) $(BENCH_ARGS)
 	$(PY) -m benchmarks.report $(BENCH_RUN) --baseline $(BENCH_BASELINE)
+
+# The CUDA cases of issue 6 (run it where torch sees a GPU): torch and torch-sdpa, float32 and
+# bfloat16, n up to 8192, against a cuBLAS GEMM ceiling of the same run -> reports/benchmarks-cuda.*
+BENCH_CUDA_RUN := reports/tmp/benchmarks-cuda-run.json
+bench-cuda: $(STAMP)
+	@$(PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "make bench-cuda: torch sees no CUDA device here")'
+	@mkdir -p reports/tmp
+	$(PY) -m pytest -p no:cacheprovider benchmarks --bench-impls torch,torch-sdpa --bench-dtypes float32,bfloat16 \
+		--bench-big-impls torch,torch-sdpa --bench-big-sizes 8192 --bench-gemm-n 8192 --bench-stages= \
+		--benchmark-json=$(BENCH_CUDA_RUN) $(BENCH_ARGS)
+	$(PY) -m benchmarks.report $(BENCH_CUDA_RUN) --stem benchmarks-cuda --baseline none
 
 clean:
 	rm -rf $(VENV) .hypothesis .pytest_cache reports/tmp
