@@ -268,8 +268,10 @@ def test_token_budget_stops_at_the_first_step_that_reaches_it(tmp_path: Path) ->
     cfg = TransformerConfig(n_layers=1, d_model=16, d_ff=32, num_heads=2, p_drop=0.0)
     vocab, ex = _synthetic()
     budget = 500
-    tc = TrainConfig(max_tokens=80, steps=10**6, warmup=2, max_train_tokens=budget, checkpoint_steps=10**6, log_steps=10**6)
-    summary = train(_model(cfg, vocab.size, seed=3), ex, tc, tmp_path, log=lambda *a: None)
+    tc = TrainConfig(max_tokens=80, steps=10**6, warmup=2, max_train_tokens=budget, checkpoint_steps=10**6, log_steps=2)
+    lines: list[str] = []
+    summary = train(_model(cfg, vocab.size, seed=3), ex, tc, tmp_path, log=lines.append)
+    assert lines and all(f"/{budget:,} tokens)" in line for line in lines), f"progress lines should count tokens against the budget: {lines[:2]}"
     # Replay the batch order: the running total of (target length + EOS) over the same batches.
     batches = [b for b in D.token_batches(ex, tc.max_tokens) if b]
     totals, total = [], 0

@@ -235,7 +235,8 @@ def train(model: Transformer, examples: Sequence[Example], cfg: TrainConfig, fol
             if cfg.max_train_tokens is not None:
                 eta = min(eta, (cfg.max_train_tokens - tokens_seen) / max(rate, 1e-9))
             if rank == 0:
-                log(f"step {step}/{cfg.steps} | {rate:,.0f} tok/s | loss {loss_sum / max(loss_tokens, 1):.3f} | lr {lr:.2e} | ETA {_fmt_time(eta)}")
+                of = f"/{cfg.steps}" if cfg.max_train_tokens is None else f" ({tokens_seen:,}/{cfg.max_train_tokens:,} tokens)"
+                log(f"step {step}{of} | {rate:,.0f} tok/s | loss {loss_sum / max(loss_tokens, 1):.3f} | lr {lr:.2e} | ETA {_fmt_time(eta)}")
             window_tokens, window_start, window_step, loss_sum, loss_tokens = 0, now, step, 0.0, 0
         wants = step % cfg.checkpoint_steps == 0 or now - last_ckpt > 60 * cfg.checkpoint_minutes or step == cfg.steps or out_of_time
         if wants and rank == 0:
