@@ -13,6 +13,11 @@ import numpy as np
 
 from reference._exact import HIGH_DPS, round_to_float64
 
+#: The unit roundoffs the tier-agreement bounds are written in (exact, as mpf).
+u = mpmath.mpf(2) ** -64  # longdouble (x87 extended, 64-bit significand): the fast tier's working precision
+U = mpmath.mpf(2) ** -53  # float64: the final rounding
+TINY = mpmath.mpf(2) ** -1075  # half the float64 subnormal spacing: one rounding's absolute error in that range
+
 
 def assert_sandwiched(fast, true_values, bound, what: str, inputs: str) -> None:
     """fl64(y - E) <= fast <= fl64(y + E) elementwise, with a message naming the worst miss."""

@@ -33,7 +33,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from _sandwich import assert_exact_equal, assert_sandwiched
+from _sandwich import u, U, TINY, assert_exact_equal, assert_sandwiched
 from reference._exact import HIGH_DPS, correctly_rounded, round_to_float64, to_mp
 from reference.layers import (
     EXACT_PREC,
@@ -51,9 +51,6 @@ from reference.layers import (
     sublayer_connection_exact,
 )
 
-u = mpmath.mpf(2) ** -64  # longdouble unit roundoff
-U = mpmath.mpf(2) ** -53  # float64 unit roundoff
-TINY = mpmath.mpf(2) ** -1075  # half the float64 subnormal spacing: one rounding in that range
 # The truth is evaluated at HIGH_DPS with at most ~10 roundings, each <= 10^-HIGH_DPS relative to
 # the magnitudes involved; this slack covers them (it is ~1e-100 of any bound below).
 TRUTH_SLACK = mpmath.mpf(10) ** (2 - HIGH_DPS)

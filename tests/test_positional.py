@@ -39,7 +39,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _sandwich import assert_exact_equal, assert_sandwiched
+from _sandwich import u, U, TINY, assert_exact_equal, assert_sandwiched
 from reference._exact import HIGH_DPS, correctly_rounded
 from reference.positional import (
     _angles_mp,
@@ -51,9 +51,6 @@ from reference.positional import (
     positional_encoding_exact,
 )
 
-u = mpmath.mpf(2) ** -64  # longdouble unit roundoff
-U = mpmath.mpf(2) ** -53  # float64 unit roundoff
-TINY = mpmath.mpf(2) ** -1075
 LIBM = 4 * u  # one glibc long double sin/cos/pow call: <= 2 ulps <= 4u relative
 TRUTH_SLACK = mpmath.mpf(10) ** (2 - HIGH_DPS)  # the truth's own error (absolute, values <= 1)
 

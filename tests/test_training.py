@@ -31,7 +31,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from _sandwich import assert_exact_equal, assert_sandwiched
+from _sandwich import u, U, assert_exact_equal, assert_sandwiched
 from reference._exact import HIGH_DPS, correctly_rounded, round_to_float64, to_mp
 from reference.training import (
     _cross_entropy_mp,
@@ -47,8 +47,6 @@ from reference.training import (
     smoothed_target_entropy_exact,
 )
 
-u = mpmath.mpf(2) ** -64
-U = mpmath.mpf(2) ** -53
 LIBM = 4 * u
 TRUTH_SLACK = mpmath.mpf(10) ** (2 - HIGH_DPS)  # relative error of a truth evaluated at HIGH_DPS
 

@@ -113,8 +113,7 @@ def run_one(row: str, seed: int, args: argparse.Namespace, vocab: D.Vocab, train
     config = ROWS[row][1]
     started = time.time()
     torch.manual_seed(seed)
-    max_pos = max(max(len(e.src) for e in train_x + dev_x) + 60, 256)
-    model = Transformer(config, vocab.size, max_positions=max_pos)
+    model = Transformer(config, vocab.size, max_positions=D.max_positions(train_x, dev_x))
     tcfg = TrainConfig(max_tokens=args.max_tokens, steps=10**9, max_train_tokens=args.tokens, warmup=args.warmup, seed=seed,
                        checkpoint_steps=10**9, checkpoint_minutes=2.0, keep=1, log_steps=100)  # fmt: skip
     log(f"[{row} seed {seed}] {parameter_total(model):,} parameters, {args.tokens:,} target tokens")
@@ -126,14 +125,12 @@ def run_one(row: str, seed: int, args: argparse.Namespace, vocab: D.Vocab, train
     hyps = translate(model, dev_x, vocab, beam=args.beam, alpha=args.alpha, sentences=32)
     result = {"row": row, "seed": seed, "config": asdict(config), "parameters": parameter_total(model), "steps": summary["steps"],
               "tokens": summary["tokens"], "train_seconds": seconds, "decode_seconds": time.perf_counter() - t1,
-              "dev": dev, "dev_bleu": score(hyps, dev_refs), "threads": torch.get_num_threads(), "started": started,
+              "dev": dev, "dev_bleu": score(hyps, dev_refs), "threads": torch.get_num_threads(), "jobs": args.jobs, "started": started,
               "finished": time.time()}  # fmt: skip
     log(f"[{row} seed {seed}] dev perplexity {dev['ppl']:.2f}, dev sacreBLEU {result['dev_bleu']['sacrebleu']:.2f} "
         f"({seconds:.0f} s training)")  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = done.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2), encoding="utf-8")
-    tmp.replace(done)
+    D.write_atomic(done, result)
     return result
 
 
@@ -186,7 +183,8 @@ def make_report(summary: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
         f"averaging (as §6.2 does for Table 3); beam {setup['beam']}, α = {setup['alpha']}. Perplexity: exp of the mean "
         "plain NLL per target BPE piece (EOS included). Seeds change the initial weights, the dropout masks and the batch order.",
         "",
-        f"Device: {setup['device']}, {setup['jobs']} run(s) at a time, "
+        f"Device: {setup['device']}, "
+        + "/".join(str(j) for j in sorted({r.get("jobs", setup["jobs"]) for r in setup["runs"]})) + " run(s) at a time, "
         + ", ".join(sorted({"1 thread" if r["threads"] == 1 else f"{r['threads']} threads" for r in setup["runs"]})) + " each; "
         f"training time summed over the runs {setup['train_seconds_total'] / 60:.1f} min"
         + (f", first start to last finish {setup['wall_span_seconds'] / 60:.1f} min" if setup.get("wall_span_seconds") else "") + ".",
@@ -235,14 +233,19 @@ def make_report(summary: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
     return rep
 
 
+def _data(args: argparse.Namespace) -> tuple[D.Vocab, list[D.Example], list[D.Example], list[str]]:
+    """The EN→DE split, its joint BPE (trained once, cached in ``--work``), the encoded train/dev sets, the dev references."""
+    s = D.split_books(D.bible_pairs("en", "de"))
+    vocab = D.cached_bpe(Path(args.work) / f"bpe{args.vocab}.model", s.train, args.vocab)
+    return vocab, D.encode_pairs(s.train, vocab, max_len=256), D.encode_pairs(s.dev, vocab), [p.tgt for p in s.dev]
+
+
 def _job(row: str, seed: int, args: argparse.Namespace, k: int, total: int) -> dict[str, Any]:
     """One (row, seed) in a worker process of ``--jobs``: one thread, the data and vocabulary rebuilt from ``work``."""
     torch.set_num_threads(1)
-    s = D.split_books(D.bible_pairs("en", "de"))
-    vocab = D.BpeVocab((Path(args.work) / f"bpe{args.vocab}.model").read_bytes())
-    train_x, dev_x = D.encode_pairs(s.train, vocab, max_len=256), D.encode_pairs(s.dev, vocab)
+    vocab, train_x, dev_x, refs = _data(args)
     print(f"== run {k}/{total}: {row}, seed {seed} (worker process)", flush=True)
-    return run_one(row, seed, args, vocab, train_x, dev_x, [p.tgt for p in s.dev], log=lambda m: print(m, flush=True))
+    return run_one(row, seed, args, vocab, train_x, dev_x, refs, log=lambda m: print(m, flush=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,16 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    s = D.split_books(D.bible_pairs("en", "de"))
-    bpe = work / f"bpe{args.vocab}.model"
-    if not bpe.exists():
-        vocab = D.train_bpe([p.src for p in s.train] + [p.tgt for p in s.train], args.vocab)
-        tmp = bpe.with_suffix(".tmp")
-        tmp.write_bytes(vocab.model_proto)
-        tmp.replace(bpe)
-    vocab = D.BpeVocab(bpe.read_bytes())
-    train_x, dev_x = D.encode_pairs(s.train, vocab, max_len=256), D.encode_pairs(s.dev, vocab)
-    refs = [p.tgt for p in s.dev]
+    vocab, train_x, dev_x, refs = _data(args)
     todo = [(r, sd) for sd in args.seeds for r in args.rows]
     if args.jobs > 1:
         import concurrent.futures as cf

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import importlib.resources
 import io
+import json
 import random
 import re
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 VERSIONS = {"en": "4", "de": "s", "fr": "l"}  # bbName of each language's translation
@@ -156,6 +157,33 @@ def train_bpe(texts: Sequence[str], vocab_size: int) -> BpeVocab:
         input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2,
     )  # fmt: skip
     return BpeVocab(model.getvalue())
+
+
+def write_atomic(path: Path, data: bytes | str | Any) -> None:
+    """Write ``data`` (bytes, text, or anything JSON-serialisable) to ``path`` via a temporary file
+    and a rename (atomic on POSIX): an interrupted run never leaves a half-written file behind."""
+    tmp = Path(path).with_name(Path(path).name + ".tmp")
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        tmp.write_text(data if isinstance(data, str) else json.dumps(data, indent=2, default=str), encoding="utf-8")
+    tmp.replace(path)
+
+
+def cached_bpe(path: Path, pairs: Sequence[Pair], vocab_size: int, *, train: bool = True) -> BpeVocab:
+    """The joint BPE of ``path``; trained on ``pairs``' both sides first when absent and ``train``.
+
+    ``train=False`` is for workers that must wait for another process (rank 0) to write it.
+    """
+    path = Path(path)
+    if not path.exists() and train:
+        write_atomic(path, train_bpe([p.src for p in pairs] + [p.tgt for p in pairs], vocab_size).model_proto)
+    return BpeVocab(path.read_bytes())
+
+
+def max_positions(*example_sets: Sequence[Example], margin: int = 60, floor: int = 256) -> int:
+    """Rows of the positional table a run needs: the longest source plus the decoder's +50 (§6.1), with room."""
+    return max(max(len(e.src) for examples in example_sets for e in examples) + margin, floor)
 
 
 class WordVocab:

@@ -87,14 +87,11 @@ def build_vocab(preset: Preset, train_p: list[D.Pair], work: Path, rank: int) ->
     if preset.vocab_size == 0:
         return D.synthetic_vocab()
     path = work / "bpe.model"
-    if not path.exists() and rank == 0:
-        vocab = D.train_bpe([p.src for p in train_p] + [p.tgt for p in train_p], preset.vocab_size)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(vocab.model_proto)
-        tmp.replace(path)
+    if rank == 0:
+        D.cached_bpe(path, train_p, preset.vocab_size)
     if dist.is_initialized():
         dist.barrier()
-    return D.BpeVocab(path.read_bytes())
+    return D.cached_bpe(path, train_p, preset.vocab_size, train=False)
 
 
 def translate(model: Transformer, examples: list[D.Example], vocab: D.Vocab, *, beam: int, alpha: float, sentences: int) -> list[str]:
@@ -133,9 +130,7 @@ def claim_work(work: Path, identity: dict[str, Any]) -> None:
             detail = "; ".join(f"{k}: folder has {a!r}, this run asks {b!r}" for k, (a, b) in differs.items())
             raise SystemExit(f"--work {work}: holds a different run ({detail}); choose another --work or delete the folder")
         return
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(identity, indent=2), encoding="utf-8")
-    tmp.replace(path)
+    D.write_atomic(path, identity)
 
 
 def run(args: Any) -> dict[str, Any]:
@@ -162,8 +157,7 @@ def run(args: Any) -> dict[str, Any]:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and world > 1:
         device = f"cuda:{int(__import__('os').environ.get('LOCAL_RANK', rank))}"
-    max_pos = max(max(len(e.src) for e in train_x + dev_x + test_x) + 60, 256)
-    model = Transformer(config, vocab.size, max_positions=max_pos, device=device)
+    model = Transformer(config, vocab.size, max_positions=D.max_positions(train_x, dev_x, test_x), device=device)
     log = print if rank == 0 else (lambda *a, **k: None)
     log(f"corpus: {source['corpus']}; train {len(train_x):,} pairs, dev {len(dev_x):,}, test {len(test_x):,}; vocab {vocab.size:,}")
     log(f"model: {parameter_total(model):,} parameters on {device}, {world} worker(s)")
@@ -193,9 +187,7 @@ def run(args: Any) -> dict[str, Any]:
                    threads=torch.get_num_threads(),
                    examples=[{"src": test_p[i].src, "ref": refs[i], "hyp": hyps[i]} for i in range(min(3, len(refs)))])  # fmt: skip
     log(f"test: sacreBLEU {results['test']['sacrebleu']:.2f}, tokenized BLEU {results['test']['tokenized_bleu']:.2f}, chrF {results['test']['chrf']:.2f}")
-    tmp = work / "results.json.tmp"
-    tmp.write_text(json.dumps(results, indent=2, default=str), encoding="utf-8")
-    tmp.replace(work / "results.json")
+    D.write_atomic(work / "results.json", results)
     if args.report:
         from reproductions.translation.report import make_report
 

@@ -202,8 +202,14 @@ def train(model: Transformer, examples: Sequence[Example], cfg: TrainConfig, fol
     start = last_ckpt - seconds_before  # the time limit counts the whole run, across resumes
     window_tokens, window_start, window_step, loss_sum, loss_tokens = 0, last_ckpt, step, 0.0, 0
     stream = batch_stream(batches, cfg.seed, cursor)
-    while (step < cfg.steps and (cfg.max_train_tokens is None or tokens_seen < cfg.max_train_tokens)
-           and (cfg.minutes is None or time.perf_counter() - start <= 60 * cfg.minutes)):  # fmt: skip
+
+    def spent(now: float) -> bool:
+        """The time limit or the token budget is used up (checked before every step and after it)."""
+        return (cfg.minutes is not None and now - start > 60 * cfg.minutes) or (
+            cfg.max_train_tokens is not None and tokens_seen >= cfg.max_train_tokens
+        )
+
+    while step < cfg.steps and not spent(time.perf_counter()):
         cursor, batch = next(stream)
         shards = shard(batch, parts)[rank * cfg.accumulate:(rank + 1) * cfg.accumulate]
         global_tokens = sum(len(examples[i].tgt) + 1 for i in batch)
@@ -225,8 +231,7 @@ def train(model: Transformer, examples: Sequence[Example], cfg: TrainConfig, fol
         tokens_seen += global_tokens
         window_tokens += global_tokens
         now = time.perf_counter()
-        out_of_time = cfg.minutes is not None and now - start > 60 * cfg.minutes
-        out_of_time = out_of_time or (cfg.max_train_tokens is not None and tokens_seen >= cfg.max_train_tokens)
+        out_of_time = spent(now)
         if step % cfg.log_steps == 0 or step == cfg.steps:
             rate = window_tokens / max(now - window_start, 1e-9)
             eta = (cfg.steps - step) * (now - window_start) / max(step - window_step, 1)
