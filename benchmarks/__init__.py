@@ -11,21 +11,21 @@ matrix engine can do: a number that means the same on any machine.
 
 Modules:
 
-- :mod:`benchmarks.cases`: the case matrix, inputs and operation counts (4 n_q n_k d per head;
+- :mod:`aiayn.benchmarks.cases`: the case matrix, inputs and operation counts (4 n_q n_k d per head;
   causal also as the useful n (n + 1) / 2 pairs);
-- :mod:`benchmarks.measure`: threads (threadpoolctl, ``torch.set_num_threads``), GEMM ceilings,
+- :mod:`aiayn.benchmarks.measure`: threads (threadpoolctl, ``torch.set_num_threads``), GEMM ceilings,
   peak memory per call (tracemalloc; the torch profiler's allocator events);
-- :mod:`benchmarks.stages`: the pieces of a NumPy attention timed alone (what bounds it);
+- :mod:`aiayn.benchmarks.stages`: the pieces of a NumPy attention timed alone (what bounds it);
 - ``conftest.py`` (the ``--bench-*`` options) and ``test_bench_attention.py`` (the benchmarks);
-- :mod:`benchmarks.report`: ``python -m benchmarks.report RUN.json`` writes
+- :mod:`aiayn.benchmarks.report`: ``aiayn bench`` (``--from-run RUN.json`` without measuring) writes
   ``reports/benchmarks.{md,json,png}``;
-- :mod:`benchmarks.compare`: ``python -m benchmarks.compare BASELINE.json RUN.json`` compares
+- :mod:`aiayn.benchmarks.compare`: compares
   ceiling ratios (pytest-benchmark itself compares only times); the stored baseline is
   ``benchmarks/baseline/benchmarks-baseline.json``.
 
 Run it::
 
-    pytest benchmarks --benchmark-json=reports/tmp/benchmarks-run.json     # the full set, minutes
-    pytest benchmarks --bench-smoke                                        # CI's subset, seconds
-    pytest benchmarks --bench-threads 2 --bench-impls numpy,mypkg.attn:Mine --bench-sizes 512,4096
+    aiayn bench                                       # the full set, minutes, then the report
+    aiayn bench --smoke                               # CI's subset, seconds
+    aiayn bench -- --bench-threads 2 --bench-impls numpy,mypkg.attn:Mine --bench-sizes 512,4096
 """

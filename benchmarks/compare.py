@@ -1,13 +1,14 @@
-"""``python -m benchmarks.compare BASELINE.json RUN.json``: compare ceiling ratios, not times.
+"""Compare two benchmark runs by their ceiling ratios, not their times (the report's "against the baseline").
 
 pytest-benchmark's own ``--benchmark-compare`` (and ``--benchmark-compare-fail``) compare *times*
 (min, mean, ...), which drift between machines and with the load of a shared VM. Our figure of
 merit is the fraction of the machine's GEMM ceiling, measured in the same run and stored by each
 case in pytest-benchmark's ``extra_info`` (``ratio_full``; ``ratio_useful`` for causal work), which
-pytest-benchmark does not compare. This script does: for every case in both runs it prints the
-baseline ratio, the current ratio and the relative change, and exits 1 when any case lost more
-than ``--max-drop`` (default 10%) of its ratio. ``make bench`` also passes the baseline to
-``--benchmark-compare``, so pytest-benchmark's time table appears beside it for reference.
+pytest-benchmark does not compare. This module does: for every case in both runs it gives the
+baseline ratio, the current ratio and the relative change, and names every case that lost more
+than ``max_drop`` (default 10%) of its ratio; the benchmark report shows that table and verdict.
+``aiayn bench`` also passes the baseline to ``--benchmark-compare``, so pytest-benchmark's time
+table appears beside it for reference.
 
 Ratios are comparable across machines only for the same thread count (checked) and the same
 library build; the BLAS kernel each run used is printed.
@@ -15,14 +16,14 @@ library build; the BLAS kernel each run used is printed.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Comparison", "case_figures", "compare_runs", "load_run", "main"]
+from aiayn.environment import UsageError
+
+__all__ = ["Comparison", "case_figures", "compare_runs", "format_comparison", "load_run"]
 
 FIGURES = ("ratio_full", "ratio_useful")
 DEFAULT_MAX_DROP = 0.10
@@ -33,9 +34,9 @@ def load_run(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise SystemExit(f"{path}: cannot read a pytest-benchmark JSON file ({exc})") from None
+        raise UsageError(f"{path}: cannot read a pytest-benchmark JSON file ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
-        raise SystemExit(f"{path}: expected pytest-benchmark JSON with a 'benchmarks' list")
+        raise UsageError(f"{path}: expected pytest-benchmark JSON with a 'benchmarks' list")
     return with_session_ceiling(data)
 
 
@@ -46,7 +47,7 @@ def with_session_ceiling(run: dict[str, Any]) -> dict[str, Any]:
     (each case's before/after ceilings, the session's start/end ceilings), so its ratios are
     recomputed the way current runs compute them and old baselines stay comparable.
     """
-    from benchmarks.measure import apply_session_ceiling
+    from aiayn.benchmarks.measure import apply_session_ceiling
 
     record = run.get("aiayn", {})
     best = {(c["library"], c["dtype"], c["device"]): c["gflops"] for c in record.get("ceilings_best", [])}
@@ -125,19 +126,3 @@ def format_comparison(result: Comparison) -> list[str]:
         else f"no case lost more than {result.max_drop:.0%} of its ratio ({len(result.rows)} compared)"
     )
     return lines + [verdict]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__.splitlines()[0])
-    parser.add_argument("baseline", type=Path, help="the stored baseline (e.g. benchmarks/baseline/benchmarks-baseline.json)")
-    parser.add_argument("current", type=Path, help="this run's --benchmark-json file")
-    parser.add_argument("--figure", choices=FIGURES, default="ratio_full", help="the compared figure (default ratio_full)")
-    parser.add_argument("--max-drop", type=float, default=DEFAULT_MAX_DROP, help="relative drop that fails (default 0.10)")
-    args = parser.parse_args(argv)
-    result = compare_runs(load_run(args.baseline), load_run(args.current), args.figure, args.max_drop)
-    print("\n".join(format_comparison(result)))
-    return 1 if result.regressions else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

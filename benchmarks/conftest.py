@@ -1,9 +1,7 @@
 """pytest configuration of the benchmark suite: options, the case matrix, the session's measurements.
 
-Run (``make bench`` does this, then writes the reports)::
-
-    pytest benchmarks --benchmark-json=reports/tmp/benchmarks-run.json
-    python -m benchmarks.report reports/tmp/benchmarks-run.json
+Run with ``aiayn bench`` (``make bench``), which runs this folder under pytest with one thread,
+then writes the reports; ``aiayn bench --from-run RUN.json`` writes the report of an earlier run.
 
 Options (all ``--bench-*``; lists are comma-separated) choose the implementations, dtypes, sizes
 and threads; ``--bench-smoke`` selects the seconds-long subset that CI runs. Every case records
@@ -25,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks import cases as C
-from benchmarks import measure as M
+from aiayn.benchmarks import cases as C
+from aiayn.benchmarks import measure as M
 
 _SESSION_KEY = pytest.StashKey["BenchSession"]()
 
@@ -101,7 +99,7 @@ class BenchSession:
     def implementation(self, spec: str) -> Any:
         """The implementation ``spec`` names, loaded once; skip the case if its library is missing."""
         if spec not in self.impls:
-            from implementations.registry import ImplementationNotFound, load
+            from aiayn.implementations.registry import ImplementationNotFound, load
 
             try:
                 self.impls[spec] = load(spec)
@@ -197,7 +195,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
         metafunc.parametrize("case", cases, ids=[c.id for c in cases])
     if "stage" in metafunc.fixturenames:
-        from benchmarks.stages import STAGES, StageCase
+        from aiayn.benchmarks.stages import STAGES, StageCase
 
         stages = [StageCase(dtype, n, layout, name) for dtype, n in _stage_pairs(config) for layout, name in STAGES]
         metafunc.parametrize("stage", stages, ids=[s.id for s in stages])

@@ -1,7 +1,7 @@
-"""``python -m benchmarks.report [RUN.json]``: pytest-benchmark JSON -> reports/benchmarks.{md,json,png}.
+"""pytest-benchmark JSON -> ``benchmarks.{md,json,png}`` (``aiayn bench`` runs the benchmarks, then this).
 
-Reads one run of the suite (``pytest benchmarks --benchmark-json=RUN.json``; default
-``reports/tmp/benchmarks-run.json``) and writes:
+Reads one run of the suite (``pytest benchmarks --benchmark-json=RUN.json``; ``aiayn bench`` leaves
+it in ``<reports>/tmp/benchmarks-run.json``) and writes:
 
 - ``benchmarks.md``: the verdict on the issue's targets, the run's setup (CPU, threads, BLAS
   kernel, environment, load), the GEMM ceilings at the start and end of the run, every case in
@@ -16,21 +16,24 @@ The same RUN.json always gives the same three files (bytes), apart from the sign
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cases import HEAD_DIM, HEADS, attention_flops
-from benchmarks.compare import compare_runs, format_comparison, load_run
-from reproductions._report import Report, figure_style, md_table, pyplot, save_png, write_report
+from aiayn.benchmarks.cases import HEAD_DIM, HEADS, attention_flops
+from aiayn.benchmarks.compare import compare_runs, format_comparison, load_run
+from aiayn.environment import UsageError, reports_dir
+from aiayn.kit import Report, figure_style, md_table, pyplot, save_png, write_report
 
-__all__ = ["DEFAULT_BASELINE", "DEFAULT_RUN", "TARGETS", "build_report", "main"]
+__all__ = ["DEFAULT_BASELINE", "TARGETS", "build_report", "default_run", "write"]
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_RUN = REPO / "reports" / "tmp" / "benchmarks-run.json"
-DEFAULT_BASELINE = REPO / "benchmarks" / "baseline" / "benchmarks-baseline.json"
+#: The stored baseline travels with the package (``aiayn/benchmarks/baseline/``).
+DEFAULT_BASELINE = Path(__file__).resolve().parent / "baseline" / "benchmarks-baseline.json"
+
+
+def default_run() -> Path:
+    """Where ``aiayn bench`` leaves the run's pytest-benchmark JSON: ``<reports>/tmp/benchmarks-run.json``."""
+    return reports_dir() / "tmp" / "benchmarks-run.json"
 #: The issue's targets (float32, n = 2048, one thread, no mask).
 TARGETS = {"ratio_of_ceiling": 0.6, "ratio_of_sdpa": 0.8, "target_case": ("float32", 2048)}
 MIB = 2**20
@@ -416,7 +419,7 @@ def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[
     """The Markdown/JSON report of ``run`` (and its comparison with ``baseline``), and its case rows."""
     rows, stages = attention_rows(run), stage_rows(run)
     if not rows:
-        raise SystemExit("the run has no timed attention case (was it run with --benchmark-disable?)")
+        raise UsageError("the run has no timed attention case (was it run with --benchmark-disable?)")
     targets = evaluate_targets(rows)
     bounds = numpy_bounds(rows, stages)
     dtypes = sorted({r["dtype"] for r in rows})
@@ -460,7 +463,7 @@ def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[
     comparison = None
     how = (
         "Compared figure: the fraction of the ceiling (`ratio_full` in pytest-benchmark's extra_info), by "
-        "`python -m benchmarks.compare`; pytest-benchmark's own `--benchmark-compare` compares absolute times only."
+        "`aiayn.benchmarks.compare`; pytest-benchmark's own `--benchmark-compare` compares absolute times only."
     )
     if baseline is not None and baseline.get("datetime") == run.get("datetime"):
         report.section("Against the stored baseline", how, "", "This run is the stored baseline (same run, nothing to compare).")
@@ -493,28 +496,15 @@ def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[
     return report, rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "run",
-        type=Path,
-        nargs="?",
-        default=DEFAULT_RUN,
-        help=f"the run's --benchmark-json file (default {DEFAULT_RUN.relative_to(REPO)})",
-    )
-    parser.add_argument("--baseline", default=str(DEFAULT_BASELINE), help="baseline JSON to compare ratios with, or 'none'")
-    parser.add_argument("--out", type=Path, default=REPO / "reports", help="output folder (default reports/)")
-    parser.add_argument("--stem", default="benchmarks", help="file stem (default benchmarks; e.g. benchmarks-cuda for a GPU run)")
-    args = parser.parse_args(argv)
-    run = load_run(args.run)
-    baseline = None if args.baseline == "none" or not Path(args.baseline).exists() else load_run(Path(args.baseline))
-    report, rows = build_report(run, baseline)
-    paths = write_report(args.out, report, args.stem)
-    paths.append(_plot(rows, run, args.out / f"{args.stem}.png"))
+def write(run_path: Path, out: Path, *, baseline: str | Path | None = DEFAULT_BASELINE, stem: str = "benchmarks") -> list[Path]:
+    """Read one run's pytest-benchmark JSON and write ``<stem>.md``, ``.json`` and ``.png`` into ``out``.
+
+    ``baseline``: the stored run to compare ratios with (None or "none": no comparison).
+    """
+    run = load_run(Path(run_path))
+    use_baseline = baseline is not None and str(baseline) != "none" and Path(baseline).exists()
+    report, rows = build_report(run, load_run(Path(baseline)) if use_baseline else None)
+    paths = write_report(Path(out), report, stem)
+    paths.append(_plot(rows, run, Path(out) / f"{stem}.png"))
     print(report.verdict)
-    print("wrote " + ", ".join(str(p) for p in paths))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return paths

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.cases import HEAD_DIM, HEADS, SEED
+from aiayn.benchmarks.cases import HEAD_DIM, HEADS, SEED
 
 __all__ = ["STAGES", "TILE_ROWS", "StageCase", "make_stage"]
 

@@ -2,12 +2,12 @@
 
 Each case times one call of an implementation's ``scaled_dot_product_attention`` on its own
 native arrays (the contract's boundary: no conversion is timed), and records in
-pytest-benchmark's ``extra_info``: GFLOP/s (full and useful counts, see :mod:`benchmarks.cases`),
+pytest-benchmark's ``extra_info``: GFLOP/s (full and useful counts, see :mod:`aiayn.benchmarks.cases`),
 the fraction of the GEMM ceiling (``ratio_full``, ``ratio_useful``: the figures
-:mod:`benchmarks.compare` compares against the baseline; first against the ceiling measured right
+:mod:`aiayn.benchmarks.compare` compares against the baseline; first against the ceiling measured right
 before and right after the case's rounds, then, when the run writes its JSON, against the session
 ceiling, see ``conftest.apply_session_ceiling``), and the peak memory of one call.
-The stage cases time the pieces of a NumPy Eq. (1) (see :mod:`benchmarks.stages`).
+The stage cases time the pieces of a NumPy Eq. (1) (see :mod:`aiayn.benchmarks.stages`).
 
 Nothing here asserts on time: only that the call computed an output of the right shape with no
 NaN (every causal query sees at least itself), so a benchmark cannot silently time a failure.
@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks import measure as M
-from benchmarks.cases import Case, make_inputs
-from benchmarks.stages import StageCase, make_stage
+from aiayn.benchmarks import measure as M
+from aiayn.benchmarks.cases import Case, make_inputs
+from aiayn.benchmarks.stages import StageCase, make_stage
 
 
 def _timed(call: Any) -> tuple[Any, float]:

@@ -2,7 +2,7 @@
 
 Each function below returns an *elementwise* bound on ``|computed - exact|`` for an
 implementation that evaluates the equation in a dtype of precision ``prec`` (see
-:mod:`conformance.numerics`), derived by forward error analysis from the actual magnitudes of the
+:mod:`aiayn.conformance.numerics`), derived by forward error analysis from the actual magnitudes of the
 inputs (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed.; cited as [H]). There
 is no global rtol anywhere in the suite.
 
@@ -14,7 +14,7 @@ What the budgets assume, and what they do not:
   is allowed ``gamma_n(u_float16)``. Implementations that accumulate in float32 (PyTorch on the
   CPU, cuBLAS) are well inside such a budget; the suite does not need their word for it, and
   gives them no tighter budget for it either.
-- exp/log/sin/cos/pow: relative error ``<= prec.t`` (4 ulps, see :mod:`conformance.numerics`).
+- exp/log/sin/cos/pow: relative error ``<= prec.t`` (4 ulps, see :mod:`aiayn.conformance.numerics`).
 - Any summation order (pairwise, blocked, sequential, split-K): the bounds are the worst case
   over orders, ``gamma_{n-1}`` for n terms [H, §4.2, Lemma 3.4 / eq. (3.4)].
 - The algorithm is a standard stable one: the max-shifted softmax; two-pass or Welford variance
@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.numerics import Precision, gamma
+from aiayn.conformance.numerics import Precision, gamma
 
 __all__ = [
     "SAFETY",

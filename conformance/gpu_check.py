@@ -1,6 +1,6 @@
 """The prepared GPU check: fixed-input agreement with the oracle, and a short attention throughput run.
 
-Run ``python -m conformance.gpu_check --out DIR`` on a machine with a CUDA GPU. In well under five
+Run ``python -m aiayn.conformance.gpu_check --out DIR`` on a machine with a CUDA GPU. In well under five
 minutes it
 
 1. runs the ``torch`` and ``torch-sdpa`` implementations (and ``torch-nn``, with and without
@@ -833,7 +833,7 @@ def run_case(impl: Any, equation: str, dtype: str, case: Case) -> CheckResult:
 
 def run_checks(impl: Any, equations: list[str] | None = None, dtypes: list[str] | None = None) -> list[CheckResult]:
     """Every fixed case of ``equations`` (default: all provided) in ``dtypes`` (default: all declared)."""
-    from implementations.protocol import provided_equations
+    from aiayn.implementations.protocol import provided_equations
 
     provided = provided_equations(impl)
     cases = fixed_cases()
@@ -894,7 +894,7 @@ def gemm_ceiling(dtype: str, device: str, n: int) -> Timing:
     """An n x n x n GEMM (torch.matmul -> cuBLAS on CUDA): 2 n^3 flops; the machine's ceiling here."""
     import torch
 
-    from implementations.torch_impl import TORCH_DTYPES
+    from aiayn.implementations.torch_impl import TORCH_DTYPES
 
     a = torch.randn(n, n, device=device).to(TORCH_DTYPES[dtype])
     b = torch.randn(n, n, device=device).to(TORCH_DTYPES[dtype])
@@ -908,7 +908,7 @@ def attention_throughput(impls: list[Any], dtype: str, n: int, causal: bool, cei
     import torch
     import torch.nn.functional as F
 
-    from implementations.torch_impl import TORCH_DTYPES
+    from aiayn.implementations.torch_impl import TORCH_DTYPES
 
     device = str(impls[0].device)
     dt = TORCH_DTYPES[dtype]
@@ -1018,8 +1018,8 @@ def _markdown(report: dict[str, Any]) -> str:
 
 
 def _load_impls(names: list[str]) -> list[Any]:
-    from implementations.registry import load
-    from implementations.torch_nn import TorchNNImplementation
+    from aiayn.implementations.registry import load
+    from aiayn.implementations.torch_nn import TorchNNImplementation
 
     impls = []
     for name in names:
@@ -1029,7 +1029,7 @@ def _load_impls(names: list[str]) -> list[Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the exit status (0 ok, 1 a check failed, 2 no CUDA)."""
-    parser = argparse.ArgumentParser(prog="python -m conformance.gpu_check", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m aiayn.conformance.gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="directory for gpu_check.json and gpu_check.md")
     parser.add_argument("--allow-cpu", action="store_true", help="without CUDA, do a CPU dry run (small sizes) instead of failing")
     parser.add_argument("--impls", default="torch,torch-sdpa,torch-nn,torch-nn-fastpath", help="comma-separated implementations to check")

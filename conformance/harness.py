@@ -28,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from conformance.numerics import is_representable, precision, ulp
+from aiayn.conformance import isolation
+from aiayn.conformance.numerics import is_representable, precision, ulp
+from aiayn.environment import failure_dir
 
 __all__ = [
     "CHECKS",
@@ -39,9 +41,10 @@ __all__ = [
     "check",
     "compare",
     "current_stats",
-    "failure_dir",
+    "failure_name",
     "load_case",
     "register_spec",
+    "save_case",
 ]
 
 #: Every equation's name in reports and messages, with its place in the paper.
@@ -61,7 +64,7 @@ SECTIONS: dict[str, str] = {
     "contract": "the plug-in contract (implementations/protocol.py)",
 }
 
-#: name -> the registered check (a function ``(impl, dtype, **args)``); filled by ``conformance.checks``.
+#: name -> the registered check (a function ``(impl, dtype, **args)``); filled by ``aiayn.conformance.checks``.
 CHECKS: dict[str, Callable[..., None]] = {}
 
 #: id(impl) -> the spec it was loaded from (``--impl``), so that a replay file can load it again.
@@ -73,7 +76,7 @@ class ConformanceFailure(AssertionError):
 
 
 # --------------------------------------------------------------------------------------------
-# statistics for the report (collected per test by conformance/conftest.py)
+# statistics for the report (collected per test by the plugin, plugin.py)
 
 
 @dataclass
@@ -108,11 +111,6 @@ def _spec_of(impl: Any) -> str:
     return spec
 
 
-def failure_dir() -> Path:
-    """Where failing inputs are saved: ``$AIAYN_FAILURES`` or ``.aiayn-cache/failures`` (git-ignored)."""
-    return Path(os.environ.get("AIAYN_FAILURES", ".aiayn-cache/failures"))
-
-
 # --------------------------------------------------------------------------------------------
 # a case: one call of one check
 
@@ -136,6 +134,7 @@ class Case:
 
     def native(self, value: Any, dtype: str | None = None) -> Any:
         """The implementation's native version of a (nested) argument: floats in ``dtype`` (default the case's)."""
+        __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         dtype = dtype or self.dtype
         if isinstance(value, Mapping):
             return {k: self.native(v, dtype) for k, v in value.items()}
@@ -148,6 +147,7 @@ class Case:
 
     def numpy(self, native: Any, what: str) -> Any:
         """``to_numpy`` of a (nested) native value, checked to be an ndarray (floats come back as float64)."""
+        __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         if isinstance(native, Mapping):
             return {k: self.numpy(v, f"{what}[{k!r}]") for k, v in native.items()}
         if isinstance(native, list):
@@ -162,18 +162,36 @@ class Case:
         return arr
 
     def guard(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call into the implementation; anything it raises becomes this check's failure."""
+        """Call into the implementation under the time limit (``isolation.py``); anything it raises becomes this check's failure."""
+        __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         try:
-            with warnings.catch_warnings():  # the results are judged, not the warnings (poison overflows on purpose)
-                warnings.simplefilter("ignore", RuntimeWarning)
+            with isolation.calling(self, what, save_case), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # the results are judged, not the warnings (poison overflows on purpose)
                 return fn(*args)
         except ConformanceFailure:
             raise
+        except MemoryError:
+            self.fail(f"{what} raised MemoryError (inputs: {self.describe_inputs()})")
         except Exception as exc:  # a plugin's own error fails this check, never the run
             self.fail(f"{what} raised {type(exc).__name__}: {exc}")
 
+    def describe_inputs(self) -> str:
+        """The inputs' names, dtypes and shapes, as failure messages show them."""
+        return _describe_args(self.args, self.dtype)
+
+    def timeout_message(self, what: str, limit: float) -> str:
+        """The failure message of a call that did not return within ``limit`` seconds (inputs saved for replay)."""
+        path = _save(self)
+        return "\n".join([
+            f"{self.title}: {what} did not return within {limit:g} s (the per-call time limit; aiayn check --timeout)",
+            f"  implementation {getattr(self.impl, 'name', '?')} on {getattr(self.impl, 'device', '?')}, dtype {self.dtype}; check {self.check}",
+            f"  inputs: {self.describe_inputs()}",
+            f"  replay: aiayn replay {path}",
+        ])
+
     def call(self, method: str, *native_args: Any) -> Any:
         """Call equation ``method`` with native arguments; raise a failure if it raises."""
+        __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         fn = getattr(self.impl, method)
         shown = ", ".join(_describe_native(a) for a in native_args)
         return self.guard(f"{self.impl.name}.{method}({shown})", fn, *native_args)
@@ -186,6 +204,7 @@ class Case:
         representable in that dtype) on the declared device (its ``device`` attribute if any);
         and the same bits when called twice with the same inputs.
         """
+        __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         out_dtype = out_dtype or self.dtype
         before = _snapshot(self, native_args)
         out = self.call(method, *native_args)
@@ -230,6 +249,7 @@ class Case:
 
     def fail(self, problem: str, details: list[str] | None = None) -> None:
         """Save the inputs for replay and raise the failure message."""
+        __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         path = _save(self)
         impl = self.impl
         lines = [
@@ -238,7 +258,7 @@ class Case:
             f"dtype {self.dtype}; check {self.check}",
             *(details or []),
             f"  inputs: {_describe_args(self.args, self.dtype)}",
-            f"  replay: python -m conformance.replay {path}",
+            f"  replay: aiayn replay {path}",
         ]
         raise ConformanceFailure("\n".join(lines))
 
@@ -288,6 +308,7 @@ def floored(derived: np.ndarray, dtype: str, expected: np.ndarray) -> np.ndarray
 def compare(case: Case, got: np.ndarray, expected: np.ndarray, budget: np.ndarray, *, what: str = "disagrees with the oracle",
             budget_name: str = "", expected_name: str = "the oracle") -> float:
     """Fail unless |got - expected| <= budget elementwise (NaN only where expected is NaN); return the worst ratio."""
+    __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
     got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
     if got.shape != expected.shape:
         case.fail(f"{what}: result has shape {got.shape}, expected {expected.shape}")
@@ -422,12 +443,23 @@ def _decode(value: Any, arrays: Mapping[str, np.ndarray]) -> Any:
     return value
 
 
+def failure_name(impl_name: str, check_name: str, dtype: str) -> str:
+    """The file name of a failure's inputs: ``<impl>-<check>-<dtype>.npz`` with unsafe characters replaced."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{impl_name}-{check_name}-{dtype}") + ".npz"
+
+
 def _save(case: Case) -> Path:
     """Write the case's raw inputs to ``<failure_dir>/<impl>-<check>-<dtype>.npz`` and return the path.
 
     One file per (implementation, check, dtype): Hypothesis replays the shrunk example last, so the
-    file left behind holds the minimal failing input.
+    file left behind holds the minimal failing input. The folder is ``aiayn.environment.failure_dir()``
+    (``$AIAYN_FAILURES``, else aiayn's cache folder), never the current directory.
     """
+    return save_case(case, failure_dir() / failure_name(getattr(case.impl, "name", "impl"), case.check, case.dtype))
+
+
+def save_case(case: Case, path: Path) -> Path:
+    """Write the case's raw inputs (and which implementation, dtype and check) to ``path`` as a replay file."""
     arrays: dict[str, np.ndarray] = {}
     meta = {
         "impl": _spec_of(case.impl),
@@ -435,11 +467,9 @@ def _save(case: Case) -> Path:
         "check": case.check,
         "args": _encode(case.args, "args", arrays),
     }
-    directory = failure_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{getattr(case.impl, 'name', 'impl')}-{case.check}-{case.dtype}")
-    path = directory / f"{safe}.npz"
-    np.savez(path, __meta__=np.array(json.dumps(meta)), **{k.replace("/", "|"): v for k, v in arrays.items()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as handle:
+        np.savez(handle, __meta__=np.array(json.dumps(meta)), **{k.replace("/", "|"): v for k, v in arrays.items()})
     return path
 
 

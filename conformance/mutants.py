@@ -4,10 +4,10 @@ Each mutant is the NumPy built-in with one realistic bug, the kind a person writ
 equations could make. A mutant provides only the equations its bug lives in (``targets``), so
 the suite runs just the checks that concern it. ``tests/test_conformance_mutants.py`` runs the
 suite (default profile) against all of them and requires every one to be caught, with the
-unbroken NumPy implementation as the control; ``python -m conformance.mutants`` does the same and
+unbroken NumPy implementation as the control; ``aiayn mutants`` does the same and
 writes the kill table to ``reports/conformance-mutants.md`` and ``.json``.
 
-Load one with ``pytest conformance --impl conformance.mutants:NoScale``.
+Check one with ``aiayn check aiayn.conformance.mutants:NoScale``.
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from implementations import numpy_impl as base
-from implementations.numpy_impl import NumpyImplementation
+from aiayn.conformance.runner import pytest_arguments
+from aiayn.implementations import numpy_impl as base
+from aiayn.implementations.numpy_impl import NumpyImplementation
+from aiayn.kit import signature, write_json, write_text
 
-__all__ = ["MUTANTS", "Mutant", "kill_table", "main", "run_mutants"]
+__all__ = ["MUTANTS", "Mutant", "kill_table", "run", "run_mutants"]
 
 
 class Mutant(NumpyImplementation):
@@ -329,7 +331,7 @@ class EmbeddingNotScaled(Mutant):
         return embedding[tokens] + self.positional_encoding(tokens.shape[1], embedding.shape[1], dt.name)
 
 
-#: Every mutant, by class name (``--impl conformance.mutants:<name>``).
+#: Every mutant, by class name (``--impl aiayn.conformance.mutants:<name>``).
 MUTANTS: dict[str, type[Mutant]] = {
     cls.__name__: cls
     for cls in (
@@ -354,17 +356,11 @@ def run_mutants(report_dir: Path, *, workers: int = 0, extra: list[str] | None =
     the example database: the question is only whether the freshly generated examples find a
     failure, as on a fresh clone.
     """
-    root = Path(__file__).resolve().parent.parent
-    specs = [f"conformance.mutants:{name}" for name in MUTANTS] + [CONTROL]
-    cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "--tb=no", "-W", "ignore::RuntimeWarning",
-           f"--aiayn-report={report_dir}"]
-    cmd += [f"--impl={s}" for s in specs]
-    if workers:
-        cmd += ["-n", str(workers)]
-    cmd += extra or []
-    env = {**os.environ, "AIAYN_FIND_ONLY": "1", "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-           "AIAYN_FAILURES": str(report_dir / "failures")}
-    return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
+    specs = [f"aiayn.conformance.mutants:{name}" for name in MUTANTS] + [CONTROL]
+    cmd = [sys.executable, "-m", "pytest", *pytest_arguments(specs, report=report_dir, workers=workers,
+                                                             extra=["--tb=no", "-W", "ignore::RuntimeWarning", *(extra or [])])]
+    env = {**os.environ, "AIAYN_FIND_ONLY": "1", "AIAYN_FAILURES": str(report_dir / "failures")}
+    return subprocess.run(cmd, cwd=report_dir.parent, env=env, capture_output=True, text=True, check=False)
 
 
 def kill_table(report_dir: Path) -> dict[str, Any]:
@@ -389,7 +385,8 @@ def kill_table(report_dir: Path) -> dict[str, Any]:
         "control": {"impl": CONTROL, "verdict": control["verdict"],
                     "failing": [f"{r['equation']} [{r['dtype']}]" for r in control["rows"] if r["status"] == "fail"]},
         "hypothesis_profile": control["hypothesis_profile"],
-        "signature": control["signature"].replace(f"impl:{CONTROL}", "impl:mutants"),
+        "signature": signature("conformance-mutants", packages=("numpy", "hypothesis"), mutants=len(rows), control=CONTROL,
+                               profile=control["hypothesis_profile"], seed=control["seed"], find_only="yes"),
     }
 
 
@@ -414,23 +411,17 @@ def _markdown(table: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m conformance.mutants [REPORT_DIR]``: run the mutants, write the kill table (default ``reports/``)."""
-    args = sys.argv[1:] if argv is None else argv
-    out = Path(args[0]) if args else Path(__file__).resolve().parent.parent / "reports"
+def run(out: Path, *, workers: int = 2) -> int:
+    """Run the mutants, write the kill table to ``out/conformance-mutants.{md,json}``; 0 when every
+    mutant is caught and the control passes, else 1."""
     with tempfile.TemporaryDirectory() as tmp:
-        proc = run_mutants(Path(tmp), workers=2)
+        proc = run_mutants(Path(tmp) / "reports", workers=workers)
         try:
-            table = kill_table(Path(tmp))
+            table = kill_table(Path(tmp) / "reports")
         except FileNotFoundError:
             print(proc.stdout[-4000:], proc.stderr[-4000:], sep="\n")
-            return 2
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "conformance-mutants.md").write_text(_markdown(table), encoding="utf-8")
-    (out / "conformance-mutants.json").write_text(json.dumps(table, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            raise RuntimeError("the conformance suite did not write its reports (its output is above)") from None
+    write_text(Path(out) / "conformance-mutants.md", _markdown(table))
+    write_json(Path(out) / "conformance-mutants.json", table, sort_keys=True)
     print(_markdown(table))
     return 0 if table["caught"] == table["total"] and table["control"]["verdict"] == "PASS" else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

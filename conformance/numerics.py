@@ -91,7 +91,7 @@ PRECISIONS: dict[str, Precision] = {
 
 
 def precision(dtype: str) -> Precision:
-    """The :class:`Precision` of a dtype name from ``implementations.protocol.DTYPES``."""
+    """The :class:`Precision` of a dtype name from ``aiayn.implementations.protocol.DTYPES``."""
     try:
         return PRECISIONS[dtype]
     except KeyError:

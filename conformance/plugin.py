@@ -1,35 +1,59 @@
-"""The pytest side of ``pytest conformance``: options, which implementations and dtypes, the header, the report.
+"""aiayn's pytest plugin: the options, parametrization, exit codes and report of the conformance suite.
 
-Loaded by ``conformance/conftest.py``. Options (available when ``conformance`` is on the command
-line):
+Registered through the ``pytest11`` entry point ``aiayn``, so it is present in every pytest run
+of an environment where aiayn is installed, and does nothing there until asked: it adds its
+options and its marker, and acts only on tests marked ``@pytest.mark.aiayn_equation(NAME)`` (the
+suite's own) or when ``--impl`` names an implementation. It never loads or changes a Hypothesis
+profile (``profiles.py``) and imports no array library at import time.
 
-- ``--impl NAME|module:attr`` (repeatable): implementations to check; default the environment
-  variable ``AIAYN_IMPL`` (comma-separated), else every built-in whose import works (the torch
-  built-ins are skipped, with a note in the header, when torch is not installed).
+Ways in:
+
+- ``aiayn check SPEC`` (``aiayn/cli.py``): the suite in worker processes, with a time limit per call;
+- ``pytest --pyargs aiayn.conformance --impl SPEC`` from anywhere, or ``pytest conformance --impl
+  SPEC`` in a checkout;
+- a test module of your own that pulls the suite in for your implementation, as ONNX's backend
+  tests are included by a backend's test module (:func:`aiayn.conformance.suite`)::
+
+      # tests/test_aiayn_conformance.py
+      from aiayn.conformance import suite
+      globals().update(suite("mypkg.attention:Mine"))
+
+Options:
+
+- ``--impl NAME|module:attr`` (repeatable): implementations to check; default ``$AIAYN_IMPL``
+  (comma-separated), else every built-in whose import works (a built-in whose optional dependency
+  is missing is skipped, with a note in the header). A named implementation that cannot be
+  loaded, or a ``--dtype`` it does not declare, stops the run with exit 4 (a usage error).
 - ``--dtype DTYPE`` (repeatable): check only these of each implementation's declared dtypes.
+- ``--aiayn-profile NAME``: dev (default), ci, thorough or smoke (``profiles.py``).
+- ``--aiayn-timeout SECONDS``: the time limit of one call into an implementation (default 120;
+  0 = none). In worker processes (``-n N``) a call past it, a segfault or an abort becomes that
+  check's failure and the run goes on (``isolation.py``).
 - ``--aiayn-report DIR``: write ``conformance-<impl>.md`` and ``.json`` there at the end.
 
-Every test carries ``@pytest.mark.equation(NAME)`` and takes the parameters ``impl`` and ``dtype``;
-:func:`pytest_generate_tests` expands them over the implementations and their declared dtypes
-(an equation an implementation does not provide becomes one skipped test, "not provided").
+Exit status, by pytest's conventions: 0 every check passed; 1 a check failed; 4 a usage error
+(an implementation that cannot be loaded, an undeclared ``--dtype``, or a selection in which no
+check ran: all deselected or skipped).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import settings
 
-from conformance import harness
-from implementations import registry
-from implementations.protocol import DTYPES, provided_equations
+#: The dtypes an implementation may declare (the contract's ``DTYPES``; repeated here so that
+#: loading the plugin imports nothing but pytest).
+_DTYPES = ("float64", "float32", "float16", "bfloat16")
+_PROFILES = ("dev", "ci", "thorough", "smoke")
+_MARK = "aiayn_equation"
 
-_LOADED = pytest.StashKey[list["Loaded"]]()
-_STATS = pytest.StashKey[harness.Stats]()
+_STATE = pytest.StashKey["_Run"]()
+_STATS = pytest.StashKey[Any]()
 
 
 @dataclass
@@ -56,66 +80,125 @@ class LoadFailure:
         return f"<could not load {self.spec!r}>"
 
 
+@dataclass
+class _Run:
+    """What this session knows: requested specs, loaded implementations, results (on the controller)."""
+
+    explicit: list[str] | None  # --impl / $AIAYN_IMPL, or None for the default built-ins
+    loaded: dict[str, Loaded] = field(default_factory=dict)  # spec -> Loaded
+    results: list[dict[str, Any]] = field(default_factory=list)  # on the xdist controller: every worker's
+    isolation_ready: bool = False
+    testrunuids: set[str] = field(default_factory=set)
+    crashes: list[str] = field(default_factory=list)
+    usage_error: str = ""
+
+
 # --------------------------------------------------------------------------------------------
-# options and loading
+# options and configuration
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("aiayn", "aiayn conformance suite")
+    group = parser.getgroup("aiayn", "aiayn conformance suite (aiayn check)")
     group.addoption("--impl", action="append", default=[], metavar="NAME|module:attr",
-                    help=f"implementation to check (repeatable): a built-in ({', '.join(registry.BUILTINS)}), an entry point, "
-                         "or module:attr. Default: $AIAYN_IMPL (comma-separated), else every available built-in.")
-    group.addoption("--dtype", action="append", default=[], choices=list(DTYPES),
+                    help="implementation to check (repeatable): a built-in (aiayn list), an entry point of group "
+                         "aiayn.implementations, or module:attr. Default: $AIAYN_IMPL (comma-separated), else every available built-in.")
+    group.addoption("--dtype", action="append", default=[], choices=list(_DTYPES),
                     help="check only these dtypes (repeatable); default every dtype each implementation declares")
+    group.addoption("--aiayn-profile", default=None, choices=list(_PROFILES),
+                    help="examples per check: dev (40, random; default, or $AIAYN_PROFILE), ci (40, derandomized), thorough (1000), smoke (8)")
+    group.addoption("--aiayn-timeout", type=float, default=None, metavar="SECONDS",
+                    help="time limit of one call into an implementation (default 120; 0: none); with -n N a crash or hang "
+                         "past it fails that check and the run goes on")
     group.addoption("--aiayn-report", metavar="DIR", default=None,
                     help="write conformance-<impl>.md and .json (per equation x dtype) into DIR")
+    group.addoption("--aiayn-own-session", action="store_true", default=False,
+                    help="(set by aiayn check) this session runs only aiayn's suite: Hypothesis keeps its files in aiayn's cache, "
+                         "not in ./.hypothesis")
 
 
-def _requested(config: pytest.Config) -> tuple[list[str], bool]:
-    """(specs, explicit): from --impl, else $AIAYN_IMPL, else the built-ins (not explicit)."""
+def _explicit_specs(config: pytest.Config) -> list[str] | None:
     specs = list(config.getoption("--impl") or [])
     if not specs and os.environ.get("AIAYN_IMPL", "").strip():
         specs = [s.strip() for s in os.environ["AIAYN_IMPL"].split(",") if s.strip()]
-    if specs:
-        return specs, True
-    return list(registry.BUILTINS), False
-
-
-def _missing_optional_dependency(exc: BaseException) -> str | None:
-    """The name of a missing third-party module behind a load failure (torch, ...), else None."""
-    cause = exc.__cause__
-    while cause is not None:
-        if isinstance(cause, ModuleNotFoundError) and cause.name and cause.name.split(".")[0] not in ("implementations", "conformance", "reference"):
-            return cause.name
-        cause = cause.__cause__
-    return None
-
-
-def _load(spec: str, explicit: bool) -> Loaded:
-    try:
-        impl = registry.load(spec)
-    except registry.ImplementationNotFound as exc:
-        missing = _missing_optional_dependency(exc)
-        if missing and not explicit:
-            return Loaded(spec, error=f"needs {missing}, which is not installed", skip=True)
-        return Loaded(spec, error=str(exc))
-    harness.register_spec(impl, spec)
-    return Loaded(spec, impl=impl)
+    return specs or None
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "equation(name, dtypes='all', load_failures=False): the equation (implementations.protocol.EQUATIONS, or 'contract') "
-                                       "a conformance test checks; dtypes='first' runs only the implementation's first dtype; "
-                                       "load_failures=True makes an implementation that cannot be loaded fail this test")
-    # overflow in a budget's float64 magnitudes (a vacuous bound) is expected and handled there
-    config.addinivalue_line("filterwarnings", "ignore::RuntimeWarning:conformance")
-    specs, explicit = _requested(config)
-    config.stash[_LOADED] = [_load(spec, explicit) for spec in specs]
+    config.addinivalue_line("markers", f"{_MARK}(name, dtypes='all', load_failures=False): an aiayn conformance test of equation NAME "
+                                       "(aiayn.implementations.protocol.EQUATIONS, or 'contract'); dtypes='first' runs only the "
+                                       "implementation's first dtype; load_failures=True makes an implementation that cannot be loaded fail it")
+    run = _Run(explicit=_explicit_specs(config))
+    config.stash[_STATE] = run
+    _CURRENT[:] = [run]
+    profile = config.getoption("--aiayn-profile") or os.environ.get("AIAYN_PROFILE")
+    if profile and profile not in _PROFILES:
+        raise pytest.UsageError(f"aiayn: $AIAYN_PROFILE={profile!r} is not a profile; choose one of {', '.join(_PROFILES)}")
+    if run.explicit is None and not config.getoption("--aiayn-profile"):
+        return  # not asked (yet): nothing is loaded until an aiayn test is collected
+    from aiayn.conformance import profiles
+
+    profiles.activate(profile)
+    if config.getoption("--aiayn-own-session"):
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        from aiayn.environment import cache_dir
+
+        set_hypothesis_home_dir(cache_dir() / "hypothesis")
+    if run.explicit is not None:
+        wanted = config.getoption("--dtype") or []
+        for spec in run.explicit:
+            entry = _load(run, spec, explicit=True)
+            if entry.impl is None:
+                raise pytest.UsageError(f"aiayn: {_one_line(entry.error)}")
+            missing = [d for d in wanted if d not in tuple(getattr(entry.impl, "dtypes", ()) or ())]
+            if missing:
+                raise pytest.UsageError(f"aiayn: {entry.name} ({spec}) does not declare dtype {', '.join(missing)}; "
+                                        f"it declares {', '.join(entry.impl.dtypes) or 'none'}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _load(run: _Run, spec: str, *, explicit: bool) -> Loaded:
+    """Load ``spec`` once per session (cached)."""
+    if spec in run.loaded:
+        return run.loaded[spec]
+    from aiayn.conformance import harness
+    from aiayn.environment import missing_extra
+    from aiayn.implementations import registry
+
+    try:
+        impl = registry.load(spec)
+    except registry.ImplementationNotFound as exc:
+        extra = missing_extra(exc)
+        if extra is not None:
+            entry = Loaded(spec, error=f"cannot load {spec!r}: {extra}", skip=not explicit)
+        else:
+            entry = Loaded(spec, error=str(exc))
+    else:
+        harness.register_spec(impl, spec)
+        entry = Loaded(spec, impl=impl)
+    run.loaded[spec] = entry
+    return entry
+
+
+def _specs_for(config: pytest.Config, module: Any) -> tuple[list[str], bool]:
+    """(specs, explicit) for a test module: its ``AIAYN_IMPL`` (``suite()``), else --impl/$AIAYN_IMPL, else the built-ins."""
+    own = getattr(module, "AIAYN_IMPL", None)
+    if own:
+        return ([own] if isinstance(own, str) else list(own)), True
+    run = config.stash[_STATE]
+    if run.explicit is not None:
+        return run.explicit, True
+    from aiayn.implementations.registry import BUILTINS
+
+    return list(BUILTINS), False
 
 
 def loaded(config: pytest.Config) -> list[Loaded]:
-    """The implementations of this run (in --impl order)."""
-    return config.stash[_LOADED]
+    """The implementations loaded in this session (in the order they were requested)."""
+    return list(config.stash[_STATE].loaded.values())
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,6 +206,8 @@ def loaded(config: pytest.Config) -> list[Loaded]:
 
 
 def _provided(impl: Any) -> frozenset[str]:
+    from aiayn.implementations.protocol import provided_equations
+
     try:
         return provided_equations(impl)
     except Exception:  # a broken provides() is reported by the contract test
@@ -130,16 +215,24 @@ def _provided(impl: Any) -> frozenset[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "impl" not in metafunc.fixturenames:
-        return
-    marker = metafunc.definition.get_closest_marker("equation")
+    marker = metafunc.definition.get_closest_marker(_MARK)
     if marker is None:
-        raise pytest.UsageError(f"{metafunc.definition.nodeid}: a conformance test needs @pytest.mark.equation(NAME)")
+        return
+    if "impl" not in metafunc.fixturenames or "dtype" not in metafunc.fixturenames:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: an aiayn conformance test takes the arguments impl and dtype")
+    config = metafunc.config
+    run = config.stash[_STATE]
+    from aiayn.conformance import profiles
+
+    profiles.active()  # $AIAYN_PROFILE or dev, unless --aiayn-profile chose already
     equation, mode = marker.args[0], marker.kwargs.get("dtypes", "all")
-    wanted = set(metafunc.config.getoption("--dtype") or DTYPES)
-    names = [entry.name for entry in loaded(metafunc.config)]
+    specs, explicit = _specs_for(config, metafunc.module)
+    module_dtypes = getattr(metafunc.module, "AIAYN_DTYPES", None)
+    wanted = set(config.getoption("--dtype") or module_dtypes or _DTYPES)
+    entries = [_load(run, spec, explicit=explicit) for spec in specs]
+    names = [entry.name for entry in entries]
     params = []
-    for entry in loaded(metafunc.config):
+    for entry in entries:
         label = entry.name if names.count(entry.name) == 1 else entry.spec
         if entry.impl is None:
             if marker.kwargs.get("load_failures") and not entry.skip:
@@ -173,15 +266,22 @@ def deviation_key(item: pytest.Item) -> str:
     return f"{name}[{'-'.join(extra)}]" if extra else name
 
 
+def _is_aiayn(item: pytest.Item) -> bool:
+    return item.get_closest_marker(_MARK) is not None
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A failure the implementation declares in ``known_deviations`` is expected, strictly.
 
     A declaration names the test as :func:`deviation_key` does, optionally followed by
-    ``@<dtype>`` to limit it to one dtype. The test still runs: if it fails it is reported as a known deviation (with the declared
-    reason), and if it passes the run fails (strict), so a declaration cannot outlive the
-    deviation it explains.
+    ``@<dtype>`` to limit it to one dtype. The test still runs: if it fails it is reported as a
+    known deviation (with the declared reason), and if it passes the run fails (strict), so a
+    declaration cannot outlive the deviation it explains.
     """
     for item in items:
+        if not _is_aiayn(item):
+            continue
         callspec = getattr(item, "callspec", None)
         impl = callspec.params.get("impl") if callspec else None
         declared = getattr(impl, "known_deviations", None) or {}
@@ -192,79 +292,249 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # --------------------------------------------------------------------------------------------
-# statistics per test, gathered on the controller (works under pytest-xdist)
+# running: statistics per test, the call in flight, crashes (works under pytest-xdist)
 
 
-@pytest.hookimpl(hookwrapper=True)
+def _worker_input(config: pytest.Config) -> dict[str, Any] | None:
+    return getattr(config, "workerinput", None)
+
+
+def _prepare_isolation(config: pytest.Config) -> None:
+    """Before the first aiayn test of a process: the per-call time limit; in an xdist worker, also
+    where to record the call in flight (after pytest's own faulthandler setup, which it overrides)."""
+    run = config.stash[_STATE]
+    if run.isolation_ready:
+        return
+    from aiayn.conformance import isolation
+
+    limit = config.getoption("--aiayn-timeout")
+    worker = _worker_input(config)
+    isolation.configure(isolation.DEFAULT_LIMIT_S if limit is None else limit,
+                        worker=worker["workerid"] if worker else None, testrunuid=worker.get("testrunuid") if worker else None)
+    run.isolation_ready = True
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
+    if not _is_aiayn(item):
+        return (yield)
+    from aiayn.conformance import harness, isolation
+
+    _prepare_isolation(item.config)
+
     stats = harness.Stats()
     item.stash[_STATS] = stats
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec else {}
+    isolation.test_started({"nodeid": item.nodeid, "equation": item.get_closest_marker(_MARK).args[0],
+                            "spec": _spec_of(params.get("impl"), item.config) or "-", "dtype": params.get("dtype", "-"),
+                            "test": getattr(item, "originalname", item.name)})
     token = harness.current_stats().set(stats)
     try:
-        yield
+        return (yield)
     finally:
         harness.current_stats().reset(token)
 
 
 def _spec_of(impl: Any, config: pytest.Config) -> str | None:
+    if impl is None:
+        return None
     for entry in loaded(config):
-        if entry.impl is impl and impl is not None:
+        if entry.impl is impl:
             return entry.spec
     return getattr(impl, "spec", None)
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    outcome = yield
-    rep = outcome.get_result()
+    rep = yield
     callspec = getattr(item, "callspec", None)
-    marker = item.get_closest_marker("equation")
+    marker = item.get_closest_marker(_MARK)
     if callspec is None or marker is None or "impl" not in callspec.params:
-        return
+        return rep
     if not (rep.when == "call" or (rep.when == "setup" and not rep.passed)):
-        return
+        return rep
+    from aiayn.conformance import harness
+
     impl = callspec.params["impl"]
-    stats = item.stash.get(_STATS, harness.Stats())
+    stats = item.stash.get(_STATS, None) or harness.Stats()
     reason, outcome = "", rep.outcome
     if hasattr(rep, "wasxfail"):  # a declared known deviation that did deviate
         reason, outcome = str(rep.wasxfail), "known deviation"
     elif rep.skipped and isinstance(rep.longrepr, tuple):
         reason = str(rep.longrepr[2])
     rep.user_properties.append(("aiayn", {
-        "spec": _spec_of(impl, item.config) or "-",
+        "spec": _spec_of(impl, item.config) or getattr(impl, "spec", "-"),
         "equation": marker.args[0],
         "dtype": callspec.params.get("dtype", "-"),
         "test": getattr(item, "originalname", item.name),
+        "nodeid": item.nodeid,
         "outcome": outcome,
         "reason": reason,
         **stats.as_dict(),
     }))
+    return rep
 
 
-#: Results of this session's tests (on the xdist controller: every worker's, via user_properties).
-_CONFIG_RESULTS: list[dict[str, Any]] = []
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodeready(node: Any) -> None:
+    """(xdist, on the controller) remember the run's uid, to find and remove the workers' records."""
+    config = node.config
+    if _STATE in config.stash:
+        config.stash[_STATE].testrunuids.add(node.workerinput["testrunuid"])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+    """(xdist, on the controller) a worker died inside a check: make it that check's failure, with its replay file."""
+    node = getattr(report, "node", None)
+    if node is None or _STATE not in node.config.stash:
+        return
+    from aiayn.conformance import isolation
+
+    workerinput = node.workerinput
+    record = isolation.crash_record(workerinput["testrunuid"], workerinput["workerid"], crashitem)
+    if record is None:
+        return
+    message, replay = _crash_message(record)
+    report.longrepr = message
+    node.config.stash[_STATE].crashes.append(crashitem)
+    report.user_properties.append(("aiayn", {
+        "spec": record.get("spec", "-"), "equation": record.get("equation", "-"), "dtype": record.get("dtype", "-"),
+        "test": record.get("test", crashitem), "nodeid": crashitem, "outcome": "failed", "reason": message.splitlines()[0],
+        "examples": 0, "worst": 0.0, "crash": record["cause"], "replay": replay,
+    }))
+
+
+def _crash_message(record: dict[str, Any]) -> tuple[str, str | None]:
+    from aiayn.conformance.harness import SECTIONS, failure_name
+    from aiayn.environment import failure_dir
+
+    title = SECTIONS.get(record.get("equation", ""), record.get("equation", "?"))
+    call = record.get("call") or "the test (outside any call into the implementation)"
+    cause = record["cause"]
+    if cause == "timeout":
+        what = f"{call} did not return within {record.get('limit_s', 0):g} s (the per-call time limit; aiayn check --timeout)"
+    elif cause == "exited":
+        what = f"the worker process ended during {call} without a Python error (killed, e.g. for memory, or os._exit)"
+    else:
+        what = f"the worker process crashed during {call} ({cause})"
+    replay = None
+    if record.get("inputs_file"):
+        target = failure_dir() / failure_name(record.get("spec", "impl").replace(":", "_"), record.get("check", "check"), record.get("dtype", "-"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(record["inputs_file"], target)
+        replay = str(target)
+    lines = [
+        f"{title}: {what}",
+        f"  implementation {record.get('spec')}, dtype {record.get('dtype')}; test {record.get('test')}"
+        + (f", check {record['check']}" if record.get("check") else ""),
+    ]
+    if record.get("inputs"):
+        lines.append(f"  inputs: {record['inputs']}")
+    if replay:
+        lines.append(f"  replay: aiayn replay {replay}   (in this process: expect the same {'hang' if cause == 'timeout' else 'crash'})")
+    frames = _main_thread_frames(record.get("traceback") or "")
+    if frames:
+        lines += ["  where (faulthandler, most recent call first):", *[f"    {line.strip()}" for line in frames[:8]]]
+    return "\n".join(lines), replay
+
+
+def _main_thread_frames(dump: str) -> list[str]:
+    """The frames of the thread that was running the check, from a faulthandler dump (execnet's I/O threads left out)."""
+    blocks: list[list[str]] = []
+    for line in dump.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            blocks.append([line])
+        elif blocks and line.strip().startswith("File "):
+            blocks[-1].append(line)
+    current = [b for b in blocks if b[0].startswith("Current thread")]
+    mine = current or [b for b in blocks if not any("execnet" in line for line in b[1:])]
+    return mine[0][1:] if mine else []
+
+
+#: The run of the session in progress (pytest_runtest_logreport is not given the config).
+_CURRENT: list[_Run] = []
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for key, value in report.user_properties:
-        if key == "aiayn":
-            _CONFIG_RESULTS.append(value)
+        if key == "aiayn" and isinstance(value, dict) and _CURRENT:
+            _CURRENT[0].results.append(value)
 
 
 def _is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
+    return _worker_input(config) is not None
+
+
+def _nothing_checked(config: pytest.Config, results: list[dict[str, Any]]) -> str:
+    """Why this run checked nothing although it was asked to (empty when something was checked or nobody asked)."""
+    run = config.stash[_STATE]
+    ran = [r for r in results if r["outcome"] in ("passed", "failed", "known deviation")]
+    if ran:
+        return ""
+    if results:
+        reasons = sorted({r["reason"] for r in results if r.get("reason")})
+        return (f"no check ran: all {len(results)} selected aiayn tests were skipped"
+                + (f" ({'; '.join(reasons[:3])}{' ...' if len(reasons) > 3 else ''})" if reasons else ""))
+    if run.explicit is not None:
+        return "no check ran: --impl was given but the selection holds no aiayn test (check the paths, -k and -m)"
+    return ""
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    directory = session.config.getoption("--aiayn-report")
-    if not directory or _is_worker(session.config):
+    config = session.config
+    if _STATE not in config.stash or _is_worker(config):
         return
-    from conformance import report
+    run = config.stash[_STATE]
+    from_run = run.results
+    if from_run or run.explicit is not None:
+        why = _nothing_checked(config, from_run)
+        if why and int(exitstatus) in (0, 5):
+            run.usage_error = why
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+    directory = config.getoption("--aiayn-report")
+    if directory and from_run:
+        from aiayn.conformance import report
 
-    for entry in loaded(session.config):
-        if entry.skip:  # an optional dependency is missing: nothing to report, and no committed report to overwrite
-            continue
-        report.write(Path(directory), entry, [r for r in _CONFIG_RESULTS if r["spec"] == entry.spec], run_info(session.config))
+        for spec in dict.fromkeys(r["spec"] for r in from_run):
+            entry = run.loaded.get(spec) or _load(run, spec, explicit=True)
+            if entry.skip:  # an optional dependency is missing: nothing to report, and no committed report to overwrite
+                continue
+            report.write(Path(directory), entry, [r for r in from_run if r["spec"] == spec], run_info(config))
+    for uid in run.testrunuids:
+        from aiayn.conformance import isolation
+
+        isolation.remove(uid)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if _STATE not in config.stash or _is_worker(config):
+        return
+    run = config.stash[_STATE]
+    results = run.results
+    if results:
+        from aiayn.conformance import report
+
+        terminalreporter.section("aiayn conformance: per equation")
+        for spec in dict.fromkeys(r["spec"] for r in results):
+            entry = run.loaded.get(spec) or Loaded(spec)
+            for line in report.summary_lines(entry, [r for r in results if r["spec"] == spec]):
+                terminalreporter.write_line(line)
+        failures = [r for r in results if r["outcome"] == "failed"]
+        if failures:
+            from aiayn.environment import failure_dir
+
+            terminalreporter.write_line(f"inputs of failed checks: {failure_dir()} (replay one: aiayn replay FILE)")
+        directory = config.getoption("--aiayn-report")
+        if directory:
+            for spec in dict.fromkeys(r["spec"] for r in results):
+                entry = run.loaded.get(spec)
+                if entry is not None and not entry.skip:
+                    for path in report.paths(Path(directory), entry.name):
+                        terminalreporter.write_line(f"wrote {path.resolve()}")
+    if run.usage_error:
+        terminalreporter.write_line(f"ERROR: aiayn: {run.usage_error} (exit 4)", red=True, bold=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,17 +542,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def run_info(config: pytest.Config) -> dict[str, str]:
-    """Hypothesis profile and seed of this run (for the header and the reports' signature)."""
-    profile = settings.get_current_profile_name()
+    """Profile, seed and examples per test of this run (for the header and the reports' signature)."""
+    from aiayn.conformance import profiles
+
+    name = profiles.active()
     seed = config.getoption("hypothesis_seed", None)
+    examples, derandomized = profiles.PROFILES[name]
     if seed is None:
-        seed = "derandomized" if settings().derandomize else "random"
-    return {"profile": str(profile), "seed": str(seed), "max_examples": str(settings().max_examples)}
+        seed = "derandomized" if derandomized else "random"
+    return {"profile": name, "seed": str(seed), "max_examples": str(examples)}
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    run = config.stash[_STATE]
+    if run.explicit is None:
+        return []
     info = run_info(config)
-    lines = [f"aiayn conformance: hypothesis profile {info['profile']} ({info['max_examples']} examples per test), seed {info['seed']}"]
+    lines = [f"aiayn conformance: profile {info['profile']} ({info['max_examples']} examples per test), seed {info['seed']}"]
     wanted = config.getoption("--dtype") or []
     for entry in loaded(config):
         if entry.impl is None:

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from conformance import budgets as B
-from conformance.numerics import Precision, gamma
+from aiayn.conformance import budgets as B
+from aiayn.conformance.numerics import Precision, gamma
 
 __all__ = ["decoder_layer", "encoder_layer", "transformer_forward"]
 
@@ -241,7 +241,7 @@ def decoder_layer(y: np.ndarray, memory: np.ndarray, params: Mapping[str, Any], 
 
 def _embedding(g: _Graph, name: str, tokens: np.ndarray, embedding: np.ndarray) -> None:
     """E[tokens] sqrt(d) + PE (§3.4, §3.5): gather exact, gamma_2 for sqrt(d) and the product, PE's bound, the sum."""
-    from reference.positional import positional_encoding
+    from aiayn.reference.positional import positional_encoding
 
     n, d = tokens.shape[-1], embedding.shape[1]
     scaled = embedding[tokens] * math.sqrt(d)

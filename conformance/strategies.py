@@ -6,8 +6,7 @@ them to the implementation's dtype through its own ``from_numpy``. Sizes stay sm
 suite runs in about a minute on two cores), and edge cases are built, never filtered for:
 near-constant rows, large logits, masked and fully masked rows, -inf scores, exact shifts.
 
-``examples(fraction)`` scales a test's example count with the loaded Hypothesis profile (dev/ci:
-40 per test, thorough: 1000), for the tests whose single example is expensive.
+How many examples each test draws is the active aiayn profile's (``conformance/profiles.py``).
 """
 
 from __future__ import annotations
@@ -16,11 +15,10 @@ import types
 from typing import Any
 
 import numpy as np
-from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from conformance.numerics import precision
+from aiayn.conformance.numerics import precision
 
 __all__ = [
     "attention_inputs",
@@ -28,7 +26,6 @@ __all__ = [
     "cross_entropy_inputs",
     "decoder_inputs",
     "encoder_inputs",
-    "examples",
     "exact_shift",
     "ffn_inputs",
     "forward_inputs",
@@ -40,11 +37,6 @@ __all__ = [
     "pe_inputs",
     "softmax_inputs",
 ]
-
-
-def examples(fraction: float) -> int:
-    """max_examples for a test: ``fraction`` of the loaded profile's, at least 3."""
-    return max(3, int(settings().max_examples * fraction))
 
 
 def _floats(scale: float) -> st.SearchStrategy[float]:
@@ -310,7 +302,7 @@ def _sizes(draw: Any) -> tuple[int, int, int]:
 
 
 def _params(seed: int, config: types.SimpleNamespace, vocab: int, biases: bool) -> dict[str, Any]:
-    from reference.model import init_params
+    from aiayn.reference.model import init_params
 
     return init_params(config, vocab, np.random.default_rng(seed), biases=biases)
 

@@ -12,31 +12,33 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import strategies as S
-from conformance.checks import attention as A
+from aiayn.conformance import strategies as S
+from aiayn.conformance.checks import attention as A
+from aiayn.conformance.profiles import profile
 
 # --------------------------------------------------------------------------------------------
 # softmax
 
 
-@pytest.mark.equation("softmax")
+@pytest.mark.aiayn_equation("softmax")
+@profile()
 @given(data=st.data())
 def test_softmax(impl: Any, dtype: str, data: st.DataObject) -> None:
     A.softmax_agreement(impl, dtype, **data.draw(S.softmax_inputs(dtype)))
 
 
-@pytest.mark.equation("softmax")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("softmax")
+@profile(0.5)
 @given(data=st.data())
 def test_softmax_rows_sum_to_one(impl: Any, dtype: str, data: st.DataObject) -> None:
     A.softmax_rows_sum_to_one(impl, dtype, **data.draw(S.softmax_inputs(dtype)))
 
 
-@pytest.mark.equation("softmax")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("softmax")
+@profile(0.5)
 @given(data=st.data())
 def test_softmax_shift_invariance(impl: Any, dtype: str, data: st.DataObject) -> None:
     shape = data.draw(st.sampled_from([(1, 3), (2, 5), (3, 1, 4)]))
@@ -48,14 +50,15 @@ def test_softmax_shift_invariance(impl: Any, dtype: str, data: st.DataObject) ->
 # scaled dot-product attention, Eq. (1)
 
 
-@pytest.mark.equation("scaled_dot_product_attention")
+@pytest.mark.aiayn_equation("scaled_dot_product_attention")
+@profile()
 @given(data=st.data())
 def test_scaled_dot_product_attention(impl: Any, dtype: str, data: st.DataObject) -> None:
     A.attention_agreement(impl, dtype, **data.draw(S.attention_inputs(dtype)))
 
 
-@pytest.mark.equation("scaled_dot_product_attention")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("scaled_dot_product_attention")
+@profile(0.5)
 @given(data=st.data())
 def test_attention_unchanged_when_keys_and_values_are_permuted_together(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.attention_inputs(dtype))
@@ -63,8 +66,8 @@ def test_attention_unchanged_when_keys_and_values_are_permuted_together(impl: An
     A.attention_keys_values_permuted(impl, dtype, **args, perm=perm)
 
 
-@pytest.mark.equation("scaled_dot_product_attention")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("scaled_dot_product_attention")
+@profile(0.5)
 @given(data=st.data())
 def test_attention_outputs_follow_permuted_queries(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.attention_inputs(dtype))
@@ -72,8 +75,8 @@ def test_attention_outputs_follow_permuted_queries(impl: Any, dtype: str, data: 
     A.attention_queries_permuted(impl, dtype, **args, perm=perm)
 
 
-@pytest.mark.equation("scaled_dot_product_attention")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("scaled_dot_product_attention")
+@profile(0.5)
 @given(data=st.data())
 def test_attention_masked_keys_equal_removed_keys(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.attention_inputs(dtype, mask=False))
@@ -81,9 +84,9 @@ def test_attention_masked_keys_equal_removed_keys(impl: Any, dtype: str, data: s
     A.attention_masked_equals_removed(impl, dtype, q=args["q"], k=args["k"], v=args["v"], keep=keep)
 
 
-@pytest.mark.equation("scaled_dot_product_attention")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("scaled_dot_product_attention")
 @pytest.mark.parametrize("poison", ["huge", "nan_keys"])
+@profile(0.5)
 @given(data=st.data())
 def test_attention_poison_at_masked_positions_changes_nothing(impl: Any, dtype: str, data: st.DataObject, poison: str) -> None:
     args = data.draw(S.attention_inputs(dtype, mask=False))
@@ -91,15 +94,15 @@ def test_attention_poison_at_masked_positions_changes_nothing(impl: Any, dtype: 
     A.attention_poison(impl, dtype, q=args["q"], k=args["k"], v=args["v"], keep=keep, poison=poison)
 
 
-@pytest.mark.equation("scaled_dot_product_attention")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("scaled_dot_product_attention")
+@profile(0.5)
 @given(data=st.data())
 def test_causal_output_at_i_ignores_inputs_after_i(impl: Any, dtype: str, data: st.DataObject) -> None:
     A.attention_causal(impl, dtype, **data.draw(S.causal_perturbation(dtype)))
 
 
-@pytest.mark.equation("scaled_dot_product_attention")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("scaled_dot_product_attention")
+@profile(0.5)
 @given(data=st.data())
 def test_attention_batch_elements_are_independent(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.attention_inputs(dtype, batch=(data.draw(st.integers(2, 3)),)))
@@ -110,14 +113,15 @@ def test_attention_batch_elements_are_independent(impl: Any, dtype: str, data: s
 # multi-head attention, §3.2.2
 
 
-@pytest.mark.equation("multi_head_attention")
+@pytest.mark.aiayn_equation("multi_head_attention")
+@profile()
 @given(data=st.data())
 def test_multi_head_attention(impl: Any, dtype: str, data: st.DataObject) -> None:
     A.mha_agreement(impl, dtype, **data.draw(S.mha_inputs(dtype)))
 
 
-@pytest.mark.equation("multi_head_attention")
-@settings(max_examples=S.examples(0.25))
+@pytest.mark.aiayn_equation("multi_head_attention")
+@profile(0.25)
 @given(data=st.data())
 def test_multi_head_attention_heads_are_independent(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.mha_inputs(dtype, min_heads=2, fully_masked=False))

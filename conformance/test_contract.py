@@ -15,12 +15,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from conformance.checks import contract
-from conformance.numerics import precision
-from conformance.plugin import LoadFailure
+from aiayn.conformance.checks import contract
+from aiayn.conformance.numerics import precision
+from aiayn.conformance.plugin import LoadFailure
+from aiayn.conformance.profiles import profile
 
 
-@pytest.mark.equation("contract", dtypes="first", load_failures=True)
+@pytest.mark.aiayn_equation("contract", dtypes="first", load_failures=True)
 def test_declarations_follow_the_contract(impl: Any, dtype: str) -> None:
     if isinstance(impl, LoadFailure):
         pytest.fail(f"could not load implementation {impl.spec!r}: {impl.message}", pytrace=False)
@@ -48,17 +49,18 @@ def _rounding_cases(dtype: str) -> np.ndarray:
     ])
 
 
-@pytest.mark.equation("contract")
+@pytest.mark.aiayn_equation("contract")
 def test_from_numpy_rounds_to_nearest_even(impl: Any, dtype: str) -> None:
     contract.from_numpy_rounding(impl, dtype, x=_rounding_cases(dtype))
 
 
-@pytest.mark.equation("contract")
+@pytest.mark.aiayn_equation("contract")
+@profile()
 @given(x=hnp.arrays(np.float64, st.integers(1, 6), elements=st.floats(-1e5, 1e5, allow_nan=False)))
 def test_from_numpy_rounds_random_values(impl: Any, dtype: str, x: np.ndarray) -> None:
     contract.from_numpy_rounding(impl, dtype, x=x)
 
 
-@pytest.mark.equation("contract")
+@pytest.mark.aiayn_equation("contract")
 def test_to_numpy_returns_float64_copies_and_round_trips_ids_and_masks(impl: Any, dtype: str) -> None:
     contract.to_numpy_copies(impl, dtype, x=np.linspace(-2.0, 3.0, 6).reshape(2, 3))

@@ -6,22 +6,24 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from conformance import strategies as S
-from conformance.checks import layers as L
+from aiayn.conformance import strategies as S
+from aiayn.conformance.checks import layers as L
+from aiayn.conformance.profiles import profile
 
 
-@pytest.mark.equation("layer_norm")
+@pytest.mark.aiayn_equation("layer_norm")
+@profile()
 @given(data=st.data())
 def test_layer_norm(impl: Any, dtype: str, data: st.DataObject) -> None:
     L.layer_norm_agreement(impl, dtype, **data.draw(S.layer_norm_inputs(dtype)))
 
 
-@pytest.mark.equation("layer_norm")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("layer_norm")
+@profile(0.5)
 @given(data=st.data())
 def test_layer_norm_unchanged_by_shifting_its_input(impl: Any, dtype: str, data: st.DataObject) -> None:
     d = data.draw(st.integers(2, 10))
@@ -32,7 +34,8 @@ def test_layer_norm_unchanged_by_shifting_its_input(impl: Any, dtype: str, data:
     L.layer_norm_shift_invariance(impl, dtype, x=x, gain=gain, bias=bias, eps=eps, shift=shift)
 
 
-@pytest.mark.equation("feed_forward")
+@pytest.mark.aiayn_equation("feed_forward")
+@profile()
 @given(data=st.data())
 def test_feed_forward(impl: Any, dtype: str, data: st.DataObject) -> None:
     L.ffn_agreement(impl, dtype, **data.draw(S.ffn_inputs(dtype)))

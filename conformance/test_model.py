@@ -1,54 +1,55 @@
-"""§3.1 composites against ``reference.model`` with canonical weights: encoder layer, decoder layer, full forward pass."""
+"""§3.1 composites against ``aiayn.reference.model`` with canonical weights: encoder layer, decoder layer, full forward pass."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import strategies as S
-from conformance.checks import model as M
+from aiayn.conformance import strategies as S
+from aiayn.conformance.checks import model as M
+from aiayn.conformance.profiles import profile
 
 
-@pytest.mark.equation("encoder_layer")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("encoder_layer")
+@profile(0.5)
 @given(data=st.data())
 def test_encoder_layer(impl: Any, dtype: str, data: st.DataObject) -> None:
     M.encoder_layer_agreement(impl, dtype, **data.draw(S.encoder_inputs(dtype)))
 
 
-@pytest.mark.equation("decoder_layer")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("decoder_layer")
+@profile(0.5)
 @given(data=st.data())
 def test_decoder_layer(impl: Any, dtype: str, data: st.DataObject) -> None:
     M.decoder_layer_agreement(impl, dtype, **data.draw(S.decoder_inputs(dtype)))
 
 
-@pytest.mark.equation("decoder_layer")
-@settings(max_examples=S.examples(0.25))
+@pytest.mark.aiayn_equation("decoder_layer")
+@profile(0.25)
 @given(data=st.data())
 def test_decoder_output_at_i_ignores_decoder_inputs_after_i(impl: Any, dtype: str, data: st.DataObject) -> None:
     M.decoder_layer_causal(impl, dtype, **data.draw(S.decoder_inputs(dtype, causal_check=True)))
 
 
-@pytest.mark.equation("transformer_forward")
-@settings(max_examples=S.examples(0.375))
+@pytest.mark.aiayn_equation("transformer_forward")
+@profile(0.375)
 @given(data=st.data())
 def test_transformer_forward(impl: Any, dtype: str, data: st.DataObject) -> None:
     M.forward_agreement(impl, dtype, **data.draw(S.forward_inputs(dtype)))
 
 
-@pytest.mark.equation("transformer_forward")
-@settings(max_examples=S.examples(0.25))
+@pytest.mark.aiayn_equation("transformer_forward")
+@profile(0.25)
 @given(data=st.data())
 def test_transformer_logits_at_i_ignore_target_tokens_after_i(impl: Any, dtype: str, data: st.DataObject) -> None:
     M.forward_causal(impl, dtype, **data.draw(S.forward_inputs(dtype, kind="causal")))
 
 
-@pytest.mark.equation("transformer_forward")
-@settings(max_examples=S.examples(0.25))
+@pytest.mark.aiayn_equation("transformer_forward")
+@profile(0.25)
 @given(data=st.data())
 def test_transformer_batch_elements_are_independent(impl: Any, dtype: str, data: st.DataObject) -> None:
     M.forward_batch_independent(impl, dtype, **data.draw(S.forward_inputs(dtype, kind="batch")))

@@ -5,28 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import strategies as S
-from conformance.checks import positional as P
+from aiayn.conformance import strategies as S
+from aiayn.conformance.checks import positional as P
+from aiayn.conformance.profiles import profile
 
 
-@pytest.mark.equation("positional_encoding")
+@pytest.mark.aiayn_equation("positional_encoding")
+@profile()
 @given(data=st.data())
 def test_positional_encoding(impl: Any, dtype: str, data: st.DataObject) -> None:
     P.pe_agreement(impl, dtype, **data.draw(S.pe_inputs(dtype)))
 
 
-@pytest.mark.equation("positional_encoding")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("positional_encoding")
+@profile(0.5)
 @given(data=st.data(), offset=st.integers(1, 20))
 def test_positional_encoding_shift_is_a_linear_map(impl: Any, dtype: str, data: st.DataObject, offset: int) -> None:
     P.pe_shift(impl, dtype, **data.draw(S.pe_inputs(dtype, min_length=1)), offset=offset)
 
 
-@pytest.mark.equation("positional_encoding")
-@settings(max_examples=S.examples(0.25))
+@pytest.mark.aiayn_equation("positional_encoding")
+@profile(0.25)
 @given(data=st.data())
 def test_positional_encoding_is_bounded_by_one(impl: Any, dtype: str, data: st.DataObject) -> None:
     P.pe_bounded(impl, dtype, **data.draw(S.pe_inputs(dtype)))

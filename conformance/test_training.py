@@ -9,53 +9,56 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import strategies as S
-from conformance.checks import training as T
+from aiayn.conformance import strategies as S
+from aiayn.conformance.checks import training as T
+from aiayn.conformance.profiles import profile
 
 
-@pytest.mark.equation("lrate", dtypes="first")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("lrate", dtypes="first")
+@profile(0.5)
 @given(args=S.lrate_inputs())
 def test_lrate(impl: Any, dtype: str, args: dict[str, Any]) -> None:
     T.lrate_agreement(impl, dtype, **args)
 
 
-@pytest.mark.equation("lrate", dtypes="first")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("lrate", dtypes="first")
+@profile(0.5)
 @given(args=S.lrate_shape_inputs())
 def test_lrate_rises_linearly_to_its_peak_then_decays_as_inverse_sqrt(impl: Any, dtype: str, args: dict[str, Any]) -> None:
     T.lrate_shape(impl, dtype, **args)
 
 
-@pytest.mark.equation("lrate", dtypes="first")
+@pytest.mark.aiayn_equation("lrate", dtypes="first")
 def test_lrate_at_step_zero_follows_the_declared_policy(impl: Any, dtype: str) -> None:
     T.lrate_step_zero(impl, dtype, d_model=512, warmup_steps=4000)
 
 
-@pytest.mark.equation("label_smoothing", dtypes="first")
+@pytest.mark.aiayn_equation("label_smoothing", dtypes="first")
+@profile()
 @given(data=st.data())
 def test_label_smoothing(impl: Any, dtype: str, data: st.DataObject) -> None:
     T.label_smoothing_agreement(impl, dtype, **data.draw(S.label_smoothing_inputs(dtype)))
 
 
-@pytest.mark.equation("label_smoothing", dtypes="first")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("label_smoothing", dtypes="first")
+@profile(0.5)
 @given(data=st.data())
 def test_smoothed_targets_sum_to_one(impl: Any, dtype: str, data: st.DataObject) -> None:
     T.label_smoothing_sums_to_one(impl, dtype, **data.draw(S.label_smoothing_inputs(dtype)))
 
 
-@pytest.mark.equation("smoothed_cross_entropy")
+@pytest.mark.aiayn_equation("smoothed_cross_entropy")
+@profile()
 @given(data=st.data())
 def test_smoothed_cross_entropy(impl: Any, dtype: str, data: st.DataObject) -> None:
     T.cross_entropy_agreement(impl, dtype, **data.draw(S.cross_entropy_inputs(dtype)))
 
 
-@pytest.mark.equation("smoothed_cross_entropy")
-@settings(max_examples=S.examples(0.5))
+@pytest.mark.aiayn_equation("smoothed_cross_entropy")
+@profile(0.5)
 @given(data=st.data())
 def test_smoothed_cross_entropy_is_minimised_at_the_target_with_value_its_entropy(impl: Any, dtype: str, data: st.DataObject) -> None:
     T.cross_entropy_minimum(impl, dtype, **data.draw(S.cross_entropy_minimum_inputs(dtype)))

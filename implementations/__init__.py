@@ -1,24 +1,24 @@
 """Implementations of the paper's equations, and the contract aiayn checks them against.
 
-- :mod:`implementations.protocol`: the plug-in contract (:class:`Implementation`, the dtype and
+- :mod:`aiayn.implementations.protocol`: the plug-in contract (:class:`Implementation`, the dtype and
   equation names, declared policies, :class:`ImplementationBase`).
-- :mod:`implementations.registry`: :func:`load` an implementation by built-in name
+- :mod:`aiayn.implementations.registry`: :func:`load` an implementation by built-in name
   (``"numpy"``, ``"numpy-blocked"``, ``"torch"``, ``"torch-sdpa"``, ``"torch-nn"``), by entry
   point (group ``"aiayn.implementations"``) or as ``"module:attr"``; :func:`known_names`.
-- Built-ins: :mod:`implementations.numpy_impl`, :mod:`implementations.torch_impl`,
-  :mod:`implementations.torch_nn`, each imported only when chosen (importing this package never
+- Built-ins: :mod:`aiayn.implementations.numpy_impl`, :mod:`aiayn.implementations.torch_impl`,
+  :mod:`aiayn.implementations.torch_nn`, each imported only when chosen (importing this package never
   imports torch).
-- :mod:`implementations.examples.my_attention`: a short third-party implementation to copy.
+- :mod:`aiayn.implementations.examples.my_attention`: a short third-party implementation to copy.
 
 Example::
 
-    from implementations import load
+    from aiayn.implementations import load
     impl = load("numpy")
     q = impl.from_numpy(np.ones((4, 8)), "float32")
     out = impl.to_numpy(impl.scaled_dot_product_attention(q, q, q))
 """
 
-from implementations.protocol import (
+from aiayn.implementations.protocol import (
     ARRAY_DTYPES,
     DEFAULT_POLICIES,
     DTYPES,
@@ -32,7 +32,7 @@ from implementations.protocol import (
     contract_problems,
     provided_equations,
 )
-from implementations.registry import (
+from aiayn.implementations.registry import (
     BUILTINS,
     ENTRY_POINT_GROUP,
     ImplementationNotFound,

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from implementations.protocol import (
+from aiayn.implementations.protocol import (
     DEFAULT_POLICIES,
     ImplementationBase,
     _policy_problems,
@@ -45,7 +45,7 @@ DEFAULT_BLOCKED_THRESHOLD = 1024 * 1024
 
 
 class NumpyImplementation(ImplementationBase):
-    """Every equation of :data:`implementations.protocol.EQUATIONS` in NumPy, float64 or float32.
+    """Every equation of :data:`aiayn.implementations.protocol.EQUATIONS` in NumPy, float64 or float32.
 
     Args:
         attention: ``"auto"`` (blocked when n_q * n_k > ``blocked_threshold``), ``"direct"`` or
@@ -53,7 +53,7 @@ class NumpyImplementation(ImplementationBase):
             attention and the layers).
         block_size: tile edge (queries and keys) of the blocked path, a positive int.
         blocked_threshold: n_q * n_k above which ``"auto"`` takes the blocked path.
-        policies: overrides of :data:`implementations.protocol.DEFAULT_POLICIES` (e.g.
+        policies: overrides of :data:`aiayn.implementations.protocol.DEFAULT_POLICIES` (e.g.
             ``{"fully_masked": "zeros"}``); the NumPy implementation honours every allowed value.
     """
 

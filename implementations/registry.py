@@ -10,11 +10,11 @@ Three ways to name an implementation (see :func:`load`):
        mine = "my_package.attention:MyImplementation"
 
 3. a direct ``"module:attr"`` reference, e.g.
-   ``"implementations.examples.my_attention:MyAttention"``.
+   ``"aiayn.implementations.examples.my_attention:MyAttention"``.
 
 ``attr`` may be a class (instantiated with no arguments), a factory function (called with no
 arguments), or a ready-made instance; dotted attributes (``"module:Class.factory"``) work too.
-Whatever it yields must satisfy :class:`implementations.protocol.Implementation`.
+Whatever it yields must satisfy :class:`aiayn.implementations.protocol.Implementation`.
 
 Built-ins are plain ``"module:attr"`` strings, so importing this module imports no array
 library: a NumPy-only run never imports torch.
@@ -28,13 +28,14 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from implementations.protocol import Implementation, contract_problems
+from aiayn.implementations.protocol import Implementation, contract_problems
 
 __all__ = [
     "BUILTINS",
     "ENTRY_POINT_GROUP",
     "ImplementationNotFound",
     "InvalidImplementation",
+    "entry_points",
     "known_names",
     "load",
 ]
@@ -42,11 +43,11 @@ __all__ = [
 #: Built-in implementation names → ``"module:attr"``, imported only by :func:`load`.
 BUILTINS: Mapping[str, str] = MappingProxyType(
     {
-        "numpy": "implementations.numpy_impl:NumpyImplementation",
-        "numpy-blocked": "implementations.numpy_impl:blocked_numpy_implementation",
-        "torch": "implementations.torch_impl:TorchImplementation",
-        "torch-sdpa": "implementations.torch_impl:TorchSDPAImplementation",
-        "torch-nn": "implementations.torch_nn:TorchNNImplementation",
+        "numpy": "aiayn.implementations.numpy_impl:NumpyImplementation",
+        "numpy-blocked": "aiayn.implementations.numpy_impl:blocked_numpy_implementation",
+        "torch": "aiayn.implementations.torch_impl:TorchImplementation",
+        "torch-sdpa": "aiayn.implementations.torch_impl:TorchSDPAImplementation",
+        "torch-nn": "aiayn.implementations.torch_nn:TorchNNImplementation",
     }
 )
 
@@ -69,7 +70,7 @@ class _UnknownName(Exception):
     """Internal: the name is neither ``module:attr``, a built-in, nor an entry point."""
 
 
-def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+def entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     """Entry points of :data:`ENTRY_POINT_GROUP` by name (the first of any duplicate wins)."""
     found: dict[str, importlib.metadata.EntryPoint] = {}
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -82,14 +83,14 @@ def known_names() -> list[str]:
 
     A built-in name shadows an entry point of the same name.
     """
-    return list(BUILTINS) + sorted(n for n in _entry_points() if n not in BUILTINS)
+    return list(BUILTINS) + sorted(n for n in entry_points() if n not in BUILTINS)
 
 
 def _not_found(spec: str, reason: str, cls: type[ImplementationNotFound] = ImplementationNotFound) -> ImplementationNotFound:
     return cls(
         f"cannot load implementation {spec!r}: {reason}. "
         f"Known names: {', '.join(known_names())}; or name one directly as 'module:attr' "
-        f"(e.g. 'implementations.examples.my_attention:MyAttention')."
+        f"(e.g. 'aiayn.implementations.examples.my_attention:MyAttention')."
     )
 
 
@@ -121,9 +122,9 @@ def _resolve(spec: str) -> tuple[Any, str]:
         return _import_target(spec), spec
     if spec in BUILTINS:
         return _import_target(BUILTINS[spec]), f"built-in {BUILTINS[spec]}"
-    entry_points = _entry_points()
-    if spec in entry_points:
-        ep = entry_points[spec]
+    registered = entry_points()
+    if spec in registered:
+        ep = registered[spec]
         return ep.load(), f"entry point {ep.value} ({ENTRY_POINT_GROUP})"
     raise _UnknownName(spec)
 
@@ -135,7 +136,7 @@ def load(spec: str) -> Implementation:
     :data:`ENTRY_POINT_GROUP`) or ``"module:attr"``. Raises :class:`ImplementationNotFound` for an
     unknown name or any failure to import or construct it (the underlying error is in the message
     and chained), and :class:`InvalidImplementation` when the object breaks the contract (see
-    :func:`implementations.protocol.contract_problems`).
+    :func:`aiayn.implementations.protocol.contract_problems`).
     """
     if not isinstance(spec, str) or not spec:
         raise _not_found(repr(spec), "expected a non-empty string")

@@ -22,7 +22,7 @@ Precision (what "computed in float16" means here):
       float64 rounds twice (through float32) and can be off by one unit in the last place, so
       :func:`round_from_float64` goes through float32 with round-to-odd instead.
 
-Declared policies (where the paper is silent; see ``implementations.protocol.POLICY_CHOICES``):
+Declared policies (where the paper is silent; see ``aiayn.implementations.protocol.POLICY_CHOICES``):
     ``torch``: a fully masked query row gives NaN (the 0/0 of -inf masking), label smoothing over
     K classes, LayerNorm eps 1e-6 in the layers, lrate(0) = 0. ``torch-sdpa``: the same except
     fully masked rows give zeros — what ``scaled_dot_product_attention`` returns for them (its
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from implementations.protocol import DEFAULT_POLICIES, ImplementationBase
+from aiayn.implementations.protocol import DEFAULT_POLICIES, ImplementationBase
 
 __all__ = ["TORCH_DTYPES", "TorchImplementation", "TorchSDPAImplementation", "default_device", "round_from_float64"]
 

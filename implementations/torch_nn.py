@@ -54,8 +54,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from implementations.protocol import DEFAULT_POLICIES
-from implementations.torch_impl import TorchSDPAImplementation, _param, _positive_int
+from aiayn.implementations.protocol import DEFAULT_POLICIES
+from aiayn.implementations.torch_impl import TorchSDPAImplementation, _param, _positive_int
 
 __all__ = ["TorchNNImplementation"]
 

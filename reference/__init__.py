@@ -14,8 +14,8 @@ of its paper section:
 ``reference`` imports nothing else of aiayn.
 """
 
-from reference._exact import DEFAULT_DPS, HIGH_DPS
-from reference.attention import (
+from aiayn.reference._exact import DEFAULT_DPS, HIGH_DPS
+from aiayn.reference.attention import (
     causal_mask,
     multi_head_attention,
     multi_head_attention_exact,
@@ -25,7 +25,7 @@ from reference.attention import (
     softmax,
     softmax_exact,
 )
-from reference.counts import (
+from aiayn.reference.counts import (
     BASE,
     BIG,
     GPU_TFLOPS,
@@ -36,7 +36,7 @@ from reference.counts import (
     parameter_count,
     training_flops,
 )
-from reference.layers import (
+from aiayn.reference.layers import (
     embedding_lookup,
     embedding_lookup_exact,
     feed_forward,
@@ -48,14 +48,14 @@ from reference.layers import (
     sublayer_connection,
     sublayer_connection_exact,
 )
-from reference.model import decoder_layer, encoder_layer, init_params, transformer_forward
-from reference.positional import (
+from aiayn.reference.model import decoder_layer, encoder_layer, init_params, transformer_forward
+from aiayn.reference.positional import (
     pe_shift_matrix,
     pe_shift_matrix_exact,
     positional_encoding,
     positional_encoding_exact,
 )
-from reference.training import (
+from aiayn.reference.training import (
     cross_entropy,
     cross_entropy_exact,
     label_smoothing,

@@ -20,8 +20,8 @@ from typing import Any
 import mpmath
 import numpy as np
 
-from reference._checks import as_float_array, as_mask, batch_shape, choice, positive_int, same_size
-from reference._exact import DEFAULT_DPS, correctly_rounded, elementwise, mp_matmul, to_mp
+from aiayn.reference._checks import as_float_array, as_mask, batch_shape, choice, positive_int, same_size
+from aiayn.reference._exact import DEFAULT_DPS, correctly_rounded, elementwise, mp_matmul, to_mp
 
 LD = np.longdouble
 FULLY_MASKED_POLICIES = ("nan", "zeros")

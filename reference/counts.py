@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from reference._checks import choice, positive_int
+from aiayn.reference._checks import choice, positive_int
 
 # ---------------------------------------------------------------------------------------------
 # Configurations (Table 3)

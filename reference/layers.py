@@ -10,7 +10,7 @@ Each equation is encoded twice:
   exponent range (to 1e±4932) means no square or product of float64 values over- or underflows
   inside the computation;
 - the exact tier (``*_exact``) evaluates the same formula in mpmath through
-  ``reference._exact.correctly_rounded`` and rounds each result once to float64. The rational
+  ``aiayn.reference._exact.correctly_rounded`` and rounds each result once to float64. The rational
   parts (sums of products of float64 values, LayerNorm's deviations and sum of squares) are formed
   exactly at ``EXACT_PREC`` bits; only LayerNorm's square root and the steps after it, and
   sqrt(d_model), work at the Ziv loop's precision. Eq. (2) and x E^T are exact before their one
@@ -28,8 +28,8 @@ from typing import Any
 import mpmath
 import numpy as np
 
-from reference._checks import as_float_array, choice, same_size
-from reference._exact import DEFAULT_DPS, correctly_rounded, to_mp
+from aiayn.reference._checks import as_float_array, choice, same_size
+from aiayn.reference._exact import DEFAULT_DPS, correctly_rounded, to_mp
 
 LD = np.longdouble
 DEFAULT_EPS = 1e-6  # LayerNorm eps: the paper is silent; tensor2tensor's value (PyTorch uses 1e-5)

@@ -14,7 +14,7 @@ Canonical nested weight layout (what ``init_params`` builds and every implementa
         "encoder": [layer, ...]                  # N encoder layers, each
             {"self_attn": MHA params,            # w_q, w_k, w_v, w_o, optional b_q b_k b_v b_o
              "norm1": {"gain", "bias"},          # (d_model,) each
-             "ffn": {"w1", "b1", "w2", "b2"},    # Eq. (2) layout, see reference.layers
+             "ffn": {"w1", "b1", "w2", "b2"},    # Eq. (2) layout, see aiayn.reference.layers
              "norm2": {"gain", "bias"}}
         "decoder": [layer, ...]                  # N decoder layers, each
             {"self_attn", "norm1",               # masked self-attention (§3.2.3)
@@ -34,12 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from reference._checks import positive_int
-from reference.attention import causal_mask, multi_head_attention, padding_mask
-from reference.layers import embedding_lookup, feed_forward, output_logits, sublayer_connection
-from reference.positional import positional_encoding
+from aiayn.reference._checks import positive_int
+from aiayn.reference.attention import causal_mask, multi_head_attention, padding_mask
+from aiayn.reference.layers import embedding_lookup, feed_forward, output_logits, sublayer_connection
+from aiayn.reference.positional import positional_encoding
 
-DEFAULT_EPS = 1e-6  # LayerNorm eps; the paper is silent (see reference.layers.layer_norm)
+DEFAULT_EPS = 1e-6  # LayerNorm eps; the paper is silent (see aiayn.reference.layers.layer_norm)
 
 
 def _norm(params: Mapping[str, Any], name: str) -> tuple[Any, Any]:
@@ -220,7 +220,7 @@ def init_params(
     """Random weights in the canonical nested layout, deterministic for a given ``rng``.
 
     ``config`` is anything with ``n_layers``, ``d_model``, ``d_ff``, ``num_heads``, ``d_k``, ``d_v``
-    (e.g. ``reference.counts.TransformerConfig``). Gains and biases are drawn near 1 and 0 rather than
+    (e.g. ``aiayn.reference.counts.TransformerConfig``). Gains and biases are drawn near 1 and 0 rather than
     at them, so that a check of an implementation catches a swapped or ignored parameter.
     ``max_positions`` adds a learned positional table (Table 3 row E) instead of the sinusoids.
     """

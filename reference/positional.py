@@ -8,7 +8,7 @@ Each equation is encoded twice:
   error grows with the angle: about |angle| * (2i/d_model * ln(base) + 6) u. At pos = 10^5 that is
   ~6e-14, still 2^-11 of what a float64 implementation's own angle error (|angle| * 2^-53) is;
 - the exact tier evaluates the same formula in mpmath through
-  ``reference._exact.correctly_rounded``, with extra digits for large angles so that the angle's
+  ``aiayn.reference._exact.correctly_rounded``, with extra digits for large angles so that the angle's
   absolute error stays at the working precision.
 
 Shapes: ``length`` positions 0 .. length-1, ``d_model`` even; pair i is dimensions (2i, 2i+1).
@@ -23,8 +23,8 @@ from typing import Any
 import mpmath
 import numpy as np
 
-from reference._checks import as_float_array, positive_int
-from reference._exact import DEFAULT_DPS, correctly_rounded, to_mp
+from aiayn.reference._checks import as_float_array, positive_int
+from aiayn.reference._exact import DEFAULT_DPS, correctly_rounded, to_mp
 
 LD = np.longdouble
 DEFAULT_BASE = 10000.0  # §3.5: "wavelengths form a geometric progression from 2π to 10000 · 2π"

@@ -5,7 +5,7 @@ Each function is encoded twice:
 
 - the fast tier computes in ``np.longdouble`` (unit roundoff 2^-64) and rounds once to float64;
 - the exact tier evaluates the same formula in mpmath through
-  ``reference._exact.correctly_rounded`` (correctly rounded float64).
+  ``aiayn.reference._exact.correctly_rounded`` (correctly rounded float64).
 
 K is the number of classes (the vocabulary size); ``...`` is any number of batch dimensions.
 """
@@ -18,8 +18,8 @@ from typing import Any
 import mpmath
 import numpy as np
 
-from reference._checks import as_float_array, choice, positive_int, same_size
-from reference._exact import DEFAULT_DPS, correctly_rounded, to_mp
+from aiayn.reference._checks import as_float_array, choice, positive_int, same_size
+from aiayn.reference._exact import DEFAULT_DPS, correctly_rounded, to_mp
 
 LD = np.longdouble
 STEP_ZERO_POLICIES = ("zero", "raise")

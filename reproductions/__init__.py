@@ -2,11 +2,11 @@
 
 Each reproduction is a module ``reproductions/<name>.py`` with a ``main(out_dir) -> str`` that
 writes ``<name>.md`` and ``<name>.json`` (and ``.png`` figures where a picture says more) into
-``out_dir`` and returns a one-line verdict. ``python -m reproductions`` runs every one that exists
-(``python -m reproductions NAME`` runs one) and writes ``reports/README.md`` as the index, saying
+``out_dir`` and returns a one-line verdict. ``aiayn reproduce`` runs every one that exists
+(``aiayn reproduce NAME`` runs one) and writes ``reports/README.md`` as the index, saying
 which are not built yet.
 
-Printed values come from ``reproductions.paper`` (the paper's numbers as data, with provenance);
+Printed values come from ``aiayn.reproductions.paper`` (the paper's numbers as data, with provenance);
 a report's "ours" column is always computed in the run. Reports are byte-identical from run to run
 apart from the signature line, except the measured timings (``table1-measured.*``), which the
 drift test (tests/test_reproductions.py) skips.

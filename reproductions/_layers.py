@@ -1,7 +1,7 @@
 """Small NumPy implementations of Table 1's four layer types, and a one-thread timing sweep.
 
 Paper: Table 1 and §4. Each function computes one layer's sequence-mixing step on x (n, d), with
-the counting conventions of ``reference.counts.layer_operations`` (so measured time can be set
+the counting conventions of ``aiayn.reference.counts.layer_operations`` (so measured time can be set
 against counted multiply-adds):
 
 - self-attention: softmax(x xᵀ / √d) x (queries = keys = values = x: the Q/K/V/O projections,
@@ -10,8 +10,8 @@ against counted multiply-adds):
 - convolutional: kernel width k, d input and d output channels, zero padding; k·n·d²;
 - restricted self-attention: each query attends to the r positions of a window around it; 2·r·n·d.
 
-``python -m reproductions._layers`` runs the sweep and prints JSON; the parent
-(``reproductions.table1``) starts it in a fresh interpreter with OMP_NUM_THREADS=1 (and its
+``python -m aiayn.reproductions._layers`` runs the sweep and prints JSON; the parent
+(``aiayn.reproductions.table1``) starts it in a fresh interpreter with OMP_NUM_THREADS=1 (and its
 OpenBLAS/MKL equivalents) set *before* NumPy loads, because BLAS reads them only at import.
 Timings are not deterministic: they go to table1-measured.*, which the drift test skips.
 """
@@ -127,5 +127,5 @@ def sweep(ns: tuple[int, ...] = SWEEP_N) -> dict[str, object]:
 if __name__ == "__main__":
     missing = [v for v in THREAD_VARIABLES if os.environ.get(v) != "1"]
     if missing:
-        sys.exit(f"reproductions._layers: set {', '.join(missing)}=1 before starting (BLAS reads them at import)")
+        sys.exit(f"aiayn.reproductions._layers: set {', '.join(missing)}=1 before starting (BLAS reads them at import)")
     json.dump(sweep(), sys.stdout)

@@ -6,7 +6,7 @@ Reproduces: how the paper scored its translations (``../shared/PAPER.md``, "Trai
 text), beside today's standard, sacreBLEU's detokenized BLEU with its signature, and chrF. The
 report scores a small German sample shipped in ``reproductions/data/bleu/`` both ways and shows,
 sentence by sentence, why the two numbers differ. Runtime: about a second. With ``measure`` it
-also writes ``bleu-wmt17.*``: sixteen WMT17 systems rescored both ways (``reproductions.bleu_wmt17``;
+also writes ``bleu-wmt17.*``: sixteen WMT17 systems rescored both ways (``aiayn.reproductions.bleu_wmt17``;
 data fetched at run time, so the drift test does not compare it).
 
 The paper-style pipeline, each step ours:
@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from reproductions._report import Report, progress, write_report
+from aiayn.kit import Report, progress, write_report
 
 NAME = "bleu"
 DATA = Path(__file__).resolve().parent / "data" / "bleu"
@@ -560,7 +560,7 @@ def _section_choices(report: Report, scores: dict[str, BleuScore]) -> None:
     smoothing_used = min(scores["sacre"].counts) == 0
     report.section(
         "Choices and caveats",
-        "- Our tokenizer is Moses-like, not Moses: its rules are stated in `reproductions.bleu.tokenize` (no XML "
+        "- Our tokenizer is Moses-like, not Moses: its rules are stated in `aiayn.reproductions.bleu.tokenize` (no XML "
         "escaping, which cannot change BLEU; our own short abbreviation list; numbers before a period are ordinals "
         "unless at the end of the line). Scores from Moses' `tokenizer.perl` can differ slightly.",
         "- Compound splitting follows tensor2tensor's substitution exactly, including its one quirk: in a chain "
@@ -594,7 +594,7 @@ def main(out_dir: Path, *, measure: bool = True) -> str:
     """Write bleu.md and bleu.json into ``out_dir``; return the one-line verdict.
 
     With ``measure`` (the default; ``--no-measure`` and the drift test turn it off), also write
-    bleu-wmt17.{md,json}: the WMT17 rescoring of ``reproductions.bleu_wmt17``, which fetches its
+    bleu-wmt17.{md,json}: the WMT17 rescoring of ``aiayn.reproductions.bleu_wmt17``, which fetches its
     data (or says it could not) and so is not compared by the drift test.
     """
     report = Report(NAME, "BLEU scoring: the paper's tokenized BLEU beside sacreBLEU, on a shipped sample",
@@ -637,7 +637,7 @@ def main(out_dir: Path, *, measure: bool = True) -> str:
     }
     write_report(out_dir, report)
     if measure:
-        from reproductions import bleu_wmt17
+        from aiayn.reproductions import bleu_wmt17
 
         progress(NAME, "WMT17 rescoring: " + bleu_wmt17.run(Path(out_dir), network=True))
     return report.verdict

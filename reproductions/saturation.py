@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reproductions._report import Report, figure_style, progress, pyplot, save_png, write_report
+from aiayn.kit import Report, figure_style, progress, pyplot, save_png, write_report
 
 NAME = "saturation"
 SEED = 20170612  # arXiv submission date of 1706.03762 v1

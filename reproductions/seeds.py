@@ -5,7 +5,7 @@ through the paper) that ``tests/test_seeds.py`` pins, plus the seeds' other chec
 (claims about the paper's tables, and the numeric claims of ``001_98e1c15530b8f79e.txt``).
 Ours: computed in the run with the oracle's fast tier (``reference.*``; the tests also check the
 exact tier), rounded the way the seed rounds. Claims about the paper's own printed numbers are
-compared with ``reproductions.paper``; claims that need something outside the project (a
+compared with ``aiayn.reproductions.paper``; claims that need something outside the project (a
 tokenizer, another paper) are listed as not checkable. Runtime: a few seconds.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from reference.attention import multi_head_attention, scaled_dot_product_attention, softmax
-from reference.counts import (
+from aiayn.reference.attention import multi_head_attention, scaled_dot_product_attention, softmax
+from aiayn.reference.counts import (
     BASE,
     feed_forward_parameters,
     layer_operations,
@@ -29,11 +29,11 @@ from reference.counts import (
     parameter_count,
     training_flops,
 )
-from reference.layers import embedding_lookup, feed_forward, layer_norm, sublayer_connection
-from reference.positional import positional_encoding
-from reference.training import label_smoothing, lrate
-from reproductions import paper, saturation
-from reproductions._report import Report, fmt_int, progress, write_report
+from aiayn.reference.layers import embedding_lookup, feed_forward, layer_norm, sublayer_connection
+from aiayn.reference.positional import positional_encoding
+from aiayn.reference.training import label_smoothing, lrate
+from aiayn.reproductions import paper, saturation
+from aiayn.kit import Report, fmt_int, progress, write_report
 
 NAME = "seeds"
 SEED_000 = "000_3d3e892804d678ae.txt"
@@ -163,7 +163,7 @@ def _seed000_tested() -> Iterator[Claim]:
     s = SEED_000
     yield Claim(s, "§1", "“down” reaches “The” only after surviving three hand-offs", "3",
                 lambda: _integer("3", layer_operations("recurrent", 4, 512).maximum_path_length),
-                "test_recurrent_path_three_hand_offs", "recurrent path over 4 words, reference.counts")
+                "test_recurrent_path_three_hand_offs", "recurrent path over 4 words, aiayn.reference.counts")
     yield Claim(s, "§1", "an RNN computes four steps in a strict chain", "4",
                 lambda: _integer("4", layer_operations("recurrent", 4, 512).sequential_operations),
                 "test_recurrent_path_three_hand_offs")

@@ -1,15 +1,15 @@
 """Table 1: per-layer complexity, sequential operations and path length of four layer types.
 
 Reproduces: Table 1 (and §4's contiguous and separable convolutions) from
-``reference.counts.layer_operations`` (ours) against the printed O(·) cells
-(``reproductions.paper``). The counted part is exact integer arithmetic and deterministic:
+``aiayn.reference.counts.layer_operations`` (ours) against the printed O(·) cells
+(``aiayn.reproductions.paper``). The counted part is exact integer arithmetic and deterministic:
 each count's growth exponent in n, d, k and r is read off by doubling one variable, and set
 against the exponents of the printed O(·); sequential operations and path lengths are tabulated
 over n and divided by the printed function of n. Output: table1.md, table1.json, table1.png
 (counted multiply-adds against n at d = 512, with the n = d crossover). Runtime: about a second.
 
-Measured part (``main(..., measure=True)``, the default of ``python -m reproductions``): our own
-NumPy layers (``reproductions._layers``) timed on one thread over an n sweep in a subprocess;
+Measured part (``main(..., measure=True)``, the default of ``aiayn reproduce``): our own
+NumPy layers (``aiayn.reproductions._layers``) timed on one thread over an n sweep in a subprocess;
 growth exponents fitted; the self-attention / recurrent crossover located. Timings vary run to
 run, so they go to table1-measured.{md,json,png}, which the drift test does not compare.
 Runtime: about 15 seconds.
@@ -27,10 +27,10 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
-from reference.counts import layer_operations
-from reproductions import paper
-from reproductions._layers import THREAD_VARIABLES
-from reproductions._report import REPO, Report, figure_style, fmt_int, progress, pyplot, save_png, write_report
+from aiayn.reference.counts import layer_operations
+from aiayn.reproductions import paper
+from aiayn.reproductions._layers import THREAD_VARIABLES
+from aiayn.kit import Report, figure_style, fmt_int, progress, pyplot, save_png, write_report
 
 NAME = "table1"
 TYPES = ("self_attention", "recurrent", "convolutional", "restricted_self_attention")
@@ -122,7 +122,7 @@ def _section_complexity(report: Report) -> list[dict]:
                      "counted_exponents": counted, "printed_exponents": expected, "agree": agree})  # fmt: skip
     report.section(
         "Complexity per layer",
-        f"Ours: multiply-adds from `reference.counts.layer_operations` at n = {POINT['n']}, d = {POINT['d']}, "
+        f"Ours: multiply-adds from `aiayn.reference.counts.layer_operations` at n = {POINT['n']}, d = {POINT['d']}, "
         f"k = {POINT['k']}, r = {POINT['r']}; each exponent is log2 of the count's ratio when that one variable "
         "doubles (exact integers, so an exact power of two gives an exact exponent). Printed: Table 1 and §4, "
         "whose O(·) drops constant factors, so the exponents are what can be compared.",
@@ -207,7 +207,7 @@ def _figure_counts(out_dir: Path) -> Path:
         ax.axvline(d, color="grey", ls="--", lw=1)
         ax.annotate(f"n = d = {d}", (d, 1e7), xytext=(6, 0), textcoords="offset points", color="grey")
         ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel="multiply-adds per layer",
-               title=f"Table 1 per-layer counts at d = {d}, k = {k}, r = {r} (reference.counts)")  # fmt: skip
+               title=f"Table 1 per-layer counts at d = {d}, k = {k}, r = {r} (aiayn.reference.counts)")  # fmt: skip
         ax.legend(fontsize=8)
         ax.grid(True, which="major", alpha=0.3)
         return save_png(fig, out_dir / "table1.png")
@@ -220,7 +220,7 @@ def write_counts(out_dir: Path) -> str:
     report.add(
         "",
         "Printed values: Table 1 and §4 of arXiv:1706.03762 v7 (the same in NIPS 2017), from `reproductions/paper.py`. "
-        "Ours: `reference.counts.layer_operations`, exact integers. Measured timings of our own NumPy layers are in "
+        "Ours: `aiayn.reference.counts.layer_operations`, exact integers. Measured timings of our own NumPy layers are in "
         "[table1-measured.md](table1-measured.md): they vary from run to run and machine to machine, so they are kept "
         "out of this file (and out of the drift test). Runtime: about a second.",
     )
@@ -249,13 +249,12 @@ def write_counts(out_dir: Path) -> str:
 
 
 def run_sweep() -> dict:
-    """Run reproductions._layers in a fresh interpreter with one BLAS/OpenMP thread; return its JSON."""
+    """Run aiayn.reproductions._layers in a fresh interpreter with one BLAS/OpenMP thread; return its JSON."""
     env = {**os.environ, **{v: "1" for v in THREAD_VARIABLES}}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    result = subprocess.run([sys.executable, "-m", "reproductions._layers"], env=env, cwd=REPO, stdout=subprocess.PIPE,
+    result = subprocess.run([sys.executable, "-m", "aiayn.reproductions._layers"], env=env, stdout=subprocess.PIPE,
                             text=True, check=False)  # fmt: skip
     if result.returncode != 0:
-        raise RuntimeError(f"reproductions._layers exited with {result.returncode}; its stderr is above")
+        raise RuntimeError(f"aiayn.reproductions._layers exited with {result.returncode}; its stderr is above")
     return json.loads(result.stdout)
 
 

@@ -5,10 +5,10 @@ method (training time × number of GPUs × footnote 5's sustained rate, 9.5 TFLO
 §5.2's times (base: 12 hours on 8 P100s; big: 3.5 days), exactly and as printed; for the other
 rows, the GPU-days each printed cost implies on each of footnote 5's GPU types; §6.1's claim that
 big EN-FR costs "less than 1/4" of the previous state of the art; and two independent estimates:
-6·N·D (N from ``reference.counts``, D from §5.1's batch and §5.2's steps) and Epoch AI's
+6·N·D (N from ``aiayn.reference.counts``, D from §5.1's batch and §5.2's steps) and Epoch AI's
 published 7.4·10^18 FLOP for the big model (a hardware estimate at 33% utilisation).
 The BLEU cells are listed with their provenance only: they cannot be recomputed without the
-systems' translations. Printed values: ``reproductions.paper``. Runtime: well under a second.
+systems' translations. Printed values: ``aiayn.reproductions.paper``. Runtime: well under a second.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 from fractions import Fraction
 from pathlib import Path
 
-from reference.counts import BASE, BIG, GPU_TFLOPS, TransformerConfig, parameter_breakdown, parameter_count, training_flops
-from reproductions import paper
-from reproductions._report import Report, fmt_int, fmt_sci, progress, write_report
+from aiayn.reference.counts import BASE, BIG, GPU_TFLOPS, TransformerConfig, parameter_breakdown, parameter_count, training_flops
+from aiayn.reproductions import paper
+from aiayn.kit import Report, fmt_int, fmt_sci, progress, write_report
 
 NAME = "table2"
 GPUS = ("K80", "K40", "M40", "P100")
@@ -121,7 +121,7 @@ def _section_cells(report: Report, runs: dict[str, dict]) -> list[dict]:
         "§6.1: \"multiplying the training time, the number of GPUs used, and an estimate of the sustained "
         "single-precision floating-point capacity of each GPU\"; footnote 5: 9.5 TFLOPS for a P100; §5.2: "
         "8 P100s, base 12 hours, big 3.5 days. Ours is the exact product (rational arithmetic; "
-        "`reference.counts.training_flops` gives the same float). Table 2 prints one cell for both language pairs.",
+        "`aiayn.reference.counts.training_flops` gives the same float). Table 2 prints one cell for both language pairs.",
         "",
     )
     report.table(
@@ -291,7 +291,7 @@ def cross_kv_parameters(config: TransformerConfig) -> int:
 
     §3.2.3: in "encoder-decoder attention" the keys and values come from the encoder output, so
     these weights are applied once per source token, not per target token. Private to this report
-    (reference.counts counts parameters, not where they are applied).
+    (aiayn.reference.counts counts parameters, not where they are applied).
     """
     h, d, d_k, d_v = config.num_heads, config.d_model, config.d_k, config.d_v
     return config.n_layers * (d * h * d_k + d * h * d_v + h * d_k + h * d_v)
@@ -343,7 +343,7 @@ def _section_six_nd(report: Report, runs: dict[str, dict]) -> dict:
         f"D_src = {src_tokens:,} and D_tgt = {tgt_tokens:,} tokens per step (§5.1, \"approximately\") times the "
         f"steps (§5.2); N_src + N_tgt = N, so with equal token counts this is 6·N·{src_tokens:,}·steps. Multiplying "
         "the whole N by source plus target tokens (the \"all tokens\" column) counts every token twice. "
-        f"N: `reference.counts` at the stated {vocab:,}-token vocabulary.",
+        f"N: `aiayn.reference.counts` at the stated {vocab:,}-token vocabulary.",
         "",
     )
     report.table(
@@ -439,7 +439,7 @@ def main(out_dir: Path) -> str:
         "",
         "Printed values: Table 2, §5.1, §5.2, §6.1 and footnote 5 of arXiv:1706.03762 v7 (NIPS where it differs), "
         "from `reproductions/paper.py`. Ours: exact rational arithmetic on the printed inputs, and "
-        "`reference.counts` for parameter counts. Runtime: under a second.",
+        "`aiayn.reference.counts` for parameter counts. Runtime: under a second.",
     )
     progress(NAME, "Transformer cells (§6.1), implied GPU-days, the 1/4 claim")
     cells = _section_cells(report, runs)

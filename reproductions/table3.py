@@ -1,7 +1,7 @@
 """Table 3: the params column of every row, and the vocabulary sizes the printed counts imply.
 
 Reproduces: Table 3's "params ×10^6" column (arXiv:1706.03762 v7; printed values from
-``reproductions.paper``) with ``reference.counts.parameter_count`` (ours). The paper gives the
+``aiayn.reproductions.paper``) with ``aiayn.reference.counts.parameter_count`` (ours). The paper gives the
 EN-DE vocabulary only as "about 37000" tokens (§5.1), so the report also runs the count backwards:
 a parameter count is linear in the vocabulary size V (``count = A + s·V``: A every weight that does
 not depend on V, s = d_model × the number of distinct V × d_model matrices), and a count printed
@@ -24,9 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from reference.counts import TABLE3, TransformerConfig, parameter_count
-from reproductions import paper
-from reproductions._report import Report, fmt_int, fmt_millions, progress, write_report
+from aiayn.reference.counts import TABLE3, TransformerConfig, parameter_count
+from aiayn.reproductions import paper
+from aiayn.kit import Report, fmt_int, fmt_millions, progress, write_report
 
 NAME = "table3"
 STATED_VOCAB = 37000  # §5.1: "about 37000 tokens" (the printed record is paper.printed("s5.1.vocab_en_de"))
@@ -219,7 +219,7 @@ def _section_stated_vocab(report: Report, printed_rows: Mapping[str, int]) -> li
         data.append({"row": row, "printed_millions": printed, "ours": ours, "reproduced": lo <= ours < hi})
     report.section(
         "Every row at the stated vocabulary (37000 tokens)",
-        "Ours: `reference.counts.parameter_count(config, vocab_size=37000)` with the oracle's defaults "
+        "Ours: `aiayn.reference.counts.parameter_count(config, vocab_size=37000)` with the oracle's defaults "
         "(one embedding matrix shared by source input, target input and pre-softmax as in §3.4; biases on "
         "every projection and both FFN maps; LayerNorm gain and bias after every sub-layer; sinusoids, no "
         "positional parameters). Printed: Table 3, column \"params ×10^6\" (v7 = NIPS), an integer number "
@@ -402,7 +402,7 @@ def main(out_dir: Path) -> str:
     report.add(
         "",
         "Printed values: Table 3 of arXiv:1706.03762 v7 (the same in NIPS 2017), from `reproductions/paper.py`. "
-        "Ours: `reference.counts.parameter_count`, exact integers. The vocabulary is stated only as "
+        "Ours: `aiayn.reference.counts.parameter_count`, exact integers. The vocabulary is stated only as "
         "\"about 37000\" shared BPE tokens (§5.1), so the printed counts are also run backwards to the "
         "vocabulary sizes each one allows. Runtime: under a second.",
     )

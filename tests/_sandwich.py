@@ -11,7 +11,7 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from reference._exact import HIGH_DPS, round_to_float64
+from aiayn.reference._exact import HIGH_DPS, round_to_float64
 
 #: The unit roundoffs the tier-agreement bounds are written in (exact, as mpf).
 u = mpmath.mpf(2) ** -64  # longdouble (x87 extended, 64-bit significand): the fast tier's working precision

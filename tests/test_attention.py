@@ -26,8 +26,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from reference._exact import HIGH_DPS
-from reference.attention import (
+from aiayn.reference._exact import HIGH_DPS
+from aiayn.reference.attention import (
     causal_mask,
     multi_head_attention,
     multi_head_attention_exact,

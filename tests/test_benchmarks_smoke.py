@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import cases as C
-from benchmarks.compare import compare_runs, format_comparison
-from benchmarks.report import memory_exponent
+from aiayn.benchmarks import cases as C
+from aiayn.benchmarks.compare import compare_runs, format_comparison
+from aiayn.benchmarks.report import memory_exponent
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE = REPO / "benchmarks" / "baseline" / "benchmarks-baseline.json"
@@ -34,7 +34,7 @@ SMOKE_JSON = REPO / "reports" / "tmp" / "benchmarks-smoke.json"
 
 
 def _loadable(name: str) -> bool:
-    from implementations.registry import ImplementationNotFound, load
+    from aiayn.implementations.registry import ImplementationNotFound, load
 
     try:
         load(name)
@@ -58,7 +58,6 @@ def _run_smoke(json_path: Path) -> subprocess.CompletedProcess[str]:
     if BASELINE.exists():
         cmd.append(f"--benchmark-compare={BASELINE}")  # pytest-benchmark's own (time) comparison must accept our baseline
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST") and k != "PYTEST_CURRENT_TEST"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
 
 
@@ -125,10 +124,10 @@ def test_smoke_run(tmp_path: Path) -> None:
         )
         assert want >= info["ceiling_adjacent_gflops"], f"{case_id}: session ceiling {want} below its adjacent {info['ceiling_adjacent_gflops']}"
 
-    from benchmarks.report import main as report_main
+    from aiayn.cli import main
 
     out = tmp_path / "reports"
-    assert report_main([str(json_path), "--out", str(out), "--baseline", "none"]) == 0
+    assert main(["bench", "--from-run", str(json_path), "--out", str(out), "--baseline", "none"]) == 0
     data = json.loads((out / "benchmarks.json").read_text(encoding="utf-8"))
     assert {row["case"] for row in data["cases"]} >= expected, "the report's JSON lacks some smoke cases"
     md = (out / "benchmarks.md").read_text(encoding="utf-8")
@@ -188,7 +187,7 @@ def test_memory_exponent_reads_linear_and_quadratic_growth() -> None:
 
 def test_session_ceiling_makes_equal_speeds_equal_ratios() -> None:
     """Two cases of equal GFLOP/s whose adjacent ceilings differed get the same ratio: speed / best ceiling seen."""
-    from benchmarks.measure import apply_session_ceiling
+    from aiayn.benchmarks.measure import apply_session_ceiling
 
     def case(name: str, gflops: float, before: float, after: float) -> dict:
         ceiling = max(before, after)

@@ -30,8 +30,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reproductions import bleu, bleu_wmt17
-from reproductions.bleu import (
+from aiayn.reproductions import bleu, bleu_wmt17
+from aiayn.reproductions.bleu import (
     AT_SEPARATOR,
     multi_bleu,
     ngram_stats,

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance import mutants
-from conformance.checks import attention as A
-from conformance.checks import load_all
-from conformance.harness import ConformanceFailure, register_spec
-from conformance.replay import main as replay
-from implementations.numpy_impl import NumpyImplementation
+from aiayn.conformance import mutants
+from aiayn.conformance.checks import attention as A
+from aiayn.conformance.checks import load_all
+from aiayn.conformance.harness import ConformanceFailure, register_spec
+from aiayn.conformance.replay import replay
+from aiayn.implementations.numpy_impl import NumpyImplementation
 
 load_all()
 
@@ -53,20 +53,20 @@ def _no_scale_case() -> dict[str, np.ndarray | None]:
 
 def test_a_failure_message_says_what_where_by_how_much_on_what_and_how_to_replay(capsys: pytest.CaptureFixture[str]) -> None:
     impl = mutants.NoScale()
-    register_spec(impl, "conformance.mutants:NoScale")
+    register_spec(impl, "aiayn.conformance.mutants:NoScale")
     with pytest.raises(ConformanceFailure) as failure:
         A.attention_agreement(impl, "float64", **_no_scale_case())
     message = str(failure.value)
     for part in ("scaled dot-product attention (§3.2.1, Eq. (1))", "disagrees with the oracle", "worst element at index (",
                  "x budget", "elements over budget", "q float64 (2, 3); k float64 (3, 3); v float64 (3, 2)",
-                 "replay: python -m conformance.replay "):
+                 "replay: aiayn replay "):
         assert part in message, f"{part!r} missing from the failure message:\n{message}"
     ratio = float(message.split(" x budget")[0].rsplit("= ", 1)[1])
     assert ratio > 1e6, f"no scaling is an O(1) error, expected a huge multiple of the budget, got {ratio}"
-    path = message.rsplit("replay: python -m conformance.replay ", 1)[1].strip()
+    path = message.rsplit("replay: aiayn replay ", 1)[1].strip()
     assert replay([path]) == 1, "replaying the saved failure should fail again"
     assert "disagrees with the oracle" in capsys.readouterr().out
-    assert replay([path, "--impl", "numpy"]) == 0, "the same inputs should pass on the unbroken implementation"
+    assert replay([path], impl="numpy") == 0, "the same inputs should pass on the unbroken implementation"
 
 
 class _Broken(NumpyImplementation):
@@ -161,7 +161,7 @@ def _run_poison_checks(spec: str, tmp_path: Path) -> tuple[int, str, dict]:
     import sys
 
     root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": str(root), "HYPOTHESIS_PROFILE": "ci", "AIAYN_FIND_ONLY": "1"}
+    env = {**os.environ, "PYTHONPATH": str(root), "AIAYN_PROFILE": "ci", "AIAYN_FIND_ONLY": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "conformance/test_attention.py", "-q", "-p", "no:cacheprovider", "-k", "poison",
          "--impl", spec, "--dtype", "float64", "--aiayn-report", str(tmp_path)],

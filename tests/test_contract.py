@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from implementations import protocol, registry
-from implementations.protocol import DTYPES, EQUATIONS, POLICY_CHOICES
+from aiayn.implementations import protocol, registry
+from aiayn.implementations.protocol import DTYPES, EQUATIONS, POLICY_CHOICES
 
 TORCH_MISSING = importlib.util.find_spec("torch") is None
 
@@ -75,7 +75,7 @@ def test_policies_are_declared_with_allowed_values(impl: Any) -> None:
 # significand, halfway point 1 + 2**-8), lies just above halfway and goes up to 1 + 2**-7;
 # rounded first to float32 it becomes exactly 1 + 2**-8, a tie that goes to the even 1.0.
 # 1 + 2**-11 + 2**-40 is the same trap for float16 (11-bit significand). The contract asks for
-# one rounding, from float64 (see implementations.protocol.DTYPES).
+# one rounding, from float64 (see aiayn.implementations.protocol.DTYPES).
 ROUND_TRIP_VALUES = np.array(
     [
         [0.0, -0.0, 1.0, -2.5, 1.0 / 3.0, -2.0 / 3.0, 1e-3, 123.456],

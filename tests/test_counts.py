@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.counts import (
+from aiayn.reference.counts import (
     BASE,
     BIG,
     GPU_TFLOPS,

@@ -15,7 +15,7 @@ import mpmath
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference._exact import round_to_float64, to_mp
+from aiayn.reference._exact import round_to_float64, to_mp
 
 
 def _fraction(v: mpmath.mpf) -> Fraction:

@@ -34,8 +34,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from _sandwich import u, U, TINY, assert_exact_equal, assert_sandwiched
-from reference._exact import HIGH_DPS, correctly_rounded, round_to_float64, to_mp
-from reference.layers import (
+from aiayn.reference._exact import HIGH_DPS, correctly_rounded, round_to_float64, to_mp
+from aiayn.reference.layers import (
     EXACT_PREC,
     _affine_mp,
     _layer_norm_mp,

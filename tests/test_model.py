@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from reference.model import decoder_layer, encoder_layer, init_params, transformer_forward
+from aiayn.reference.model import decoder_layer, encoder_layer, init_params, transformer_forward
 
 SMALL = SimpleNamespace(n_layers=2, d_model=8, d_ff=16, num_heads=2, d_k=4, d_v=4)
 

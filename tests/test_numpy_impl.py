@@ -48,10 +48,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import pytest
 
-from implementations.numpy_impl import NumpyImplementation, blocked_numpy_implementation
-from reference.attention import multi_head_attention as oracle_mha
-from reference.attention import scaled_dot_product_attention as oracle_attention
-from reference.attention import softmax as oracle_softmax
+from aiayn.implementations.numpy_impl import NumpyImplementation, blocked_numpy_implementation
+from aiayn.reference.attention import multi_head_attention as oracle_mha
+from aiayn.reference.attention import scaled_dot_product_attention as oracle_attention
+from aiayn.reference.attention import softmax as oracle_softmax
 
 LD = np.longdouble
 U = {"float64": 2.0**-53, "float32": 2.0**-24}
@@ -571,7 +571,7 @@ def test_multi_head_attention_agrees_with_the_oracle(dtype: str) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_positional_encoding_agrees_with_the_oracle(dtype: str) -> None:
-    from reference.positional import positional_encoding
+    from aiayn.reference.positional import positional_encoding
 
     impl, u = NumpyImplementation(), _u_eff(dtype)
     got = impl.to_numpy(impl.positional_encoding(300, 16, dtype))
@@ -582,7 +582,7 @@ def test_positional_encoding_agrees_with_the_oracle(dtype: str) -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_layer_norm_agrees_with_the_oracle(dtype: str) -> None:
     """Includes a row with mean 1000 and spread 1 (the two-pass variance avoids cancellation)."""
-    from reference.layers import layer_norm
+    from aiayn.reference.layers import layer_norm
 
     impl, u, rng = NumpyImplementation(), _u_eff(dtype), _rng()
     x = rng.standard_normal((3, 16))
@@ -596,7 +596,7 @@ def test_layer_norm_agrees_with_the_oracle(dtype: str) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_feed_forward_agrees_with_the_oracle(dtype: str) -> None:
-    from reference.layers import feed_forward
+    from aiayn.reference.layers import feed_forward
 
     impl, u, rng = NumpyImplementation(), _u_eff(dtype), _rng()
     ffn = _layer_params(rng, 16, 48, decoder=False)["ffn"]
@@ -617,7 +617,7 @@ def test_lrate_agrees_with_the_oracle(step: int, d_model: int, warmup: int) -> N
     relative, each) and a product: 5u. Branch step * warmup^-1.5: d_model^-0.5 (2u), warmup^-1.5
     (2u), two products (2u): 6u. min is 1-Lipschitz, so either branch choice stays within 6u.
     The oracle adds its final rounding u (its long-double work is 2^-11 of that): 7u, times SLACK."""
-    from reference.training import lrate
+    from aiayn.reference.training import lrate
 
     got = NumpyImplementation().lrate(step, d_model, warmup)
     expected = float(lrate(step, d_model, warmup))
@@ -637,7 +637,7 @@ def test_lrate_step_zero_follows_the_policy() -> None:
 def test_label_smoothing_agrees_with_the_oracle(variant: str) -> None:
     """float64 (dtypes[0]); each entry is at most 3 float64 operations on eps and K: gamma_3,
     plus the oracle's rounding u: |err| <= (gamma_3 + u)|q|."""
-    from reference.training import label_smoothing
+    from aiayn.reference.training import label_smoothing
 
     impl = NumpyImplementation(policies={"label_smoothing": variant})
     targets = np.array([[0, 3, 10], [7, 7, 1]])
@@ -680,7 +680,7 @@ def _cross_entropy_bound(z: np.ndarray, targets: np.ndarray, eps: float, variant
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("variant", ["K", "K-1"])
 def test_smoothed_cross_entropy_agrees_with_the_oracle(dtype: str, variant: str) -> None:
-    from reference.training import smoothed_cross_entropy
+    from aiayn.reference.training import smoothed_cross_entropy
 
     impl, u = NumpyImplementation(policies={"label_smoothing": variant}), _u_eff(dtype)
     rng = _rng()
@@ -703,7 +703,7 @@ D, D_FF, HEADS, VOCAB = 16, 32, 4, 13
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_encoder_layer_agrees_with_the_oracle(dtype: str) -> None:
-    from reference.model import encoder_layer
+    from aiayn.reference.model import encoder_layer
 
     impl, u, rng = NumpyImplementation(), _u_eff(dtype), _rng()
     pn, ps = _rounded_tree(impl, _layer_params(rng, D, D_FF, decoder=False), dtype)
@@ -717,7 +717,7 @@ def test_encoder_layer_agrees_with_the_oracle(dtype: str) -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_decoder_layer_agrees_with_the_oracle(dtype: str) -> None:
     """self_mask None = causal; memory_mask hides padded source keys."""
-    from reference.model import decoder_layer
+    from aiayn.reference.model import decoder_layer
 
     impl, u, rng = NumpyImplementation(), _u_eff(dtype), _rng()
     pn, ps = _rounded_tree(impl, _layer_params(rng, D, D_FF, decoder=True), dtype)
@@ -741,7 +741,7 @@ def test_transformer_forward_agrees_with_the_oracle(dtype: str, n_layers: int) -
     a bound ~0.1, and two layers would break the analysis' own precondition (LayerNorm's input
     known to within half its spread). Deeper float32 stacks are the conformance suite's business.
     """
-    from reference.model import transformer_forward
+    from aiayn.reference.model import transformer_forward
 
     impl, u, rng = NumpyImplementation(), _u_eff(dtype), _rng()
     params = {

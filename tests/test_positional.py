@@ -40,8 +40,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _sandwich import u, U, TINY, assert_exact_equal, assert_sandwiched
-from reference._exact import HIGH_DPS, correctly_rounded
-from reference.positional import (
+from aiayn.reference._exact import HIGH_DPS, correctly_rounded
+from aiayn.reference.positional import (
     _angles_mp,
     _guard_digits,
     _pe_rows_mp,

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from implementations import protocol, registry
-from implementations.registry import BUILTINS, ENTRY_POINT_GROUP, ImplementationNotFound, InvalidImplementation, load
+from aiayn.implementations import protocol, registry
+from aiayn.implementations.registry import BUILTINS, ENTRY_POINT_GROUP, ImplementationNotFound, InvalidImplementation, load
 
 TORCH_MISSING = importlib.util.find_spec("torch") is None
-EXAMPLE = "implementations.examples.my_attention:MyAttention"
+EXAMPLE = "aiayn.implementations.examples.my_attention:MyAttention"
 
 
 def _skip_if_needs_missing_torch(name: str) -> None:
@@ -45,7 +45,7 @@ def test_every_builtin_name_resolves_to_a_conforming_implementation_of_that_name
 def test_builtin_targets_are_module_attr_strings_inside_implementations() -> None:
     for name, target in BUILTINS.items():
         module, _, attr = target.partition(":")
-        assert module.startswith("implementations.") and attr, f"BUILTINS[{name!r}] = {target!r}: expected 'implementations.<module>:<attr>'"
+        assert module.startswith("aiayn.implementations.") and attr, f"BUILTINS[{name!r}] = {target!r}: expected 'aiayn.implementations.<module>:<attr>'"
 
 
 def test_known_names_lists_the_builtins_first_in_order() -> None:
@@ -63,7 +63,7 @@ def _write_module(directory: Path, name: str, source: str) -> None:
 
 
 _PLUGIN_SOURCE = """
-    from implementations.examples.my_attention import MyAttention
+    from aiayn.implementations.examples.my_attention import MyAttention
 
     class Nested:
         @staticmethod
@@ -153,8 +153,8 @@ def test_an_entry_point_name_appears_in_the_unknown_name_message(tmp_path: Path,
     ("spec", "underlying"),
     [
         ("aiayn_no_such_module:Impl", "ModuleNotFoundError"),
-        ("implementations.protocol:NoSuchAttr", "AttributeError"),
-        ("implementations.protocol:", "ValueError"),
+        ("aiayn.implementations.protocol:NoSuchAttr", "AttributeError"),
+        ("aiayn.implementations.protocol:", "ValueError"),
     ],
     ids=["bad-module", "bad-attr", "empty-attr"],
 )
@@ -174,7 +174,7 @@ def test_a_broken_entry_point_fails_clearly(tmp_path: Path, monkeypatch: pytest.
 
 
 _BAD_SOURCE = """
-    from implementations.examples.my_attention import MyAttention
+    from aiayn.implementations.examples.my_attention import MyAttention
 
     class NoMembers:
         pass
@@ -246,8 +246,8 @@ def test_loading_numpy_never_imports_torch() -> None:
         """
         import sys
         import numpy as np
-        import implementations
-        from implementations.registry import load, known_names
+        import aiayn.implementations
+        from aiayn.implementations.registry import load, known_names
         known_names()
         for name in ("numpy", "numpy-blocked"):
             impl = load(name)
@@ -257,6 +257,6 @@ def test_loading_numpy_never_imports_torch() -> None:
         """
     )
     root = Path(__file__).resolve().parents[1]
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert result.returncode == 0, f"subprocess failed:\n{result.stderr}"
     assert result.stdout.strip() == "False", f"importing the registry and loading 'numpy' imported torch (stdout {result.stdout!r})"

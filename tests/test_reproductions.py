@@ -11,7 +11,7 @@ and the arithmetic behind their verdicts is right.
   reading and fits, the saturation statistics and our NumPy layers, each against hand arithmetic
   written out here or an independent computation (mpmath, exact integers, the oracle).
 - Data: reproductions/paper.py against ../shared/PAPER.md (when present) and against
-  reference.counts' own transcription; the seeds report covers every test of tests/test_seeds.py.
+  aiayn.reference.counts' own transcription; the seeds report covers every test of tests/test_seeds.py.
 
 The measured Table 1 sweep (about 15 s of timing) is not run here.
 """
@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reproductions import MEASURED_FILES, PLANNED
-from reproductions.__main__ import NOT_BUILT, run_one, write_index
-from reproductions._report import SIGNATURE_KEY, SIGNATURE_PREFIX
+from aiayn.reproductions import MEASURED_FILES, PLANNED
+from aiayn.reproductions.runner import NOT_BUILT, run_one, write_index
+from aiayn.kit import SIGNATURE_KEY, SIGNATURE_PREFIX
 
 REPO = Path(__file__).resolve().parent.parent
 REPORTS = REPO / "reports"
@@ -59,7 +59,7 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _owned(name: str) -> bool:
-    """Files of reports/ that ``python -m reproductions`` writes.
+    """Files of reports/ that ``aiayn reproduce`` writes.
 
     Other commands write conformance-* (pytest conformance), benchmarks* (make bench),
     bleu-training.* and bleu-ablation.* (training runs: make reproduce's second step, make reproduce-bleu) and reports/tmp/.
@@ -95,7 +95,7 @@ def test_reports_do_not_drift_from_the_code(regenerated: Path) -> None:
     committed = {p.name for p in REPORTS.iterdir() if p.is_file() and _owned(p.name)} if REPORTS.is_dir() else set()
     assert fresh == committed, (
         f"reports/ is out of date: missing {sorted(fresh - committed)}, stale {sorted(committed - fresh)}; "
-        "run `python -m reproductions` and commit reports/"
+        "run `aiayn reproduce` and commit reports/"
     )
     same_matplotlib = _matplotlib_of(REPORTS) == matplotlib.__version__
     for name in sorted(fresh):
@@ -104,7 +104,7 @@ def test_reports_do_not_drift_from_the_code(regenerated: Path) -> None:
                           f"installed {matplotlib.__version__})", stacklevel=1)  # fmt: skip
             continue
         ours, theirs = _without_signature(regenerated / name), _without_signature(REPORTS / name)
-        assert ours == theirs, f"reports/{name} differs from a fresh regeneration; run `python -m reproductions`"
+        assert ours == theirs, f"reports/{name} differs from a fresh regeneration; run `aiayn reproduce`"
 
 
 def test_regeneration_is_byte_identical(regenerated: Path, tmp_path: Path) -> None:
@@ -153,16 +153,16 @@ BIG_INTERCEPT = 176_357_376
 
 
 def test_count_line_matches_hand_count() -> None:
-    from reference.counts import BASE, BIG
+    from aiayn.reference.counts import BASE, BIG
 
-    from reproductions.table3 import PAPER_ASSUMPTION, Line, count_line
+    from aiayn.reproductions.table3 import PAPER_ASSUMPTION, Line, count_line
 
     assert count_line(BASE, PAPER_ASSUMPTION) == Line(BASE_INTERCEPT, 512)
     assert count_line(BIG, PAPER_ASSUMPTION) == Line(BIG_INTERCEPT, 1024)
 
 
 def test_count_bounds_of_a_printed_million() -> None:
-    from reproductions.table3 import count_bounds
+    from aiayn.reproductions.table3 import count_bounds
 
     assert count_bounds(65) == (64_500_000, 65_500_000)
     assert count_bounds(65, "truncate") == (65_000_000, 66_000_000)
@@ -173,7 +173,7 @@ def test_count_bounds_of_a_printed_million() -> None:
 def test_vocab_interval_base_65_million() -> None:
     """(64,500,000 − 44,138,496)/512 = 39,768.56 → 39,769; (65,500,000 − 44,138,496)/512 = 41,721.69 → 41,721.
     Check the ends: 44,138,496 + 41,721·512 = 65,499,648 < 65,500,000 <= 65,500,160 (V = 41,722)."""
-    from reproductions.table3 import Line, vocab_interval
+    from aiayn.reproductions.table3 import Line, vocab_interval
 
     assert vocab_interval(65, Line(BASE_INTERCEPT, 512)) == (39_769, 41_721)
     assert BASE_INTERCEPT + 41_721 * 512 == 65_499_648 and BASE_INTERCEPT + 41_722 * 512 == 65_500_160
@@ -181,14 +181,14 @@ def test_vocab_interval_base_65_million() -> None:
 
 def test_vocab_interval_big_213_million() -> None:
     """(212,500,000 − 176,357,376)/1024 = 35,295.53 → 35,296; (213,500,000 − 176,357,376)/1024 = 36,272.09 → 36,272."""
-    from reproductions.table3 import Line, vocab_interval
+    from aiayn.reproductions.table3 import Line, vocab_interval
 
     assert vocab_interval(213, Line(BIG_INTERCEPT, 1024)) == (35_296, 36_272)
 
 
 def test_vocab_interval_exact_boundaries() -> None:
     """count = 1000·V printed as 1 (million): [500,000, 1,500,000) holds V = 500 ... 1499 (1500 hits the open end)."""
-    from reproductions.table3 import Line, vocab_interval
+    from aiayn.reproductions.table3 import Line, vocab_interval
 
     assert vocab_interval(1, Line(0, 1000)) == (500, 1499)
     assert vocab_interval(1, Line(0, 1000), "truncate") == (1000, 1999)
@@ -196,7 +196,7 @@ def test_vocab_interval_exact_boundaries() -> None:
 
 
 def test_intersect_and_best_cover() -> None:
-    from reproductions.table3 import best_cover, intersect, per_row_choice
+    from aiayn.reproductions.table3 import best_cover, intersect, per_row_choice
 
     assert intersect([(1, 5), (3, 9)]) == (3, 5)
     assert intersect([(1, 5), (6, 9)]) is None
@@ -212,7 +212,7 @@ def test_table3_rows_other_than_big_share_a_vocabulary() -> None:
     6·(1,050,624 + 1,050,112 + 2,048) + 6·(2,101,248 + 1,050,112 + 3,072) = 31,543,296, so
     V >= ⌈(52,500,000 − 31,543,296)/512⌉ = ⌈40,931.06⌉ = 40,932; C2 (N = 4) has 4·(3,152,384 +
     4,204,032) = 29,425,664, so V <= ⌈(50,500,000 − 29,425,664)/512⌉ − 1 = 41,160."""
-    from reproductions.table3 import PAPER_ASSUMPTION, analyse
+    from aiayn.reproductions.table3 import PAPER_ASSUMPTION, analyse
 
     r = analyse()[PAPER_ASSUMPTION.label]
     assert r["lines"]["C6"].intercept == 31_543_296 and r["lines"]["C2"].intercept == 29_425_664
@@ -227,7 +227,7 @@ def test_table3_rows_other_than_big_share_a_vocabulary() -> None:
 
 def test_exact_cost_of_the_transformer_runs() -> None:
     """12 h · 3600 = 43,200 s · 8 = 345,600 GPU-s · 9.5e12 = 3.2832e18; 84 h: 2,419,200 GPU-s → 2.29824e19."""
-    from reproductions.table2 import as_printed, exact_cost
+    from aiayn.reproductions.table2 import as_printed, exact_cost
 
     base = exact_cost(Fraction(12), 8, Fraction(19, 2))
     big = exact_cost(Fraction(84), 8, Fraction(19, 2))
@@ -237,8 +237,8 @@ def test_exact_cost_of_the_transformer_runs() -> None:
 
 def test_printed_interval_and_gpu_days() -> None:
     """"2.3·10^19" covers [2.25e19, 2.35e19); 1.0e20 FLOPs at 2.8 TFLOPS is 10^20 / (2.8e12 · 86400) K80-days."""
-    from reproductions import paper
-    from reproductions.table2 import gpu_days, printed_interval
+    from aiayn.reproductions import paper
+    from aiayn.reproductions.table2 import gpu_days, printed_interval
 
     lo, hi = printed_interval(paper.printed("table2.Transformer (big).cost_en_de"))
     assert (lo, hi) == (Fraction(225, 10) * 10**18, Fraction(235, 10) * 10**18)
@@ -249,17 +249,17 @@ def test_printed_interval_and_gpu_days() -> None:
 def test_per_token_parameters_split_the_base_model() -> None:
     """Source side: encoder 6·3,152,384 = 18,914,304 + cross-attention K/V 6·(2·512² + 2·512) = 3,151,872;
     target side: decoder 25,224,192 − 3,151,872 + tied output 37,000·512 = 41,016,320."""
-    from reference.counts import BASE
+    from aiayn.reference.counts import BASE
 
-    from reproductions.table2 import per_token_parameters
+    from aiayn.reproductions.table2 import per_token_parameters
 
     assert per_token_parameters(BASE, 37_000) == (22_066_176, 41_016_320)
 
 
 def test_quarter_claim_ratio_against_moe() -> None:
     """2.3e19 / 1.2e20 = 23/120 = 0.1917 < 1/4; worst case 2.35e19 / 1.15e20 = 47/230 = 0.2043 < 1/4."""
-    from reproductions import paper
-    from reproductions.table2 import printed_interval
+    from aiayn.reproductions import paper
+    from aiayn.reproductions.table2 import printed_interval
 
     big, moe = paper.printed("table2.Transformer (big).cost_en_de"), paper.printed("table2.MoE.cost_en_fr")
     assert Fraction(str(big.value)) / Fraction(str(moe.value)) == Fraction(23, 120)
@@ -272,7 +272,7 @@ def test_quarter_claim_ratio_against_moe() -> None:
 
 
 def test_printed_exponents() -> None:
-    from reproductions.table1 import printed_exponents
+    from aiayn.reproductions.table1 import printed_exponents
 
     assert printed_exponents("O(n²·d)") == {"n": 2, "d": 1}
     assert printed_exponents("O(k·n·d²)") == {"k": 1, "n": 1, "d": 2}
@@ -282,7 +282,7 @@ def test_printed_exponents() -> None:
 
 def test_counted_exponents_are_exact_powers() -> None:
     """2n²d doubles 4× in n and 2× in d; 2nd² the other way round; k·n·d² is linear in k."""
-    from reproductions.table1 import counted_exponents
+    from aiayn.reproductions.table1 import counted_exponents
 
     assert counted_exponents("self_attention") == {"n": 2.0, "d": 1.0}
     assert counted_exponents("recurrent") == {"n": 1.0, "d": 2.0}
@@ -293,7 +293,7 @@ def test_counted_exponents_are_exact_powers() -> None:
 def test_fit_exponent_and_crossover_on_exact_power_laws() -> None:
     """t = 3n² gives slope 2 (log-log least squares: exact up to a few ulps of the logs);
     n² against 512n crosses at n = 512, midway in log between 256 and 1024."""
-    from reproductions.table1 import crossover, fit_exponent
+    from aiayn.reproductions.table1 import crossover, fit_exponent
 
     ns = [1, 2, 4, 8, 16]
     assert abs(fit_exponent(ns, [3.0 * n * n for n in ns]) - 2.0) < 1e-12
@@ -304,7 +304,7 @@ def test_fit_exponent_and_crossover_on_exact_power_laws() -> None:
 
 def test_convolution_is_exact_on_integers() -> None:
     """Small integers: every product and sum is an exact integer in binary64, so equality is required."""
-    from reproductions._layers import convolutional
+    from aiayn.reproductions._layers import convolutional
 
     rng = np.random.default_rng(1)
     x, w = rng.integers(-3, 4, (7, 4)).astype(float), rng.integers(-3, 4, (3, 4, 4)).astype(float)
@@ -315,7 +315,7 @@ def test_convolution_is_exact_on_integers() -> None:
 
 def test_recurrent_layer_runs_the_recurrence() -> None:
     """d = 1: h_t = tanh(a_t + w·h_(t-1)) evaluated with the same float operations in a plain loop."""
-    from reproductions._layers import recurrent
+    from aiayn.reproductions._layers import recurrent
 
     x = np.array([[0.5], [-1.0], [2.0], [0.25]])
     out = recurrent(x, np.array([[1.5]]), np.array([[0.75]]))
@@ -342,11 +342,11 @@ def _attention_bound(x: np.ndarray) -> np.ndarray:
 
 
 def test_self_attention_layers_agree_with_the_oracle() -> None:
-    """Our mixing step against reference.attention's Eq. (1) with Q = K = V = x; restricted attention with a
+    """Our mixing step against aiayn.reference.attention's Eq. (1) with Q = K = V = x; restricted attention with a
     window covering every position (r = 2n − 1) is full attention."""
-    from reference.attention import scaled_dot_product_attention
+    from aiayn.reference.attention import scaled_dot_product_attention
 
-    from reproductions._layers import restricted_self_attention, self_attention
+    from aiayn.reproductions._layers import restricted_self_attention, self_attention
 
     x = np.random.default_rng(2).integers(-2, 3, (6, 4)).astype(float)
     bound = _attention_bound(x)
@@ -358,7 +358,7 @@ def test_self_attention_layers_agree_with_the_oracle() -> None:
 
 def test_restricted_attention_sees_only_its_window() -> None:
     """r = 1: each position attends to itself only, so the output is x."""
-    from reproductions._layers import restricted_self_attention
+    from aiayn.reproductions._layers import restricted_self_attention
 
     x = np.random.default_rng(3).standard_normal((5, 4))
     assert np.array_equal(restricted_self_attention(x, 1), x)
@@ -379,7 +379,7 @@ def test_jacobian_norm_against_mpmath_including_saturated_rows() -> None:
     """
     import mpmath
 
-    from reproductions.saturation import jacobian_frobenius, softmax_rows
+    from aiayn.reproductions.saturation import jacobian_frobenius, softmax_rows
 
     for scores in ([2.0, 1.0, 0.5], [50.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [30.0, 29.0, -5.0, 3.0]):
         with mpmath.workdps(50):
@@ -396,7 +396,7 @@ def test_jacobian_norm_against_mpmath_including_saturated_rows() -> None:
 
 def test_d_k_one_scaled_equals_unscaled() -> None:
     """At d_k = 1 the scaling divides by 1: both statistics must be equal exactly."""
-    from reproductions.saturation import via_chi
+    from aiayn.reproductions.saturation import via_chi
 
     s = via_chi(1, 10, 200)
     assert s["scaled_max_share_mean"] == s["unscaled_max_share_mean"]
@@ -406,7 +406,7 @@ def test_d_k_one_scaled_equals_unscaled() -> None:
 def test_chi_sampler_matches_direct_sampling() -> None:
     """Two independent Monte Carlo means of the same distribution differ by N(0, SE_a² + SE_b²):
     |z| <= 5 fails with probability 6e-7 (fixed seeds: the test is deterministic)."""
-    from reproductions.saturation import direct, via_chi
+    from aiayn.reproductions.saturation import direct, via_chi
 
     a, b = direct(64, 10, 2000), via_chi(64, 10, 2000)
     for key in ("unscaled_max_share", "scaled_max_share", "unscaled_jacobian", "scaled_jacobian"):
@@ -416,7 +416,7 @@ def test_chi_sampler_matches_direct_sampling() -> None:
 
 def test_max_share_shortcut_matches_softmax() -> None:
     """1 / Σ exp(s − max s) is the softmax's largest entry (both within a few u)."""
-    from reproductions.saturation import _unscaled_max_share, softmax_rows
+    from aiayn.reproductions.saturation import _unscaled_max_share, softmax_rows
 
     s = np.random.default_rng(4).standard_normal((50, 7)) * 20
     fast = _unscaled_max_share(s, 1)["unscaled_max_share"]
@@ -425,7 +425,7 @@ def test_max_share_shortcut_matches_softmax() -> None:
 
 def test_uniform_softmax_jacobian_closed_form() -> None:
     """Equal scores: p = 1/n, J = (I − 11ᵀ/n)/n, ‖J‖_F = √(n − 1)/n (used in the report's text)."""
-    from reproductions.saturation import jacobian_frobenius, softmax_rows
+    from aiayn.reproductions.saturation import jacobian_frobenius, softmax_rows
 
     for n in (2, 10, 1000):
         got = float(jacobian_frobenius(softmax_rows(np.zeros((1, n))))[0])
@@ -452,7 +452,7 @@ def _markdown_table(text: str, heading: str) -> list[list[str]]:
 @pytest.mark.skipif(not PAPER_MD.exists(), reason="../shared/PAPER.md is not beside this checkout")
 def test_paper_values_match_paper_md() -> None:
     """paper.py's Table 2 and Table 3 cells equal PAPER.md's, cell by cell, in printed order."""
-    from reproductions import paper
+    from aiayn.reproductions import paper
 
     text = PAPER_MD.read_text(encoding="utf-8")
     table3 = _markdown_table(text, "## Table 3")
@@ -471,10 +471,10 @@ def test_paper_values_match_paper_md() -> None:
 
 
 def test_paper_params_agree_with_the_oracles_transcription() -> None:
-    """Two independent transcriptions of Table 3's params column (paper.py and reference.counts)."""
-    from reference.counts import TABLE3, TABLE3_PRINTED_PARAMS_MILLIONS
+    """Two independent transcriptions of Table 3's params column (paper.py and aiayn.reference.counts)."""
+    from aiayn.reference.counts import TABLE3, TABLE3_PRINTED_PARAMS_MILLIONS
 
-    from reproductions import paper
+    from aiayn.reproductions import paper
 
     assert {r: paper.printed(f"table3.{r}.params").value for r in paper.TABLE3_ROWS} == dict(TABLE3_PRINTED_PARAMS_MILLIONS)
     base = TABLE3["base"]
@@ -490,7 +490,7 @@ def test_paper_params_agree_with_the_oracles_transcription() -> None:
 
 
 def test_printed_lookup_names_the_missing_key() -> None:
-    from reproductions import paper
+    from aiayn.reproductions import paper
 
     with pytest.raises(KeyError, match="table3.base"):
         paper.printed("table3.base.nonsense")
@@ -498,7 +498,7 @@ def test_printed_lookup_names_the_missing_key() -> None:
 
 def test_seeds_report_covers_every_seed_test() -> None:
     """Every test function of tests/test_seeds.py is the `test` of some claim in the seeds report."""
-    from reproductions.seeds import claims
+    from aiayn.reproductions.seeds import claims
 
     source = REPO / "tests" / "test_seeds.py"
     if not source.exists():

@@ -82,7 +82,7 @@ def _check_tiers(fast: float, exact_tier: float, exact: mpmath.mpf, what: str) -
 def test_recurrent_path_three_hand_offs() -> None:
     """§1: 'Take "The cat sat down". ... Information about "The" reaches "down" only after
     surviving three hand-offs.' (4 positions: a recurrent path of n - 1 = 3 steps)."""
-    from reference.counts import layer_operations
+    from aiayn.reference.counts import layer_operations
 
     ops = layer_operations("recurrent", 4, 512)
     assert ops.maximum_path_length == 3, f"recurrent path over 4 words: {ops.maximum_path_length}, seed says 3"
@@ -93,7 +93,7 @@ def test_recurrent_path_three_hand_offs() -> None:
 def test_self_attention_path_single_step() -> None:
     """§1: 'The Transformer computes all four words' new representations at once, and "down" can
     look at "The" in a single step.'"""
-    from reference.counts import layer_operations
+    from aiayn.reference.counts import layer_operations
 
     ops = layer_operations("self_attention", 4, 512)
     assert (ops.maximum_path_length, ops.sequential_operations) == (1, 1), f"self-attention over 4 words: {ops}"
@@ -110,7 +110,7 @@ def test_residual_sum_3_1() -> None:
     """§3.1: 'Say a word's vector is x = (2, 0) and the attention step proposes the change
     Sublayer(x) = (1, 1). The residual adds them: (3, 1).' Checked with the labelled pre-norm
     form x + Sublayer(LayerNorm(x)) and a constant sub-layer, whose output is exactly that sum."""
-    from reference.layers import sublayer_connection
+    from aiayn.reference.layers import sublayer_connection
 
     x = np.array([2.0, 0.0])
     got = sublayer_connection(x, lambda t: np.ones_like(t), _ONES2, _ZEROS2, 0.0, norm="pre")
@@ -120,7 +120,7 @@ def test_residual_sum_3_1() -> None:
 def test_layer_norm_mean_2() -> None:
     """§3.1: 'the mean is 2 and the standard deviation is 1' for (3, 1). Recovered from the
     reference's LayerNorm y = (s - mean)/std (eps = 0): mean = s_0 - std * y_0."""
-    from reference.layers import layer_norm, layer_norm_exact
+    from aiayn.reference.layers import layer_norm, layer_norm_exact
 
     s = np.array([3.0, 1.0])
     for tier in (layer_norm, layer_norm_exact):
@@ -133,7 +133,7 @@ def test_layer_norm_mean_2() -> None:
 def test_layer_norm_std_1() -> None:
     """§3.1: 'the mean is 2 and the standard deviation is 1' for (3, 1) (population std, eps = 0):
     std = (s_0 - s_1) / (y_0 - y_1) from the reference's LayerNorm output y."""
-    from reference.layers import layer_norm, layer_norm_exact
+    from aiayn.reference.layers import layer_norm, layer_norm_exact
 
     s = np.array([3.0, 1.0])
     for tier in (layer_norm, layer_norm_exact):
@@ -145,7 +145,7 @@ def test_layer_norm_std_1() -> None:
 def test_layer_norm_3_1_is_1_minus_1() -> None:
     """§3.1: 'With the numbers: LayerNorm((2, 0) + (1, 1)) = LayerNorm((3, 1)) = (1, −1).'
     Every step is exact in binary (mean 2, variance 1, sqrt 1), so both tiers give (1, -1) exactly."""
-    from reference.layers import layer_norm, layer_norm_exact
+    from aiayn.reference.layers import layer_norm, layer_norm_exact
 
     for tier in (layer_norm, layer_norm_exact):
         got = tier(np.array([3.0, 1.0]), _ONES2, _ZEROS2, 0.0)
@@ -155,7 +155,7 @@ def test_layer_norm_3_1_is_1_minus_1() -> None:
 def test_post_norm_sublayer_connection_gives_1_minus_1() -> None:
     """§3.1: 'LayerNorm((2, 0) + (1, 1)) = LayerNorm((3, 1)) = (1, −1)', as the paper's post-norm
     connection LayerNorm(x + Sublayer(x)) with Sublayer(x) = (1, 1)."""
-    from reference.layers import sublayer_connection
+    from aiayn.reference.layers import sublayer_connection
 
     got = sublayer_connection(np.array([2.0, 0.0]), lambda t: np.ones_like(t), _ONES2, _ZEROS2, 0.0)
     assert np.array_equal(got, [1.0, -1.0]), f"LayerNorm(x + Sublayer(x)) = {got}, seed says (1, -1)"
@@ -178,7 +178,7 @@ def _share_exact(index: int) -> mpmath.mpf:
 
 
 def _share_check(index: int, quoted: str, printed: float) -> None:
-    from reference.attention import softmax, softmax_exact
+    from aiayn.reference.attention import softmax, softmax_exact
 
     exact = _share_exact(index)
     _quoted_matches(exact, quoted)
@@ -209,7 +209,7 @@ def _exp_from_softmax(z: float, quoted: str, printed: float) -> None:
     The ratio is formed exactly (Fractions), so its error comes only from the two shares: with
     relative errors <= r each, the ratio is within (1 + r)/(1 - r) - 1 <= 2r / (1 - r) of e^z.
     """
-    from reference.attention import softmax, softmax_exact
+    from aiayn.reference.attention import softmax, softmax_exact
 
     exact = _closed_form(lambda: mpmath.exp(z))
     _quoted_matches(exact, quoted)
@@ -243,7 +243,7 @@ def test_exp_total_11_76() -> None:
     From the reference: appending a score 0 gives it the share p = 1 / (S + 1), S = e^2 + e + e^0.5,
     so S = 1/p - 1 (formed exactly). With p's relative error <= r, S's is <= (S + 1)/S * r/(1 - r).
     """
-    from reference.attention import softmax, softmax_exact
+    from aiayn.reference.attention import softmax, softmax_exact
 
     exact = _closed_form(lambda: mpmath.exp(2) + mpmath.exp(1) + mpmath.exp(mpmath.mpf(1) / 2))
     _quoted_matches(exact, "11.75605919808982360943937", 23)
@@ -262,7 +262,7 @@ def test_attention_output_with_one_hot_values_0_63_0_23_0_14() -> None:
     seed's one-hot stand-in values the output row is [0.63, 0.23, 0.14]. Eq. (1) with d_k = 1
     (so the scale is 1): q = (1), keys (2.0), (1.0), (0.5), V = I_3. Each output entry is one
     share times 1 plus zeros, so its error is the share's."""
-    from reference.attention import scaled_dot_product_attention, scaled_dot_product_attention_exact
+    from aiayn.reference.attention import scaled_dot_product_attention, scaled_dot_product_attention_exact
 
     q, k, v = np.array([[1.0]]), SCORES[:, None], np.eye(3)
     fast = scaled_dot_product_attention(q, k, v)
@@ -294,7 +294,7 @@ def test_raw_score_spread_sqrt_64_is_8_0() -> None:
     """§3.2.1: 'the paper's d_k = 64, so raw scores typically swing by √64 = 8.'; Python:
     'math.sqrt(variance)  # → 8.0'. Raw q·k from the reference's softmax-free dot product
     (the tied projection x·Eᵀ of §3.4, in blocks, keeping each block's diagonal)."""
-    from reference.layers import output_logits
+    from aiayn.reference.layers import output_logits
 
     assert math.sqrt(D_K) == 8.0  # the seed's exact arithmetic
     q, k = _qk_pairs()
@@ -316,7 +316,7 @@ def test_scaled_score_spread_1_0() -> None:
     from Eq. (1) itself: with keys (k, 0) and values (1, 0) the output is the first share
     sigmoid(s), so s = log(p / (1 - p)). Var(s^2) = (2 d_k^2 + 6 d_k) / d_k^2, hence sigma below.
     (The logit's rounding error, <= 1e-13 for |s| < 20, is negligible against 5 sigma = 0.05.)"""
-    from reference.attention import scaled_dot_product_attention
+    from aiayn.reference.attention import scaled_dot_product_attention
 
     assert math.sqrt(D_K) / math.sqrt(D_K) == 1.0  # the seed's exact arithmetic
     q, k = _qk_pairs()
@@ -335,7 +335,7 @@ def test_scaled_score_spread_1_0() -> None:
 def test_scaling_divides_by_exactly_8_for_d_k_64() -> None:
     """§3.2.1: 'After dividing by 8 ...': Eq. (1) at d_k = 64 on a few pairs, exact tier, equals the
     nearest float64 to sigmoid(q·k / 8) computed from the exact dot product (Fractions)."""
-    from reference.attention import scaled_dot_product_attention_exact
+    from aiayn.reference.attention import scaled_dot_product_attention_exact
 
     q, k = _qk_pairs()
     q, k = q[:3], k[:3]
@@ -361,7 +361,7 @@ def test_head_shape_10_by_64() -> None:
     """§3.2.2: 'a 10-word sentence gives Q, K, V of shape 10 × 512. Each W_i^Q is 512 × 64, so each
     head sees 10 × 64.'; Python: '(n, d_k)  # → (10, 64)'. Head 0 of the canonical layout (columns
     0:64 of w_q, w_k, w_v) run through Eq. (1)."""
-    from reference.attention import scaled_dot_product_attention
+    from aiayn.reference.attention import scaled_dot_product_attention
 
     n, d_model, h = 10, 512, 8
     d_k = d_model // h
@@ -376,7 +376,7 @@ def test_concat_shape_10_by_512() -> None:
     """§3.2.2: 'Eight heads concatenated give 10 × 512, and W^O (512 × 512) keeps it at 10 × 512.';
     Python: '(n, h * d_k)  # → (10, 512)'. multi_head_attention with W^O = I returns the
     concatenation itself; with a random W^O the shape is kept."""
-    from reference.attention import multi_head_attention
+    from aiayn.reference.attention import multi_head_attention
 
     n, d_model, h = 10, 512, 8
     rng = np.random.default_rng(1)
@@ -389,7 +389,7 @@ def test_concat_shape_10_by_512() -> None:
 
 def test_attention_projection_weights_1_048_576() -> None:
     """§3.2.2: 'The layer's projection weights total 4 × 512 × 512 = 1,048,576 numbers.'"""
-    from reference.counts import BASE, multi_head_attention_parameters
+    from aiayn.reference.counts import BASE, multi_head_attention_parameters
 
     got = multi_head_attention_parameters(BASE, biases=False)
     assert got == 4 * 512 * 512, f"projection weights {got}, expected 4 * 512 * 512"
@@ -419,7 +419,7 @@ def test_ffn_widened_1_minus1_minus2() -> None:
     """§3.3: 'multiply by W₁ = [[1, 0, −1], [0, 1, 1]] to widen it to 3 numbers: ... = (1, −1, −2)'.
     The pre-activation a = x W1 read from Eq. (2) as max(0, a) - max(0, -a) = a, i.e. the hidden
     units of FFN(x) minus those of FFN(-x). Integer arithmetic: exact in both tiers."""
-    from reference.layers import feed_forward, feed_forward_exact
+    from aiayn.reference.layers import feed_forward, feed_forward_exact
 
     for tier in (feed_forward, feed_forward_exact):
         widened = _hidden_after_relu(tier, X_FFN) - _hidden_after_relu(tier, -X_FFN)
@@ -428,7 +428,7 @@ def test_ffn_widened_1_minus1_minus2() -> None:
 
 def test_ffn_relu_1_0_0() -> None:
     """§3.3: 'Next, apply ReLU, max(0, ·), which keeps positives and zeroes negatives: (1, 0, 0).'"""
-    from reference.layers import feed_forward, feed_forward_exact
+    from aiayn.reference.layers import feed_forward, feed_forward_exact
 
     for tier in (feed_forward, feed_forward_exact):
         hidden = _hidden_after_relu(tier, X_FFN)
@@ -438,7 +438,7 @@ def test_ffn_relu_1_0_0() -> None:
 def test_ffn_output_2_0() -> None:
     """§3.3: 'Finally, multiply by W₂ = [[2, 0], [0, 1], [1, 1]] to come back to 2 numbers: (2, 0).
     The biases are zero here'. Exact integer arithmetic in both tiers."""
-    from reference.layers import feed_forward, feed_forward_exact
+    from aiayn.reference.layers import feed_forward, feed_forward_exact
 
     for tier in (feed_forward, feed_forward_exact):
         got = tier(X_FFN, W1, B1, W2, B2)
@@ -447,7 +447,7 @@ def test_ffn_output_2_0() -> None:
 
 def test_ffn_parameters_2_099_712() -> None:
     """§3.3: 'That is 2 × 512 × 2048 + 2048 + 512 = 2,099,712 parameters per layer'."""
-    from reference.counts import BASE, feed_forward_parameters
+    from aiayn.reference.counts import BASE, feed_forward_parameters
 
     got = feed_forward_parameters(BASE)
     assert got == 2 * 512 * 2048 + 2048 + 512, f"FFN parameters {got}, expected 2*512*2048 + 2048 + 512"
@@ -457,7 +457,7 @@ def test_ffn_parameters_2_099_712() -> None:
 def test_ffn_about_twice_attention_projections() -> None:
     """§3.3: '2,099,712 parameters per layer, about twice the attention layer's projections.'
     2,099,712 / 1,048,576 = 2.0024..."""
-    from reference.counts import BASE, feed_forward_parameters, multi_head_attention_parameters
+    from aiayn.reference.counts import BASE, feed_forward_parameters, multi_head_attention_parameters
 
     ratio = Fraction(feed_forward_parameters(BASE), multi_head_attention_parameters(BASE, biases=False))
     assert ratio == Fraction(2_099_712, 1_048_576), f"FFN / attention = {ratio}"
@@ -472,7 +472,7 @@ def test_ffn_about_twice_attention_projections() -> None:
 def test_sqrt_512_is_22_6() -> None:
     """§3.4: 'If “cat” is token 17, its embedding is simply row 17 of the table, multiplied by
     √d_model = √512 ≈ 22.6.' A table whose row 17 is the unit vector e_0 returns √512 in entry 0."""
-    from reference.layers import embedding_lookup, embedding_lookup_exact
+    from aiayn.reference.layers import embedding_lookup, embedding_lookup_exact
 
     table = np.zeros((18, 512))
     table[17, 0] = 1.0
@@ -487,7 +487,7 @@ def test_sqrt_512_is_22_6() -> None:
 
 def test_embedding_numbers_18_944_000() -> None:
     """§3.4: 'with a vocabulary of about 37,000 tokens, E is 37,000 × 512 = 18,944,000 numbers.'"""
-    from reference.counts import BASE, parameter_breakdown
+    from aiayn.reference.counts import BASE, parameter_breakdown
 
     got = parameter_breakdown(BASE, vocab_size=37_000)["embedding"]
     assert got == 37_000 * 512, f"embedding numbers {got}, expected 37000 * 512"
@@ -497,7 +497,7 @@ def test_embedding_numbers_18_944_000() -> None:
 def test_sharing_saves_two_copies_37_888_000() -> None:
     """§3.4: 'Sharing it between the input, the output and the final linear layer saves two more
     copies of that.' Three separate matrices minus one shared: 2 × 18,944,000 = 37,888,000."""
-    from reference.counts import BASE, parameter_count
+    from aiayn.reference.counts import BASE, parameter_count
 
     saved = parameter_count(BASE, embeddings="separate_all") - parameter_count(BASE, embeddings="shared")
     assert saved == 2 * 37_000 * 512 == 37_888_000, f"sharing saves {saved}, expected two copies of 18,944,000"
@@ -511,7 +511,7 @@ def test_sharing_saves_two_copies_37_888_000() -> None:
 @functools.lru_cache(maxsize=None)
 def _pe_tables(length: int) -> tuple[np.ndarray, np.ndarray]:
     """Both tiers of PE for d_model = 512 (cached: several tests read the same table)."""
-    from reference.positional import positional_encoding, positional_encoding_exact
+    from aiayn.reference.positional import positional_encoding, positional_encoding_exact
 
     fast, exact = positional_encoding(length, 512), positional_encoding_exact(length, 512)
     assert fast.shape == exact.shape == (length, 512), f"PE shapes {fast.shape}, {exact.shape}"
@@ -601,7 +601,7 @@ def test_pe_divisor_pair_64_is_10() -> None:
 def test_attention_vs_recurrence_flips_at_n_512() -> None:
     """§4: 'While sentences are shorter than the vector width (n < d = 512), self-attention is
     cheaper ... Past n = 512 the balance flips.' (n²·d vs n·d², equal at n = d)."""
-    from reference.counts import layer_operations
+    from aiayn.reference.counts import layer_operations
 
     def cost(t: str, n: int) -> int:
         return layer_operations(t, n, 512).complexity
@@ -617,7 +617,7 @@ def test_attention_vs_recurrence_flips_at_n_512() -> None:
 
 
 def _lrate_check(args: tuple, closed, quoted: str, rounded: float, scale: float, digits: int) -> None:
-    from reference.training import lrate, lrate_exact
+    from aiayn.reference.training import lrate, lrate_exact
 
     exact = _closed_form(closed)
     _quoted_matches(exact, quoted, 25)
@@ -642,7 +642,7 @@ def test_lrate_warmup_factor_0_0158() -> None:
 def test_lrate_peak_7_0e_minus_4_at_4000() -> None:
     """§5: '# the peak, in units of 10^-4 / round(lrate(4000) * 1e4, 1)  # → 7.0'.
     512^-0.5 * 4000^-0.5 = 1/sqrt(2,048,000) = 6.9877e-4; and it is the peak (steps 3999, 4001 lower)."""
-    from reference.training import lrate, lrate_exact
+    from aiayn.reference.training import lrate, lrate_exact
 
     _lrate_check((4000, 512), lambda: 1 / mpmath.sqrt(2_048_000), "0.0006987712429686842801278668", 7.0, 1e4, 1)
     for tier in (lrate, lrate_exact):
@@ -662,7 +662,7 @@ EPS_FLOAT = Fraction(EPS_LS)  # the binary64 value the reference receives: 0.100
 
 @functools.lru_cache(maxsize=None)
 def _smoothed_rows() -> tuple[np.ndarray, np.ndarray]:
-    from reference.training import label_smoothing, label_smoothing_exact
+    from aiayn.reference.training import label_smoothing, label_smoothing_exact
 
     targets = np.array([0])
     fast, exact = label_smoothing(targets, K_VOCAB, EPS_LS), label_smoothing_exact(targets, K_VOCAB, EPS_LS)
@@ -704,7 +704,7 @@ def test_smoothed_other_token_0_0000027() -> None:
 
 def test_big_model_3_5_days_on_8_gpus() -> None:
     """Abstract: 'the big model trained in 3.5 days on 8 GPUs.' (§5.2: 8 P100 GPUs, 3.5 days)."""
-    from reference.counts import PAPER_TRAINING
+    from aiayn.reference.counts import PAPER_TRAINING
 
     big = PAPER_TRAINING["big"]
     assert (big.num_gpus, big.gpu, big.hours) == (8, "P100", 3.5 * 24), f"big run recorded as {big}"
@@ -713,7 +713,7 @@ def test_big_model_3_5_days_on_8_gpus() -> None:
 def test_base_cost_3_3e18_flops() -> None:
     """§6: 'The base Transformer ... (3.3 × 10¹⁸ FLOPs, ...)'. §6.1: 12 h x 8 P100 x 9.5 TFLOPS =
     43,200 s x 8 x 9.5e12 = 3.2832e18 (a product of four numbers: relative error <= gamma_4)."""
-    from reference.counts import training_flops
+    from aiayn.reference.counts import training_flops
 
     got = training_flops(12, 8, "P100")
     gamma_4 = 4 * U / (1 - 4 * U)

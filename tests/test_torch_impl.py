@@ -37,10 +37,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the PyTorch built-ins need torch (pip install '.[torch]')")
 
-from conformance.gpu_check import KNOWN_DEVIATIONS, CheckResult, _float32_accumulation, fixed_cases, main, run_checks  # noqa: E402
-from implementations.protocol import DTYPES, EQUATIONS  # noqa: E402
-from implementations.torch_impl import TorchImplementation, TorchSDPAImplementation, round_from_float64  # noqa: E402
-from implementations.torch_nn import TorchNNImplementation  # noqa: E402
+from aiayn.conformance.gpu_check import KNOWN_DEVIATIONS, CheckResult, _float32_accumulation, fixed_cases, main, run_checks  # noqa: E402
+from aiayn.implementations.protocol import DTYPES, EQUATIONS  # noqa: E402
+from aiayn.implementations.torch_impl import TorchImplementation, TorchSDPAImplementation, round_from_float64  # noqa: E402
+from aiayn.implementations.torch_nn import TorchNNImplementation  # noqa: E402
 
 NO_CUDA = "no CUDA device visible to PyTorch (torch.cuda.is_available() is False); run conformance/gpu_check.py on a GPU machine"
 

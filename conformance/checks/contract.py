@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.harness import Case, check, compare
-from conformance.numerics import round_to
-from implementations.protocol import contract_problems
+from aiayn.conformance.harness import Case, check, compare
+from aiayn.conformance.numerics import round_to
+from aiayn.implementations.protocol import contract_problems
 
 
 @check("declarations", "contract", kind="contract")
@@ -27,7 +27,7 @@ def declarations(case: Case) -> None:
 def from_numpy_rounding(case: Case, x: np.ndarray) -> None:
     """from_numpy(x, dtype) holds x rounded to nearest, ties to even (what NumPy's astype does for float32/float16).
 
-    The expected values come from ``conformance.numerics.round_to`` (exact power-of-two scaling and
+    The expected values come from ``aiayn.conformance.numerics.round_to`` (exact power-of-two scaling and
     ``np.rint``), an independent rounding that also covers bfloat16. Zero tolerance: rounding is exact.
     """
     native = case.native(x)

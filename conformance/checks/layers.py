@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance import budgets as B
-from conformance.checks._common import prepare
-from conformance.harness import Case, check, compare, total_budget
-from conformance.numerics import is_representable
+from aiayn.conformance import budgets as B
+from aiayn.conformance.checks._common import prepare
+from aiayn.conformance.harness import Case, check, compare, total_budget
+from aiayn.conformance.numerics import is_representable
 
 
 def _layer_norm(case: Case, x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from reference.layers import layer_norm as oracle
+    from aiayn.reference.layers import layer_norm as oracle
 
     nat, seen = prepare(case, x=x, gain=gain, bias=bias)
     got = case.run("layer_norm", [nat["x"], nat["gain"], nat["bias"], eps])
@@ -40,7 +40,7 @@ def layer_norm_shift_invariance(case: Case, x: np.ndarray, gain: np.ndarray, bia
 @check("feed_forward", "feed_forward")
 def ffn_agreement(case: Case, x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray) -> None:
     """FFN(x) = max(0, x W1 + b1) W2 + b2 agrees with the oracle."""
-    from reference.layers import feed_forward as oracle
+    from aiayn.reference.layers import feed_forward as oracle
 
     nat, seen = prepare(case, x=x, w1=w1, b1=b1, w2=w2, b2=b2)
     got = case.run("feed_forward", [nat["x"], nat["w1"], nat["b1"], nat["w2"], nat["b2"]])

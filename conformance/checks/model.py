@@ -1,7 +1,7 @@
 """Checks for the composites of §3.1: the encoder layer, the decoder layer and the full forward pass (Figure 1).
 
-The oracle is ``reference.model`` with the implementation's declared LayerNorm eps; the weights are
-canonical (``reference.model.init_params``), rounded to the dtype like every other input. The
+The oracle is ``aiayn.reference.model`` with the implementation's declared LayerNorm eps; the weights are
+canonical (``aiayn.reference.model.init_params``), rounded to the dtype like every other input. The
 budgets are first order: each stage's local bound times the condition of the rest of the network
 (``conformance/propagation.py``).
 """
@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from conformance import propagation as PR
-from conformance.checks._common import policy, prepare
-from conformance.harness import Case, check, compare, floored
-from conformance.numerics import precision
+from aiayn.conformance import propagation as PR
+from aiayn.conformance.checks._common import policy, prepare
+from aiayn.conformance.harness import Case, check, compare, floored
+from aiayn.conformance.numerics import precision
 
 
 def _precisions(case: Case) -> list:
@@ -28,7 +28,7 @@ def _eps(case: Case) -> float:
 
 
 def _encoder(case: Case, x: np.ndarray, params: dict[str, Any], num_heads: int, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from reference.model import encoder_layer as oracle
+    from aiayn.reference.model import encoder_layer as oracle
 
     eps = _eps(case)
     nat, seen = prepare(case, x=x, params=params)
@@ -48,7 +48,7 @@ def encoder_layer_agreement(case: Case, x: np.ndarray, params: dict[str, Any], n
 
 def _decoder(case: Case, y: np.ndarray, memory: np.ndarray, params: dict[str, Any], num_heads: int, self_mask: np.ndarray | None,
              memory_mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from reference.model import decoder_layer as oracle
+    from aiayn.reference.model import decoder_layer as oracle
 
     eps = _eps(case)
     nat, seen = prepare(case, y=y, memory=memory, params=params)
@@ -85,7 +85,7 @@ def decoder_layer_causal(case: Case, y: np.ndarray, memory: np.ndarray, params: 
 
 def _forward(case: Case, src: np.ndarray, tgt: np.ndarray, params: dict[str, Any], num_heads: int, src_lengths: np.ndarray | None,
              tgt_lengths: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from reference.model import transformer_forward as oracle
+    from aiayn.reference.model import transformer_forward as oracle
 
     eps = _eps(case)
     nat, seen = prepare(case, src=src, tgt=tgt, params=params)

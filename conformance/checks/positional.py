@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance import budgets as B
-from conformance.harness import Case, check, compare, total_budget
-from conformance.numerics import gamma, precision
+from aiayn.conformance import budgets as B
+from aiayn.conformance.harness import Case, check, compare, total_budget
+from aiayn.conformance.numerics import gamma, precision
 
 
 def _pe(case: Case, length: int, d_model: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(implementation's PE in the case's dtype, oracle's, budget)."""
-    from reference.positional import positional_encoding as oracle
+    from aiayn.reference.positional import positional_encoding as oracle
 
     got = case.run("positional_encoding", [length, d_model, case.dtype])
     expected = oracle(length, d_model)
@@ -35,7 +35,7 @@ def pe_shift(case: Case, length: int, d_model: int, offset: int) -> None:
     oracle's M_k is within 2^-53 |M_k| (+ its longdouble error) of the exact rotation, and our own
     float64 product has two terms per output (gamma_2).
     """
-    from reference.positional import pe_shift_matrix
+    from aiayn.reference.positional import pe_shift_matrix
 
     got, _, budget = _pe(case, length + offset, d_model)
     m = pe_shift_matrix(offset, d_model)  # (d_model, d_model)
@@ -47,7 +47,7 @@ def pe_shift(case: Case, length: int, d_model: int, offset: int) -> None:
 
 @check("pe_bounded_by_one", "positional_encoding", kind="property")
 def pe_bounded(case: Case, length: int, d_model: int) -> None:
-    """|PE| <= 1 (sines and cosines), up to the allowed error of sin/cos (t relative, see conformance.numerics)."""
+    """|PE| <= 1 (sines and cosines), up to the allowed error of sin/cos (t relative, see aiayn.conformance.numerics)."""
     got = case.run("positional_encoding", [length, d_model, case.dtype])
     limit = 1.0 + precision(case.dtype).t
     clipped = np.clip(got, -limit, limit)

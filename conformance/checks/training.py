@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 
-from conformance import budgets as B
-from conformance.checks._common import policy, prepare
-from conformance.harness import Case, check, compare, total_budget
-from conformance.numerics import gamma
+from aiayn.conformance import budgets as B
+from aiayn.conformance.checks._common import policy, prepare
+from aiayn.conformance.harness import Case, check, compare, total_budget
+from aiayn.conformance.numerics import gamma
 
 U64 = 2.0**-53
 
@@ -31,7 +31,7 @@ def _lrate_value(case: Case, step: int, d_model: int, warmup_steps: int) -> floa
 
 def _lrates(case: Case, steps: list[int], d_model: int, warmup_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(implementation's values, oracle's, budgets) at ``steps`` (all >= 1)."""
-    from reference.training import lrate as oracle
+    from aiayn.reference.training import lrate as oracle
 
     got = np.array([_lrate_value(case, s, d_model, warmup_steps) for s in steps], dtype=np.float64)
     expected = np.asarray(oracle(np.array(steps, dtype=np.int64), d_model, warmup_steps), dtype=np.float64)
@@ -100,7 +100,7 @@ def _expect_value_error(case: Case, step: int, d_model: int, warmup_steps: int, 
 
 
 def _smoothed(case: Case, targets: np.ndarray, vocab_size: int, eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from reference.training import label_smoothing as oracle
+    from aiayn.reference.training import label_smoothing as oracle
 
     got = case.run("label_smoothing", [case.native(targets), vocab_size, eps])
     expected = oracle(targets, vocab_size, eps, variant=policy(case, "label_smoothing"))
@@ -124,7 +124,7 @@ def label_smoothing_sums_to_one(case: Case, targets: np.ndarray, vocab_size: int
 
 
 def _cross_entropy(case: Case, logits: np.ndarray, targets: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from reference.training import label_smoothing, smoothed_cross_entropy
+    from aiayn.reference.training import label_smoothing, smoothed_cross_entropy
 
     variant = policy(case, "label_smoothing")
     nat, seen = prepare(case, logits=logits, targets=targets)
@@ -151,7 +151,7 @@ def cross_entropy_minimum(case: Case, targets: np.ndarray, vocab_size: int, eps:
     |L_hat - H| <= budget + KL. At any other logits (log q + c + delta) the exact loss is >= H, so
     L_hat >= H - budget.
     """
-    from reference.training import label_smoothing, smoothed_cross_entropy, smoothed_target_entropy
+    from aiayn.reference.training import label_smoothing, smoothed_cross_entropy, smoothed_target_entropy
 
     variant = policy(case, "label_smoothing")
     q = label_smoothing(targets, vocab_size, eps, variant=variant)

@@ -1,14 +1,14 @@
 """A third-party implementation you can copy: softmax and Eq. (1) in plain NumPy.
 
 This class does not import or subclass anything from aiayn: it satisfies the contract
-(``implementations.protocol.Implementation``) structurally, by having the right members. Copy
+(``aiayn.implementations.protocol.Implementation``) structurally, by having the right members. Copy
 this file into your own project, replace the two equations with calls into your code, and check
 it with::
 
-    python -c "from implementations import load; print(load('my_package.my_attention:MyAttention'))"
+    aiayn check my_package.my_attention:MyAttention
 
 (or register it under the entry-point group ``aiayn.implementations``; see
-``implementations/registry.py``). Equations you do not define are reported as "not provided".
+``aiayn.implementations.registry``). Equations you do not define are reported as "not provided".
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class MyAttention:
     policies = {"fully_masked": "nan", "label_smoothing": "K", "layer_norm_eps": 1e-6, "step_zero": "zero"}
 
     def provides(self) -> frozenset[str]:
-        """The equations this class implements (names from implementations.protocol.EQUATIONS)."""
+        """The equations this class implements (names from aiayn.implementations.protocol.EQUATIONS)."""
         return frozenset({"softmax", "scaled_dot_product_attention"})
 
     def from_numpy(self, array: np.ndarray, dtype: str) -> np.ndarray:

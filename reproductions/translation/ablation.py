@@ -1,6 +1,6 @@
 """Table 3 at CPU scale: a few of its rows, each trained with 2+ seeds on a fixed token budget.
 
-``python -m reproductions.translation.ablation`` (``make reproduce-bleu`` runs it) trains every
+``aiayn ablation`` (``make reproduce-bleu`` runs it) trains every
 (row, seed) pair of :data:`ROWS` on the EN→DE Bible corpus (whole books held out, as the main run),
 then scores each on the dev books: perplexity first (plain NLL per target token, no smoothing), then
 BLEU of beam search. It writes ``reports/bleu-ablation.md`` and ``.json``.
@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -42,15 +41,14 @@ from typing import Any
 
 import torch
 
-from reference.counts import TransformerConfig
-from reproductions._report import Report, write_report
-from reproductions.translation import data as D
-from reproductions.translation.model import Transformer, parameter_total
-from reproductions.translation.run import score, translate
-from reproductions.translation.train import TrainConfig, evaluate, train
+from aiayn.reference.counts import TransformerConfig
+from aiayn.kit import Report, write_report
+from aiayn.reproductions.translation import data as D
+from aiayn.reproductions.translation.model import Transformer, parameter_total
+from aiayn.reproductions.translation.run import score, translate
+from aiayn.reproductions.translation.train import TrainConfig, evaluate, train
 
 STEM = "bleu-ablation"
-REPORTS = Path(__file__).resolve().parents[2] / "reports"
 
 #: row name -> (what changes, the model, the analogous printed Table 3 row)
 ROWS: dict[str, tuple[str, TransformerConfig, str]] = {
@@ -65,41 +63,6 @@ ROWS: dict[str, tuple[str, TransformerConfig, str]] = {
 def slug(row: str) -> str:
     """A folder name for ``row`` ("A: h=1" -> "A-h1")."""
     return row.replace(": ", "-").replace("=", "").replace(" ", "")
-
-
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m reproductions.translation.ablation", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated rows (default all: {', '.join(ROWS)})")
-    p.add_argument("--seeds", default="1,2", help="comma-separated seeds, at least 2 (default 1,2)")
-    p.add_argument("--tokens", type=int, default=600_000, help="target tokens each run trains on (default 600000)")
-    p.add_argument("--max-tokens", type=int, default=1500, help="padded tokens per batch (default 1500)")
-    p.add_argument("--warmup", type=int, default=300, help="Eq. (3) warmup steps (default 300)")
-    p.add_argument("--vocab", type=int, default=4000, help="joint BPE vocabulary size (default 4000)")
-    p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--alpha", type=float, default=0.6)
-    p.add_argument("--jobs", type=int, default=1,
-                   help="runs trained at once, one thread each (default 1; on a 2-core machine 2 runs of 1 thread train about "
-                        "1.3x faster in all than one run after another on 2 threads)")
-    p.add_argument("--work", default="runs/ablation")
-    p.add_argument("--out", default=str(REPORTS))
-    args = p.parse_args(argv)
-    args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
-    unknown = [r for r in args.rows if r not in ROWS]
-    if unknown:
-        p.error(f"--rows: unknown row(s) {unknown}; known: {list(ROWS)}")
-    if "base" not in args.rows:
-        p.error("--rows: the comparison needs the 'base' row")
-    try:
-        args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        p.error(f"--seeds: expected comma-separated integers, got {args.seeds!r}")
-    if len(set(args.seeds)) < 2:
-        p.error(f"--seeds: expected at least 2 distinct seeds (the spread is the point), got {args.seeds}")
-    for name in ("tokens", "max_tokens", "warmup", "vocab", "beam", "jobs"):
-        if getattr(args, name) < (0 if name == "beam" else 1):
-            p.error(f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}")
-    return args
 
 
 def run_one(row: str, seed: int, args: argparse.Namespace, vocab: D.Vocab, train_x: list[D.Example], dev_x: list[D.Example],
@@ -159,7 +122,7 @@ def summarise(results: list[dict[str, Any]], rows: list[str]) -> list[dict[str, 
 
 def make_report(summary: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
     """``bleu-ablation.{md,json}``: the rows, seed by seed, beside the analogous printed Table 3 rows."""
-    from reproductions.paper import printed
+    from aiayn.reproductions.paper import printed
 
     rep = Report(STEM, "Table 3 at CPU scale: model variations, several seeds each, on a fixed token budget",
                  precision="float32", seed=",".join(map(str, setup["seeds"])), packages=("torch", "sacrebleu", "sentencepiece"))  # fmt: skip
@@ -248,8 +211,8 @@ def _job(row: str, seed: int, args: argparse.Namespace, k: int, total: int) -> d
     return run_one(row, seed, args, vocab, train_x, dev_x, refs, log=lambda m: print(m, flush=True))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+def main(args: argparse.Namespace) -> int:
+    """Run the ablation with checked options (``cli.check_ablation_arguments``)."""
     t0 = time.perf_counter()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -280,6 +243,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{srow['row']:12s} dev PPL {srow['ppl_mean']:8.2f} {srow['ppl']}  sacreBLEU {srow['bleu_mean']:6.2f} {srow['bleu']}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

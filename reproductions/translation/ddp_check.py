@@ -1,6 +1,6 @@
 """A few data-parallel steps on a tiny synthetic corpus, for the DDP test (run under torchrun).
 
-``torchrun --nproc_per_node=2 -m reproductions.translation.ddp_check OUT.pt`` trains the model of
+``torchrun --nproc_per_node=2 -m aiayn.reproductions.translation.ddp_check OUT.pt`` trains the model of
 :func:`tiny_setup` for :data:`STEPS` steps with the gloo backend and rank 0 saves the final
 state dict to OUT.pt; ``tests/test_translation.py`` compares it with one process running the same
 global batches as 2 accumulated shards.
@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from reference.counts import TransformerConfig
-from reproductions.translation import data as D
-from reproductions.translation.model import Transformer
-from reproductions.translation.train import TrainConfig, train
+from aiayn.reference.counts import TransformerConfig
+from aiayn.reproductions.translation import data as D
+from aiayn.reproductions.translation.model import Transformer
+from aiayn.reproductions.translation.train import TrainConfig, train
 
 STEPS = 3
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from reproductions.translation.data import BOS, EOS
+from aiayn.reproductions.translation.data import BOS, EOS
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:

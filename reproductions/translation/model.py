@@ -6,7 +6,7 @@ the pre-softmax projection, embeddings × sqrt(d_model)), §3.5 (sinusoids; lear
 Table 3 row (E)), §5.4 (residual dropout on every sub-layer output before the residual sum and on
 the embedding + position sums).
 
-Every equation is a call to :class:`implementations.torch_impl.TorchImplementation` — the code the
+Every equation is a call to :class:`aiayn.implementations.torch_impl.TorchImplementation` — the code the
 conformance suite checks — so the model trained here is the model checked there. In evaluation
 mode (no dropout) :meth:`Transformer.forward` equals ``TorchImplementation.transformer_forward`` on
 :meth:`Transformer.canonical_params` (``tests/test_translation.py`` checks this bit for bit).
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from implementations.torch_impl import TorchImplementation
+from aiayn.implementations.torch_impl import TorchImplementation
 
 
 def _mha(d_model: int, h: int, d_k: int, d_v: int) -> nn.ParameterDict:

@@ -1,6 +1,6 @@
-"""``python -m reproductions.translation.report RUN [RUN ...]``: ``reports/bleu-training.{md,json}`` from finished runs.
+"""``aiayn train-report RUN [RUN ...]``: ``bleu-training.{md,json}`` from finished runs.
 
-Each RUN is a ``--work`` folder of ``python -m reproductions.translation`` (it holds the run's
+Each RUN is a ``--work`` folder of ``aiayn train`` (it holds the run's
 ``results.json``). The report puts every run in one table (language pair, corpus, model, compute,
 dev perplexity, test sacreBLEU / paper-style tokenized BLEU / chrF) beside the paper's Table 2
 EN-DE and EN-FR cells, transcribed and labelled as such, never presented as comparable; then each
@@ -9,17 +9,14 @@ run's details, signatures and first test examples. Every number comes from the r
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
-from reproductions._report import Report, write_report
+from aiayn.kit import Report, write_report
 
 STEM = "bleu-training"
-REPORTS = Path(__file__).resolve().parents[2] / "reports"
 PAIR_NAMES = {"en": "EN", "de": "DE", "fr": "FR"}
 
 
@@ -27,7 +24,7 @@ def load_run(folder: Path) -> dict[str, Any]:
     """The ``results.json`` of a finished run folder (a clear error when the run did not finish)."""
     path = Path(folder) / "results.json"
     if not path.exists():
-        raise FileNotFoundError(f"run folder {folder}: no results.json; run `python -m reproductions.translation --work {folder}` to the end first")
+        raise FileNotFoundError(f"run folder {folder}: no results.json; run `aiayn train --work {folder} ...` to the end first")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -48,7 +45,7 @@ def _threads(n: int) -> str:
 
 def make_report(runs: list[dict[str, Any]]) -> Report:
     """``bleu-training.{md,json}``: our runs beside Table 2's transcribed cells (not comparable)."""
-    from reproductions.paper import printed
+    from aiayn.reproductions.paper import printed
 
     if not runs:
         raise ValueError("runs: expected at least one finished run")
@@ -60,8 +57,8 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
         f"sacreBLEU {r['test']['sacrebleu']:.2f}, tokenized BLEU {r['test']['tokenized_bleu']:.2f}, chrF {r['test']['chrf']:.2f}"
         for r in runs
     ) + " on held-out test books; not comparable to Table 2's WMT14 figures"
-    rep.add("", "What: the paper's encoder-decoder trained by `python -m reproductions.translation` (model, training and decoding "
-            "computed by the equations `pytest conformance --impl torch` checks), checkpoints averaged, beam search as §6.1, "
+    rep.add("", "What: the paper's encoder-decoder trained by `aiayn train` (model, training and decoding "
+            "computed by the equations `aiayn check torch` checks), checkpoints averaged, beam search as §6.1, "
             "scored on whole held-out books with sacreBLEU, the paper-style tokenized BLEU with compound splitting, and chrF. "
             "How each score is computed, and why the two BLEUs differ: [bleu.md](bleu.md); the same two BLEUs on sixteen real WMT17 "
             "systems: [bleu-wmt17.md](bleu-wmt17.md); Table 3's model variations at this scale: [bleu-ablation.md](bleu-ablation.md).")
@@ -128,22 +125,3 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
                     paper_table2_transcribed={m: {lang: printed(f"table2.{m}.bleu_{lang}").value for lang in ("en_de", "en_fr")}
                                               for m in ("Transformer (base model)", "Transformer (big)")})  # fmt: skip
     return rep
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m reproductions.translation.report", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("runs", nargs="+", type=Path, help="run folders (--work of python -m reproductions.translation)")
-    p.add_argument("--out", type=Path, default=REPORTS)
-    args = p.parse_args(argv)
-    try:
-        runs = [load_run(f) for f in args.runs]
-    except FileNotFoundError as exc:
-        p.error(str(exc))
-    for path in write_report(args.out, make_report(runs)):
-        print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

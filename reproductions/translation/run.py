@@ -17,7 +17,7 @@ Presets (``--preset``):
 
 Writes the run's checkpoints, vocabulary, decoded test output and ``results.json`` under ``--work``,
 and (unless ``--no-report``) ``<out>/bleu-training.md`` and ``.json`` of this run alone;
-``python -m reproductions.translation.report`` reports several runs together.
+``aiayn train-report`` reports several runs together.
 """
 
 from __future__ import annotations
@@ -32,13 +32,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from reference.counts import BASE, TABLE3, TransformerConfig
-from reproductions._report import write_report
-from reproductions.bleu import chrf, sacre_bleu, tokenized_bleu
-from reproductions.translation import data as D
-from reproductions.translation.decode import beam_search, greedy
-from reproductions.translation.model import Transformer, parameter_total
-from reproductions.translation.train import TrainConfig, average_checkpoints, checkpoints, collate, evaluate, train
+from aiayn.reference.counts import BASE, TABLE3, TransformerConfig
+from aiayn.environment import UsageError
+from aiayn.kit import write_report
+from aiayn.reproductions.bleu import chrf, sacre_bleu, tokenized_bleu
+from aiayn.reproductions.translation import data as D
+from aiayn.reproductions.translation.decode import beam_search, greedy
+from aiayn.reproductions.translation.model import Transformer, parameter_total
+from aiayn.reproductions.translation.train import TrainConfig, average_checkpoints, checkpoints, collate, evaluate, train
 
 
 
@@ -128,7 +129,7 @@ def claim_work(work: Path, identity: dict[str, Any]) -> None:
         differs = {k: (held.get(k), v) for k, v in identity.items() if held.get(k) != v}
         if differs:
             detail = "; ".join(f"{k}: folder has {a!r}, this run asks {b!r}" for k, (a, b) in differs.items())
-            raise SystemExit(f"--work {work}: holds a different run ({detail}); choose another --work or delete the folder")
+            raise UsageError(f"--work {work}: holds a different run ({detail}); choose another --work or delete the folder")
         return
     D.write_atomic(path, identity)
 
@@ -188,8 +189,9 @@ def run(args: Any) -> dict[str, Any]:
                    examples=[{"src": test_p[i].src, "ref": refs[i], "hyp": hyps[i]} for i in range(min(3, len(refs)))])  # fmt: skip
     log(f"test: sacreBLEU {results['test']['sacrebleu']:.2f}, tokenized BLEU {results['test']['tokenized_bleu']:.2f}, chrF {results['test']['chrf']:.2f}")
     D.write_atomic(work / "results.json", results)
+    log(f"wrote {(work / 'test.hyp').resolve()}, {(work / 'results.json').resolve()} (checkpoints in {work.resolve()})")
     if args.report:
-        from reproductions.translation.report import make_report
+        from aiayn.reproductions.translation.report import make_report
 
         write_report(Path(args.out), make_report([results]))
     return results

@@ -38,8 +38,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from reproductions.translation.data import BOS, EOS, PAD, Example, batch_stream, shard, token_batches
-from reproductions.translation.model import Transformer
+from aiayn.reproductions.translation.data import BOS, EOS, PAD, Example, batch_stream, shard, token_batches
+from aiayn.reproductions.translation.model import Transformer
 
 
 @dataclass

@@ -1,10 +1,17 @@
-"""Shared machinery of the reproductions: formatting, the signature line, deterministic writing.
+"""The report kit: what every report of aiayn needs, defined once (the ground floor).
 
 Every report is a Markdown file and a JSON file with the same stem, written byte-identically on
-every run with the same code and packages. The last line of the Markdown and the ``signature``
-key of the JSON hold a sacreBLEU-style signature (``key:value|key:value``: report, package
-versions, precision, seeds, git commit), the one part that is allowed to change between commits;
-the drift test (tests/test_reproductions.py) ignores exactly that line and key.
+every run with the same code and packages, each file atomically (a temporary file, then a
+rename). The last line of the Markdown and the ``signature`` key of the JSON hold one
+sacreBLEU-style signature (``key:value|key:value``: report, python and package versions, the
+report's own fields such as precision and seeds, the commit of aiayn itself and its version),
+the one part that is allowed to change between commits; the drift test
+(tests/test_reproductions.py) ignores exactly that line and key.
+
+Used by the reproductions, the conformance report, the benchmark report and the training report:
+:func:`signature`, :func:`md_table`, :func:`aiayn_commit`, :func:`write_text` / :func:`write_json`
+(atomic), :class:`Report` / :func:`write_report`, the number formats and the figure helpers.
+Every file written through the kit is announced on stdout with its path (:func:`announce`).
 """
 
 from __future__ import annotations
@@ -12,16 +19,41 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import platform
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from aiayn.environment import require, source_checkout
+
+__all__ = [
+    "JSON_DIGITS",
+    "SIGNATURE_KEY",
+    "SIGNATURE_PREFIX",
+    "Report",
+    "aiayn_commit",
+    "announce",
+    "figure_style",
+    "fmt_int",
+    "fmt_millions",
+    "fmt_sci",
+    "md_table",
+    "package_version",
+    "progress",
+    "pyplot",
+    "save_png",
+    "signature",
+    "write_json",
+    "write_report",
+    "write_text",
+]
+
 SIGNATURE_PREFIX = "Signature: "
 SIGNATURE_KEY = "signature"
 
@@ -32,18 +64,25 @@ SIGNATURE_KEY = "signature"
 
 
 @functools.lru_cache(maxsize=1)
-def git_commit() -> str:
-    """Short hash of HEAD, or "unknown" outside a git checkout (or without git)."""
+def aiayn_commit() -> str:
+    """The code that wrote a report: the short git hash of aiayn's own checkout (with ``+dirty``
+    when it has uncommitted changes to tracked files), or ``installed`` when aiayn runs from a
+    wheel. Never the commit of whatever repository the current directory belongs to."""
+    root = source_checkout()
+    if root is None:
+        return "installed"
     try:
-        result = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10, check=False
-        )
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=False)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True,
+                               timeout=30, check=False)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    return result.stdout.strip() if result.returncode == 0 and result.stdout.strip() else "unknown"
+    commit = head.stdout.strip() if head.returncode == 0 and head.stdout.strip() else "unknown"
+    return commit + ("+dirty" if commit != "unknown" and dirty.stdout.strip() else "")
 
 
-def _version(package: str) -> str:
+def package_version(package: str) -> str:
+    """The installed version of ``package`` (its ``__version__`` if it has no metadata), or "unknown"."""
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
@@ -51,16 +90,50 @@ def _version(package: str) -> str:
         return str(getattr(module, "__version__", "unknown"))
 
 
-def signature(name: str, *, precision: str, seed: str = "none", packages: Sequence[str] = ("numpy",)) -> str:
-    """``report:NAME|python:X|numpy:Y|...|precision:P|seed:S|commit:C|version:aiayn V``.
+def signature(name: str, *, packages: Sequence[str] = ("numpy",), **fields: Any) -> str:
+    """``report:NAME|python:X|numpy:Y|...|<field>:<value>|...|commit:C|version:aiayn V``.
 
     Like sacreBLEU's signature it names everything needed to rerun the numbers: the packages the
-    report used, the arithmetic (``precision``), the random seeds, and the code (git commit).
+    report used, its own fields (``precision``, ``seed``, an implementation, a profile, ...), and
+    the code (the commit of aiayn itself, :func:`aiayn_commit`, and its version).
     """
     parts = [f"report:{name}", f"python:{platform.python_version()}"]
-    parts += [f"{package}:{_version(package)}" for package in packages]
-    parts += [f"precision:{precision}", f"seed:{seed}", f"commit:{git_commit()}", f"version:{_version('aiayn')}"]
+    parts += [f"{package}:{package_version(package)}" for package in packages]
+    parts += [f"{key.replace('_', '-')}:{value}" for key, value in fields.items()]
+    parts += [f"commit:{aiayn_commit()}", f"version:aiayn {package_version('aiayn')}"]
     return "|".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing: atomic, announced
+# ---------------------------------------------------------------------------------------------
+
+
+def announce(path: Path) -> Path:
+    """Print ``wrote PATH`` (absolute) on stdout: every file aiayn writes is named with its path."""
+    print(f"wrote {Path(path).resolve()}", flush=True)
+    return Path(path)
+
+
+def write_text(path: Path, text: str, *, quiet: bool = False) -> Path:
+    """Write ``text`` to ``path`` atomically (a temporary file in the same folder, then a rename),
+    creating the folder; an interrupted run never leaves a half-written report."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path if quiet else announce(path)
+
+
+def write_json(path: Path, data: Any, *, quiet: bool = False, **dumps: Any) -> Path:
+    """``json.dumps(data, indent=2, **dumps)`` plus a newline, written by :func:`write_text`."""
+    return write_text(path, json.dumps(data, indent=2, **dumps) + "\n", quiet=quiet)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,13 +207,12 @@ def write_report(out_dir: Path, report: Report, stem: str | None = None) -> list
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = stem or report.name
-    sig = signature(report.name, precision=report.precision, seed=report.seed, packages=report.packages)
+    sig = signature(report.name, packages=report.packages, precision=report.precision, seed=report.seed)
     body = [f"# {report.title}", "", f"**Verdict:** {report.verdict}", *report.lines, "", "---", f"{SIGNATURE_PREFIX}`{sig}`"]
-    md_path, json_path = out_dir / f"{stem}.md", out_dir / f"{stem}.json"
-    md_path.write_text("\n".join(body) + "\n", encoding="utf-8")
+    md_path = write_text(out_dir / f"{stem}.md", "\n".join(body) + "\n")
     data = _rounded({"report": report.name, "title": report.title, "verdict": report.verdict, **report.data})
     data[SIGNATURE_KEY] = sig
-    json_path.write_text(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+    json_path = write_json(out_dir / f"{stem}.json", data, ensure_ascii=False, allow_nan=False)
     return [md_path, json_path]
 
 
@@ -173,9 +245,10 @@ def progress(name: str, message: str) -> None:
 
 
 def pyplot():
-    """matplotlib.pyplot on the Agg backend (imported on demand: only the figure reports need it)."""
-    import matplotlib
+    """matplotlib.pyplot on the Agg backend (imported on demand: only the figure reports need it).
 
+    Without matplotlib: :class:`aiayn.environment.MissingExtra`, naming the ``plots`` extra."""
+    matplotlib = require("matplotlib")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -195,6 +268,16 @@ def save_png(fig: Any, path: Path) -> Path:
     (``metadata={"Software": None}``), and PNGs carry no timestamp, so two runs give the same bytes.
     """
     plt = pyplot()
-    fig.savefig(path, format="png", dpi=100, metadata={"Software": None})
-    plt.close(fig)
-    return Path(path)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            fig.savefig(handle, format="png", dpi=100, metadata={"Software": None})
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+    return announce(path)

@@ -1,0 +1,310 @@
+"""aiayn: one command for the conformance suite, the reproductions, the training run and the benchmarks.
+
+    aiayn check SPEC [SPEC ...]     check an implementation against the paper, equation by equation
+    aiayn list                      the implementations aiayn knows (built-ins, entry points), with versions
+    aiayn replay FILE [FILE ...]    rerun a failed check from its saved inputs
+    aiayn reproduce [NAME ...]      regenerate the paper's tables and worked numbers into reports
+    aiayn train --preset NAME       train, decode and score the paper's model (the BLEU reproduction)
+    aiayn train-report RUN ...      one bleu-training report from finished training runs
+    aiayn ablation                  Table 3's variations at CPU scale
+    aiayn bench                     attention throughput as a fraction of this machine's GEMM ceiling
+    aiayn mutants                   the suite against deliberately broken implementations (must catch all)
+
+Exit status, by pytest's conventions: 0 success; 1 a check failed (or a mutant escaped); 4 a usage
+error: a bad option, an implementation that cannot be loaded, a dtype it does not declare, a
+selection in which nothing was checked, a missing optional dependency (named with the extra that
+installs it) or an unreadable file.
+
+Only the chosen command's modules are imported (aiayn --help needs no torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from aiayn import __version__
+from aiayn.environment import MissingExtra, UsageError, missing_extra, reports_dir
+
+__all__ = ["COMMANDS", "main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 4
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Descriptions as written; every option's default shown."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with pytest's exit status for a usage error (4, not argparse's 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+# --------------------------------------------------------------------------------------------
+# aiayn check
+
+
+def _add_check(p: argparse.ArgumentParser) -> None:
+    from aiayn.conformance.isolation import DEFAULT_LIMIT_S
+    from aiayn.conformance.profiles import PROFILES
+    from aiayn.conformance.runner import default_workers
+    from aiayn.implementations.protocol import DTYPES
+
+    p.add_argument("specs", nargs="+", metavar="SPEC",
+                   help="implementation: a built-in or entry-point name (aiayn list), or module:attr of your own")
+    p.add_argument("--dtype", action="append", default=[], choices=DTYPES,
+                   help="check only this dtype (repeatable); default every dtype the implementation declares")
+    p.add_argument("--profile", choices=list(PROFILES), default=os.environ.get("AIAYN_PROFILE") or "dev",
+                   help="examples per check: " + ", ".join(f"{k} {n}{' derandomized' if d else ''}" for k, (n, d) in PROFILES.items()))
+    p.add_argument("--report", metavar="DIR", default=None, help="also write conformance-<name>.md and .json into DIR")
+    p.add_argument("--workers", type=int, default=default_workers(),
+                   help="worker processes; a crash or hang in the implementation then fails one check and the run goes on (0: in this process)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_LIMIT_S, help="time limit of one call into the implementation, seconds (0: none)")
+    p.add_argument("-k", dest="keyword", default=None, metavar="EXPR", help="only the tests matching this pytest -k expression")
+    p.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: random, or fixed by a derandomized profile)")
+    p.epilog = "More pytest options go after --, e.g. aiayn check numpy -- -x -v"
+
+
+def _check(args: argparse.Namespace) -> int:
+    import pytest
+
+    from aiayn.conformance.runner import pytest_arguments
+
+    if args.workers < 0:
+        raise UsageError(f"--workers: expected 0 or more, got {args.workers}")
+    extra = args.pytest_args
+    return int(pytest.main(pytest_arguments(args.specs, dtypes=args.dtype, profile=args.profile, report=args.report,
+                                            workers=args.workers, timeout=args.timeout, keyword=args.keyword, seed=args.seed,
+                                            extra=extra)))
+
+
+# --------------------------------------------------------------------------------------------
+# aiayn list, aiayn replay
+
+
+def _add_list(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-load", action="store_true", help="list the names without importing the implementations")
+
+
+def _list(args: argparse.Namespace) -> int:
+    from aiayn.implementations import registry
+
+    rows = [(name, registry.BUILTINS[name], "built-in") for name in registry.BUILTINS]
+    entry_points = registry.entry_points()
+    rows += [(name, ep.value, f"entry point ({ep.dist.name if ep.dist else '?'})") for name, ep in sorted(entry_points.items())
+             if name not in registry.BUILTINS]
+    width = max(len(name) for name, _, _ in rows)
+    for name, target, origin in rows:
+        line = f"{name:<{width}}  {origin}: {target}"
+        if not args.no_load:
+            try:
+                impl = registry.load(name)
+            except registry.ImplementationNotFound as exc:
+                extra = missing_extra(exc)
+                line += f"\n{'':<{width}}  not available: {extra or ' '.join(str(exc).split())[:200]}"
+            else:
+                line += (f"\n{'':<{width}}  {impl.version} on {impl.device}; dtypes {', '.join(impl.dtypes)}; "
+                         f"{len(_provided(impl))} of 12 equations")
+        print(line)
+    print(f"\nOr name any implementation as module:attr (aiayn check mypkg.attention:Mine); packages register names "
+          f"under the entry-point group {registry.ENTRY_POINT_GROUP!r}.")
+    return EXIT_OK
+
+
+def _provided(impl: object) -> frozenset[str]:
+    from aiayn.implementations.protocol import provided_equations
+
+    return provided_equations(impl)
+
+
+def _add_replay(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE", help="failure files (.npz) that a failed check saved (its message names the file)")
+    p.add_argument("--impl", default=None, metavar="SPEC", help="check this implementation instead of the one recorded in the file")
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from aiayn.conformance.replay import ReplayError, replay
+
+    try:
+        return replay(args.files, args.impl)
+    except ReplayError as exc:
+        raise UsageError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------------------------
+# aiayn reproduce, train, train-report, ablation
+
+
+def _add_reproduce(p: argparse.ArgumentParser) -> None:
+    from aiayn.reproductions.runner import add_arguments
+
+    add_arguments(p)
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from aiayn.reproductions.runner import run
+
+    return run(args)
+
+
+def _translation(name: str) -> Callable[..., object]:
+    module = importlib.import_module("aiayn.reproductions.translation.cli")
+    return getattr(module, name)
+
+
+# --------------------------------------------------------------------------------------------
+# aiayn bench, aiayn mutants
+
+
+def _add_bench(p: argparse.ArgumentParser) -> None:
+    from aiayn.benchmarks.report import DEFAULT_BASELINE
+
+    p.add_argument("--smoke", action="store_true", help="the seconds-long CI subset (n = 128, one round)")
+    p.add_argument("--cuda", action="store_true", help="the CUDA cases: torch and torch-sdpa, float32 and bfloat16, n up to 8192, "
+                                                       "against a cuBLAS GEMM ceiling; writes benchmarks-cuda.*")
+    p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
+    p.add_argument("--baseline", default=str(DEFAULT_BASELINE), help="stored run to compare ratios with, or 'none'")
+    p.add_argument("--from-run", type=Path, default=None, metavar="RUN.json",
+                   help="do not measure: write the report from this earlier run's pytest-benchmark JSON")
+    p.epilog = "More pytest options go after --, e.g. aiayn bench -- --bench-sizes 512,4096 --bench-impls numpy"
+
+
+_BENCH_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from aiayn import benchmarks
+    from aiayn.benchmarks.report import write
+
+    out = args.out or reports_dir()
+    stem = "benchmarks-cuda" if args.cuda else "benchmarks"
+    baseline = "none" if args.cuda else args.baseline
+    if args.from_run is not None:
+        if not args.from_run.exists():
+            raise UsageError(f"--from-run: {args.from_run}: no such file")
+        write(args.from_run, out, baseline=baseline, stem=stem)
+        return EXIT_OK
+    if args.cuda:
+        torch = importlib.import_module("aiayn.environment").require("torch")
+        if not torch.cuda.is_available():
+            raise UsageError("--cuda: torch sees no CUDA device here")
+    run_json = Path(out) / "tmp" / f"{stem}-run.json"
+    run_json.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pytest", str(Path(benchmarks.__file__).resolve().parent), "-p", "no:cacheprovider",
+           f"--rootdir={Path(benchmarks.__file__).resolve().parent}", f"--benchmark-json={run_json}"]
+    if args.smoke:
+        cmd.append("--bench-smoke")
+    if args.cuda:
+        cmd += ["--bench-impls", "torch,torch-sdpa", "--bench-dtypes", "float32,bfloat16", "--bench-big-impls", "torch,torch-sdpa",
+                "--bench-big-sizes", "8192", "--bench-gemm-n", "8192", "--bench-stages="]
+    elif baseline != "none" and Path(baseline).exists():
+        cmd.append(f"--benchmark-compare={baseline}")
+    cmd += args.pytest_args
+    # one thread (two threads on small shared VMs swing by 2-4x); OPENBLAS_CORETYPE/L2_SIZE, set on
+    # some machines for old OpenBLAS builds, slow a current numpy
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")} | _BENCH_ENV
+    status = subprocess.run(cmd, env=env, check=False).returncode
+    if status != 0:
+        return status
+    print(f"wrote {run_json.resolve()}")
+    write(run_json, out, baseline=baseline, stem=stem)
+    return EXIT_OK
+
+
+def _add_mutants(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
+    p.add_argument("--workers", type=int, default=2, help="worker processes of the suite")
+
+
+def _mutants(args: argparse.Namespace) -> int:
+    from aiayn.conformance.mutants import run
+
+    return run(args.out or reports_dir(), workers=args.workers)
+
+
+# --------------------------------------------------------------------------------------------
+# the command table and main
+
+
+#: name -> (one-line help, add_arguments, run). ``add_arguments`` is called only for the chosen command.
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
+    "check": ("check an implementation against the paper, equation by equation", _add_check, _check),
+    "list": ("the implementations aiayn knows, with versions", _add_list, _list),
+    "replay": ("rerun a failed check from its saved inputs", _add_replay, _replay),
+    "reproduce": ("regenerate the paper's tables and worked numbers", _add_reproduce, _reproduce),
+    "train": ("train, decode and score the paper's model (starts only with --preset)",
+              lambda p: _translation("add_train_arguments")(p), lambda a: _translation("run_train")(a)),
+    "train-report": ("one bleu-training report from finished training runs",
+                     lambda p: _translation("add_report_arguments")(p), lambda a: _translation("run_report")(a)),
+    "ablation": ("Table 3's variations at CPU scale, several seeds per row",
+                 lambda p: _translation("add_ablation_arguments")(p), lambda a: _translation("run_ablation")(a)),
+    "bench": ("attention throughput as a fraction of this machine's GEMM ceiling", _add_bench, _bench),
+    "mutants": ("run the suite against deliberately broken implementations", _add_mutants, _mutants),
+}
+
+
+def _descriptions(name: str) -> str:
+    docs = {
+        "check": "Run the conformance suite on SPEC: every equation it provides, in every dtype it declares, against the oracle.\n"
+                 "Ends with the per-equation table. Inputs of failed checks are saved under $AIAYN_FAILURES (else\n"
+                 "~/.cache/aiayn/failures) and replayed with `aiayn replay FILE`.",
+        "reproduce": "Regenerate the reports of the paper's tables and worked numbers; every file written is printed.",
+        "train": "Train Figure 1's model with the equations the suite checks, decode as §6.1 says, score with sacreBLEU.\n"
+                 "Under torchrun (`torchrun --nproc_per_node=2 -m aiayn train ...`) it trains data-parallel.",
+        "bench": "Run the attention benchmarks (one thread) and write benchmarks.{md,json,png}.",
+    }
+    return docs.get(name, COMMANDS[name][0][:1].upper() + COMMANDS[name][0][1:] + ".")
+
+
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    """The parser, with the options of ``command`` (only) filled in."""
+    top = _Parser(prog="aiayn", description=__doc__, formatter_class=_Formatter)
+    top.add_argument("--version", action="version", version=f"aiayn {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (summary, add, _) in COMMANDS.items():
+        parser = sub.add_parser(name, help=summary, description=_descriptions(name), formatter_class=_Formatter)
+        if name == command:
+            add(parser)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``aiayn ARGV``; return the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passthrough: list[str] = []
+    if "--" in argv:  # what follows a bare -- goes to pytest (check, bench)
+        argv, passthrough = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    command = next((a for a in argv if not a.startswith("-")), None)
+    try:
+        parser = build_parser(command if command in COMMANDS else None)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help, --version (0) or a usage error (4, _Parser.error)
+            return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USAGE
+        if passthrough and command not in ("check", "bench"):
+            raise UsageError(f"options after -- are passed to pytest by check and bench only, not {command}")
+        args.pytest_args = passthrough
+        if args.command is None:
+            parser.print_help()
+            return EXIT_USAGE
+        return int(COMMANDS[args.command][2](args) or 0)
+    except UsageError as exc:
+        print(f"aiayn {command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (MissingExtra, ModuleNotFoundError) as exc:
+        extra = missing_extra(exc)
+        if extra is None:
+            raise
+        print(f"aiayn {command}: {extra}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"aiayn {command}: interrupted", file=sys.stderr)
+        return 2

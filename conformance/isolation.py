@@ -1,0 +1,175 @@
+"""A broken implementation never takes the run down: a time limit on every call, and a record of the call in flight.
+
+Every call into an implementation (``harness.Case.guard``) runs under :func:`calling`:
+
+- **In a worker process** (``aiayn check``, or ``pytest -n N``): before the call, the check's
+  inputs are saved (``<record dir>/<worker>.npz``) and the call is described in
+  ``<worker>.json`` (test, equation, implementation, dtype, check, the call with its shapes).
+  A C-level watchdog (``faulthandler.dump_traceback_later(limit, exit=True)``) ends the worker if
+  the call does not return within the limit, and a segfault or an abort ends it anyway. The
+  controller then finds the record (``plugin.pytest_handlecrashitem``), turns the crash into that
+  check's failure (equation, shapes, a replay file) and pytest-xdist starts a new worker: the
+  other checks go on and the report is still written.
+- **In the pytest process itself** (no workers): a Python-level alarm (SIGALRM, main thread
+  only) raises :class:`CallTimedOut` when the limit passes. It stops hangs in Python code; a hang
+  inside C code, or a segfault, can only be contained by worker processes.
+
+:class:`CallTimedOut` derives from BaseException, so Hypothesis does not retry or shrink the
+hanging example (each retry would wait the whole limit again): the first example that hangs is
+the one reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CallTimedOut", "DEFAULT_LIMIT_S", "calling", "configure", "crash_record", "record_dir", "test_started"]
+
+#: The default time limit of one call into an implementation (seconds). A call on the suite's
+#: small inputs takes milliseconds; the first call on a GPU can take seconds (context creation).
+DEFAULT_LIMIT_S = 120.0
+
+
+class CallTimedOut(BaseException):
+    """A call into the implementation did not return within the time limit (in-process mode)."""
+
+
+class _State:
+    limit: float = DEFAULT_LIMIT_S
+    worker: str | None = None  # the xdist worker id, when this process is a worker
+    directory: Path | None = None  # where a worker writes its record of the call in flight
+    test: dict[str, Any] = {}
+    saved_for: int | None = None  # id() of the case whose inputs are saved in <worker>.npz
+    traceback_file: Any = None
+
+
+_STATE = _State()
+
+
+def record_dir(testrunuid: str) -> Path:
+    """The folder a run's workers write their records to (shared with the controller by the run's uid)."""
+    return Path(tempfile.gettempdir()) / f"aiayn-inflight-{testrunuid}"
+
+
+def configure(limit: float | None, *, worker: str | None = None, testrunuid: str | None = None) -> None:
+    """Set the per-call limit (None or 0: no limit); in a worker, prepare its record files."""
+    _STATE.limit = float(limit or 0)
+    _STATE.worker = worker
+    if worker and testrunuid:
+        directory = record_dir(testrunuid)
+        directory.mkdir(parents=True, exist_ok=True)
+        _STATE.directory = directory
+        _STATE.traceback_file = open(directory / f"{worker}.traceback", "w", encoding="utf-8")  # noqa: SIM115 (lives with the process)
+        faulthandler.enable(file=_STATE.traceback_file)  # a segfault's traceback goes where the controller looks
+
+
+def test_started(info: dict[str, Any]) -> None:
+    """Remember which test runs now (nodeid, equation, spec, dtype, test) and record it."""
+    _STATE.test = dict(info)
+    _STATE.saved_for = None
+    _write({**_STATE.test, "call": None})
+
+
+def _write(record: dict[str, Any]) -> None:
+    if _STATE.directory is None or _STATE.worker is None:
+        return
+    path = _STATE.directory / f"{_STATE.worker}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def calling(case: Any, what: str, save: Callable[[Any, Path], Path]) -> Iterator[None]:
+    """Run one call into the implementation under the time limit, recorded first when in a worker.
+
+    ``save(case, path)`` writes the case's inputs as a replay file (``harness.save_case``).
+    """
+    if _STATE.directory is not None:
+        if _STATE.saved_for != id(case):
+            save(case, _STATE.directory / f"{_STATE.worker}.npz")
+            _STATE.saved_for = id(case)
+        _write({**_STATE.test, "call": what, "check": case.check, "inputs": case.describe_inputs(), "limit_s": _STATE.limit})
+        with _hard_limit():
+            yield
+    else:
+        with _soft_limit(case, what, save):
+            yield
+
+
+@contextlib.contextmanager
+def _hard_limit() -> Iterator[None]:
+    if not _STATE.limit:
+        yield
+        return
+    faulthandler.dump_traceback_later(_STATE.limit, exit=True, file=_STATE.traceback_file)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+@contextlib.contextmanager
+def _soft_limit(case: Any, what: str, save: Callable[[Any, Path], Path]) -> Iterator[None]:
+    usable = _STATE.limit and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def expired(signum: int, frame: Any) -> None:
+        raise CallTimedOut(case.timeout_message(what, _STATE.limit))
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, _STATE.limit)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def crash_record(testrunuid: str, worker: str, nodeid: str) -> dict[str, Any] | None:
+    """What a crashed worker was doing when it died, read by the controller (None if it left no record for ``nodeid``).
+
+    Adds ``"cause"``: "timeout" (the watchdog ended it), "fatal error: <what faulthandler saw>"
+    (a segfault, an abort) or "exited" (the process ended without saying why, e.g. killed for
+    memory), and ``"inputs_file"`` when the inputs of the call were saved.
+    """
+    directory = record_dir(testrunuid)
+    try:
+        record = json.loads((directory / f"{worker}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if record.get("nodeid") != nodeid:
+        return None
+    try:
+        dump = (directory / f"{worker}.traceback").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        dump = ""
+    first = dump.strip().splitlines()[0] if dump.strip() else ""
+    if first.startswith("Timeout ("):
+        record["cause"] = "timeout"
+    elif first:
+        record["cause"] = "fatal error: " + first.removeprefix("Fatal Python error: ")
+    else:
+        record["cause"] = "exited"
+    record["traceback"] = dump[:4000]
+    inputs = directory / f"{worker}.npz"
+    if record.get("call") and inputs.exists():
+        record["inputs_file"] = str(inputs)
+    return record
+
+
+def remove(testrunuid: str) -> None:
+    """Delete a run's record folder (the controller, at the end of the run)."""
+    shutil.rmtree(record_dir(testrunuid), ignore_errors=True)

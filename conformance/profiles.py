@@ -1,0 +1,100 @@
+"""Hypothesis settings of the conformance suite, applied to aiayn's own tests only.
+
+The suite never loads or registers a Hypothesis profile: a user's profile stays the user's, for
+their own tests in the same run. Each conformance test carries its settings explicitly
+(``@profile()`` or ``@profile(fraction)``), built from Hypothesis's built-in ``default`` profile
+plus one of these:
+
+- ``dev`` (the default): random, 40 examples per test;
+- ``ci``: derandomized (the same examples every run), 40 examples per test;
+- ``thorough``: 1000 examples per test, for a long local run;
+- ``smoke``: 8 examples per test, to see that an installation works end to end.
+
+Choose with ``--aiayn-profile NAME`` (``aiayn check --profile NAME``) or ``$AIAYN_PROFILE``.
+Deadlines stay off in every profile: these machines are shared and noisy; a hang is caught by the
+per-call time limit instead (``plugin.py``). ``$AIAYN_FIND_ONLY=1`` (set by the mutant runner,
+``mutants.py``) keeps a profile's example generation but skips shrinking and the example
+database: it only asks whether a failure is found.
+
+Examples that fail are kept in aiayn's cache (``aiayn.environment.cache_dir()/hypothesis``), not
+in the current directory; the derandomized profiles keep none.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from hypothesis import settings
+
+__all__ = ["PROFILES", "activate", "active", "examples", "profile"]
+
+#: Name -> (examples per test, derandomized).
+PROFILES: dict[str, tuple[int, bool]] = {
+    "dev": (40, False),
+    "ci": (40, True),
+    "thorough": (1000, False),
+    "smoke": (8, True),
+}
+
+_ACTIVE: list[str] = []
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def activate(name: str | None) -> str:
+    """Make ``name`` (or ``$AIAYN_PROFILE``, else ``dev``) the profile of the tests collected from now on."""
+    name = name or os.environ.get("AIAYN_PROFILE") or "dev"
+    if name not in PROFILES:
+        raise ValueError(f"unknown aiayn profile {name!r}; choose one of {', '.join(PROFILES)}")
+    _ACTIVE[:] = [name]
+    return name
+
+
+def active() -> str:
+    """The active profile's name (``$AIAYN_PROFILE`` or ``dev`` until :func:`activate` is called)."""
+    return _ACTIVE[0] if _ACTIVE else activate(None)
+
+
+def examples(fraction: float = 1.0) -> int:
+    """Examples for a test: ``fraction`` of the active profile's, at least 3."""
+    return max(3, int(PROFILES[active()][0] * fraction))
+
+
+def _database() -> Any:
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    from aiayn.environment import cache_dir
+
+    return DirectoryBasedExampleDatabase(str(cache_dir() / "hypothesis"))
+
+
+def current_settings(fraction: float = 1.0) -> settings:
+    """The settings object of a test under the active profile (Hypothesis is imported here, not
+    when this module is: the plugin and the CLI read the profile names before pytest starts)."""
+    from hypothesis import HealthCheck, Phase, settings
+    _, derandomize = PROFILES[active()]
+    find_only = bool(os.environ.get("AIAYN_FIND_ONLY"))
+    extra: dict[str, Any] = {}
+    if find_only:
+        extra["phases"] = (Phase.explicit, Phase.generate)
+    return settings(
+        settings.get_profile("default"),
+        max_examples=examples(fraction),
+        deadline=None,
+        derandomize=derandomize,
+        database=None if (derandomize or find_only) else _database(),
+        print_blob=derandomize,
+        suppress_health_check=[HealthCheck.too_slow],
+        **extra,
+    )
+
+
+def profile(fraction: float = 1.0) -> Callable[[F], F]:
+    """Decorator: the active profile's settings, with ``fraction`` of its examples (for tests whose examples are expensive)."""
+
+    def decorate(test: F) -> F:
+        return current_settings(fraction)(test)
+
+    return decorate

@@ -1,0 +1,65 @@
+"""How ``aiayn check`` (and the mutant runner) start the suite: pytest, isolated from the current directory.
+
+The suite runs as ``pytest --pyargs aiayn.conformance`` with the plugin's options, in pytest-xdist
+worker processes by default (a crash or a hang in the implementation then fails one check, not the
+run; ``isolation.py``), and with a configuration of its own: an empty ini file and the folder that
+holds the suite as the root, so a ``pytest.ini``, ``conftest.py`` or ``addopts`` of the project you run it
+from does not change what is checked, and nothing (no ``.pytest_cache``, no ``.hypothesis``) is
+written into the current directory.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["default_workers", "pytest_arguments"]
+
+
+def default_workers() -> int:
+    """Worker processes of ``aiayn check`` by default: the CPUs this process may use, at most 4."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(4, cpus))
+
+
+def _empty_ini() -> Path:
+    """An ini file with an empty [pytest] section, so that no project configuration applies."""
+    path = Path(tempfile.gettempdir()) / "aiayn-pytest.ini"
+    if not path.exists() or path.read_text(encoding="utf-8") != "[pytest]\n":
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text("[pytest]\n", encoding="utf-8")
+        os.replace(tmp, path)
+    return path
+
+
+def pytest_arguments(specs: Sequence[str], *, dtypes: Sequence[str] = (), profile: str | None = None, report: str | Path | None = None,
+                     workers: int = 1, timeout: float | None = None, keyword: str | None = None, seed: int | None = None,
+                     quiet: bool = True, extra: Sequence[str] = ()) -> list[str]:
+    """The pytest command line (without ``pytest`` itself) that checks ``specs``."""
+    root = Path(__file__).resolve().parent.parent  # the folder holding the suite's folder: test ids read conformance/test_*.py
+    args = ["--pyargs", "aiayn.conformance", "-c", str(_empty_ini()), "--rootdir", str(root), "-p", "no:cacheprovider",
+            "--aiayn-own-session"]
+    args += ["-q"] if quiet else []
+    args += [f"--impl={spec}" for spec in specs]
+    args += [f"--dtype={dtype}" for dtype in dtypes]
+    if profile:
+        args.append(f"--aiayn-profile={profile}")
+    if report is not None:
+        args.append(f"--aiayn-report={report}")
+    if timeout is not None:
+        args.append(f"--aiayn-timeout={timeout:g}")
+    if keyword:
+        args += ["-k", keyword]
+    if seed is not None:
+        args.append(f"--hypothesis-seed={seed}")
+    if workers > 0:
+        # a worker that crashes is replaced; each crash is one failed check, so allow many
+        args += ["-n", str(workers), "--max-worker-restart=1000"]
+    else:
+        args += ["-p", "no:xdist"]
+    return args + list(extra)

@@ -1,0 +1,149 @@
+"""The options of ``aiayn train``, ``aiayn train-report`` and ``aiayn ablation``, and what each runs.
+
+Examples::
+
+    aiayn train --preset smoke --work runs/smoke       # seconds, synthetic task
+    aiayn train --preset cpu --work runs/cpu-en-de     # EN->DE Bible, 1.4M params, 15 min
+    OMP_NUM_THREADS=1 torchrun --nproc_per_node=2 -m aiayn train --preset cpu \\
+        --work runs/cpu-en-de                          # the same as 2 gloo workers (make reproduce)
+    aiayn train --preset cpu --tgt-lang fr --work runs/cpu-en-fr   # EN->FR
+    # the base model on WMT14 EN-DE, 8 GPUs (BPE-ready plain text prepared by the user):
+    torchrun --nproc_per_node=8 -m aiayn train --preset base \\
+        --train-src wmt14/train.en --train-tgt wmt14/train.de --dev-src wmt14/newstest2013.en \\
+        --dev-tgt wmt14/newstest2013.de --test-src wmt14/newstest2014.en --test-tgt wmt14/newstest2014.de \\
+        --work runs/base --steps 100000
+    (--max-tokens is the global budget, 25000 by default, split across the 8 workers.)
+
+A training run starts only when a preset is named. Importing this module imports no torch: the
+options are read without it, and torch is imported when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from aiayn.environment import UsageError, reports_dir
+
+__all__ = ["PRESET_NAMES", "ROW_NAMES", "add_ablation_arguments", "add_report_arguments", "add_train_arguments",
+           "run_ablation", "run_report", "run_train"]
+
+#: The presets of ``run.PRESETS`` (kept here so that ``--help`` needs no torch; a test keeps them equal).
+PRESET_NAMES = ("smoke", "cpu", "cpu-wide", "base")
+#: The rows of ``ablation.ROWS`` (likewise).
+ROW_NAMES = ("base", "A: h=1", "C: N=1", "C: d=64", "E: learned")
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", required=True, choices=PRESET_NAMES,
+                   help="smoke: seconds, synthetic task; cpu: EN->DE Bible, 1.4M parameters, 15 minutes; cpu-wide: 5.7M parameters, "
+                        "for machines with more cores; base: Table 3's base model on your corpus (--train-src ...)")
+    p.add_argument("--config", default=None, help="a Table 3 row name (base, big, C4, E, ...) instead of the preset's model")
+    p.add_argument("--src-lang", default="en", choices=["en", "de", "fr"], help="source language of the Bible corpus")
+    p.add_argument("--tgt-lang", default="de", choices=["en", "de", "fr"], help="target language of the Bible corpus")
+    for side in ("train", "dev", "test"):
+        p.add_argument(f"--{side}-src", type=Path, default=None, help=f"your own {side} source text (one sentence per line)")
+        p.add_argument(f"--{side}-tgt", type=Path, default=None, help=f"your own {side} target text")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (overrides the preset; drops its time limit unless --minutes)")
+    p.add_argument("--minutes", type=float, default=None, help="training wall-time limit (default: the preset's)")
+    p.add_argument("--max-tokens", type=int, default=None, help="global token budget per step, split across workers (default: the preset's)")
+    p.add_argument("--accumulate", type=int, default=None, help="shards per worker per step")
+    p.add_argument("--warmup", type=int, default=None, help="Eq. (3) warmup steps (default: the preset's)")
+    p.add_argument("--lr-scale", type=float, default=None, help="multiplies Eq. (3)'s learning rate (1 = the paper; default: the preset's)")
+    p.add_argument("--beam", type=int, default=4, help="beam size (0 = greedy)")
+    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty")
+    p.add_argument("--greedy-too", action="store_true", help="also score greedy decoding")
+    p.add_argument("--seed", type=int, default=1, help="initial weights, dropout masks and batch order")
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--work", default="runs/translation", help="checkpoints, vocabulary, outputs (resumed if present)")
+    p.add_argument("--out", default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
+    p.add_argument("--no-report", dest="report", action="store_false", help="write results.json only, no bleu-training report")
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Train, average, decode, score; write ``<work>/results.json`` and (unless --no-report) bleu-training.*."""
+    if args.train_src and not all((args.train_tgt, args.dev_src, args.dev_tgt, args.test_src, args.test_tgt)):
+        raise UsageError("--train-src needs --train-tgt, --dev-src, --dev-tgt, --test-src and --test-tgt")
+    if args.preset == "base" and not args.train_src:
+        raise UsageError("--preset base trains on your corpus: give --train-src/--train-tgt/--dev-src/--dev-tgt/--test-src/--test-tgt")
+    args.out = args.out or str(reports_dir())
+    import torch
+    import torch.distributed as dist
+
+    from aiayn.reproductions.translation.run import run
+
+    if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    try:
+        run(args)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+def add_report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", type=Path, help="finished run folders (the --work of aiayn train)")
+    p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """``bleu-training.{md,json}`` from one or more finished runs."""
+    from aiayn.kit import write_report
+    from aiayn.reproductions.translation.report import load_run, make_report
+
+    try:
+        runs = [load_run(folder) for folder in args.runs]
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    write_report(args.out or reports_dir(), make_report(runs))
+    return 0
+
+
+def add_ablation_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rows", default=",".join(ROW_NAMES), help="comma-separated rows (must include base)")
+    p.add_argument("--seeds", default="1,2", help="comma-separated seeds, at least 2")
+    p.add_argument("--tokens", type=int, default=600_000, help="target tokens each run trains on")
+    p.add_argument("--max-tokens", type=int, default=1500, help="padded tokens per batch")
+    p.add_argument("--warmup", type=int, default=300, help="Eq. (3) warmup steps")
+    p.add_argument("--vocab", type=int, default=4000, help="joint BPE vocabulary size")
+    p.add_argument("--beam", type=int, default=4, help="beam size")
+    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs trained at once, one thread each (on a 2-core machine 2 runs of 1 thread train about 1.3x faster "
+                        "in all than one run after another on 2 threads)")
+    p.add_argument("--work", default="runs/ablation", help="one folder per (row, seed); finished runs are not run again")
+    p.add_argument("--out", default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
+
+
+def check_ablation_arguments(args: argparse.Namespace) -> argparse.Namespace:
+    """Validate and normalise the ablation options (rows and seeds as lists); UsageError names the bad one."""
+    args.rows = [r.strip() for r in args.rows.split(",") if r.strip()] if isinstance(args.rows, str) else list(args.rows)
+    unknown = [r for r in args.rows if r not in ROW_NAMES]
+    if unknown:
+        raise UsageError(f"--rows: unknown row(s) {unknown}; known: {list(ROW_NAMES)}")
+    if "base" not in args.rows:
+        raise UsageError("--rows: the comparison needs the 'base' row")
+    if isinstance(args.seeds, str):
+        try:
+            args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        except ValueError:
+            raise UsageError(f"--seeds: expected comma-separated integers, got {args.seeds!r}") from None
+    if len(set(args.seeds)) < 2:
+        raise UsageError(f"--seeds: expected at least 2 distinct seeds (the spread is the point), got {args.seeds}")
+    for name in ("tokens", "max_tokens", "warmup", "vocab", "beam", "jobs"):
+        if getattr(args, name) < (0 if name == "beam" else 1):
+            raise UsageError(f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}")
+    args.out = args.out or str(reports_dir())
+    return args
+
+
+def run_ablation(args: argparse.Namespace) -> int:
+    """Train every (row, seed), score on the dev books, write ``bleu-ablation.{md,json}``."""
+    from aiayn.reproductions.translation.ablation import main
+
+    return main(check_ablation_arguments(args))

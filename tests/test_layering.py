@@ -1,0 +1,134 @@
+"""The import rules of README.md ("How the code is layered"), checked on every module's syntax tree.
+
+- ``aiayn.reference`` (the oracle) imports nothing of ours;
+- the ground floor (``aiayn``, ``aiayn.environment``, ``aiayn.kit``) imports only the ground floor;
+- ``aiayn.implementations`` reads only the ground floor and reference's configurations
+  (``aiayn.reference.counts``), never the oracle's equations;
+- ``aiayn.conformance`` uses implementations, reference and the ground floor;
+- ``aiayn.reproductions`` never imports conformance or benchmarks;
+- ``aiayn.benchmarks`` never imports reproductions or conformance;
+- only the command line (``aiayn.cli``, ``aiayn.__main__``) sits on top of everything.
+
+Imports are read from ``import``/``from`` statements (relative ones resolved) and from
+``importlib.import_module("aiayn....")`` calls with a literal or f-string prefix.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: folder -> its package name
+ROOMS = {
+    "aiayn": "aiayn",
+    "reference": "aiayn.reference",
+    "implementations": "aiayn.implementations",
+    "conformance": "aiayn.conformance",
+    "reproductions": "aiayn.reproductions",
+    "benchmarks": "aiayn.benchmarks",
+}
+GROUND = ("aiayn", "aiayn.environment", "aiayn.kit")
+TOP = ("aiayn.cli", "aiayn.__main__")
+
+#: package -> the packages (and modules) of ours it may import, besides itself
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "aiayn.reference": (),
+    "ground": GROUND,
+    "aiayn.implementations": (*GROUND, "aiayn.reference.counts"),
+    "aiayn.conformance": (*GROUND, "aiayn.implementations", "aiayn.reference"),
+    "aiayn.reproductions": (*GROUND, "aiayn.implementations", "aiayn.reference"),
+    "aiayn.benchmarks": (*GROUND, "aiayn.implementations", "aiayn.reference"),
+}
+
+
+def _module_name(path: Path) -> str:
+    folder = path.relative_to(REPO).parts[0]
+    rest = path.relative_to(REPO / folder).with_suffix("").parts
+    parts = [ROOMS[folder], *[p for p in rest if p != "__init__"]]
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, imported module) for every import of an ``aiayn`` name in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found += [(node.lineno, _from_aiayn(alias.name) if module == "aiayn" else module) for alias in node.names]
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module" and node.args:
+            arg = node.args[0]
+            text = arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else (
+                arg.values[0].value if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant) else "")
+            if text:
+                found.append((node.lineno, text.rstrip(".")))
+    return [(line, module) for line, module in found if module == "aiayn" or module.startswith("aiayn.")]
+
+
+def _from_aiayn(name: str) -> str:
+    """``from aiayn import NAME``: the module aiayn.NAME if there is one, else the package aiayn itself."""
+    is_module = (REPO / name).is_dir() or (REPO / "aiayn" / f"{name}.py").exists() or name in {r.split(".")[-1] for r in ROOMS.values()}
+    return f"aiayn.{name}" if is_module else "aiayn"
+
+
+def _room(module: str) -> str:
+    if module in GROUND:
+        return "ground"
+    if module in TOP:
+        return "top"
+    return ".".join(module.split(".")[:2])
+
+
+def _within(module: str, allowed: str) -> bool:
+    """``module`` is ``allowed`` or inside it (the ground floor's modules match exactly: "aiayn" is not every aiayn.*)."""
+    return module == allowed or (allowed not in GROUND and module.startswith(allowed + "."))
+
+
+def _violations(module: str, imports: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    room = _room(module)
+    if room == "top":
+        return []
+    return [(line, imported) for line, imported in imports
+            if not (_room(imported) == room or any(_within(imported, a) for a in ALLOWED[room]))]
+
+
+def _files() -> list[Path]:
+    return sorted(p for folder in ROOMS for p in (REPO / folder).rglob("*.py"))
+
+
+def test_every_room_is_scanned() -> None:
+    rooms = {_room(_module_name(p)) for p in _files()}
+    assert rooms >= {"ground", "top", *[r for r in ALLOWED if r != "ground"]}, rooms
+
+
+@pytest.mark.parametrize("path", _files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_imports_follow_the_layering(path: Path) -> None:
+    module = _module_name(path)
+    bad = _violations(module, _imports(path))
+    room = _room(module)
+    assert not bad, (f"{path.relative_to(REPO)} ({room}) imports " + ", ".join(f"{m} (line {n})" for n, m in bad)
+                     + f"; allowed: {room} itself and {', '.join(ALLOWED[room]) or 'nothing else of ours'} "
+                     "(README.md, 'How the code is layered')")
+
+
+def test_the_rules_can_fail() -> None:
+    """Forbidden imports are reported; allowed ones are not."""
+    assert _violations("aiayn.reproductions.table2", [(1, "aiayn.conformance.harness")]) == [(1, "aiayn.conformance.harness")]
+    assert _violations("aiayn.benchmarks.report", [(2, "aiayn.reproductions.table1")]) == [(2, "aiayn.reproductions.table1")]
+    assert _violations("aiayn.reference.layers", [(3, "aiayn.kit")]) == [(3, "aiayn.kit")]
+    assert _violations("aiayn.implementations.numpy_impl", [(4, "aiayn.reference.layers")]) == [(4, "aiayn.reference.layers")]
+    assert _violations("aiayn.kit", [(5, "aiayn.cli")]) == [(5, "aiayn.cli")]
+    assert _violations("aiayn.conformance.harness", [(6, "aiayn.kit"), (7, "aiayn.reference.attention")]) == []
+    assert _violations("aiayn.cli", [(8, "aiayn.reproductions.runner")]) == []
