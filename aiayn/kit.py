@@ -4,19 +4,25 @@ Every report is a Markdown file and a JSON file with the same stem, written byte
 every run with the same code and packages, each file atomically (a temporary file, then a
 rename). The last line of the Markdown and the ``signature`` key of the JSON hold one
 sacreBLEU-style signature (``key:value|key:value``: report, python and package versions, the
-report's own fields such as precision and seeds, the commit of aiayn itself and its version),
-the one part that is allowed to change between commits; the drift test
-(tests/test_reproductions.py) ignores exactly that line and key.
+report's own fields such as precision and seeds, the commit of aiayn itself, a hash of the code
+that generated the report (:func:`code_hash`) and aiayn's version), the one part that is allowed
+to change between commits; the drift test (tests/test_reproductions.py) ignores exactly that line
+and key.
 
 Used by the reproductions, the conformance report, the benchmark report and the training report:
-:func:`signature`, :func:`md_table`, :func:`aiayn_commit`, :func:`write_text` / :func:`write_json`
-(atomic), :class:`Report` / :func:`write_report`, the number formats and the figure helpers.
+:func:`signature`, :func:`code_hash`, :func:`md_table`, :func:`aiayn_commit`, :func:`write_text` /
+:func:`write_json` (atomic), :class:`Report` / :func:`write_report`, :func:`rounded`, the number
+formats and the figure helpers.
 Every file written through the kit is announced on stdout with its path (:func:`announce`).
 """
 
 from __future__ import annotations
 
+import ast
 import functools
+import hashlib
+import importlib.util
+import inspect
 import json
 import math
 import os
@@ -37,8 +43,11 @@ __all__ = [
     "SIGNATURE_KEY",
     "SIGNATURE_PREFIX",
     "Report",
+    "GROUND_FLOOR",
     "aiayn_commit",
     "announce",
+    "code_closure",
+    "code_hash",
     "figure_style",
     "fmt_int",
     "fmt_millions",
@@ -47,6 +56,7 @@ __all__ = [
     "package_version",
     "progress",
     "pyplot",
+    "rounded",
     "save_png",
     "signature",
     "write_json",
@@ -90,18 +100,99 @@ def package_version(package: str) -> str:
         return str(getattr(module, "__version__", "unknown"))
 
 
-def signature(name: str, *, packages: Sequence[str] = ("numpy",), **fields: Any) -> str:
-    """``report:NAME|python:X|numpy:Y|...|<field>:<value>|...|commit:C|version:aiayn V``.
+def signature(name: str, *, packages: Sequence[str] = ("numpy",), code: str | None = None, **fields: Any) -> str:
+    """``report:NAME|python:X|numpy:Y|...|<field>:<value>|...|commit:C|code:H|version:aiayn V``.
 
     Like sacreBLEU's signature it names everything needed to rerun the numbers: the packages the
     report used, its own fields (``precision``, ``seed``, an implementation, a profile, ...), and
-    the code (the commit of aiayn itself, :func:`aiayn_commit`, and its version).
+    the code: the commit of aiayn itself (:func:`aiayn_commit`), ``code``, the 12-hex-digit hash
+    of the generating modules' sources (:func:`code_hash`; by default the hash of the module that
+    calls :func:`signature`, or of the one that calls :func:`write_report`), and aiayn's version.
     """
+    if code is None:
+        code = code_hash(_caller_module())
     parts = [f"report:{name}", f"python:{platform.python_version()}"]
     parts += [f"{package}:{package_version(package)}" for package in packages]
     parts += [f"{key.replace('_', '-')}:{value}" for key, value in fields.items()]
-    parts += [f"commit:{aiayn_commit()}", f"version:aiayn {package_version('aiayn')}"]
+    parts += [f"commit:{aiayn_commit()}", f"code:{code}", f"version:aiayn {package_version('aiayn')}"]
     return "|".join(parts)
+
+
+def _caller_module() -> str:
+    """The first module outside this one on the call stack (who asked for the signature)."""
+    frame = inspect.currentframe()
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    return frame.f_globals.get("__name__", "__main__") if frame is not None else "__main__"
+
+
+# ---------------------------------------------------------------------------------------------
+# The code that generated a report: a hash of its modules' sources
+# ---------------------------------------------------------------------------------------------
+
+#: Modules left out of every code hash: the ground floor (paths, report formatting, the command
+#: line), which decides where and how numbers are written, never what they are. A change there
+#: shows in the drift test of every deterministic report instead.
+GROUND_FLOOR: frozenset[str] = frozenset({"aiayn", "aiayn.kit", "aiayn.environment", "aiayn.cli", "aiayn.__main__"})
+
+
+@functools.lru_cache(maxsize=None)
+def _source(module: str) -> tuple[str, bytes] | None:
+    """(file path, bytes) of an aiayn module's source, found without importing it; None if not found."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return spec.origin, Path(spec.origin).read_bytes()
+
+
+def _imported(module: str, source: bytes, is_package: bool) -> set[str]:
+    """aiayn modules named by any import statement of ``source`` (top level or inside functions)."""
+    found: set[str] = set()
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
+    return {m for m in found if m == "aiayn" or m.startswith("aiayn.")}
+
+
+def code_closure(*modules: str) -> list[str]:
+    """The aiayn modules ``modules`` import, directly or not, themselves included, sorted; the
+    :data:`GROUND_FLOOR` excluded. Imports are read from the sources (nothing is imported)."""
+    seen: set[str] = set()
+    todo = [m for m in modules if m not in GROUND_FLOOR]
+    while todo:
+        module = todo.pop()
+        if module in seen or module in GROUND_FLOOR:
+            continue
+        found = _source(module)
+        if found is None:
+            continue
+        seen.add(module)
+        path, source = found
+        todo.extend(_imported(module, source, path.endswith("__init__.py")) - seen)
+    return sorted(seen)
+
+
+def code_hash(*modules: str) -> str:
+    """12 hex digits of SHA-256 over the sources of :func:`code_closure` (names and bytes, in order).
+
+    Two runs with the same hash ran the same code (outside the ground floor), whatever the
+    commit; a report whose stored hash differs from its generator's current one is stale.
+    """
+    digest = hashlib.sha256()
+    for module in code_closure(*modules):
+        digest.update(module.encode() + b"\0" + _source(module)[1] + b"\0")
+    return digest.hexdigest()[:12]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,6 +277,8 @@ class Report:
     precision: str
     seed: str = "none"
     packages: tuple[str, ...] = ("numpy",)
+    generator: tuple[str, ...] = ()  # modules whose code hash the signature names (default: the caller of write_report)
+    fields: dict[str, Any] = field(default_factory=dict)  # more signature fields (e.g. the results' own commit and code)
     lines: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     verdict: str = ""
@@ -207,10 +300,11 @@ def write_report(out_dir: Path, report: Report, stem: str | None = None) -> list
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = stem or report.name
-    sig = signature(report.name, packages=report.packages, precision=report.precision, seed=report.seed)
+    code = code_hash(*(report.generator or (_caller_module(),)))
+    sig = signature(report.name, packages=report.packages, code=code, precision=report.precision, seed=report.seed, **report.fields)
     body = [f"# {report.title}", "", f"**Verdict:** {report.verdict}", *report.lines, "", "---", f"{SIGNATURE_PREFIX}`{sig}`"]
     md_path = write_text(out_dir / f"{stem}.md", "\n".join(body) + "\n")
-    data = _rounded({"report": report.name, "title": report.title, "verdict": report.verdict, **report.data})
+    data = rounded({"report": report.name, "title": report.title, "verdict": report.verdict, **report.data})
     data[SIGNATURE_KEY] = sig
     json_path = write_json(out_dir / f"{stem}.json", data, ensure_ascii=False, allow_nan=False)
     return [md_path, json_path]
@@ -219,18 +313,20 @@ def write_report(out_dir: Path, report: Report, stem: str | None = None) -> list
 JSON_DIGITS = 12
 
 
-def _rounded(value: Any) -> Any:
+def rounded(value: Any) -> Any:
     """Floats to JSON_DIGITS significant digits, recursively (tuples become lists, as JSON has them).
 
     Float results can differ in their last bits between CPUs (SIMD exp, BLAS kernels); twelve
-    digits keep the files identical across machines while losing nothing a reader could use.
+    digits keep the files identical across machines while losing nothing a reader could use. A
+    report re-rendered from its stored results renders these rounded values, so a first
+    rendering should render them too (``rounded(rounded(x)) == rounded(x)``).
     """
     if isinstance(value, float):
         return float(f"{value:.{JSON_DIGITS}g}")
     if isinstance(value, dict):
-        return {str(k): _rounded(v) for k, v in value.items()}
+        return {str(k): rounded(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_rounded(v) for v in value]
+        return [rounded(v) for v in value]
     return value
 
 

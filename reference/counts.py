@@ -443,3 +443,50 @@ def training_flops(hours: float, num_gpus: int, gpu: str) -> float:
     positive_int("num_gpus", num_gpus)
     choice("gpu", gpu, tuple(GPU_TFLOPS))
     return float(hours) * 3600.0 * num_gpus * GPU_TFLOPS[gpu] * 1e12
+
+
+# ---------------------------------------------------------------------------------------------
+# Floating-point operations of a training step (for model FLOP utilisation)
+# ---------------------------------------------------------------------------------------------
+
+
+def forward_flops(config: TransformerConfig, vocab_size: int, batch: int, n_src: int, n_tgt: int) -> int:
+    """Floating-point operations of the matrix products of one teacher-forced forward pass.
+
+    Paper: §3.1-§3.4 (Figure 1): per encoder layer, multi-head self-attention (§3.2.2: Q, K, V
+    and output projections; Eq. (1): Q·Kᵀ and weights·V per head) and the FFN (Eq. (2)); per
+    decoder layer, masked self-attention, encoder-decoder attention (queries from the decoder,
+    keys and values projected from the encoder's n_src outputs) and the FFN; then the
+    pre-softmax projection onto the vocabulary (§3.4).
+    Choices: 2 operations per multiply-add; only matrix products are counted (softmax, LayerNorm,
+    dropout, residual sums and biases are O(n·d) and left out, as in Table 1); the batch is padded
+    to (batch, n_src) and (batch, n_tgt) and every padded position counted, as the kernels compute
+    them; causal self-attention counts all n_tgt² scores (what an attention with an explicit mask
+    computes). Shapes: batch sentences of n_src source and n_tgt target positions.
+    """
+    positive_int("vocab_size", vocab_size, minimum=2)
+    for name, value in (("batch", batch), ("n_src", n_src), ("n_tgt", n_tgt)):
+        positive_int(name, value)
+    d, d_ff, h, d_k, d_v = config.d_model, config.d_ff, config.num_heads, config.d_k, config.d_v
+
+    def attention(n_q: int, n_k: int) -> int:  # multiply-adds of one attention sub-layer, one sentence
+        projections = n_q * d * h * d_k + n_k * d * (h * d_k + h * d_v) + n_q * h * d_v * d
+        return projections + h * n_q * n_k * (d_k + d_v)
+
+    def ffn(n: int) -> int:
+        return 2 * n * d * d_ff
+
+    encoder = attention(n_src, n_src) + ffn(n_src)
+    decoder = attention(n_tgt, n_tgt) + attention(n_tgt, n_src) + ffn(n_tgt)
+    return 2 * batch * (config.n_layers * (encoder + decoder) + n_tgt * d * vocab_size)
+
+
+def training_step_flops(config: TransformerConfig, vocab_size: int, batch: int, n_src: int, n_tgt: int) -> int:
+    """Operations of one training step: 3 × :func:`forward_flops`.
+
+    Choices: the backward pass of a matrix product costs two products of the same size (the
+    gradients with respect to each operand), so a step is three forward passes' worth (the
+    convention of Kaplan et al. 2020 and Hoffmann et al. 2022); the gradient into the input
+    embeddings' lookup, which is not a product, is not counted, nor is the optimizer's O(N) update.
+    """
+    return 3 * forward_flops(config, vocab_size, batch, n_src, n_tgt)

@@ -44,284 +44,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiayn.kit import Report, progress, write_report
+from aiayn.reproductions.bleu_scoring import (
+    AT_SEPARATOR,
+    TOKENIZED_SIGNATURE,
+    BleuScore,
+    ChrfScore,
+    agreement_bound,
+    chrf,
+    multi_bleu,
+    ngram_stats,
+    paper_tokens,
+    sacre_bleu,
+    sacre_bleu_pretokenized,
+    tokenize,
+    tokenize_13a,
+    tokenized_bleu,
+)
 
 NAME = "bleu"
 DATA = Path(__file__).resolve().parent / "data" / "bleu"
-MAX_ORDER = 4
-AT_SEPARATOR = "##AT##-##AT##"
-# Our signature for the paper-style score, in sacreBLEU's key:value style. ``tok`` names our
-# tokenizer and its rules' version (bump it when a rule changes: scores move with it).
-TOKENIZED_SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:aiayn-moseslike-de.1|split:atat-t2t|smooth:none|impl:aiayn"
-MULTI_BLEU_SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:none|split:none|smooth:none|impl:aiayn"
-
-
-# ---------------------------------------------------------------------------------------------
-# Tokenization (Moses-like, German)
-# ---------------------------------------------------------------------------------------------
-
-# Abbreviations whose final period stays attached (our own short German list, plus a few
-# English forms that occur in German news). Single letters ("z.", "B.") are handled by rule.
-ABBREVIATIONS = frozenset({
-    "Abb", "Abs", "Abt", "Anm", "Bd", "Bsp", "bzw", "ca", "Co", "Dipl", "Dr", "etc", "evtl", "Fa", "ff", "Fr",
-    "geb", "ggf", "Hbf", "Hr", "Hrsg", "Ing", "inkl", "Jh", "Jr", "Mio", "Mr", "Mrs", "Mrd", "Ms", "Nr", "Prof",
-    "rd", "Sr", "St", "Std", "Str", "Tel", "usw", "vgl", "vs", "zzgl",
-})  # fmt: skip
-_PERIOD_RUN = re.compile(r"\.{2,}")
-# Everything that is neither a word character (letter, digit) nor whitespace nor one of the
-# characters that later rules treat in context (. , ' ` -) stands alone; so does "_".
-_SYMBOL = re.compile(r"([^\w\s.,'`\-]|_)")
-_COMMA = re.compile(r"(?<!\d),|,(?!\d)")  # a comma not flanked by digits on both sides
-_APOSTROPHE = re.compile(r"(['`])")
-_COMPOUND = re.compile(r"(\S)-(\S)")
-
-
-def tokenize(text: str) -> str:
-    """Moses-like tokenization of one German line; tokens joined by single spaces.
-
-    Paper: PAPER.md "Training and decoding (§5, §6)": BLEU was computed on tokenized text.
-    Rules, in order:
-
-    1. NFC normalization (so a decomposed "u + ¨" is one letter) and whitespace collapsed.
-    2. Runs of periods ("...") become one token.
-    3. Every character other than a letter, digit, whitespace, ``. , ' ` -`` stands alone:
-       quotes of every style („ “ " « »), brackets, ``! ? : ; % / & +`` and so on.
-    4. A comma stands alone unless a digit is on both sides ("3,5" stays, "Haus," splits).
-    5. Apostrophes and backticks stand alone ("geht's" → "geht ' s"), as Moses does for German.
-    6. A token-final period stands alone unless (a) the rest contains a period and a letter
-       ("z.B.", "U.S."), or a token follows and (b) the rest is one letter or in
-       :data:`ABBREVIATIONS` ("z. B.", "Dr."), (c) the rest is a number (a German ordinal:
-       "am 3. Oktober"), or (d) the next token starts with a lowercase letter (no sentence
-       ends there). So the line's last period stands alone ("km/h." → "km / h .").
-    7. Hyphens are left alone (no "aggressive" splitting): compounds are the job of
-       :func:`split_compounds`.
-
-    Choices: Moses escapes ``& < > ' " [ ] |`` as XML entities; we do not (escaping maps
-    tokens one-to-one on both sides, so BLEU is unchanged). Rules (b)-(c) are ours; Moses reads
-    its own per-language prefix lists.
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"text: expected str, got {type(text).__name__}")
-    text = " ".join(unicodedata.normalize("NFC", text).split())
-    text = _PERIOD_RUN.sub(lambda m: f" {m.group()} ", text)
-    text = _SYMBOL.sub(r" \1 ", text)
-    text = _COMMA.sub(" , ", text)
-    text = _APOSTROPHE.sub(r" \1 ", text)
-    tokens = text.split()
-    out: list[str] = []
-    for i, token in enumerate(tokens):
-        following = tokens[i + 1] if i + 1 < len(tokens) else None
-        if token.endswith(".") and token.strip(".") and not _keeps_period(token[:-1], following):
-            out += [token[:-1], "."]
-        else:
-            out.append(token)
-    return " ".join(out)
-
-
-def _keeps_period(stem: str, following: str | None) -> bool:
-    """Rule 6 of :func:`tokenize`: does the period after ``stem`` stay attached?"""
-    if "." in stem and any(c.isalpha() for c in stem):
-        return True
-    if following is None:
-        return False
-    if (len(stem) == 1 and stem.isalpha()) or stem in ABBREVIATIONS:
-        return True
-    return stem.isdigit() or following[0].islower()
-
-
-def split_compounds(text: str) -> str:
-    """Split hyphenated compounds: "a-b" → "a ##AT##-##AT## b".
-
-    Paper: PAPER.md "Training and decoding (§5, §6)": hyphenated compounds split on output and
-    reference. Choices: the match is a hyphen with a non-space character on each side, taken
-    left to right without overlap (tensor2tensor's ``get_ende_bleu.sh`` substitution), so
-    "Nord-Süd-Achse" → "Nord ##AT##-##AT## Süd ##AT##-##AT## Achse" but a one-character part
-    keeps its second hyphen: "a-b-c" → "a ##AT##-##AT## b-c". "Ein- und Ausgang" and a lone
-    " - " are left alone. Apply it once, to tokenized text: the marker itself contains a
-    hyphen between two "#".
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"text: expected str, got {type(text).__name__}")
-    return _COMPOUND.sub(rf"\1 {AT_SEPARATOR} \2", text)
-
-
-def paper_tokens(text: str) -> str:
-    """The paper-style pipeline for one line: :func:`tokenize`, then :func:`split_compounds`."""
-    return split_compounds(tokenize(text))
-
-
-# ---------------------------------------------------------------------------------------------
-# BLEU arithmetic (multi-bleu style)
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BleuScore:
-    """A corpus BLEU score and what it is made of.
-
-    ``score`` is on the 0-100 scale; ``counts[n-1]`` are the clipped (n)-gram matches and
-    ``totals[n-1]`` the output's (n)-grams; ``precisions`` = 100·counts/totals; ``bp`` the
-    brevity penalty; ``sys_len``/``ref_len`` the output and reference lengths in tokens; and
-    ``signature`` says how it was computed (sacreBLEU's own for :func:`sacre_bleu`).
-    """
-
-    score: float
-    counts: tuple[int, ...]
-    totals: tuple[int, ...]
-    precisions: tuple[float, ...]
-    bp: float
-    sys_len: int
-    ref_len: int
-    signature: str
-
-    def summary(self) -> str:
-        """sacreBLEU's one-line form: ``41.23 70.1/46.2/33.0/24.1 (BP = 1.000 ratio = 1.012 ...)``."""
-        ratio = self.sys_len / self.ref_len if self.ref_len else 0.0
-        return (f"{self.score:.2f} " + "/".join(f"{p:.1f}" for p in self.precisions)
-                + f" (BP = {self.bp:.3f} ratio = {ratio:.3f} hyp_len = {self.sys_len} ref_len = {self.ref_len})")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class ChrfScore:
-    """A corpus chrF score (0-100) and sacreBLEU's signature for it."""
-
-    score: float
-    signature: str
-
-
-def _check_corpus(hyps: Sequence[str], refs: Sequence[str]) -> None:
-    """Both arguments: non-empty sequences of str of equal length, one line each."""
-    for name, lines in (("hyps", hyps), ("refs", refs)):
-        if isinstance(lines, str) or not isinstance(lines, Sequence):
-            raise TypeError(f"{name}: expected a sequence of str (one line per segment), got {type(lines).__name__}")
-        if len(lines) == 0:
-            raise ValueError(f"{name}: expected at least one segment, got none")
-        for i, line in enumerate(lines):
-            if not isinstance(line, str):
-                raise TypeError(f"{name}[{i}]: expected str, got {type(line).__name__}")
-            if "\n" in line or "\r" in line:
-                raise ValueError(f"{name}[{i}]: a segment is one line; got a line break in {line!r}")
-    if len(hyps) != len(refs):
-        raise ValueError(f"hyps and refs: expected one reference per output, got {len(hyps)} outputs and {len(refs)} references")
-
-
-def ngram_stats(hyp: Sequence[str], ref: Sequence[str], max_order: int = MAX_ORDER) -> tuple[list[int], list[int]]:
-    """Clipped matches and output n-gram totals of one segment, n = 1..max_order.
-
-    A match of an n-gram counts at most as often as the n-gram occurs in the reference
-    (BLEU's "modified precision", Papineni et al. 2002, §2.1).
-    """
-    return _clipped(hyp, [ngrams(ref, n) for n in range(1, max_order + 1)])
-
-
-def _clipped(hyp: Sequence[str], ref_ngrams: Sequence[Counter]) -> tuple[list[int], list[int]]:
-    """:func:`ngram_stats` with the reference's n-gram multisets given (orders 1..len(ref_ngrams))."""
-    counts, totals = [], []
-    for n, r in enumerate(ref_ngrams, 1):
-        get = r.get
-        counts.append(sum(min(c, get(g, 0)) for g, c in ngrams(hyp, n).items()))
-        totals.append(max(len(hyp) - n + 1, 0))
-    return counts, totals
-
-
-@functools.lru_cache(maxsize=1 << 14)
-def _reference_ngrams(line: str) -> tuple[int, tuple[Counter, ...]]:
-    """Length and n-gram multisets (n = 1..4) of a reference line, cached: one reference is
-    scored against many outputs (the WMT17 rescoring). Read only: a Counter lookup of a missing
-    n-gram returns 0 without inserting it."""
-    tokens = line.split()
-    return len(tokens), tuple(ngrams(tokens, n) for n in range(1, MAX_ORDER + 1))
-
-
-def ngrams(tokens: Sequence[str], n: int) -> Counter:
-    """The multiset of ``tokens``' n-grams (as tuples)."""
-    return Counter(zip(*(tokens[i:] for i in range(n))))
-
-
-def bleu_from_counts(counts: Sequence[int], totals: Sequence[int], sys_len: int, ref_len: int) -> tuple[float, float]:
-    """(BLEU on 0-100, brevity penalty) from corpus sums, with no smoothing.
-
-    BLEU = 100 · BP · exp((1/N) Σ_n log(counts_n / totals_n)), BP = 1 if c >= r else
-    exp(1 − r/c). Any zero precision (or an empty output) gives 0, as multi-bleu.perl prints.
-    """
-    if sys_len == 0:
-        return 0.0, 0.0
-    bp = 1.0 if sys_len >= ref_len else math.exp(1.0 - ref_len / sys_len)
-    if min(counts) == 0:
-        return 0.0, bp
-    log_mean = math.fsum(math.log(c / t) for c, t in zip(counts, totals)) / len(counts)
-    return 100.0 * bp * math.exp(log_mean), bp
-
-
-def multi_bleu(hyps: Sequence[str], refs: Sequence[str], *, signature: str = MULTI_BLEU_SIGNATURE) -> BleuScore:
-    """Corpus BLEU of already tokenized lines (tokens split on whitespace), multi-bleu style."""
-    _check_corpus(hyps, refs)
-    counts, totals = [0] * MAX_ORDER, [0] * MAX_ORDER
-    sys_len = ref_len = 0
-    for hyp, ref in zip(hyps, refs):
-        h = hyp.split()
-        r_len, r_ngrams = _reference_ngrams(ref)
-        c, t = _clipped(h, r_ngrams)
-        counts = [a + b for a, b in zip(counts, c)]
-        totals = [a + b for a, b in zip(totals, t)]
-        sys_len, ref_len = sys_len + len(h), ref_len + r_len
-    score, bp = bleu_from_counts(counts, totals, sys_len, ref_len)
-    precisions = tuple(100.0 * c / t if t else 0.0 for c, t in zip(counts, totals))
-    return BleuScore(score, tuple(counts), tuple(totals), precisions, bp, sys_len, ref_len, signature)
-
-
-def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str]) -> BleuScore:
-    """The paper's BLEU: :func:`tokenize` and :func:`split_compounds` on both sides, then :func:`multi_bleu`.
-
-    Paper: PAPER.md "Training and decoding (§5, §6)"; Table 2's BLEU columns were scored this way.
-    """
-    _check_corpus(hyps, refs)
-    return multi_bleu([paper_tokens(h) for h in hyps], [paper_tokens(r) for r in refs], signature=TOKENIZED_SIGNATURE)
-
-
-# ---------------------------------------------------------------------------------------------
-# sacreBLEU
-# ---------------------------------------------------------------------------------------------
-
-
-def from_sacrebleu(s: object, signature: str) -> BleuScore:
-    """A :class:`BleuScore` from sacreBLEU's ``BLEUScore`` and the metric's signature string."""
-    return BleuScore(float(s.score), tuple(s.counts), tuple(s.totals), tuple(float(p) for p in s.precisions),
-                     float(s.bp), int(s.sys_len), int(s.ref_len), signature)  # fmt: skip
-
-
-def sacre_bleu(hyps: Sequence[str], refs: Sequence[str]) -> BleuScore:
-    """sacreBLEU's standard BLEU on untokenized text (its defaults: 13a tokenizer, exp smoothing)."""
-    from sacrebleu.metrics import BLEU
-
-    _check_corpus(hyps, refs)
-    metric = BLEU()
-    return from_sacrebleu(metric.corpus_score(list(hyps), [list(refs)]), str(metric.get_signature()))
-
-
-def sacre_bleu_pretokenized(hyps: Sequence[str], refs: Sequence[str]) -> BleuScore:
-    """sacreBLEU on already tokenized lines, as multi-bleu scores them (``tokenize="none"``, no smoothing)."""
-    from sacrebleu.metrics import BLEU
-
-    _check_corpus(hyps, refs)
-    metric = BLEU(tokenize="none", smooth_method="none", force=True)
-    return from_sacrebleu(metric.corpus_score(list(hyps), [list(refs)]), str(metric.get_signature()))
-
-
-def chrf(hyps: Sequence[str], refs: Sequence[str]) -> ChrfScore:
-    """sacreBLEU's chrF with its defaults (chrF2: character 6-grams, β = 2, no word n-grams)."""
-    from sacrebleu.metrics import CHRF
-
-    _check_corpus(hyps, refs)
-    metric = CHRF()
-    s = metric.corpus_score(list(hyps), [list(refs)])
-    return ChrfScore(float(s.score), str(metric.get_signature()))
-
-
-def tokenize_13a(text: str) -> str:
-    """sacreBLEU's default tokenizer (mteval-v13a), for showing what sacreBLEU counts."""
-    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
-
-    return Tokenizer13a()(text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,21 +135,6 @@ def _score_row(label: str, s: BleuScore) -> list[str]:
 def _as_dict(s: BleuScore) -> dict:
     return {"score": s.score, "counts": list(s.counts), "totals": list(s.totals), "precisions": list(s.precisions),
             "bp": s.bp, "sys_len": s.sys_len, "ref_len": s.ref_len, "signature": s.signature}  # fmt: skip
-
-
-def agreement_bound(s: BleuScore) -> float:
-    """Largest |ours − sacreBLEU| on identical tokens that rounding alone can explain, for score ``s``.
-
-    u·(9 + 3L + 5L')·S with L = max_n |log p_n|, L' = max_n |log(100 p_n)|: both compute the
-    same brevity penalty with the same operations, so only the geometric means differ; the
-    derivation is in tests/test_bleu.py (test_multi_bleu_agrees_with_sacrebleu). 0 for S = 0.
-    """
-    if s.score == 0.0:
-        return 0.0
-    u = 2.0**-53
-    big_l = max(abs(math.log(c / t)) for c, t in zip(s.counts, s.totals))
-    big_l_pct = max(abs(math.log(100.0 * c / t)) for c, t in zip(s.counts, s.totals))
-    return u * (9 + 3 * big_l + 5 * big_l_pct) * s.score
 
 
 def _section_scores(report: Report, scores: dict[str, BleuScore], chrf_score: ChrfScore) -> dict:

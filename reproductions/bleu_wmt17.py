@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from aiayn.reproductions import bleu
+from aiayn.reproductions import bleu_scoring as scoring
 from aiayn.environment import cache_dir as aiayn_cache
 from aiayn.kit import Report, progress, write_report
 
@@ -173,15 +173,15 @@ def rescore(data: Wmt17) -> list[dict]:
     """Each system scored three ways: sacreBLEU, Moses-like tokens only, paper style."""
     from sacrebleu.metrics import BLEU
 
-    ref_tok = [bleu.tokenize(r) for r in data.refs]
-    ref_paper = [bleu.split_compounds(r) for r in ref_tok]
+    ref_tok = [scoring.tokenize(r) for r in data.refs]
+    ref_paper = [scoring.split_compounds(r) for r in ref_tok]
     sacre_metric = BLEU(references=[data.refs])  # bleu.sacre_bleu's defaults, reference n-grams counted once
     rows = []
     for name, hyps in data.systems.items():
-        hyp_tok = [bleu.tokenize(h) for h in hyps]
-        sacre = bleu.from_sacrebleu(sacre_metric.corpus_score(hyps, None), str(sacre_metric.get_signature()))
-        moses = bleu.multi_bleu(hyp_tok, ref_tok)
-        paper = bleu.multi_bleu([bleu.split_compounds(h) for h in hyp_tok], ref_paper, signature=bleu.TOKENIZED_SIGNATURE)
+        hyp_tok = [scoring.tokenize(h) for h in hyps]
+        sacre = scoring.from_sacrebleu(sacre_metric.corpus_score(hyps, None), str(sacre_metric.get_signature()))
+        moses = scoring.multi_bleu(hyp_tok, ref_tok)
+        paper = scoring.multi_bleu([scoring.split_compounds(h) for h in hyp_tok], ref_paper, signature=scoring.TOKENIZED_SIGNATURE)
         rows.append({"system": name, "full_name": data.full_names[name], "sacre": sacre, "moses": moses, "paper": paper})
     return sorted(rows, key=lambda r: (-r["sacre"].score, r["system"]))
 
@@ -200,14 +200,14 @@ def kendall_tau(a: list[float], b: list[float]) -> float:
 
 def compound_stats(refs: list[str]) -> dict[str, int]:
     """How much splitting touches the reference: compounds split, markers, and the chain quirk."""
-    tokenized = [bleu.tokenize(r) for r in refs]
-    split = [bleu.split_compounds(t) for t in tokenized]
+    tokenized = [scoring.tokenize(r) for r in refs]
+    split = [scoring.split_compounds(t) for t in tokenized]
     hyphens = sum(len(re.findall(r"(?<=\S)-(?=\S)", t)) for t in tokenized)
-    markers = sum(s.split().count(bleu.AT_SEPARATOR) for s in split)
-    unsplit = sum(len(re.findall(r"(?<=\S)-(?=\S)", s.replace(bleu.AT_SEPARATOR, " "))) for s in split)
+    markers = sum(s.split().count(scoring.AT_SEPARATOR) for s in split)
+    unsplit = sum(len(re.findall(r"(?<=\S)-(?=\S)", s.replace(scoring.AT_SEPARATOR, " "))) for s in split)
     return {"segments": len(refs), "tokens": sum(len(t.split()) for t in tokenized), "inner_hyphens": hyphens,
             "markers": markers, "hyphens_left_by_quirk": unsplit,
-            "segments_with_compound": sum(1 for s in split if bleu.AT_SEPARATOR in s.split())}  # fmt: skip
+            "segments_with_compound": sum(1 for s in split if scoring.AT_SEPARATOR in s.split())}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,7 +283,7 @@ def _section_known(report: Report, table: list[dict]) -> list[dict]:
 def _section_chrf(report: Report, data: Wmt17) -> list[dict]:
     rows = []
     for system in sorted(s for s in data.chrf if s in data.systems):
-        ours = bleu.chrf(data.systems[system], data.refs)
+        ours = scoring.chrf(data.systems[system], data.refs)
         recorded = data.chrf[system]
         rows.append({"system": system, "ours": ours.score, "recorded": recorded, "agrees": abs(ours.score - recorded) <= 5e-5,
                      "signature": ours.signature})  # fmt: skip
@@ -338,11 +338,11 @@ def _section_gap(report: Report, table: list[dict], stats: dict[str, int], check
 
 def _cross_check(rows: list[dict], data: Wmt17, system: str) -> dict:
     ours = next(r["paper"] for r in rows if r["system"] == system)
-    hyp = [bleu.paper_tokens(h) for h in data.systems[system]]
-    theirs = bleu.sacre_bleu_pretokenized(hyp, [bleu.paper_tokens(r) for r in data.refs])
+    hyp = [scoring.paper_tokens(h) for h in data.systems[system]]
+    theirs = scoring.sacre_bleu_pretokenized(hyp, [scoring.paper_tokens(r) for r in data.refs])
     same = (ours.counts, ours.totals, ours.sys_len, ours.ref_len) == (theirs.counts, theirs.totals, theirs.sys_len, theirs.ref_len)
     return {"system": system, "ours": ours.score, "sacrebleu_on_our_tokens": theirs.score, "same_counts": same,
-            "abs_difference": abs(ours.score - theirs.score), "rounding_bound": bleu.agreement_bound(ours)}  # fmt: skip
+            "abs_difference": abs(ours.score - theirs.score), "rounding_bound": scoring.agreement_bound(ours)}  # fmt: skip
 
 
 def run(out_dir: Path, *, network: bool = True) -> str:
@@ -373,7 +373,7 @@ def run(out_dir: Path, *, network: bool = True) -> str:
     report.section(
         "Signatures",
         f"- sacreBLEU: `{rows[0]['sacre'].signature}`",
-        f"- paper style (ours): `{bleu.TOKENIZED_SIGNATURE}`",
+        f"- paper style (ours): `{scoring.TOKENIZED_SIGNATURE}`",
         f"- chrF: `{chrf_sig}`",
     )
     mteval_ok = sum(r["mteval_agrees"] for r in table)
@@ -386,7 +386,7 @@ def run(out_dir: Path, *, network: bool = True) -> str:
     )
     report.data = {"available": True, "sdist": SDIST, "sha256": SDIST_SHA256, "segments": len(data.refs), "systems": table,
                    "known": known, "chrf": chrf_rows, "gap": gap, "cross_check": check,
-                   "signatures": {"sacrebleu": rows[0]["sacre"].signature, "paper_style": bleu.TOKENIZED_SIGNATURE,
+                   "signatures": {"sacrebleu": rows[0]["sacre"].signature, "paper_style": scoring.TOKENIZED_SIGNATURE,
                                   "chrf": chrf_sig}}  # fmt: skip
     write_report(out_dir, report)
     return report.verdict

@@ -1,4 +1,4 @@
-"""Tests of reproductions/bleu.py and reproductions/bleu_wmt17.py: the paper's tokenized BLEU
+"""Tests of reproductions/bleu_scoring.py, bleu.py and bleu_wmt17.py: the paper's tokenized BLEU
 (PAPER.md "Training and decoding (§5, §6)"), sacreBLEU beside it, and the WMT17 rescoring.
 
 - Tokenizer and compound splitting: hand-written cases for every rule, an independent
@@ -30,8 +30,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiayn.reproductions import bleu, bleu_wmt17
-from aiayn.reproductions.bleu import (
+from aiayn.reproductions import bleu, bleu_scoring, bleu_wmt17
+from aiayn.reproductions.bleu_scoring import (
     AT_SEPARATOR,
     multi_bleu,
     ngram_stats,
@@ -289,7 +289,7 @@ def test_multi_bleu_agrees_with_sacrebleu(corpus: tuple[list[str], list[str]]) -
     bound = U * (9 + 3 * big_l + 5 * big_l_pct) * ours.score
     miss = abs(ours.score - theirs.score)
     assert miss <= bound, f"{hyps} / {refs}: ours {ours.score!r}, sacreBLEU {theirs.score!r}, miss {miss:.3g} > {bound:.3g}"
-    assert bleu.agreement_bound(ours) == bound, "the report's agreement_bound differs from this derivation"
+    assert bleu_scoring.agreement_bound(ours) == bound, "the report's agreement_bound differs from this derivation"
 
 
 @settings(deadline=None)
@@ -322,7 +322,7 @@ def test_tokenized_bleu_is_multi_bleu_on_paper_tokens() -> None:
     direct = multi_bleu([paper_tokens(h) for h in hyps], [paper_tokens(r) for r in refs])
     s = tokenized_bleu(hyps, refs)
     assert (s.score, s.counts, s.totals) == (direct.score, direct.counts, direct.totals)
-    assert s.signature == bleu.TOKENIZED_SIGNATURE
+    assert s.signature == bleu_scoring.TOKENIZED_SIGNATURE
 
 
 def test_signatures_are_sacrebleus_own() -> None:
@@ -331,7 +331,7 @@ def test_signatures_are_sacrebleus_own() -> None:
     sample = bleu.load_sample()
     v = sacrebleu.__version__
     assert sacre_bleu(sample["hyp.de"], sample["ref.de"]).signature == f"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{v}"
-    assert bleu.chrf(sample["hyp.de"], sample["ref.de"]).signature == f"nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:{v}"
+    assert bleu_scoring.chrf(sample["hyp.de"], sample["ref.de"]).signature == f"nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:{v}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,7 +339,7 @@ def test_signatures_are_sacrebleus_own() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scorer", [multi_bleu, tokenized_bleu, sacre_bleu, bleu.chrf])
+@pytest.mark.parametrize("scorer", [multi_bleu, tokenized_bleu, sacre_bleu, bleu_scoring.chrf])
 def test_bad_corpora_fail_clearly(scorer: Callable[[list, list], object]) -> None:
     with pytest.raises(ValueError, match="hyps: expected at least one segment"):
         scorer([], [])
@@ -501,3 +501,44 @@ def test_uedin_nmt_is_28_30_sacrebleu() -> None:
     assert len(data.systems) == 16 and len(data.refs) == 3004
     score = sacre_bleu(data.systems["uedin-nmt"], data.refs).score
     assert round(score, 2) == 28.30, f"uedin-nmt: {score} sacreBLEU, expected 28.30"
+
+
+# ---------------------------------------------------------------------------------------------
+# French and English rules; repetition
+# ---------------------------------------------------------------------------------------------
+
+OTHER_LANGUAGE_CASES = [
+    ("fr", "Car Dieu a tant aimé le monde qu'il a donné son Fils.", "Car Dieu a tant aimé le monde qu' il a donné son Fils ."),
+    ("fr", "L’homme d'aujourd'hui dit : « peut-être ».", "L’ homme d' aujourd' hui dit : « peut-être » ."),  # elision, no split
+    ("fr", "M. Dupont et Mme. Durand arrivent.", "M. Dupont et Mme. Durand arrivent ."),  # French abbreviations
+    ("fr", "Il en avait 3. Puis il partit.", "Il en avait 3 . Puis il partit ."),  # no German ordinal rule in French
+    ("fr", "l' 'isolé'", "l ' ' isolé '"),  # an apostrophe not between two letters stands alone
+    ("de", "Es war am 3. Oktober.", "Es war am 3. Oktober ."),  # the German ordinal rule (c)
+    ("en", "I don't know John's dog.", "I don 't know John 's dog ."),  # English clitics start the right part
+]
+
+
+@pytest.mark.parametrize(("lang", "text", "expected"), OTHER_LANGUAGE_CASES)
+def test_tokenize_by_language(lang: str, text: str, expected: str) -> None:
+    assert tokenize(text, lang) == expected
+
+
+def test_french_paper_style_does_not_split_compounds() -> None:
+    """EN→FR is scored with French rules and no compound splitting; German splits."""
+    assert paper_tokens("Vous êtes peut-être arrivés.", "fr") == "Vous êtes peut-être arrivés ."
+    assert paper_tokens("Der US-Präsident", "de") == "Der US ##AT##-##AT## Präsident"
+    s = tokenized_bleu(["Vous êtes peut-être arrivés."], ["Vous êtes peut-être arrivés."], "fr")
+    assert s.score == 100.0 and "tok:aiayn-moseslike-fr.1|split:none" in s.signature
+    with pytest.raises(ValueError, match="lang"):
+        tokenize("x", "xx")
+
+
+def test_repetition_rate_by_hand() -> None:
+    """"der Fürsten der Fürsten der Fürsten der Fürsten": 8 tokens, 5 4-grams of which 2 distinct
+    ("der Fürsten der Fürsten" x3, "Fürsten der Fürsten der" x2): 3 repeats, and a 4-gram occurs 3 times
+    (a loop). "a b c d e": 2 distinct 4-grams. Pooled: 3 repeats of 7 4-grams."""
+    from aiayn.reproductions.bleu_scoring import repetition_rate
+
+    r = repetition_rate(["der Fürsten der Fürsten der Fürsten der Fürsten", "a b c d e", "kurz"])
+    assert (r.repeated, r.ngrams, r.looping_lines, r.lines) == (3, 7, 1, 3) and r.rate == 3 / 7
+    assert repetition_rate(["a b a b"], n=2).repeated == 1 and repetition_rate([]).rate == 0.0

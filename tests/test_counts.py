@@ -559,3 +559,31 @@ def test_paper_training_facts() -> None:
 def test_bad_training_cost_arguments_are_named(args: tuple, error: type, pattern: str) -> None:
     with pytest.raises(error, match=pattern):
         training_flops(*args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training FLOPs: the closed form against PyTorch's flop counter on the real model
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cfg", [dict(n_layers=2, d_model=32, d_ff=64, num_heads=4), dict(n_layers=1, d_model=24, d_ff=40, num_heads=2, d_k=8, d_v=16)])
+def test_forward_flops_equal_the_flop_counter_on_the_trained_model(cfg: dict) -> None:
+    """forward_flops (closed form, reference/counts.py) equals torch.utils.flop_counter's count of the training
+    model's forward pass run on meta tensors (where SDPA decomposes into its two batched products): an
+    independent count of the same matrix products, exactly. training_step_flops is three of them."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from aiayn.reference.counts import forward_flops, training_step_flops
+    from aiayn.reproductions.translation.model import Transformer
+
+    config = TransformerConfig(**cfg, p_drop=0.0)
+    model = Transformer(config, 50, max_positions=64).eval().to("meta")
+    b, n_src, n_tgt = 3, 7, 5
+    src, tgt = (torch.zeros(b, n, dtype=torch.long, device="meta") for n in (n_src, n_tgt))
+    with FlopCounterMode(display=False) as counter:
+        model(src, torch.full((b,), n_src, device="meta"), tgt)
+    assert forward_flops(config, 50, b, n_src, n_tgt) == counter.get_total_flops()
+    assert training_step_flops(config, 50, b, n_src, n_tgt) == 3 * counter.get_total_flops()
+    with pytest.raises(ValueError, match="n_src"):
+        forward_flops(config, 50, b, 0, n_tgt)

@@ -79,10 +79,16 @@ def run_train(args: argparse.Namespace) -> int:
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     try:
-        run(args)
+        results = run(args)
+        rank = dist.get_rank() if dist.is_initialized() else 0
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+    if args.report and rank == 0:
+        from aiayn.kit import write_report
+        from aiayn.reproductions.translation.report import make_report
+
+        write_report(Path(args.out), make_report([results]))
     return 0
 
 
@@ -106,8 +112,8 @@ def run_report(args: argparse.Namespace) -> int:
 
 def add_ablation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows", default=",".join(ROW_NAMES), help="comma-separated rows (must include base)")
-    p.add_argument("--seeds", default="1,2", help="comma-separated seeds, at least 2")
-    p.add_argument("--tokens", type=int, default=600_000, help="target tokens each run trains on")
+    p.add_argument("--seeds", default="1,2,3,4,5", help="comma-separated seeds, at least 2 (every row runs the same seeds: a paired design)")
+    p.add_argument("--tokens", type=int, default=800_000, help="target tokens each run trains on")
     p.add_argument("--max-tokens", type=int, default=1500, help="padded tokens per batch")
     p.add_argument("--warmup", type=int, default=300, help="Eq. (3) warmup steps")
     p.add_argument("--vocab", type=int, default=4000, help="joint BPE vocabulary size")
@@ -144,6 +150,12 @@ def check_ablation_arguments(args: argparse.Namespace) -> argparse.Namespace:
 
 def run_ablation(args: argparse.Namespace) -> int:
     """Train every (row, seed), score on the dev books, write ``bleu-ablation.{md,json}``."""
-    from aiayn.reproductions.translation.ablation import main
+    from aiayn.kit import write_report
+    from aiayn.reproductions.translation.ablation import run_all
+    from aiayn.reproductions.translation.ablation_report import make_report
 
-    return main(check_ablation_arguments(args))
+    report = make_report(*run_all(check_ablation_arguments(args)))
+    write_report(Path(args.out), report)
+    for row in report.data["rows"]:
+        print(f"{row['row']:12s} dev PPL {row['ppl_mean']:8.2f} {row['ppl']}  sacreBLEU {row['bleu_mean']:6.2f} {row['bleu']}")
+    return 0

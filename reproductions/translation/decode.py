@@ -62,8 +62,14 @@ def greedy(model, src: torch.Tensor, src_lengths: torch.Tensor, extra: int = 50)
 
 
 @torch.no_grad()
-def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, beam: int = 4, alpha: float = 0.6, extra: int = 50) -> list[list[int]]:
-    """Beam search with GNMT length penalty and early stopping (§6.1); outputs without BOS/EOS."""
+def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, beam: int = 4, alpha: float = 0.6, extra: int = 50,
+                *, scores: bool = False) -> list[list[int]] | list[tuple[list[int], float, float]]:
+    """Beam search with GNMT length penalty and early stopping (§6.1); outputs without BOS/EOS.
+
+    With ``scores``: (output, log P(output + EOS | source) / lp, log P(output + EOS | source)) per
+    sentence, the log-probability as the search accumulated it (what the decoding diagnosis
+    compares with a teacher-forced rescoring; a hypothesis cut at the maximum length has no EOS).
+    """
     if beam < 1:
         raise ValueError(f"beam: expected a positive beam size, got {beam}")
     model.eval()
@@ -76,7 +82,7 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, beam: int =
     alive_logp[:, 0] = 0.0  # only the first copy expands at step 0
     alive_seq = torch.full((b, k, 0), BOS, dtype=torch.long, device=device)
     tokens = torch.full((b * k,), BOS, dtype=torch.long, device=device)
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
+    finished: list[list[tuple[float, list[int], float]]] = [[] for _ in range(b)]  # (score, output, log P)
     done = [False] * b
     for t in range(max(limit)):
         logp = torch.log_softmax(model.step(tokens, state).float(), -1).view(b, k, -1)
@@ -91,7 +97,7 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, beam: int =
                 continue
             for j in range(k):  # EOS continuations among the best k finish
                 if is_eos[i, j] and torch.isfinite(top[i, j]):
-                    finished[i].append((float(top[i, j]) / lp, alive_seq[i, int(src_beam[i, j])].tolist()))
+                    finished[i].append((float(top[i, j]) / lp, alive_seq[i, int(src_beam[i, j])].tolist(), float(top[i, j])))
         keep_score = torch.where(is_eos, -torch.inf, top)
         new_logp, pick = keep_score.topk(k, dim=-1)  # (b, k): best k non-EOS continuations
         beams, toks = src_beam.gather(1, pick), tok.gather(1, pick)
@@ -101,11 +107,12 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, beam: int =
             if done[i]:
                 continue
             if t + 1 >= limit[i]:  # maximum length: finish the alive ones as they stand
-                finished[i] += [(float(alive_logp[i, j]) / lp, alive_seq[i, j].tolist()) for j in range(k) if torch.isfinite(alive_logp[i, j])]
+                finished[i] += [(float(alive_logp[i, j]) / lp, alive_seq[i, j].tolist(), float(alive_logp[i, j]))
+                                for j in range(k) if torch.isfinite(alive_logp[i, j])]  # fmt: skip
                 done[i] = True
             elif finished[i]:
                 bound = float(alive_logp[i, 0]) / length_penalty(limit[i], alpha)
-                done[i] = max(s for s, _ in finished[i]) > bound
+                done[i] = max(f[0] for f in finished[i]) > bound
             if done[i]:
                 alive_logp[i] = -torch.inf
         if all(done):
@@ -113,4 +120,5 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, beam: int =
         index = (torch.arange(b, device=device)[:, None] * k + beams).view(-1)
         state = model.reorder(state, index)
         tokens = toks.reshape(-1)
-    return [max(f, key=lambda s: s[0])[1] for f in finished]
+    best = [max(f, key=lambda s: s[0]) for f in finished]
+    return [(seq, score, logp) for score, seq, logp in best] if scores else [seq for _, seq, _ in best]

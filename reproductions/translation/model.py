@@ -6,10 +6,21 @@ the pre-softmax projection, embeddings × sqrt(d_model)), §3.5 (sinusoids; lear
 Table 3 row (E)), §5.4 (residual dropout on every sub-layer output before the residual sum and on
 the embedding + position sums).
 
-Every equation is a call to :class:`aiayn.implementations.torch_impl.TorchImplementation` — the code the
-conformance suite checks — so the model trained here is the model checked there. In evaluation
-mode (no dropout) :meth:`Transformer.forward` equals ``TorchImplementation.transformer_forward`` on
-:meth:`Transformer.canonical_params` (``tests/test_translation.py`` checks this bit for bit).
+Every equation is a call to :class:`aiayn.implementations.torch_impl.TorchSDPAImplementation` (the
+registered ``torch-sdpa`` built-in) — the code the conformance suite checks — so the model trained
+here is the model checked there. Its Eq. (1) is PyTorch's fused
+``F.scaled_dot_product_attention`` (on the CPU a FlashAttention-style kernel that never holds a
+score matrix). Two things still grow with n² through the built-in: it expands a boolean mask to
+the full (n_q, n_k) before SDPA turns it into a float one (4 bytes per query-key pair and
+sentence, not per head), and the decoder's causal mask is one (n, n) matrix. So sequences longer
+than ``attention_tile`` (256) positions are tiled: queries in tiles of that many rows, each tile
+one call of the built-in's Eq. (1) on projected heads under activation checkpointing (the tile's
+mask is made inside the tile and recomputed in the backward pass), so a sequence costs
+O(tile · n) memory at a time instead of O(n²); a causal tile reads only the keys it may see.
+Sequences up to the tile length (every Bible verse of the training reproduction) take the
+untiled path through ``multi_head_attention``. In evaluation mode (no dropout) :meth:`Transformer.forward`
+equals ``TorchSDPAImplementation.transformer_forward`` on :meth:`Transformer.canonical_params` at
+every real (unpadded) target position (``tests/test_translation.py`` checks this bit for bit).
 
 Parameter names follow the canonical nested layout of ``reference/model.py``: ``embedding``,
 ``positional`` (learned only), ``encoder.<i>.self_attn.w_q``, ``decoder.<i>.cross_attn.b_o``,
@@ -28,8 +39,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
-from aiayn.implementations.torch_impl import TorchImplementation
+from aiayn.implementations.torch_impl import TorchSDPAImplementation
 
 
 def _mha(d_model: int, h: int, d_k: int, d_v: int) -> nn.ParameterDict:
@@ -69,12 +81,12 @@ class _Layer(nn.Module):
 class Transformer(nn.Module):
     """Figure 1's model for any ``TransformerConfig`` (Table 3 row or scaled down) and vocabulary."""
 
-    def __init__(self, config: Any, vocab_size: int, *, max_positions: int = 1024, device: str = "cpu") -> None:
+    def __init__(self, config: Any, vocab_size: int, *, max_positions: int = 1024, device: str = "cpu", attention_tile: int = 256) -> None:
         super().__init__()
         if vocab_size < 4:
             raise ValueError(f"vocab_size: expected at least the 4 reserved ids, got {vocab_size}")
         self.config, self.vocab_size = config, vocab_size
-        self.impl = TorchImplementation(device=device)
+        self.impl = TorchSDPAImplementation(device=device)
         self.eps = float(self.impl.policies["layer_norm_eps"])
         d = config.d_model
         self.embedding = nn.Parameter(torch.randn(vocab_size, d) * d**-0.5)
@@ -85,6 +97,9 @@ class Transformer(nn.Module):
         self.encoder = nn.ModuleList([_Layer(config, decoder=False) for _ in range(config.n_layers)])
         self.decoder = nn.ModuleList([_Layer(config, decoder=True) for _ in range(config.n_layers)])
         self.max_positions = max_positions
+        if attention_tile < 1:
+            raise ValueError(f"attention_tile: expected a positive number of query rows, got {attention_tile}")
+        self.attention_tile = attention_tile
         self.to(device)
 
     # ------------------------------------------------------------------ pieces
@@ -117,29 +132,71 @@ class Transformer(nn.Module):
         """(B, 1, n) bool: key j visible iff j < lengths[b] (True = may attend)."""
         return (torch.arange(n, device=lengths.device)[None, :] < lengths[:, None])[:, None, :]
 
+    # ------------------------------------------------------------------ attention (§3.2.2), untiled or tiled
+
+    def _attention(self, x: torch.Tensor, memory: torch.Tensor, p: nn.ParameterDict, key_mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+        """MultiHead(x, memory, memory) (§3.2.2) with a key-padding mask (B, 1, n_k) or a causal one (§3.2.3).
+
+        Up to ``attention_tile`` positions: the built-in's ``multi_head_attention`` (one (n, n)
+        causal mask, or the key mask). Longer: :meth:`_tiled_attention`. x (B, n_q, d) -> (B, n_q, d).
+        """
+        n_q, n_k = x.shape[1], memory.shape[1]
+        if max(n_q, n_k) > self.attention_tile:
+            return self._tiled_attention(x, memory, p, key_mask, causal)
+        mask = torch.ones(n_q, n_k, dtype=torch.bool, device=x.device).tril() if causal else key_mask
+        return self.impl.multi_head_attention(x, memory, memory, p, self.config.num_heads, mask)
+
+    def _tiled_attention(self, x: torch.Tensor, memory: torch.Tensor, p: nn.ParameterDict, key_mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+        """The same function as :meth:`_attention`, in query tiles of ``attention_tile`` rows.
+
+        Q, K, V projected once (§3.2.2); each tile is one call of the built-in's Eq. (1) under
+        activation checkpointing, so only the tile's inputs are kept for the backward pass and its
+        mask and scores exist one tile at a time; then Concat(heads) W^O.
+        """
+        q, k, v = self._project(x, p, "q"), self._project(memory, p, "k"), self._project(memory, p, "v")  # (B, h, n, d_head)
+        tiles = [checkpoint(self._tile, q[:, :, s:s + self.attention_tile], k, v, key_mask, s, causal, use_reentrant=False)
+                 for s in range(0, q.shape[2], self.attention_tile)]  # fmt: skip
+        heads = torch.cat(tiles, dim=2)  # (B, h, n_q, d_v)
+        b, h, n, dv = heads.shape
+        return torch.matmul(heads.transpose(1, 2).reshape(b, n, h * dv), p["w_o"]) + p["b_o"]
+
+    def _tile(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, start: int, causal: bool) -> torch.Tensor:
+        """Eq. (1) for the query rows start..start+T-1: q (B, h, T, d_k) -> (B, h, T, d_v).
+
+        Causal: only keys 0..start+T-1 exist for these rows, and the (T, start+T) mask says
+        key j <= query i; else the key-padding mask (B, 1, 1, n_k), broadcast over the rows.
+        """
+        if causal:
+            end = start + q.shape[2]
+            rows = torch.arange(start, end, device=q.device)[:, None]
+            mask = torch.arange(end, device=q.device)[None, :] <= rows  # (T, end)
+            return self.impl.scaled_dot_product_attention(q, k[:, :, :end], v[:, :, :end], mask)
+        return self.impl.scaled_dot_product_attention(q, k, v, None if key_mask is None else key_mask[:, None])
+
     # ------------------------------------------------------------------ teacher forcing
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder stack (§3.1): (B, n_src) ids -> memory (B, n_src, d_model) and its key mask (B, 1, n_src)."""
         mask = self.key_mask(src_lengths, src.shape[1])
         x = self.embed(src)
-        h = self.config.num_heads
         for layer in self.encoder:
-            x = self._sublayer(x, self.impl.multi_head_attention(x, x, x, layer.self_attn, h, mask), layer.norm1)
+            x = self._sublayer(x, self._attention(x, x, layer.self_attn, mask, causal=False), layer.norm1)
             x = self._sublayer(x, self._ffn(x, layer), layer.norm2)
         return x, mask
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor, tgt_lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """Decoder stack and the tied pre-softmax projection (§3.1, §3.4): -> logits (B, n_tgt, vocab)."""
-        n = tgt_in.shape[1]
-        mask = torch.ones(n, n, dtype=torch.bool, device=tgt_in.device).tril()  # (n, n) causal, §3.2.3
-        if tgt_lengths is not None:
-            mask = mask & self.key_mask(tgt_lengths, n)  # (B, n, n)
+        """Decoder stack and the tied pre-softmax projection (§3.1, §3.4): -> logits (B, n_tgt, vocab).
+
+        Self-attention is causal (§3.2.3), one mask for the whole batch. Padded target positions
+        need no mask of their own: a real position i < length sees only keys j <= i, which are
+        all real, so padding never reaches a real position's output (``tgt_lengths`` is accepted
+        for the signature's sake and changes nothing there; the loss ignores padded positions).
+        A (B, n, n) mask would be materialised as B float matrices inside SDPA.
+        """
         y = self.embed(tgt_in)
-        h = self.config.num_heads
         for layer in self.decoder:
-            y = self._sublayer(y, self.impl.multi_head_attention(y, y, y, layer.self_attn, h, mask), layer.norm1)
-            y = self._sublayer(y, self.impl.multi_head_attention(y, memory, memory, layer.cross_attn, h, memory_mask), layer.norm2)
+            y = self._sublayer(y, self._attention(y, y, layer.self_attn, None, causal=True), layer.norm1)
+            y = self._sublayer(y, self._attention(y, memory, layer.cross_attn, memory_mask, causal=False), layer.norm2)
             y = self._sublayer(y, self._ffn(y, layer), layer.norm3)
         return torch.matmul(y, self.embedding.transpose(0, 1))  # (B, n, vocab), no bias (§3.4)
 

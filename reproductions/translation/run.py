@@ -15,9 +15,11 @@ Presets (``--preset``):
     ``base``   Table 3's base model on a user corpus (``--train-src/--train-tgt`` ...): §5's
                25000-token batches, warmup 4000, 100K steps. Run it under torchrun on GPUs.
 
-Writes the run's checkpoints, vocabulary, decoded test output and ``results.json`` under ``--work``,
-and (unless ``--no-report``) ``<out>/bleu-training.md`` and ``.json`` of this run alone;
-``aiayn train-report`` reports several runs together.
+Writes the run's checkpoints, vocabulary, decoded test output and ``results.json`` under ``--work``
+(with the commit and the code hash of this module's code, :data:`MEASUREMENT`, so that a report of
+it can say when its generator has changed since); ``aiayn train`` then writes (unless
+``--no-report``) ``<out>/bleu-training.md`` and ``.json`` of this run alone; ``aiayn train-report``
+reports several runs together. After decoding, :mod:`.diagnose` measures why beam search repeats.
 """
 
 from __future__ import annotations
@@ -32,15 +34,18 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from aiayn.reference.counts import BASE, TABLE3, TransformerConfig
 from aiayn.environment import UsageError
-from aiayn.kit import write_report
-from aiayn.reproductions.bleu import chrf, sacre_bleu, tokenized_bleu
+from aiayn.kit import aiayn_commit, code_hash
+from aiayn.reference.counts import BASE, TABLE3, TransformerConfig
+from aiayn.reproductions.bleu_scoring import chrf, repetition_rate, sacre_bleu, tokenized_bleu
 from aiayn.reproductions.translation import data as D
 from aiayn.reproductions.translation.decode import beam_search, greedy
+from aiayn.reproductions.translation.diagnose import decode_all, diagnose
 from aiayn.reproductions.translation.model import Transformer, parameter_total
 from aiayn.reproductions.translation.train import TrainConfig, average_checkpoints, checkpoints, collate, evaluate, train
 
+#: The module whose code (with everything it imports, :func:`aiayn.kit.code_hash`) produces a run's numbers.
+MEASUREMENT = __name__
 
 
 @dataclass
@@ -108,11 +113,21 @@ def translate(model: Transformer, examples: list[D.Example], vocab: D.Vocab, *, 
     return [out[i] for i in range(len(examples))]
 
 
-def score(hyps: list[str], refs: list[str]) -> dict[str, Any]:
-    """sacreBLEU (signature verbatim), the paper-style tokenized BLEU, chrF."""
-    s, t, c = sacre_bleu(hyps, refs), tokenized_bleu(hyps, refs), chrf(hyps, refs)
+def score(hyps: list[str], refs: list[str], lang: str = "de") -> dict[str, Any]:
+    """sacreBLEU (signature verbatim), the paper-style tokenized BLEU in the target language ``lang``
+    (German: compound splitting; French, English: their own rules, no splitting), chrF, and the
+    repetition of the outputs and of the references (4-grams repeated within a line)."""
+    s, t, c = sacre_bleu(hyps, refs), tokenized_bleu(hyps, refs, lang), chrf(hyps, refs)
+    rep, ref_rep = repetition_rate(hyps), repetition_rate(refs)
     return {"sacrebleu": s.score, "sacrebleu_signature": s.signature, "sacrebleu_summary": s.summary(),
-            "tokenized_bleu": t.score, "tokenized_signature": t.signature, "chrf": c.score, "chrf_signature": c.signature}  # fmt: skip
+            "tokenized_bleu": t.score, "tokenized_signature": t.signature, "chrf": c.score, "chrf_signature": c.signature,
+            "repetition_rate": rep.rate, "looping_lines": rep.looping_lines, "lines": rep.lines,
+            "reference_repetition_rate": ref_rep.rate, "reference_looping_lines": ref_rep.looping_lines}  # fmt: skip
+
+
+def measurement_code(module: str = MEASUREMENT) -> dict[str, str]:
+    """The commit and the code hash of ``module`` (with all it imports), stored in a run's results."""
+    return {"commit": aiayn_commit(), "code": code_hash(module), "module": module}
 
 
 def claim_work(work: Path, identity: dict[str, Any]) -> None:
@@ -174,24 +189,27 @@ def run(args: Any) -> dict[str, Any]:
     results["averaged"] = [p.name for p in ckpts]
     results["dev_averaged"] = evaluate(model, dev_x, tcfg.max_tokens)
     refs = [p.tgt for p in test_p]
+    lang = args.tgt_lang if preset.vocab_size else "de"  # the synthetic task's targets are German number words
     t1 = time.perf_counter()
-    hyps = translate(model, test_x, vocab, beam=args.beam, alpha=args.alpha, sentences=preset.decode_sentences)
+    main = decode_all(model, test_x, beam=args.beam, alpha=args.alpha, sentences=preset.decode_sentences) if args.beam else None
+    hyps = [vocab.decode(o[0]) for o in main] if main else translate(model, test_x, vocab, beam=0, alpha=0.0, sentences=preset.decode_sentences)
     results["decode_seconds"] = time.perf_counter() - t1
-    results["test"] = score(hyps, refs)
+    results["test"] = score(hyps, refs, lang)
     (work / "test.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     if args.greedy_too:
-        results["test_greedy"] = score(translate(model, test_x, vocab, beam=0, alpha=0.0, sentences=preset.decode_sentences), refs)
+        results["test_greedy"] = score(translate(model, test_x, vocab, beam=0, alpha=0.0, sentences=preset.decode_sentences), refs, lang)
+    if main and getattr(args, "diagnose", True):
+        t2 = time.perf_counter()
+        results["diagnosis"] = diagnose(model, test_x, vocab, refs, beam=args.beam, alpha=args.alpha, main=main,
+                                        sentences=preset.decode_sentences)  # fmt: skip
+        results["diagnosis_seconds"] = time.perf_counter() - t2
     results.update(config=asdict(config), parameters=parameter_total(model), vocab=vocab.size, device=device, world=world,
                    pairs={"train": len(train_x), "dev": len(dev_x), "test": len(test_x)}, preset=args.preset,
                    train_target_tokens=sum(len(e.tgt) + 1 for e in train_x),
                    beam=args.beam, alpha=args.alpha, seed=args.seed, langs=[args.src_lang, args.tgt_lang], cpu=platform.processor() or platform.machine(),
-                   threads=torch.get_num_threads(),
+                   threads=torch.get_num_threads(), lang=lang, measurement=measurement_code(),
                    examples=[{"src": test_p[i].src, "ref": refs[i], "hyp": hyps[i]} for i in range(min(3, len(refs)))])  # fmt: skip
     log(f"test: sacreBLEU {results['test']['sacrebleu']:.2f}, tokenized BLEU {results['test']['tokenized_bleu']:.2f}, chrF {results['test']['chrf']:.2f}")
     D.write_atomic(work / "results.json", results)
     log(f"wrote {(work / 'test.hyp').resolve()}, {(work / 'results.json').resolve()} (checkpoints in {work.resolve()})")
-    if args.report:
-        from aiayn.reproductions.translation.report import make_report
-
-        write_report(Path(args.out), make_report([results]))
     return results

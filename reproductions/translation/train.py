@@ -6,9 +6,12 @@ Paper: §5.1 (batches by approximate length, ~25000 source + 25000 target tokens
 checkpoints, written every 10 minutes).
 
 Choices:
-    - The loss of a step is the sum over the global batch's target tokens of our smoothed cross
-      entropy (``TorchImplementation.smoothed_cross_entropy``, §5.4 over K classes) divided by
-      that batch's target-token count, so a step means the same whatever the number of workers.
+    - The loss of a step is the sum over the global batch's target tokens of the smoothed cross
+      entropy of §5.4 over K classes (:class:`SmoothedCrossEntropy`: the value of
+      ``TorchImplementation.smoothed_cross_entropy``, the equation the conformance suite checks,
+      computed from one fused log-softmax, with its closed-form gradient; ``tests/test_translation.py``
+      pins both to the checked equation and its autograd gradient) divided by that batch's
+      target-token count, so a step means the same whatever the number of workers.
     - The learning rate is ``TorchImplementation.lrate`` (Eq. (3)) at the 1-based step number.
     - Data parallelism: every worker builds the same global batches; batch b is split round-robin
       into ``world × accumulate`` shards; worker r runs shards r·A .. r·A + A - 1, each backward
@@ -92,10 +95,45 @@ def collate(examples: Sequence[Example], idx: Sequence[int], device: str | torch
     )  # fmt: skip
 
 
+class SmoothedCrossEntropy(torch.autograd.Function):
+    """§5.4's loss per position, -Σ_c q(c) log p(c) with q = (1 − ε)·onehot(target) + ε/K, and its gradient.
+
+    Forward: log p = log_softmax(logits) once (PyTorch's fused kernel), then
+    (1 − ε)·(−log p[target]) + ε·mean_c(−log p[c]), the formula of
+    ``TorchImplementation.smoothed_cross_entropy``. Backward: ∂loss/∂logits = p − q, exact for
+    this loss (Σ_c q(c) = 1), so autograd never differentiates the max shift of the softmax
+    (which it would through the checked equation's explicit ``amax``: a full extra pass over the
+    (tokens × K) logits). Shapes: logits (..., K) float, targets (...,) int64 -> (...,).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, eps: float) -> torch.Tensor:
+        log_p = torch.log_softmax(logits, dim=-1)  # (..., K)
+        nll = -log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (...,)
+        ctx.save_for_backward(log_p, targets)
+        ctx.eps = eps
+        return (1.0 - eps) * nll - eps * log_p.mean(dim=-1)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        log_p, targets = ctx.saved_tensors
+        k = log_p.shape[-1]
+        g = log_p.exp().sub_(ctx.eps / k)  # p − ε/K, (..., K)
+        g.scatter_add_(-1, targets.unsqueeze(-1), torch.full((*targets.shape, 1), ctx.eps - 1.0, dtype=g.dtype, device=g.device))
+        return g.mul_(grad.unsqueeze(-1)), None, None
+
+
+def smoothed_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, eps: float) -> torch.Tensor:
+    """§5.4's smoothed cross entropy per position (see :class:`SmoothedCrossEntropy`); eps = 0 is plain NLL."""
+    if not 0.0 <= eps < 1.0:
+        raise ValueError(f"eps: expected 0 <= eps < 1, got {eps!r}")
+    return SmoothedCrossEntropy.apply(logits, targets, float(eps))
+
+
 def token_losses(model: torch.nn.Module, batch: Batch, eps_ls: float) -> torch.Tensor:
     """Per-token smoothed cross entropy (§5.4), padding zeroed: (B, n_tgt)."""
     logits = model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_lengths)
-    loss = getattr(model, "module", model).impl.smoothed_cross_entropy(logits, batch.tgt_out, eps_ls)
+    loss = smoothed_cross_entropy(logits, batch.tgt_out, eps_ls)
     keep = torch.arange(batch.tgt_out.shape[1], device=loss.device)[None, :] < batch.tgt_lengths[:, None]
     return torch.where(keep, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
 
