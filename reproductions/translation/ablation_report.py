@@ -47,6 +47,11 @@ ROW_INFO: dict[str, tuple[str, str]] = {
     "C: N=1": ("one layer per stack", "C1"),
     "C: d=64": ("d_model = 64, d_k = d_v = 16", "C4"),
     "E: learned": ("learned positional embedding", "E"),
+    # --scale paper: Table 3's own rows
+    "A1": ("h = 1, d_k = d_v = 512", "A1"),
+    "C1": ("N = 2", "C1"),
+    "C4": ("d_model = 256, d_k = d_v = 32", "C4"),
+    "E": ("learned positional embedding", "E"),
 }
 
 

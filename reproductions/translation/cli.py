@@ -30,15 +30,18 @@ __all__ = ["PRESET_NAMES", "ROW_NAMES", "add_ablation_arguments", "add_report_ar
            "run_ablation", "run_report", "run_train"]
 
 #: The presets of ``run.PRESETS`` (kept here so that ``--help`` needs no torch; a test keeps them equal).
-PRESET_NAMES = ("smoke", "cpu", "cpu-wide", "base")
-#: The rows of ``ablation.ROWS`` (likewise).
+PRESET_NAMES = ("smoke", "cpu", "cpu-wide", "gpu-base", "base")
+#: The rows of ``ablation.ROWS`` (likewise), and of ``ablation.PAPER_ROWS`` (``--scale paper``).
 ROW_NAMES = ("base", "A: h=1", "C: N=1", "C: d=64", "E: learned")
+PAPER_ROW_NAMES = ("base", "A1", "C1", "C4", "E")
+SCALE_ROWS = {"cpu": ROW_NAMES, "paper": PAPER_ROW_NAMES}
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", required=True, choices=PRESET_NAMES,
                    help="smoke: seconds, synthetic task; cpu: EN->DE Bible, 1.4M parameters, 15 minutes; cpu-wide: 5.7M parameters, "
-                        "for machines with more cores; base: Table 3's base model on your corpus (--train-src ...)")
+                        "for machines with more cores; gpu-base: Table 3's base model on the Bible corpus, 10 minutes on a GPU; "
+                        "base: Table 3's base model on your corpus (--train-src ...)")
     p.add_argument("--config", default=None, help="a Table 3 row name (base, big, C4, E, ...) instead of the preset's model")
     p.add_argument("--src-lang", default="en", choices=["en", "de", "fr"], help="source language of the Bible corpus")
     p.add_argument("--tgt-lang", default="de", choices=["en", "de", "fr"], help="target language of the Bible corpus")
@@ -111,7 +114,10 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def add_ablation_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rows", default=",".join(ROW_NAMES), help="comma-separated rows (must include base)")
+    p.add_argument("--scale", default="cpu", choices=list(SCALE_ROWS),
+                   help="cpu: five rows scaled down to 1.4M parameters; paper: Table 3's own rows (base, A1, C1, C4, E), for a GPU")
+    p.add_argument("--rows", default=None, help="comma-separated rows of the scale (must include base; default: all of them)")
+    p.add_argument("--device", default="cpu", help="torch device of every run (cpu, cuda)")
     p.add_argument("--seeds", default="1,2,3,4,5", help="comma-separated seeds, at least 2 (every row runs the same seeds: a paired design)")
     p.add_argument("--tokens", type=int, default=800_000, help="target tokens each run trains on")
     p.add_argument("--max-tokens", type=int, default=1500, help="padded tokens per batch")
@@ -128,10 +134,14 @@ def add_ablation_arguments(p: argparse.ArgumentParser) -> None:
 
 def check_ablation_arguments(args: argparse.Namespace) -> argparse.Namespace:
     """Validate and normalise the ablation options (rows and seeds as lists); UsageError names the bad one."""
+    scale = getattr(args, "scale", "cpu")
+    names = SCALE_ROWS[scale]
+    if args.rows is None:
+        args.rows = list(names)
     args.rows = [r.strip() for r in args.rows.split(",") if r.strip()] if isinstance(args.rows, str) else list(args.rows)
-    unknown = [r for r in args.rows if r not in ROW_NAMES]
+    unknown = [r for r in args.rows if r not in names]
     if unknown:
-        raise UsageError(f"--rows: unknown row(s) {unknown}; known: {list(ROW_NAMES)}")
+        raise UsageError(f"--rows: unknown row(s) {unknown} for --scale {scale}; known: {list(names)}")
     if "base" not in args.rows:
         raise UsageError("--rows: the comparison needs the 'base' row")
     if isinstance(args.seeds, str):
