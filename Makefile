@@ -16,7 +16,7 @@ THREADS := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 # (git-ignored) for the make targets; installed elsewhere, aiayn uses ~/.cache/aiayn.
 export AIAYN_CACHE ?= $(CURDIR)/.aiayn-cache
 
-.PHONY: venv test reproduce reproduce-bleu bench bench-cuda mutants clean
+.PHONY: venv test reproduce reproduce-bleu bench bench-cuda check-cuda mutants clean
 
 venv: $(STAMP)
 
@@ -61,6 +61,12 @@ bench: $(STAMP)
 # to 8192, against a cuBLAS GEMM ceiling of the same run -> reports/benchmarks-cuda.*
 bench-cuda: $(STAMP)
 	$(AIAYN) bench --cuda -- $(BENCH_ARGS)
+
+# The conformance suite on a CUDA device (run it where torch sees a GPU): the torch built-ins in
+# float32/float16/bfloat16, drawn and fixed inputs, the same checks and budgets as on the CPU ->
+# reports/conformance-<impl>-cuda.*
+check-cuda: $(STAMP)
+	$(AIAYN) check torch torch-sdpa torch-nn torch-nn-fastpath --device cuda --profile ci --report reports
 
 # The suite against its deliberately broken implementations -> reports/conformance-mutants.*
 mutants: $(STAMP)

@@ -64,6 +64,8 @@ def _add_check(p: argparse.ArgumentParser) -> None:
                    help="check only this dtype (repeatable); default every dtype the implementation declares")
     p.add_argument("--profile", choices=list(PROFILES), default=os.environ.get("AIAYN_PROFILE") or "dev",
                    help="examples per check: " + ", ".join(f"{k} {n}{' derandomized' if d else ''}" for k, (n, d) in PROFILES.items()))
+    p.add_argument("--device", default=None, help="place the implementations on this device (e.g. cuda); reports then read "
+                                                   "conformance-<name>-<device>.*; default: each implementation's own")
     p.add_argument("--report", metavar="DIR", default=None, help="also write conformance-<name>.md and .json into DIR")
     p.add_argument("--workers", type=int, default=default_workers(),
                    help="worker processes; a crash or hang in the implementation then fails one check and the run goes on (0: in this process)")
@@ -82,7 +84,7 @@ def _check(args: argparse.Namespace) -> int:
         raise UsageError(f"--workers: expected 0 or more, got {args.workers}")
     extra = args.pytest_args
     return int(pytest.main(pytest_arguments(args.specs, dtypes=args.dtype, profile=args.profile, report=args.report,
-                                            workers=args.workers, timeout=args.timeout, keyword=args.keyword, seed=args.seed,
+                                            workers=args.workers, timeout=args.timeout, keyword=args.keyword, seed=args.seed, device=args.device,
                                             extra=extra)))
 
 

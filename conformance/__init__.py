@@ -44,7 +44,7 @@ from typing import Any
 __all__ = ["TEST_MODULES", "suite"]
 
 #: The suite's test modules, one per paper section.
-TEST_MODULES = ("test_contract", "test_attention", "test_positional", "test_layers", "test_training", "test_model")
+TEST_MODULES = ("test_contract", "test_attention", "test_positional", "test_layers", "test_training", "test_model", "test_fixed")
 
 
 def suite(impl: str | Sequence[str], *, dtypes: Sequence[str] | None = None) -> dict[str, Any]:

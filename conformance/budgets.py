@@ -329,16 +329,25 @@ def layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, pr
       a storage rounding: |y_hat - y| <= |g| Delta (1 + gamma_5) + gamma_5 (|g x_hat| + |b|).
       Underflow (small rows in float16): eta in the mean and in each centred value, (d + 2) eta in
       the variance (which moves s by at most (d + 2) eta / s), 4 eta in the affine step.
+      One element (d = 1): the mean is the element itself in any algorithm (one term, a division
+      by 1), so c = 0 and the variance 0 exactly; s = sqrt(0 + eps) rounds twice (the addition,
+      the sqrt): beta = gamma_2 s, alpha = 0.
     """
     d = x.shape[-1]
     ax = np.abs(x)
     c = x - np.mean(x, axis=-1, keepdims=True)
     s = np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps)
-    a = gamma(d + 1, prec.op) * np.mean(ax, axis=-1, keepdims=True) + (d + 1) * prec.eta
-    alpha = a + prec.op * (np.abs(c) + a) + prec.eta
-    rms_alpha = np.sqrt(np.mean(alpha * alpha, axis=-1, keepdims=True))
-    beta = (rms_alpha + gamma(d + 4, prec.op) * (s + rms_alpha) + gamma(d, prec.op) * np.sqrt(np.mean(ax * ax, axis=-1, keepdims=True))
-            + (d + 2) * prec.eta / s)
+    if d == 1:
+        # One element: its mean is itself (one term, divided by 1: exact in any algorithm), so the
+        # centred value and the variance are exactly 0 and only sqrt(eps) and the affine step round.
+        alpha = np.zeros_like(c)
+        beta = gamma(2, prec.op) * s
+    else:
+        a = gamma(d + 1, prec.op) * np.mean(ax, axis=-1, keepdims=True) + (d + 1) * prec.eta
+        alpha = a + prec.op * (np.abs(c) + a) + prec.eta
+        rms_alpha = np.sqrt(np.mean(alpha * alpha, axis=-1, keepdims=True))
+        beta = (rms_alpha + gamma(d + 4, prec.op) * (s + rms_alpha) + gamma(d, prec.op) * np.sqrt(np.mean(ax * ax, axis=-1, keepdims=True))
+                + (d + 2) * prec.eta / s)
     x_hat = c / s
     with np.errstate(divide="ignore", invalid="ignore"):
         delta = np.where(beta < s, (alpha + np.abs(x_hat) * beta) / (s - beta), np.inf)
@@ -370,17 +379,22 @@ def feed_forward(x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, 
 # §5.3, Eq. (3): the learning rate
 
 
-def lrate(value: float, prec: Precision) -> float:
+def lrate(value: Any, prec: Precision, step: Any = 0, d_model: float = 1.0) -> Any:
     """Bound for lrate = d_model^-0.5 min(step^-0.5, step warmup^-1.5) (§5.3, Eq. (3)).
 
     Derivation. Three powers (d_model^-0.5, step^-0.5, warmup^-1.5, by pow or by sqrt and a
     reciprocal and a product: each within (1 + t) or (1 + u)^3), the product step * w^-1.5, the
     min (exact) and the final product: relative error <= (1 + t)^3 (1 + u)^4 - 1 times |lrate|.
+    Underflow: in float16, warmup^-1.5 is subnormal for warmup > ~600 (and step^-0.5 never is
+    for the steps drawn), so it may carry an absolute error of eta instead of a relative one;
+    times step and d_model^-0.5 that is d_model^-0.5 (step + 1) eta, and the final product may
+    underflow by eta too.
     The result is a Python float, but ``prec`` is the implementation's first (most precise)
     dtype: one computing the schedule in float32 is held to float32's budget.
     """
     r = (1 + prec.t) ** 3 * (1 + prec.op) ** 4 - 1
-    return abs(value) * r * SAFETY
+    underflow = (np.asarray(step, dtype=np.float64) + 1) * d_model ** -0.5 * (1 + r) * prec.eta + prec.eta
+    return (np.abs(value) * r + underflow) * SAFETY
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import hashlib
 import json
 import os
 import re
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,10 @@ __all__ = [
     "CHECKS",
     "SECTIONS",
     "Case",
+    "BrokenContract",
     "ConformanceFailure",
+    "NaNMismatch",
+    "OverBudget",
     "Stats",
     "check",
     "compare",
@@ -72,7 +76,24 @@ _SPECS: dict[int, str] = {}
 
 
 class ConformanceFailure(AssertionError):
-    """A check found the implementation disagreeing with the paper; the message says how and how to replay."""
+    """A check found the implementation disagreeing with the paper; the message says how and how to replay.
+
+    The subclasses name the kind of failure. Hypothesis tells distinct failures of one test apart
+    by their exception type (and origin), so a NaN where the oracle has a number and an error over
+    budget on other inputs are reported as two failures, each with its own message and replay file.
+    """
+
+
+class OverBudget(ConformanceFailure):
+    """The result differs from the expected value by more than the derived budget."""
+
+
+class NaNMismatch(ConformanceFailure):
+    """NaN where the expected value is a number, or a number where it is NaN (a fully masked row)."""
+
+
+class BrokenContract(ConformanceFailure):
+    """The call broke the contract: raised, wrong shape, dtype or device, mutated an input, not deterministic."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -81,13 +102,31 @@ class ConformanceFailure(AssertionError):
 
 @dataclass
 class Stats:
-    """What the checks of one test saw: examples run and the worst agreement error as a fraction of budget."""
+    """What the checks of one test saw, for its report row.
+
+    ``examples``: check calls (one per Hypothesis example or fixed case). ``checked``: elements
+    compared against a budget that applies (or exactly: NaN patterns, contract checks).
+    ``unchecked``: elements whose budget is infinite or undefined, by reason: never counted as
+    passed. ``worst``: the largest error / budget among checked elements of the agreement checks
+    (None when none was checked). ``exact``: elements of checks with zero tolerance (the contract,
+    exact policies). ``nan_mismatches``: examples that failed on a NaN pattern. ``largest``: the
+    largest over-budget discrepancy found in this test (ratio, where, inputs, replay file), which
+    leads the failure message of the shrunk example. ``files``: replay files written.
+    """
 
     examples: int = 0
-    worst: float = 0.0
+    checked: int = 0
+    unchecked: dict[str, int] = field(default_factory=dict)
+    exact: int = 0
+    worst: float | None = None
+    nan_mismatches: int = 0
+    largest: dict[str, Any] | None = None
+    files: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"examples": self.examples, "worst": self.worst}
+        return {"examples": self.examples, "checked": self.checked, "unchecked": dict(self.unchecked), "exact": self.exact,
+                "worst": self.worst, "nan_mismatches": self.nan_mismatches,
+                "largest": None if self.largest is None else {k: v for k, v in self.largest.items() if k != "lines"}}
 
 
 _STATS: contextvars.ContextVar[Stats | None] = contextvars.ContextVar("aiayn_stats", default=None)
@@ -181,7 +220,7 @@ class Case:
 
     def timeout_message(self, what: str, limit: float) -> str:
         """The failure message of a call that did not return within ``limit`` seconds (inputs saved for replay)."""
-        path = _save(self)
+        path = self.save()
         return "\n".join([
             f"{self.title}: {what} did not return within {limit:g} s (the per-call time limit; aiayn check --timeout)",
             f"  implementation {getattr(self.impl, 'name', '?')} on {getattr(self.impl, 'device', '?')}, dtype {self.dtype}; check {self.check}",
@@ -212,7 +251,7 @@ class Case:
         after = _snapshot(self, native_args)
         for path, (b, a) in _paired(before, after):
             if not _same_bits(a, b):
-                where = tuple(int(i) for i in np.argwhere(~_equal_nan(a, b))[0]) if a.shape == b.shape else ()
+                where = _first_index(~_equal_nan(a, b)) if a.shape == b.shape else ()
                 self.fail(f"{method} modified its input {path} in place" + (f" (first change at index {where})" if where else ""))
         got = self.numpy(out, f"{method}(...)")
         if not isinstance(got, np.ndarray):
@@ -233,7 +272,7 @@ class Case:
         if got.dtype.kind == "f":
             bad = ~is_representable(got, dtype)
             if np.any(bad):
-                where = tuple(int(i) for i in np.argwhere(bad)[0])
+                where = _first_index(bad)
                 self.fail(f"{method} returned values that are not {dtype} numbers (e.g. {got[where]!r} at {where}): "
                           f"the result was not rounded to the declared dtype")
 
@@ -247,27 +286,57 @@ class Case:
 
     # ---- failing
 
-    def fail(self, problem: str, details: list[str] | None = None) -> None:
-        """Save the inputs for replay and raise the failure message."""
-        __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
+    def save(self) -> Path:
+        """Write this case's inputs as a replay file (one file per distinct input) and remember it in the test's stats."""
         path = _save(self)
+        stats = _STATS.get()
+        if stats is not None and str(path) not in stats.files:
+            stats.files.append(str(path))
+        return path
+
+    def fail(self, problem: str, details: list[str] | None = None, kind: type[ConformanceFailure] = BrokenContract,
+             ratio: float | None = None) -> None:
+        """Save the inputs for replay and raise the failure message (of class ``kind``).
+
+        When this test found a larger over-budget discrepancy on other inputs than the one failing
+        now (Hypothesis reports the smallest failing example, not the worst), the message leads
+        with that one, and names its replay file too.
+        """
+        __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
+        path = self.save()
         impl = self.impl
-        lines = [
-            f"{self.title}: {problem}",
+        lines = [f"{self.title}: {problem}"]
+        stats = _STATS.get()
+        largest = None if stats is None else stats.largest
+        if largest is not None and largest["replay"] != str(path) and (ratio is None or largest["ratio"] > ratio):
+            lines += [f"  largest discrepancy found for this check: {largest['ratio']:.3g} x budget, {largest['where']}; "
+                      f"inputs {largest['inputs']}; replay: aiayn replay {largest['replay']}",
+                      "  the smallest failing example Hypothesis found:"]
+        lines += [
             f"  implementation {getattr(impl, 'name', '?')} ({getattr(impl, 'version', '?')}) on {getattr(impl, 'device', '?')}, "
             f"dtype {self.dtype}; check {self.check}",
             *(details or []),
             f"  inputs: {_describe_args(self.args, self.dtype)}",
             f"  replay: aiayn replay {path}",
         ]
-        raise ConformanceFailure("\n".join(lines))
+        raise kind("\n".join(lines))
 
-    def record(self, ratio: float) -> None:
+    def tally(self, *, checked: int = 0, unchecked: Mapping[str, int] | None = None, exact: int = 0, ratio: float | None = None) -> None:
+        """Count what one comparison checked (and could not), and its worst error / budget, for the report."""
         stats = _STATS.get()
-        if stats is not None:
-            stats.examples += 1
-            if self.kind == "agreement" and np.isfinite(ratio):
-                stats.worst = max(stats.worst, float(ratio))
+        if stats is None:
+            return
+        stats.checked += int(checked)
+        stats.exact += int(exact)
+        for reason, n in (unchecked or {}).items():
+            if n:
+                stats.unchecked[reason] = stats.unchecked.get(reason, 0) + int(n)
+        if self.kind == "agreement" and ratio is not None and np.isfinite(ratio):
+            stats.worst = float(ratio) if stats.worst is None else max(stats.worst, float(ratio))
+
+    def exact_checks(self, n: int = 1) -> None:
+        """Count ``n`` checks with zero tolerance that passed (the contract, exact policies)."""
+        self.tally(checked=n, exact=n)
 
 
 def check(name: str, equation: str, kind: str = "agreement") -> Callable[[Callable[..., None]], Callable[..., None]]:
@@ -276,6 +345,9 @@ def check(name: str, equation: str, kind: str = "agreement") -> Callable[[Callab
     def decorate(fn: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(fn)
         def run(impl: Any, dtype: str, **args: Any) -> None:
+            stats = _STATS.get()
+            if stats is not None:
+                stats.examples += 1
             fn(Case(impl, dtype, name, equation, args, kind), **args)
 
         run.equation = equation  # type: ignore[attr-defined]
@@ -305,43 +377,87 @@ def floored(derived: np.ndarray, dtype: str, expected: np.ndarray) -> np.ndarray
     return np.maximum(np.broadcast_to(np.asarray(derived, dtype=np.float64), np.shape(expected)), floor)
 
 
+#: A budget at or above this is not a bound: it came from an infinite one, clamped to 1e300 so that
+#: 0 x bound stays 0 inside a matrix product (``budgets._HUGE``). Every honest budget of the suite
+#: is many orders of magnitude below (inputs stay within 1e4, sizes within 64).
+VACUOUS = 1e200
+
+
+def applicable(budget: np.ndarray) -> np.ndarray:
+    """Elementwise: is the budget a bound that applies (finite, not NaN, below :data:`VACUOUS`)?"""
+    b = np.asarray(budget, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(b) & (b < VACUOUS)
+
+
+def _first_index(mask: np.ndarray) -> tuple[int, ...]:
+    """The index of the first True of ``mask`` in C order (a 0-d mask gives ())."""
+    flat = np.flatnonzero(np.asarray(mask).reshape(-1))
+    return tuple(int(j) for j in np.unravel_index(int(flat[0]), np.shape(mask))) if flat.size else ()
+
+
 def compare(case: Case, got: np.ndarray, expected: np.ndarray, budget: np.ndarray, *, what: str = "disagrees with the oracle",
-            budget_name: str = "", expected_name: str = "the oracle") -> float:
-    """Fail unless |got - expected| <= budget elementwise (NaN only where expected is NaN); return the worst ratio."""
+            budget_name: str = "", expected_name: str = "the oracle", not_applicable: str = "") -> float | None:
+    """Fail unless |got - expected| <= budget on every element whose budget applies; return the worst ratio.
+
+    - NaN must appear exactly where ``expected`` is NaN (a fully masked row's declared policy);
+      those elements are checked exactly.
+    - An element whose budget is infinite, NaN or vacuous (:func:`applicable`) is *not checked*:
+      it is counted, with the reason (``not_applicable``, else the budget's name), and never
+      passes or fails on a number that means nothing.
+    - Every other element is checked: the ratio |got - expected| / budget must be at most 1.
+    Works on 0-d and empty results. Returns the worst ratio among checked elements (None if none).
+    """
     __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
     got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
     if got.shape != expected.shape:
         case.fail(f"{what}: result has shape {got.shape}, expected {expected.shape}")
     nan_got, nan_exp = np.isnan(got), np.isnan(expected)
-    if not np.array_equal(nan_got, nan_exp):
-        extra, missing = np.argwhere(nan_got & ~nan_exp), np.argwhere(nan_exp & ~nan_got)
-        if extra.size:
-            i = tuple(int(j) for j in extra[0])
-            case.fail(f"{what}: NaN at index {i}, where {expected_name} gives {expected[i]!r} "
-                      f"({len(extra)} unexpected NaN in all; declared fully_masked policy {case.impl.policies.get('fully_masked')!r})")
-        i = tuple(int(j) for j in missing[0])
-        case.fail(f"{what}: {got[i]!r} at index {i}, where {expected_name} gives NaN (the declared policy's "
-                  f"result for a fully masked row; policy {case.impl.policies.get('fully_masked')!r})")
+    policy = getattr(case.impl, "policies", {}).get("fully_masked") if isinstance(getattr(case.impl, "policies", None), Mapping) else None
+    extra, missing = nan_got & ~nan_exp, nan_exp & ~nan_got
+    if np.any(extra) or np.any(missing):
+        stats = _STATS.get()
+        if stats is not None:
+            stats.nan_mismatches += 1
+        if np.any(extra):
+            i = _first_index(extra)
+            case.fail(f"{what}: NaN at index {i}, where {expected_name} gives {float(expected[i])!r} "
+                      f"({int(np.sum(extra))} unexpected NaN in all; declared fully_masked policy {policy!r})", kind=NaNMismatch)
+        i = _first_index(missing)
+        case.fail(f"{what}: {float(got[i])!r} at index {i}, where {expected_name} gives NaN (the declared policy's "
+                  f"result for a fully masked row; policy {policy!r})", kind=NaNMismatch)
     budget = np.broadcast_to(np.asarray(budget, dtype=np.float64), expected.shape)
-    with np.errstate(invalid="ignore", over="ignore"):
+    usable = applicable(budget) & ~nan_exp
+    skipped = int(np.sum(~applicable(budget) & ~nan_exp))
+    reason = not_applicable or f"{budget_name or 'the budget'}: infinite or undefined for these inputs"
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         err = np.where(nan_exp | (got == expected), 0.0, np.abs(got - expected))  # equal infinities: no error
         err = np.where(np.isnan(err), np.inf, err)  # inf against -inf
-        ratio = np.where(nan_exp, 0.0, np.where(err == 0, 0.0, err / budget))
-    worst = np.unravel_index(int(np.argmax(ratio)), ratio.shape) if ratio.size else ()
-    r = float(ratio[worst]) if ratio.size else 0.0
-    case.record(r)
-    if r > 1.0:
-        i = tuple(int(j) for j in worst)
-        case.fail(
-            f"{what}",
-            [
-                f"  worst element at index {i}: got {float(got[i])!r}, {expected_name} gives {float(expected[i])!r}",
-                f"  error {err[i]:.3e} = {r:.3g} x budget {budget[i]:.3e}"
-                + (f" ({budget_name})" if budget_name else "")
-                + f"; {int(np.sum(ratio > 1))} of {ratio.size} elements over budget",
-            ],
-        )
+        ratio = np.where(usable, np.where(err == 0, 0.0, err / np.where(usable, budget, 1.0)), 0.0)
+    worst_at = _first_index(ratio == np.max(ratio)) if ratio.size and np.any(usable) else None
+    r = float(ratio[worst_at]) if worst_at is not None else None
+    case.tally(checked=int(np.sum(usable)) + int(np.sum(nan_exp)), unchecked={reason: skipped}, ratio=r)
+    if r is not None and r > 1.0:
+        i = worst_at
+        where = f"index {i}: got {float(got[i])!r}, {expected_name} gives {float(expected[i])!r}"
+        over = int(np.sum(ratio > 1))
+        details = [
+            f"  worst element at {where}",
+            f"  error {err[i]:.3e} = {r:.3g} x budget {budget[i]:.3e}" + (f" ({budget_name})" if budget_name else "")
+            + f"; {over} of {int(np.sum(usable))} checked elements over budget"
+            + (f" ({skipped} not checked: {reason})" if skipped else ""),
+        ]
+        _note_largest(case, r, where)
+        case.fail(f"{what}", details, kind=OverBudget, ratio=r)
     return r
+
+
+def _note_largest(case: Case, ratio: float, where: str) -> None:
+    """Keep the largest over-budget discrepancy of this test (with its own replay file) for the failure message."""
+    stats = _STATS.get()
+    if stats is None or (stats.largest is not None and stats.largest["ratio"] >= ratio):
+        return
+    stats.largest = {"ratio": ratio, "where": where, "inputs": case.describe_inputs(), "replay": str(case.save()), "check": case.check}
 
 
 # --------------------------------------------------------------------------------------------
@@ -388,8 +504,7 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
     if a.shape != b.shape:
         return f" (shapes {a.shape} and {b.shape})"
-    where = np.argwhere(~(_equal_nan(a, b) & (np.signbit(a) == np.signbit(b))))
-    i = tuple(int(j) for j in where[0])
+    i = _first_index(~(_equal_nan(a, b) & (np.signbit(a) == np.signbit(b))))
     return f" (first at index {i}: {a[i]!r} then {b[i]!r})"
 
 
@@ -420,7 +535,11 @@ def _describe_args(args: Mapping[str, Any], dtype: str) -> str:
 
 
 def _encode(value: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
+    """JSON for the arguments, arrays put into ``arrays`` by path; one array under several names is stored once."""
     if isinstance(value, np.ndarray):
+        for existing, array in arrays.items():
+            if array is value:
+                return {"__array__": existing}
         arrays[path] = value
         return {"__array__": path}
     if isinstance(value, Mapping):
@@ -433,9 +552,10 @@ def _encode(value: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
 
 
 def _decode(value: Any, arrays: Mapping[str, np.ndarray]) -> Any:
+    """The arguments back from :func:`_encode` (an array stored once comes back as one object under each name)."""
     if isinstance(value, dict):
         if "__array__" in value:
-            return np.array(arrays[value["__array__"]])
+            return arrays[value["__array__"]]
         if "__dict__" in value:
             return {k: _decode(v, arrays) for k, v in value["__dict__"].items()}
         if "__list__" in value:
@@ -449,13 +569,21 @@ def failure_name(impl_name: str, check_name: str, dtype: str) -> str:
 
 
 def _save(case: Case) -> Path:
-    """Write the case's raw inputs to ``<failure_dir>/<impl>-<check>-<dtype>.npz`` and return the path.
+    """Write the case's raw inputs to ``<failure_dir>/<impl>-<check>-<dtype>-<digest>.npz`` and return the path.
 
-    One file per (implementation, check, dtype): Hypothesis replays the shrunk example last, so the
-    file left behind holds the minimal failing input. The folder is ``aiayn.environment.failure_dir()``
-    (``$AIAYN_FAILURES``, else aiayn's cache folder), never the current directory.
+    One file per distinct input (``digest``: the first 10 hex digits of the SHA-256 of the saved
+    inputs), so two failures of one test never share a file; the plugin deletes the files of
+    intermediate examples that no failure message names. The folder is
+    ``aiayn.environment.failure_dir()`` (``$AIAYN_FAILURES``, else aiayn's cache folder), never the
+    current directory.
     """
-    return save_case(case, failure_dir() / failure_name(getattr(case.impl, "name", "impl"), case.check, case.dtype))
+    arrays: dict[str, np.ndarray] = {}
+    encoded = json.dumps(_encode(case.args, "args", arrays), sort_keys=True, default=str)
+    digest = hashlib.sha256(encoded.encode())
+    for key in sorted(arrays):
+        digest.update(key.encode() + str(arrays[key].dtype).encode() + str(arrays[key].shape).encode() + np.ascontiguousarray(arrays[key]).tobytes())
+    name = failure_name(getattr(case.impl, "name", "impl"), case.check, case.dtype).removesuffix(".npz") + f"-{digest.hexdigest()[:10]}.npz"
+    return save_case(case, failure_dir() / name)
 
 
 def save_case(case: Case, path: Path) -> Path:

@@ -38,6 +38,7 @@ check ran: all deselected or skipped).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -85,11 +86,13 @@ class _Run:
     """What this session knows: requested specs, loaded implementations, results (on the controller)."""
 
     explicit: list[str] | None  # --impl / $AIAYN_IMPL, or None for the default built-ins
+    device: str | None = None  # --aiayn-device
     loaded: dict[str, Loaded] = field(default_factory=dict)  # spec -> Loaded
     results: list[dict[str, Any]] = field(default_factory=list)  # on the xdist controller: every worker's
     isolation_ready: bool = False
     testrunuids: set[str] = field(default_factory=set)
     crashes: list[str] = field(default_factory=list)
+    inconclusive: list[str] = field(default_factory=list)
     usage_error: str = ""
 
 
@@ -104,6 +107,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "aiayn.implementations, or module:attr. Default: $AIAYN_IMPL (comma-separated), else every available built-in.")
     group.addoption("--dtype", action="append", default=[], choices=list(_DTYPES),
                     help="check only these dtypes (repeatable); default every dtype each implementation declares")
+    group.addoption("--aiayn-device", default=None, metavar="DEVICE",
+                    help="place every implementation on DEVICE (e.g. cuda, cuda:1): passed to its constructor's device argument; "
+                         "one that cannot be placed there is a usage error")
     group.addoption("--aiayn-profile", default=None, choices=list(_PROFILES),
                     help="examples per check: dev (40, random; default, or $AIAYN_PROFILE), ci (40, derandomized), thorough (1000), smoke (8)")
     group.addoption("--aiayn-timeout", type=float, default=None, metavar="SECONDS",
@@ -127,13 +133,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{_MARK}(name, dtypes='all', load_failures=False): an aiayn conformance test of equation NAME "
                                        "(aiayn.implementations.protocol.EQUATIONS, or 'contract'); dtypes='first' runs only the "
                                        "implementation's first dtype; load_failures=True makes an implementation that cannot be loaded fail it")
-    run = _Run(explicit=_explicit_specs(config))
+    run = _Run(explicit=_explicit_specs(config), device=config.getoption("--aiayn-device"))
     config.stash[_STATE] = run
     _CURRENT[:] = [run]
     profile = config.getoption("--aiayn-profile") or os.environ.get("AIAYN_PROFILE")
     if profile and profile not in _PROFILES:
         raise pytest.UsageError(f"aiayn: $AIAYN_PROFILE={profile!r} is not a profile; choose one of {', '.join(_PROFILES)}")
-    if run.explicit is None and not config.getoption("--aiayn-profile"):
+    if run.explicit is None and not config.getoption("--aiayn-profile") and run.device is None:
         return  # not asked (yet): nothing is loaded until an aiayn test is collected
     from aiayn.conformance import profiles
 
@@ -169,7 +175,7 @@ def _load(run: _Run, spec: str, *, explicit: bool) -> Loaded:
     from aiayn.implementations import registry
 
     try:
-        impl = registry.load(spec)
+        impl = registry.load(spec, device=run.device)
     except registry.ImplementationNotFound as exc:
         extra = missing_extra(exc)
         if extra is not None:
@@ -373,7 +379,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         "reason": reason,
         **stats.as_dict(),
     }))
+    if rep.when == "call":
+        _forget_unnamed_replays(stats.files, rep.longreprtext if rep.failed or hasattr(rep, "wasxfail") else "")
     return rep
+
+
+def _forget_unnamed_replays(files: list[str], message: str) -> None:
+    """Delete the replay files of this test that no failure message names (Hypothesis's intermediate examples)."""
+    for path in files:
+        if path not in message:
+            Path(path).unlink(missing_ok=True)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -421,7 +436,9 @@ def _crash_message(record: dict[str, Any]) -> tuple[str, str | None]:
         what = f"the worker process crashed during {call} ({cause})"
     replay = None
     if record.get("inputs_file"):
-        target = failure_dir() / failure_name(record.get("spec", "impl").replace(":", "_"), record.get("check", "check"), record.get("dtype", "-"))
+        tag = hashlib.sha256(record["nodeid"].encode()).hexdigest()[:10]
+        target = failure_dir() / failure_name(record.get("spec", "impl").replace(":", "_"), record.get("check", "check"),
+                                              f"{record.get('dtype', '-')}-crash-{tag}")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(record["inputs_file"], target)
         replay = str(target)
@@ -494,14 +511,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             run.usage_error = why
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
     directory = config.getoption("--aiayn-report")
-    if directory and from_run:
+    if from_run:
         from aiayn.conformance import report
 
         for spec in dict.fromkeys(r["spec"] for r in from_run):
             entry = run.loaded.get(spec) or _load(run, spec, explicit=True)
             if entry.skip:  # an optional dependency is missing: nothing to report, and no committed report to overwrite
                 continue
-            report.write(Path(directory), entry, [r for r in from_run if r["spec"] == spec], run_info(config))
+            mine = [r for r in from_run if r["spec"] == spec]
+            data = report.build(entry, mine, run_info(config))
+            run.inconclusive += [f"{entry.name}: {r['section']} [{r['dtype']}]: {r['not_checked']:,} of {r['checked'] + r['not_checked']:,} "
+                                 f"elements not checked (stated maximum {100 * r['max_unchecked']:g}%)"
+                                 for r in data["rows"] if r["status"] == "inconclusive"]
+            if directory:
+                report.write(Path(directory), entry, mine, run_info(config))
+        if run.inconclusive and int(session.exitstatus) == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     for uid in run.testrunuids:
         from aiayn.conformance import isolation
 
@@ -531,8 +556,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             for spec in dict.fromkeys(r["spec"] for r in results):
                 entry = run.loaded.get(spec)
                 if entry is not None and not entry.skip:
-                    for path in report.paths(Path(directory), entry.name):
+                    for path in report.paths(Path(directory), report.report_name(entry.impl, entry.name)):
                         terminalreporter.write_line(f"wrote {path.resolve()}")
+    for line in run.inconclusive:
+        terminalreporter.write_line(f"INCONCLUSIVE: aiayn: {line}; not declared by the implementation (declared_inconclusive), "
+                                    "so the run fails", red=True, bold=True)
     if run.usage_error:
         terminalreporter.write_line(f"ERROR: aiayn: {run.usage_error} (exit 4)", red=True, bold=True)
 

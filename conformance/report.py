@@ -1,10 +1,13 @@
 """The conformance report: ``conformance-<impl>.md`` and ``.json``, one row per equation x dtype.
 
 For each equation of ``aiayn.implementations.protocol.EQUATIONS`` and each dtype the implementation
-declares: the status (pass / fail / not provided / not run), the number of examples the checks
-ran, the worst agreement error as a fraction of its budget, and the headroom (budget / worst
-error; empty when the error was exactly 0). ``lrate`` and ``label_smoothing`` take no float input, so they are checked in the first
-(most precise) dtype only; their other dtypes read "n/a".
+declares: the status (pass / fail / inconclusive / known deviation / not provided / not run), the
+examples the checks ran, the elements checked against a budget that applies and those not checked
+(with the reasons; ``coverage.py`` states how many may be), the worst agreement error as a fraction
+of its budget among the checked elements, and the headroom (budget / worst error). Where no
+number applies the cell says what happened (contract, NaN mismatch, not measured, crash, hang).
+``lrate`` and ``label_smoothing`` take no float input, so they are checked in the first (most
+precise) dtype only; their other dtypes read "n/a".
 
 Regeneration is deterministic under the derandomized ``ci`` profile: no timestamps; the signature
 line (``aiayn.kit.signature``) names the implementation, its version, the profile, the seed and the
@@ -19,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from aiayn.conformance.coverage import declared_inconclusive, max_unchecked
 from aiayn.conformance.harness import SECTIONS
 from aiayn.implementations.protocol import DTYPES, EQUATIONS
 from aiayn.kit import md_table, signature, write_json, write_text
@@ -26,30 +30,73 @@ from aiayn.kit import md_table, signature, write_json, write_text
 FIRST_DTYPE_ONLY = ("lrate", "label_smoothing")
 
 
-def _cell(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Summarise the test results of one (equation, dtype)."""
+def _empty(status: str) -> dict[str, Any]:
+    return {"status": status, "examples": 0, "checked": 0, "not_checked": 0, "not_checked_reasons": {}, "fraction_checked": None,
+            "worst_error_to_budget": None, "headroom": None, "measure": "", "failed_tests": [], "tests": []}
+
+
+def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -> dict[str, Any]:
+    """Summarise the test results of one (equation, dtype): what ran, what was checked, what was not, the verdict."""
     if not results:
-        return {"status": "not run", "examples": 0, "worst_error_to_budget": None, "headroom": None, "failed_tests": [], "tests": []}
+        return _empty("not run")
     failed = sorted({r["test"] for r in results if r["outcome"] == "failed"})
-    deviations = sorted({r["test"] for r in results if r["outcome"] == "known deviation"})
-    ran = [r for r in results if r["outcome"] not in ("skipped", "known deviation")]
+    deviations = {r["test"]: r["reason"] for r in results if r["outcome"] == "known deviation"}
+    ran = [r for r in results if r["outcome"] in ("passed", "failed")]
+    counted = [r for r in results if r["outcome"] in ("passed", "failed", "known deviation")]
     not_provided = any("not provided" in r.get("reason", "") for r in results)
-    worst = max((r.get("worst", 0.0) for r in ran), default=0.0)
+    checked = int(sum(r.get("checked", 0) for r in counted))
+    exact = int(sum(r.get("exact", 0) for r in counted))
+    reasons: dict[str, int] = {}
+    for r in counted:
+        for why, n in (r.get("unchecked") or {}).items():
+            reasons[why] = reasons.get(why, 0) + int(n)
+    not_checked = sum(reasons.values())
+    total = checked + not_checked
+    fraction = checked / total if total else None
+    worsts = [r["worst"] for r in ran if r.get("worst") is not None]
+    worst = max(worsts) if worsts else None
+    crashes = sorted({r["crash"] for r in results if r.get("crash")})
+    nan = sum(int(r.get("nan_mismatches", 0) or 0) for r in results if r["outcome"] == "failed")
+    limit = max_unchecked(equation, dtype)
+    declared = declared_inconclusive(impl, equation, dtype)
     if failed:
         status = "fail"
+    elif counted and fraction is not None and 1 - fraction > limit:
+        status = "inconclusive (declared)" if declared else "inconclusive"
     elif deviations:
         status = "known deviation"
     elif ran:
         status = "pass"
     else:
         status = "not provided" if not_provided else "skipped"
+    if crashes:
+        measure = "; ".join("hang (time limit)" if c == "timeout" else f"crash ({c})" for c in crashes)
+    elif nan and worst is None:
+        measure = "NaN mismatch"
+    elif worst is not None:
+        measure = f"{worst:.3g}" + (" (and a NaN mismatch)" if nan else "")
+    elif counted and checked and exact == checked:
+        measure = "contract (exact)" if equation == "contract" else "exact checks"
+    elif counted:
+        measure = "not measured"
+    else:
+        measure = ""
+    largest = [r["largest"] for r in results if r.get("largest")]
     return {
         "status": status,
-        "examples": int(sum(r.get("examples", 0) for r in ran)),
-        "worst_error_to_budget": worst if ran else None,
-        "headroom": None if not ran or worst == 0 else 1.0 / worst,
+        "examples": int(sum(r.get("examples", 0) for r in counted)),
+        "checked": checked,
+        "not_checked": not_checked,
+        "not_checked_reasons": reasons,
+        "fraction_checked": fraction,
+        "max_unchecked": limit,
+        "declared_inconclusive": declared,
+        "worst_error_to_budget": worst,
+        "headroom": None if worst is None or worst == 0 else 1.0 / worst,
+        "measure": measure,
+        "largest_failure": max(largest, key=lambda x: x["ratio"]) if largest else None,
         "failed_tests": failed,
-        "known_deviations": {r["test"]: r["reason"] for r in results if r["outcome"] == "known deviation"},
+        "known_deviations": deviations,
         "tests": sorted({r["test"] for r in results}),
     }
 
@@ -64,16 +111,27 @@ def build(entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str])
         for dtype in dtypes:
             mine = [r for r in results if r["equation"] == equation and r["dtype"] == dtype]
             if equation in FIRST_DTYPE_ONLY and dtype != dtypes[0]:
-                cell = {"status": "n/a", "examples": 0, "worst_error_to_budget": None, "headroom": None, "failed_tests": [], "tests": []}
+                cell = _empty("n/a")
             elif equation == "contract" and dtype != dtypes[0]:
                 continue
             else:
-                cell = _cell(mine if equation != "contract" else [r for r in results if r["equation"] == "contract"])
+                cell = _cell(mine if equation != "contract" else [r for r in results if r["equation"] == "contract"], equation, dtype, impl)
             rows.append({"equation": equation, "section": SECTIONS[equation], "dtype": dtype if equation != "contract" else "all", **cell})
     failed = sum(1 for r in rows if r["status"] == "fail")
+    inconclusive = sum(1 for r in rows if r["status"] == "inconclusive")
     sig = signature(f"conformance-{entry.name}", packages=("numpy", "hypothesis"), impl=entry.spec,
                     impl_version=getattr(impl, "version", "-"), device=getattr(impl, "device", "-"), profile=run.get("profile"),
                     seed=run.get("seed"), examples_per_test=run.get("max_examples"))
+    if impl is None:
+        verdict = "NOT LOADED"
+    elif failed:
+        verdict = "FAIL"
+    elif inconclusive:
+        verdict = "INCONCLUSIVE"
+    elif any(r["status"] == "known deviation" for r in rows):
+        verdict = "PASS WITH KNOWN DEVIATIONS"
+    else:
+        verdict = "PASS"
     return {
         "implementation": entry.name,
         "spec": entry.spec,
@@ -83,9 +141,9 @@ def build(entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str])
         "policies": {k: v for k, v in dict(getattr(impl, "policies", {}) or {}).items()},
         "loaded": impl is not None,
         "load_error": entry.error or None,
-        "verdict": "NOT LOADED" if impl is None else ("FAIL" if failed else
-                                                      "PASS WITH KNOWN DEVIATIONS" if any(r["status"] == "known deviation" for r in rows) else "PASS"),
+        "verdict": verdict,
         "failed_rows": failed,
+        "inconclusive_rows": inconclusive,
         "hypothesis_profile": run.get("profile"),
         "seed": run.get("seed"),
         "signature": sig,
@@ -93,8 +151,9 @@ def build(entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str])
     }
 
 
-def _fmt_ratio(x: float | None) -> str:
-    return "" if x is None else f"{x:.3g}"
+def _fmt_fraction(row: Mapping[str, Any]) -> str:
+    f = row.get("fraction_checked")
+    return "" if f is None else ("100%" if f == 1 else f"{100 * f:.2f}%")
 
 
 def _fmt_headroom(row: Mapping[str, Any]) -> str:
@@ -105,29 +164,56 @@ def _fmt_headroom(row: Mapping[str, Any]) -> str:
 
 def markdown(data: Mapping[str, Any]) -> str:
     """The report as Markdown."""
+    counts = [f"{data['failed_rows']} equation x dtype rows fail"] if data["failed_rows"] else []
+    counts += [f"{data['inconclusive_rows']} rows inconclusive"] if data.get("inconclusive_rows") else []
     lines = [
         f"# Conformance of `{data['implementation']}` to \"Attention Is All You Need\"",
         "",
-        f"Verdict: **{data['verdict']}**" + (f" ({data['failed_rows']} equation x dtype rows fail)" if data["failed_rows"] else ""),
+        f"Verdict: **{data['verdict']}**" + (f" ({'; '.join(counts)})" if counts else ""),
         "",
         f"Implementation `{data['spec']}`: {data['version']} on {data['device']}; dtypes {', '.join(data['dtypes']) or '-'}; "
         f"declared policies {json.dumps(data['policies'], sort_keys=True)}.",
         "",
-        "Each row: the checks of one equation in one dtype (`aiayn check`). *Worst error / budget* is the largest "
-        "|implementation - oracle| / budget seen by the agreement checks (budgets derived per equation in "
-        "`conformance/budgets.py`; 1 is the limit); *headroom* is its inverse.",
+        "Each row: the checks of one equation in one dtype (`aiayn check`). *Checked*: elements compared with a budget that "
+        "applies (derived per equation in `conformance/budgets.py` and `conformance/propagation.py`), or exactly; "
+        "*not checked*: elements whose budget is infinite for those inputs (its hypotheses fail), counted and never passed. "
+        "A row with more unchecked elements than its stated maximum (`conformance/coverage.py`) is *inconclusive*. "
+        "*Worst error / budget*: the largest |implementation - oracle| / budget among the checked elements of the agreement "
+        "checks (1 is the limit); *headroom* is its inverse. Where no number applies the cell says what happened: "
+        "*contract (exact)* (zero-tolerance checks of the plug-in contract), *exact checks*, *NaN mismatch*, *not measured* "
+        "(nothing could be checked), *crash* or *hang*.",
         "",
     ]
-    rows = [["(all)", "-", "not loaded", "", "", "", data["load_error"]]] if not data["loaded"] else []
-    rows += [[r["section"], r["dtype"], r["status"], r["examples"] or "", _fmt_ratio(r["worst_error_to_budget"]), _fmt_headroom(r),
-              ", ".join(r["failed_tests"] or r.get("known_deviations", {}))] for r in data["rows"]]
-    lines += md_table(["equation", "dtype", "status", "examples", "worst error / budget", "headroom", "failing tests (or known deviations)"], rows)
-    reasons = sorted({(t, why) for r in data["rows"] for t, why in r.get("known_deviations", {}).items()})
+    rows = [["(all)", "-", "not loaded", "", "", "", "", "", data["load_error"]]] if not data["loaded"] else []
+    rows += [[r["section"], r["dtype"], r["status"], r["examples"] or "", _fmt_checked(r), _fmt_unchecked(r), r.get("measure", ""),
+              _fmt_headroom(r), ", ".join(r["failed_tests"] or r.get("known_deviations", {}))] for r in data["rows"]]
+    lines += md_table(["equation", "dtype", "status", "examples", "checked", "not checked", "worst error / budget", "headroom",
+                       "failing tests (or known deviations)"], rows)
+    why = sorted({(r["section"], r["dtype"], reason, n) for r in data["rows"] for reason, n in (r.get("not_checked_reasons") or {}).items()})
+    if why:
+        lines += ["", "Not checked, and why:", ""]
+        lines += [f"- {section} [{dtype}]: {n} elements: {reason}" for section, dtype, reason, n in why]
+    largest = [(r["section"], r["dtype"], r["largest_failure"]) for r in data["rows"] if r.get("largest_failure")]
+    if largest:
+        lines += ["", "Largest discrepancy found per failing row (Hypothesis reports the smallest failing example; this is the worst):", ""]
+        lines += [f"- {section} [{dtype}]: {f['ratio']:.3g} x budget in {f['check']}, {f['where']}; inputs {f['inputs']}"
+                  for section, dtype, f in largest]
+    reasons = sorted({(t, w) for r in data["rows"] for t, w in r.get("known_deviations", {}).items()})
     if reasons:
         lines += ["", "Known deviations (declared by the implementation, checked strictly: each must still deviate):", ""]
-        lines += [f"- `{t}`: {why.removeprefix('known deviation declared by ')}" for t, why in reasons]
+        lines += [f"- `{t}`: {w.removeprefix('known deviation declared by ')}" for t, w in reasons]
     lines += ["", f"Signature: `{data['signature']}`", ""]
     return "\n".join(lines)
+
+
+def _fmt_checked(row: Mapping[str, Any]) -> str:
+    return "" if row.get("fraction_checked") is None else f"{row['checked']:,} ({_fmt_fraction(row)})"
+
+
+def _fmt_unchecked(row: Mapping[str, Any]) -> str:
+    if row.get("fraction_checked") is None:
+        return ""
+    return f"{row['not_checked']:,} (max {100 * row['max_unchecked']:g}%)" if row["not_checked"] else "0"
 
 
 def paths(directory: Path, name: str) -> tuple[Path, Path]:
@@ -136,11 +222,17 @@ def paths(directory: Path, name: str) -> tuple[Path, Path]:
     return Path(directory) / f"{stem}.md", Path(directory) / f"{stem}.json"
 
 
+def report_name(impl: Any, name: str) -> str:
+    """The name a report file carries: the implementation's, with its device type unless that is the CPU (``torch-cuda``)."""
+    device = str(getattr(impl, "device", "cpu") or "cpu").split(":")[0]
+    return name if device == "cpu" else f"{name}-{device}"
+
+
 def write(directory: Path, entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str]) -> tuple[Path, Path]:
-    """Write ``conformance-<name>.md`` and ``.json`` into ``directory`` (atomically, quietly: the
-    plugin names them in its summary); return both paths."""
+    """Write ``conformance-<name>.md`` and ``.json`` (``conformance-<name>-<device>.*`` off the CPU) into
+    ``directory`` (atomically, quietly: the plugin names them in its summary); return both paths."""
     data = build(entry, results, run)
-    md, js = paths(directory, data["implementation"])
+    md, js = paths(directory, report_name(entry.impl, data["implementation"]))
     write_text(md, markdown(data), quiet=True)
     write_json(js, data, quiet=True, sort_keys=True, default=str)
     return md, js
@@ -153,17 +245,23 @@ def summary_lines(entry: Any, results: Iterable[dict[str, Any]]) -> list[str]:
     for equation in ("contract", *EQUATIONS):
         mine = [r for r in results if r["equation"] == equation]
         for dtype in sorted(dict.fromkeys(r["dtype"] for r in mine), key=lambda d: DTYPES.index(d) if d in DTYPES else -1):
-            by_equation.setdefault(equation, {})[dtype] = _cell([r for r in mine if r["dtype"] == dtype])
+            by_equation.setdefault(equation, {})[dtype] = _cell([r for r in mine if r["dtype"] == dtype], equation, dtype, entry.impl)
     width = max((len(SECTIONS[e]) for e in by_equation), default=10)
     lines = [f"{entry.name} ({entry.spec})" if entry.spec != entry.name else entry.name]
     for equation, cells in by_equation.items():
         parts = []
         for dtype, cell in cells.items():
             text = f"{dtype if dtype != '-' else 'all'}: {cell['status']}"
+            notes = []
             if cell["status"] == "pass" and cell["headroom"] is not None:
-                text += f" (headroom {cell['headroom']:.3g}x)"
-            if cell["failed_tests"]:
-                text += f" ({', '.join(cell['failed_tests'])})"
+                notes.append(f"headroom {cell['headroom']:.3g}x")
+            if cell["fraction_checked"] is not None and cell["fraction_checked"] < 1:
+                notes.append(f"{_fmt_fraction(cell)} checked")
+            if cell["measure"] in ("NaN mismatch",) or cell["measure"].startswith(("crash", "hang")):
+                notes.append(cell["measure"])
+            notes += cell["failed_tests"]
+            if notes:
+                text += f" ({', '.join(notes)})"
             parts.append(text)
         lines.append(f"  {SECTIONS[equation]:<{width}}  {'; '.join(parts)}")
     return lines

@@ -39,7 +39,7 @@ def _empty_ini() -> Path:
 
 def pytest_arguments(specs: Sequence[str], *, dtypes: Sequence[str] = (), profile: str | None = None, report: str | Path | None = None,
                      workers: int = 1, timeout: float | None = None, keyword: str | None = None, seed: int | None = None,
-                     quiet: bool = True, extra: Sequence[str] = ()) -> list[str]:
+                     device: str | None = None, quiet: bool = True, extra: Sequence[str] = ()) -> list[str]:
     """The pytest command line (without ``pytest`` itself) that checks ``specs``."""
     root = Path(__file__).resolve().parent.parent  # the folder holding the suite's folder: test ids read conformance/test_*.py
     args = ["--pyargs", "aiayn.conformance", "-c", str(_empty_ini()), "--rootdir", str(root), "-p", "no:cacheprovider",
@@ -49,6 +49,8 @@ def pytest_arguments(specs: Sequence[str], *, dtypes: Sequence[str] = (), profil
     args += [f"--dtype={dtype}" for dtype in dtypes]
     if profile:
         args.append(f"--aiayn-profile={profile}")
+    if device:
+        args.append(f"--aiayn-device={device}")
     if report is not None:
         args.append(f"--aiayn-report={report}")
     if timeout is not None:

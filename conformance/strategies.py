@@ -32,9 +32,12 @@ __all__ = [
     "keep_pattern",
     "label_smoothing_inputs",
     "layer_norm_inputs",
+    "logit_scale_cap",
     "lrate_inputs",
+    "mha_fully_masked_self_attention",
     "mha_inputs",
     "pe_inputs",
+    "resolvable_level",
     "softmax_inputs",
 ]
 
@@ -51,6 +54,54 @@ def _array(draw: Any, shape: tuple[int, ...], scale: float) -> np.ndarray:
 def _weights(draw: Any, shape: tuple[int, ...], scale: float) -> np.ndarray:
     """Uniform(-scale, scale) weights from a drawn seed: weight matrices are data, not edge cases, and this is fast."""
     return np.random.default_rng(draw(st.integers(0, 2**32 - 1))).uniform(-scale, scale, shape)
+
+
+# --------------------------------------------------------------------------------------------
+# conditioning: inputs the dtype can resolve (conformance/coverage.py)
+#
+# A budget is a theorem with hypotheses; inputs that break them are counted as not checked.
+# These caps keep drawn inputs inside what a dtype can resolve, so that nearly every element is
+# checked. Each is derived from the budget it serves, with a margin of at least 2.
+
+
+def logit_scale_cap(dtype: str, d_k: int) -> float:
+    """The largest scale of q and k (elements in [-scale, scale]) whose scores a dtype resolves.
+
+    A computed score q.k / sqrt(d_k) may be off by D ~ gamma_{d_k+4}(u) |q||k| / sqrt(d_k) <=
+    (d_k + 4) u scale^2 sqrt(d_k) (budgets.attention_core); the softmax weights then move by
+    up to e^{2D}. Keeping D <= 1/4 keeps the bound informative: scale <= sqrt(1 / (4 (d_k + 4) u sqrt(d_k))).
+    Above it (bfloat16 with |scores| of tens) no implementation in the dtype resolves the weights.
+    """
+    u = precision(dtype).u
+    return float(np.sqrt(1.0 / (4.0 * (d_k + 4) * u * np.sqrt(d_k))))
+
+
+def resolvable_level(dtype: str, d: int, spread: float) -> float:
+    """The largest |mean| of a row of length ``d`` with this spread that LayerNorm in ``dtype`` resolves.
+
+    The mean of a row at level L is off by ~ (d + 1) u L and the centred values by as much, so
+    sigma's error is ~ 2 (d + 1) u L (budgets.layer_norm, beta); the bound needs it below sigma.
+    A row with two elements pinned at +-spread has sigma >= spread sqrt(2 / d); requiring
+    2 (d + 1) u L <= sigma / 8 gives L <= spread sqrt(2 / d) / (16 (d + 1) u).
+    """
+    u = precision(dtype).u
+    return float(spread * np.sqrt(2.0 / d) / (16.0 * (d + 1) * u))
+
+
+def _pin_spread(draw: Any, z: np.ndarray) -> np.ndarray:
+    """``z`` (rows, d) in [-1, 1] with one element of each row set to -1 and another to +1 (d >= 2).
+
+    Hypothesis shrinks arrays towards equal elements; a constant row has sigma = 0, where a
+    LayerNorm in low precision is decided by rounding alone (no bound applies). Pinning two
+    elements keeps every row's spread.
+    """
+    z = np.array(z, dtype=np.float64)
+    d = z.shape[-1]
+    if d >= 2:
+        lo = draw(st.integers(0, d - 1))
+        hi = (lo + draw(st.integers(1, d - 1))) % d
+        z[..., lo], z[..., hi] = -1.0, 1.0
+    return z
 
 
 # --------------------------------------------------------------------------------------------
@@ -75,14 +126,19 @@ def softmax_inputs(draw: Any, dtype: str) -> dict[str, Any]:
     return {"x": x, "axis": draw(st.integers(-len(shape), len(shape) - 1))}
 
 
-def exact_shift(dtype: str, shape: tuple[int, ...]) -> st.SearchStrategy[tuple[np.ndarray, float]]:
+def exact_shift(dtype: str, shape: tuple[int, ...], *, pin_rows: bool = False) -> st.SearchStrategy[tuple[np.ndarray, float]]:
     """(x, c) with x and x + c both exact in ``dtype``: multiples of g = 2^(6 - p), |x| <= 16, |c| <= 32.
 
     |x + c| <= 48 < 64 = g 2^p, so every value is an integer multiple of g below 2^p g: representable.
+    ``pin_rows``: each row (last axis, length >= 2) holds -16 and +16, so that no row is constant
+    (see ``_pin_spread``: a LayerNorm of a constant row in low precision has no bound).
     """
     p = precision(dtype).p
     g = 2.0 ** (6 - p)
     xs = hnp.arrays(np.int64, shape, elements=st.integers(-(2 ** (p - 2)), 2 ** (p - 2)))
+    if pin_rows and shape[-1] >= 2:
+        xs = xs.map(lambda a: np.concatenate([np.full((*a.shape[:-1], 1), -(2 ** (p - 2))), np.full((*a.shape[:-1], 1), 2 ** (p - 2)),
+                                              a[..., 2:]], axis=-1))
     cs = st.integers(-(2 ** (p - 1)), 2 ** (p - 1))
     return st.tuples(xs, cs).map(lambda t: (t[0].astype(np.float64) * g, float(t[1]) * g))
 
@@ -122,7 +178,7 @@ def attention_inputs(draw: Any, dtype: str, *, batch: tuple[int, ...] | None = N
         batch = draw(st.sampled_from([(), (2,), (2, 1)]))
     n_q, n_k = draw(st.integers(1, max_n)), draw(st.integers(1, max_n))
     d_k, d_v = draw(st.integers(1, max_d)), draw(st.integers(1, max_d))
-    scale = draw(st.sampled_from([1.0, 4.0, 30.0]))
+    scale = min(draw(st.sampled_from([1.0, 4.0, 30.0])), logit_scale_cap(dtype, d_k))
     q, k = _array(draw, (*batch, n_q, d_k), scale), _array(draw, (*batch, n_k, d_k), scale)
     v = _array(draw, (*batch, n_k, d_v), 10.0)
     m = draw(_mask(batch, n_q, n_k)) if mask else None
@@ -161,7 +217,12 @@ def causal_perturbation(draw: Any, dtype: str) -> dict[str, Any]:
 
 @st.composite
 def mha_inputs(draw: Any, dtype: str, *, min_heads: int = 1, fully_masked: bool = True) -> dict[str, Any]:
-    """The paper's shapes (§3.2.2): d_k = d_v = d_model / h; weights ~ 1/sqrt(d_model); optional biases."""
+    """The paper's shapes (§3.2.2): d_k = d_v = d_model / h; weights ~ 1/sqrt(d_model); optional biases.
+
+    Fully masked query rows (with ``fully_masked``) are drawn for cross-attention only;
+    :func:`mha_fully_masked_self_attention` draws them for self-attention, in a test of their own
+    (fused self-attention kernels treat them differently, see ``implementations/torch_nn.py``).
+    """
     h = draw(st.integers(min_heads, 3))
     d_k = draw(st.integers(1, 3))
     d_model = h * d_k
@@ -171,12 +232,36 @@ def mha_inputs(draw: Any, dtype: str, *, min_heads: int = 1, fully_masked: bool 
     params = {name: _weights(draw, (d_model, d_model), w) for name in ("w_q", "w_k", "w_v", "w_o")}
     if draw(st.booleans()):
         params.update({name: _weights(draw, (d_model,), 0.5) for name in ("b_q", "b_k", "b_v", "b_o")})
-    query = _array(draw, (*batch, n_q, d_model), 3.0)
+    # the projections q = query W^Q carry the inputs' scale times ~1.5 (the weights' sum): keep their
+    # scores resolvable in the dtype (logit_scale_cap), at most the 3.0 of float32/float64
+    scale = min(3.0, logit_scale_cap(dtype, d_k) / 1.5)
+    query = _array(draw, (*batch, n_q, d_model), scale)
     self_attention = draw(st.booleans())
-    key = query if self_attention and n_q == n_k else _array(draw, (*batch, n_k, d_model), 3.0)
-    value = key if draw(st.booleans()) else _array(draw, (*batch, n_k, d_model), 3.0)
-    mask = draw(_mask(batch, n_q, n_k, allow_fully_masked=fully_masked))
+    key = query if self_attention and n_q == n_k else _array(draw, (*batch, n_k, d_model), scale)
+    value = key if draw(st.booleans()) else _array(draw, (*batch, n_k, d_model), scale)
+    mask = draw(_mask(batch, n_q, n_k, allow_fully_masked=fully_masked and key is not query))
     return {"query": query, "key": key, "value": value, "params": params, "num_heads": h, "mask": mask}
+
+
+@st.composite
+def mha_fully_masked_self_attention(draw: Any, dtype: str) -> dict[str, Any]:
+    """Self-attention (query is key is value) over a batch of 2 with 2 heads, one query row fully masked.
+
+    The shape every fused self-attention kernel accepts (batched, an even number of heads, one
+    tensor for query, key and value), so that the declared ``fully_masked`` policy is checked on
+    the path such kernels take.
+    """
+    h, d_k, n = 2, draw(st.integers(1, 3)), draw(st.integers(2, 4))
+    d_model = h * d_k
+    w = 1.5 / np.sqrt(d_model)
+    params = {name: _weights(draw, (d_model, d_model), w) for name in ("w_q", "w_k", "w_v", "w_o")}
+    if draw(st.booleans()):
+        params.update({name: _weights(draw, (d_model,), 0.5) for name in ("b_q", "b_k", "b_v", "b_o")})
+    x = _array(draw, (2, n, d_model), min(3.0, logit_scale_cap(dtype, d_k) / 1.5))
+    mask = draw(hnp.arrays(np.bool_, (2, n, n)))
+    mask[..., 0] = True
+    mask[draw(st.integers(0, 1)), draw(st.integers(0, n - 1)), :] = False
+    return {"query": x, "key": x, "value": x, "params": params, "num_heads": h, "mask": mask}
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,20 +282,25 @@ def pe_inputs(draw: Any, dtype: str, *, min_length: int = 0) -> dict[str, Any]:
 def layer_norm_inputs(draw: Any, dtype: str) -> dict[str, Any]:
     """x (rows, d), gain ~ 1, bias ~ 0 (both not exactly), eps from 1e-6 to 0.25; rows random, offset or near-constant.
 
-    Near-constant rows have a spread of max(2^(-p/2), 32 d u) relative to their level, so the
-    condition kappa = rms(x)/sigma is as large as the dtype can still resolve.
+    Every row of length >= 2 keeps a spread (``_pin_spread``). Offset rows sit at a level of up to
+    1e3 times their spread, capped at what the dtype resolves (:func:`resolvable_level`: in
+    bfloat16 about 1, in float16 about 8, in float32 and float64 the full 1e3). Near-constant
+    rows have a spread of max(2^(-p/2), 32 d u) relative to their level, so the condition
+    kappa = rms(x)/sigma is as large as the dtype can still resolve.
     """
     rows, d = draw(st.integers(1, 3)), draw(st.integers(1, 12))
     kind = draw(st.sampled_from(["random", "offset", "near_constant"]))
     prec = precision(dtype)
+    z = _pin_spread(draw, _array(draw, (rows, d), 1.0))
     if kind == "random":
-        x = _array(draw, (rows, d), 10.0)
+        x = 10.0 * z
     elif kind == "offset":
-        x = draw(st.sampled_from([-1e3, 1e3, 37.0])) + _array(draw, (rows, d), 2.0)
+        level = min(draw(st.sampled_from([1e3, 37.0])), resolvable_level(dtype, d, 2.0)) * draw(st.sampled_from([-1.0, 1.0]))
+        x = level + 2.0 * z
     else:
         level = draw(st.floats(1.0, 100.0)) * draw(st.sampled_from([-1.0, 1.0]))
         spread = abs(level) * max(2.0 ** (-prec.p / 2), 32 * d * prec.u)
-        x = level + _array(draw, (rows, d), spread)
+        x = level + spread * z
     gain = 1.0 + _array(draw, (d,), 0.5)
     bias = _array(draw, (d,), 1.0)
     eps = draw(st.sampled_from([1e-6, 1e-5, 1e-3, 0.25]))
@@ -295,9 +385,17 @@ def _config(n_layers: int, d_model: int, h: int, d_ff: int) -> types.SimpleNames
 
 
 @st.composite
-def _sizes(draw: Any) -> tuple[int, int, int]:
+def _sizes(draw: Any, dtype: str) -> tuple[int, int, int]:
+    """(d_model, h, d_ff) of a small layer; d_model >= 4 in bfloat16.
+
+    With d_model = 2 every LayerNorm row is two numbers whose difference decides the output's sign;
+    inside a layer, where the row is a residual sum, bfloat16 (8 significant bits) leaves that
+    difference to rounding often enough that the first-order bound does not apply (measured: about
+    2% of the logits of the whole model). From d_model = 4 on it applies.
+    """
     h = draw(st.sampled_from([1, 2]))
-    d_model = h * draw(st.sampled_from([2, 4]))
+    widths = [4] if precision(dtype).p <= 8 and h == 1 else [2, 4]
+    d_model = h * draw(st.sampled_from(widths))
     return d_model, h, draw(st.sampled_from([4, 8, 16]))
 
 
@@ -310,7 +408,7 @@ def _params(seed: int, config: types.SimpleNamespace, vocab: int, biases: bool) 
 @st.composite
 def encoder_inputs(draw: Any, dtype: str) -> dict[str, Any]:
     """x (B, n, d_model), one encoder layer's canonical weights, an optional padding mask (lengths >= 1)."""
-    d_model, h, d_ff = draw(_sizes())
+    d_model, h, d_ff = draw(_sizes(dtype))
     layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()))["encoder"][0]
     b, n = draw(st.integers(1, 2)), draw(st.integers(1, 5))
     x = _array(draw, (b, n, d_model), 2.0)
@@ -324,7 +422,7 @@ def encoder_inputs(draw: Any, dtype: str) -> dict[str, Any]:
 @st.composite
 def decoder_inputs(draw: Any, dtype: str, *, causal_check: bool = False) -> dict[str, Any]:
     """y (B, n_tgt, d), memory (B, n_src, d), one decoder layer's weights; masks None or causal & padding."""
-    d_model, h, d_ff = draw(_sizes())
+    d_model, h, d_ff = draw(_sizes(dtype))
     layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()))["decoder"][0]
     b = draw(st.integers(1, 2))
     n_tgt, n_src = draw(st.integers(2 if causal_check else 1, 5)), draw(st.integers(1, 5))
@@ -351,7 +449,7 @@ def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement") -> dict[st
     ``kind``: "agreement"; "causal" (adds ``upto`` and ``tgt2``, equal to tgt up to ``upto``);
     "batch" (B = 2 and an ``index``).
     """
-    d_model, h, d_ff = draw(_sizes())
+    d_model, h, d_ff = draw(_sizes(dtype))
     vocab = draw(st.integers(2, 11))
     params = _params(draw(st.integers(0, 2**32 - 1)), _config(draw(st.integers(1, 2)), d_model, h, d_ff), vocab, draw(st.booleans()))
     b = 2 if kind == "batch" else draw(st.integers(1, 2))

@@ -121,6 +121,13 @@ def test_multi_head_attention(impl: Any, dtype: str, data: st.DataObject) -> Non
 
 
 @pytest.mark.aiayn_equation("multi_head_attention")
+@profile(0.5)
+@given(data=st.data())
+def test_multi_head_attention_fully_masked_self_attention_row(impl: Any, dtype: str, data: st.DataObject) -> None:
+    A.mha_agreement(impl, dtype, **data.draw(S.mha_fully_masked_self_attention(dtype)))
+
+
+@pytest.mark.aiayn_equation("multi_head_attention")
 @profile(0.25)
 @given(data=st.data())
 def test_multi_head_attention_heads_are_independent(impl: Any, dtype: str, data: st.DataObject) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import inspect
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -48,6 +49,7 @@ BUILTINS: Mapping[str, str] = MappingProxyType(
         "torch": "aiayn.implementations.torch_impl:TorchImplementation",
         "torch-sdpa": "aiayn.implementations.torch_impl:TorchSDPAImplementation",
         "torch-nn": "aiayn.implementations.torch_nn:TorchNNImplementation",
+        "torch-nn-fastpath": "aiayn.implementations.torch_nn:TorchNNFastPath",
     }
 )
 
@@ -105,15 +107,30 @@ def _import_target(target: str) -> Any:
     return obj
 
 
-def _instantiate(obj: Any) -> Any:
-    """Turn a class, a factory or an instance into an instance."""
-    if isinstance(obj, type):
-        return obj()
-    if isinstance(obj, Implementation):
-        return obj
-    if callable(obj):
-        return obj()
-    return obj
+def _instantiate(obj: Any, device: str | None = None) -> Any:
+    """Turn a class, a factory or an instance into an instance (on ``device``, when one is asked for)."""
+    constructor = isinstance(obj, type) or (callable(obj) and not isinstance(obj, Implementation))
+    if device is None:
+        return obj() if constructor else obj
+    if not constructor:
+        if _same_device(getattr(obj, "device", None), device):
+            return obj
+        raise ValueError(f"it is a ready-made instance on device {getattr(obj, 'device', None)!r} and cannot be placed on {device!r}")
+    try:
+        takes_device = "device" in inspect.signature(obj).parameters
+    except (TypeError, ValueError):
+        takes_device = False
+    if not takes_device:
+        raise ValueError(f"its constructor takes no 'device' argument, so it cannot be placed on {device!r}")
+    impl = obj(device=device)
+    if not _same_device(getattr(impl, "device", None), device):
+        raise ValueError(f"asked for device {device!r}, it declares device {getattr(impl, 'device', None)!r}")
+    return impl
+
+
+def _same_device(declared: Any, asked: str) -> bool:
+    """'cuda' matches 'cuda' and 'cuda:0'; 'cuda:1' matches only itself."""
+    return isinstance(declared, str) and (declared == asked or declared.split(":")[0] == asked or asked.split(":")[0] == declared)
 
 
 def _resolve(spec: str) -> tuple[Any, str]:
@@ -129,11 +146,13 @@ def _resolve(spec: str) -> tuple[Any, str]:
     raise _UnknownName(spec)
 
 
-def load(spec: str) -> Implementation:
+def load(spec: str, *, device: str | None = None) -> Implementation:
     """Return the implementation ``spec`` names, checked against the contract.
 
     ``spec`` is a built-in name (:data:`BUILTINS`), an entry-point name (group
-    :data:`ENTRY_POINT_GROUP`) or ``"module:attr"``. Raises :class:`ImplementationNotFound` for an
+    :data:`ENTRY_POINT_GROUP`) or ``"module:attr"``. ``device`` (e.g. ``"cuda"``) is passed to a
+    class or factory that takes a ``device`` argument (the torch built-ins do); an implementation
+    that cannot be placed there is an error, never silently left where it is. Raises :class:`ImplementationNotFound` for an
     unknown name or any failure to import or construct it (the underlying error is in the message
     and chained), and :class:`InvalidImplementation` when the object breaks the contract (see
     :func:`aiayn.implementations.protocol.contract_problems`).
@@ -142,7 +161,7 @@ def load(spec: str) -> Implementation:
         raise _not_found(repr(spec), "expected a non-empty string")
     try:
         obj, origin = _resolve(spec)
-        impl = _instantiate(obj)
+        impl = _instantiate(obj, device)
     except _UnknownName:
         raise _not_found(spec, "unknown name") from None
     except Exception as exc:  # import errors, a missing attribute, a failing constructor

@@ -27,7 +27,7 @@ Declared policies (where the paper is silent; see ``aiayn.implementations.protoc
     K classes, LayerNorm eps 1e-6 in the layers, lrate(0) = 0. ``torch-sdpa``: the same except
     fully masked rows give zeros — what ``scaled_dot_product_attention`` returns for them (its
     "safe softmax"; measured on the CPU with torch 2.13 and pinned by ``tests/test_torch_impl.py``;
-    ``conformance/gpu_check.py`` records what the CUDA kernels do).
+    ``make check-cuda`` checks what the CUDA kernels do, with the same checks).
 
 Not computed with ``reference/``: this module imports nothing from it.
 """
@@ -63,6 +63,19 @@ _MHA_WEIGHTS = ("w_q", "w_k", "w_v", "w_o")
 def default_device() -> str:
     """``"cuda"`` when PyTorch sees a CUDA device, else ``"cpu"``."""
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _cuda_numerics(device: str) -> str:
+    """The GPU and the switches that change CUDA arithmetic, for the version string (and so every report).
+
+    TF32 matmuls (10-bit significands in float32 products) would fail the float32 budgets, and are
+    named so a failure can be traced to them; float16/bfloat16 reduced-precision reductions are
+    within the budgets (they assume the dtype's own accumulation) and named all the same.
+    """
+    matmul = torch.backends.cuda.matmul
+    return (f"{torch.cuda.get_device_name(torch.device(device))}; TF32 matmul {matmul.allow_tf32}; "
+            f"fp16/bf16 reduced-precision reductions {matmul.allow_fp16_reduced_precision_reduction}/"
+            f"{matmul.allow_bf16_reduced_precision_reduction}")
 
 
 def round_from_float64(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -127,8 +140,8 @@ class TorchImplementation(ImplementationBase):
 
     def __init__(self, device: str | None = None) -> None:
         self.device = str(torch.device(device or default_device()))
-        self.version = f"torch {torch.__version__}"
         on_cpu = torch.device(self.device).type == "cpu"
+        self.version = f"torch {torch.__version__}" + ("" if on_cpu else f" ({_cuda_numerics(self.device)})")
         self.dtypes = ("float64", "float32", "float16", "bfloat16") if on_cpu else ("float32", "float16", "bfloat16")
 
     # ---------------------------------------------------------------- arrays across the boundary

@@ -57,7 +57,7 @@ from torch import nn
 from aiayn.implementations.protocol import DEFAULT_POLICIES
 from aiayn.implementations.torch_impl import TorchSDPAImplementation, _param, _positive_int
 
-__all__ = ["TorchNNImplementation"]
+__all__ = ["TorchNNFastPath", "TorchNNImplementation"]
 
 
 def _batched(t: torch.Tensor, batch: tuple[int, ...]) -> torch.Tensor:
@@ -242,3 +242,29 @@ class TorchNNImplementation(TorchSDPAImplementation):
             memory_mask=self._attn_mask(memory_mask, batch, n_tgt, n_src, h),
         )
         return out.reshape(*batch, n_tgt, -1)
+
+
+class TorchNNFastPath(TorchNNImplementation):
+    """PyTorch's modules in eval mode, so that its fused inference kernels run (registry name ``"torch-nn-fastpath"``).
+
+    What an inference server runs: ``nn.MultiheadAttention`` self-attention and
+    ``nn.TransformerEncoderLayer`` take ``torch._native_multi_head_attention`` and
+    ``torch._transformer_encoder_layer_fwd`` where PyTorch allows it (module docstring). Its
+    declared policy is the modules' documented one (zeros for a fully masked row); the fused
+    self-attention kernel gives NaN there instead, which is declared below and still checked.
+    """
+
+    name = "torch-nn-fastpath"
+    known_deviations = MappingProxyType({
+        **TorchNNImplementation.known_deviations,
+        "multi_head_attention_fully_masked_self_attention_row": (
+            "PyTorch's fused inference kernel (torch._native_multi_head_attention) returns NaN for a fully masked query row of "
+            "self-attention, where the documented forward of nn.MultiheadAttention (through scaled_dot_product_attention) "
+            "returns 0; measured on the CPU in torch 2.13"),
+        "multi_head_attention_on_fixed_inputs[self-attention with a fully masked row]": (
+            "the same fused kernel, on the fixed case with a fully masked self-attention row: NaN instead of the documented 0"),
+    })
+
+    def __init__(self, device: str | None = None) -> None:
+        super().__init__(device, fastpath=True)
+

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from aiayn.conformance.harness import Case
 from aiayn.implementations.protocol import POLICY_CHOICES
 
@@ -23,8 +25,16 @@ def policy(case: Case, key: str) -> Any:
 
 
 def prepare(case: Case, **args: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(native arguments, what the implementation sees of them as float64) for the named arguments."""
-    natives = {name: case.native(value) for name, value in args.items()}
+    """(native arguments, what the implementation sees of them as float64) for the named arguments.
+
+    An array passed under several names (self-attention: query is key is value) becomes one
+    native array passed under each name, as a caller would do: fused kernels (PyTorch's inference
+    fast path) take a different route when the three are the same tensor.
+    """
+    natives: dict[str, Any] = {}
+    for name, value in args.items():
+        same = next((other for other, earlier in args.items() if other in natives and earlier is value and isinstance(value, np.ndarray)), None)
+        natives[name] = natives[same] if same is not None else case.native(value)
     seen = {name: case.numpy(natives[name], name) for name in args}
     return natives, seen
 

@@ -18,7 +18,7 @@ from aiayn.implementations.protocol import contract_problems
 def declarations(case: Case) -> None:
     """name, version, device, dtypes, policies and provides() hold valid values."""
     problems = contract_problems(case.impl)
-    case.record(0.0)
+    case.exact_checks()
     if problems:
         case.fail("declarations break the contract: " + "; ".join(problems))
 

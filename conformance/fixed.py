@@ -1,0 +1,187 @@
+"""Fixed inputs: argument sets of the registered checks, the same on every device and dtype.
+
+Hypothesis draws small, varied inputs; these are a few hand-built ones, kept stable so that a
+GPU run, a CPU run and last month's run can be compared case by case (they were the inputs of
+the former prepared GPU script). Each :class:`Fixed` names a registered check (``checks/``) and
+its arguments, float64/int64/bool NumPy arrays and Python numbers, exactly as a Hypothesis
+example would; ``test_fixed.py`` runs them through the same harness, budgets and report as every
+other check (``aiayn check SPEC --device cuda`` runs them on a GPU).
+
+Magnitudes: inputs N(0, 1) (scores up to a sharp softmax at 3 N(0, 1); multi-head attention at
+0.5 N(0, 1) with weights at half scale, so that its scores stay resolvable in bfloat16); the composites use
+d_model 8, h 2, d_ff 16 and weights N(0, 1/fan_in) scaled by 0.3, one layer per stack.
+Where inputs are shared (self-attention), the same array is passed, so an implementation sees
+the same native array as query, key and value (PyTorch's fused kernels require it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FIXED", "Fixed", "cases"]
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """One fixed case: a label, the registered check it runs, and that check's arguments."""
+
+    equation: str
+    label: str
+    check: str
+    args: dict[str, Any] = field(hash=False)
+
+    def __str__(self) -> str:  # the test id, and the name a known deviation uses
+        return self.label
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(20170612 + seed)  # arXiv v1 date of the paper, plus the case number
+
+
+def _mha_params(rng: np.random.Generator, d_model: int, biases: bool = True, scale: float = 1.0) -> dict[str, np.ndarray]:
+    p = {n: scale * rng.normal(size=(d_model, d_model)) / math.sqrt(d_model) for n in ("w_q", "w_k", "w_v", "w_o")}
+    if biases:
+        p.update({n: 0.1 * rng.normal(size=d_model) for n in ("b_q", "b_k", "b_v", "b_o")})
+    return p
+
+
+def _norm(rng: np.random.Generator, d: int) -> dict[str, np.ndarray]:
+    return {"gain": 1.0 + 0.1 * rng.normal(size=d), "bias": 0.1 * rng.normal(size=d)}
+
+
+def _ffn(rng: np.random.Generator, d: int, d_ff: int, scale: float = 1.0) -> dict[str, np.ndarray]:
+    return {"w1": scale * rng.normal(size=(d, d_ff)) / math.sqrt(d), "b1": 0.1 * rng.normal(size=d_ff),
+            "w2": scale * rng.normal(size=(d_ff, d)) / math.sqrt(d_ff), "b2": 0.1 * rng.normal(size=d)}
+
+
+_D, _DFF, _H, _SCALE = 8, 16, 2, 0.3
+
+
+def _encoder_params(rng: np.random.Generator) -> dict[str, Any]:
+    return {"self_attn": _mha_params(rng, _D, scale=_SCALE), "norm1": _norm(rng, _D), "ffn": _ffn(rng, _D, _DFF, _SCALE), "norm2": _norm(rng, _D)}
+
+
+def _decoder_params(rng: np.random.Generator) -> dict[str, Any]:
+    return {"self_attn": _mha_params(rng, _D, scale=_SCALE), "norm1": _norm(rng, _D), "cross_attn": _mha_params(rng, _D, scale=_SCALE),
+            "norm2": _norm(rng, _D), "ffn": _ffn(rng, _D, _DFF, _SCALE), "norm3": _norm(rng, _D)}
+
+
+def _softmax() -> list[Fixed]:
+    rng = _rng(1)
+    x = np.stack([rng.normal(size=7), 30.0 * rng.normal(size=7), 5.0 + 1e-3 * rng.normal(size=7), rng.normal(size=7)])
+    x[3, [1, 4]] = -np.inf  # masked scores: weight exactly 0
+    y = rng.normal(size=(5, 3, 2))
+    return [Fixed("softmax", "rows N(0,1), 30 N(0,1), 5+1e-3 N(0,1), masked -inf", "softmax", {"x": x, "axis": -1}),
+            Fixed("softmax", "axis 0 of (5, 3, 2)", "softmax", {"x": y, "axis": 0})]
+
+
+def _attention() -> list[Fixed]:
+    rng = _rng(2)
+    q, k, v = rng.normal(size=(2, 3, 4, 8)), rng.normal(size=(2, 3, 6, 8)), rng.normal(size=(2, 3, 6, 5))
+    mask = rng.random((2, 1, 4, 6)) < 0.6
+    mask[:, :, :, 0] = True
+    mask[1, 0, 2, :] = False  # one fully masked query row: the declared policy decides
+    causal = np.arange(6)[None, :] <= np.arange(4)[:, None] + 2  # (4, 6), aligned at the end
+    check = "scaled_dot_product_attention"
+    return [
+        Fixed(check, "no mask, (2,3) batch", check, {"q": q, "k": k, "v": v, "mask": None}),
+        Fixed(check, "sharp softmax (3 q)", check, {"q": 3.0 * q, "k": k, "v": v, "mask": None}),
+        Fixed(check, "random mask with a fully masked row", check, {"q": q, "k": k, "v": v, "mask": mask}),
+        Fixed(check, "causal (4, 6) mask", check, {"q": q, "k": k, "v": v, "mask": causal}),
+        Fixed(check, "broadcast batch (2,1) x (1,3)", check, {"q": q[:, :1], "k": k[:1], "v": v[:1], "mask": None}),
+    ]
+
+
+def _mha() -> list[Fixed]:
+    rng = _rng(3)
+    d = 16
+    # inputs 0.5 N(0, 1) and weights at half the 1/sqrt(fan_in) scale: scores of order 1, which
+    # bfloat16 still resolves (conformance/strategies.py, logit_scale_cap)
+    x, memory = 0.5 * rng.normal(size=(2, 5, d)), 0.5 * rng.normal(size=(2, 7, d))
+    with_b, without_b = _mha_params(rng, d, scale=0.5), _mha_params(rng, d, biases=False, scale=0.5)
+    pad = (np.arange(5)[None, :] < np.array([5, 3])[:, None])[:, None, :]  # (2, 1, 5)
+    causal = np.tril(np.ones((5, 5), dtype=bool))
+    masked = np.broadcast_to(causal, (2, 5, 5)).copy()
+    masked[1, 3, :] = False  # a fully masked row
+    check = "multi_head_attention"
+
+    def case(label: str, key: np.ndarray, params: dict, h: int, mask: np.ndarray | None) -> Fixed:
+        return Fixed(check, label, check, {"query": x, "key": key, "value": key, "params": params, "num_heads": h, "mask": mask})
+
+    return [
+        case("self-attention, 4 heads, biases, padding mask", x, with_b, 4, pad),
+        case("self-attention, 2 heads, no biases, causal", x, without_b, 2, causal),
+        case("cross-attention n_q=5, n_k=7, 4 heads", memory, with_b, 4, None),
+        case("self-attention with a fully masked row", x, with_b, 2, masked),
+    ]
+
+
+def _positional() -> list[Fixed]:
+    return [Fixed("positional_encoding", f"length {n}, d_model {d}", "positional_encoding", {"length": n, "d_model": d})
+            for n, d in ((50, 16), (0, 8), (2048, 64))]
+
+
+def _layer_norm() -> list[Fixed]:
+    rng = _rng(4)
+    d = 16
+    x = np.stack([rng.normal(size=(4, d)), 3.0 + rng.normal(size=(4, d)), 0.01 * rng.normal(size=(4, d))])  # (3, 4, d)
+    gain, bias = _norm(rng, d)["gain"], _norm(rng, d)["bias"]
+    return [Fixed("layer_norm", f"N(0,1), 3+N(0,1), 0.01 N(0,1) rows; eps {eps}", "layer_norm", {"x": x, "gain": gain, "bias": bias, "eps": eps})
+            for eps in (1e-6, 1e-5)]
+
+
+def _feed_forward() -> list[Fixed]:
+    rng = _rng(5)
+    x = rng.normal(size=(2, 5, 16))
+    return [Fixed("feed_forward", "x (2,5,16), d_ff 32", "feed_forward", {"x": x, **_ffn(rng, 16, 32)})]
+
+
+def _training() -> list[Fixed]:
+    rng = _rng(6)
+    targets = rng.integers(0, 11, size=(2, 5))
+    rng = _rng(7)
+    logits, ce_targets = 3.0 * rng.normal(size=(2, 5, 11)), rng.integers(0, 11, size=(2, 5))
+    return [
+        Fixed("lrate", "steps 1..100000, d_model 512, warmup 4000", "lrate",
+              {"steps": [1, 10, 3999, 4000, 4001, 100000], "d_model": 512, "warmup_steps": 4000}),
+        Fixed("label_smoothing", "targets (2,5), K=11, eps 0.1", "label_smoothing", {"targets": targets, "vocab_size": 11, "eps": 0.1}),
+        *[Fixed("smoothed_cross_entropy", f"logits 3 N(0,1) (2,5,11), eps {eps}", "smoothed_cross_entropy",
+                {"logits": logits, "targets": ce_targets, "eps": eps}) for eps in (0.1, 0.0)],
+    ]
+
+
+def _layers() -> list[Fixed]:
+    rng = _rng(8)
+    x, params = rng.normal(size=(2, 5, _D)), _encoder_params(rng)
+    pad = (np.arange(5)[None, :] < np.array([5, 3])[:, None])[:, None, :]
+    out = [Fixed("encoder_layer", "x (2,5,8), h 2, d_ff 16, no mask", "encoder_layer", {"x": x, "params": params, "num_heads": _H, "mask": None}),
+           Fixed("encoder_layer", "padding lengths [5, 3]", "encoder_layer", {"x": x, "params": params, "num_heads": _H, "mask": pad})]
+    rng = _rng(9)
+    y, memory, params = rng.normal(size=(2, 4, _D)), rng.normal(size=(2, 5, _D)), _decoder_params(rng)
+    memory_mask = (np.arange(5)[None, :] < np.array([5, 3])[:, None])[:, None, :]
+    self_mask = np.tril(np.ones((4, 4), dtype=bool)) & (np.arange(4)[None, :] < np.array([4, 2])[:, None])[:, None, :]
+    base = {"y": y, "memory": memory, "params": params, "num_heads": _H}
+    out += [Fixed("decoder_layer", "default (causal) self mask, no memory mask", "decoder_layer", {**base, "self_mask": None, "memory_mask": None}),
+            Fixed("decoder_layer", "causal+padding self mask, memory padding", "decoder_layer", {**base, "self_mask": self_mask, "memory_mask": memory_mask})]
+    rng = _rng(10)
+    vocab = 11
+    model = {"embedding": rng.normal(size=(vocab, _D)) / math.sqrt(_D), "encoder": [_encoder_params(rng)], "decoder": [_decoder_params(rng)]}
+    src, tgt = rng.integers(0, vocab, size=(2, 5)), rng.integers(0, vocab, size=(2, 4))
+    base = {"src": src, "tgt": tgt, "params": model, "num_heads": _H}
+    out += [Fixed("transformer_forward", "N=1, d 8, h 2, vocab 11, no padding", "transformer_forward", {**base, "src_lengths": None, "tgt_lengths": None}),
+            Fixed("transformer_forward", "padding: src [5, 3], tgt [4, 2]", "transformer_forward",
+                  {**base, "src_lengths": np.array([5, 3]), "tgt_lengths": np.array([4, 2])})]
+    return out
+
+
+#: Every fixed case, in paper order.
+FIXED: tuple[Fixed, ...] = (*_softmax(), *_attention(), *_mha(), *_positional(), *_layer_norm(), *_feed_forward(), *_training(), *_layers())
+
+
+def cases(equation: str) -> list[Fixed]:
+    """The fixed cases of ``equation``."""
+    return [c for c in FIXED if c.equation == equation]

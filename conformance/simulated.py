@@ -1,0 +1,319 @@
+"""An honest low-precision implementation: every equation with every intermediate rounded to the dtype.
+
+The meta-tests of the budgets (``tests/test_budget_coverage.py``) need an implementation that is
+*right* in a dtype but no more accurate than that dtype allows: if the suite failed it, a budget
+would be too tight (a false alarm); if a variant with a real numerical defect passed, a budget
+would be too loose. Real kernels keep intermediates in the dtype, or wider; this simulates the
+narrow end faithfully:
+
+- Every elementary operation (+, -, *, /, sqrt, and the transcendental exp, log, sin, cos) is
+  computed in float64 on dtype values and rounded once to the dtype, to nearest, ties to even
+  (``numerics.round_to``). For +, -, *, /, sqrt that is the correctly rounded result of the dtype
+  (float64 has p = 53 >= 2p + 2 for p <= 24, so computing wider then rounding is exact rounding;
+  Higham, §2.6 / Figueroa 1995); exp/log/sin/cos are within half an ulp plus float64's error.
+- Sums and dot products accumulate left to right, rounding after every product and every
+  addition: the longest error chain of any summation order (Higham, §4.2), never a wider
+  accumulator.
+- The algorithms are the standard stable ones the budgets assume: max-shifted softmax, two-pass
+  LayerNorm with eps inside the square root, log-softmax by shifting, post-norm layers.
+
+Native arrays are :class:`Sim` (float64 values that are all dtype values, and the dtype's name);
+masks and ids are NumPy arrays. Instantiate ``Simulated(dtypes)``; the registry names
+``aiayn.conformance.simulated:float16`` (and ``bfloat16``, ``float32``, ``float64``) are
+single-dtype instances, so that lrate and label smoothing (checked in the first dtype) are
+computed in that dtype too.
+
+``OnePassVariance`` is the same with LayerNorm's variance as E[x^2] - E[x]^2: the numerical
+defect the budgets must catch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from aiayn.conformance.numerics import round_to
+from aiayn.implementations.protocol import DTYPES, ImplementationBase
+
+__all__ = ["OnePassVariance", "Sim", "Simulated", "bfloat16", "float16", "float32", "float64", "one_pass_float16"]
+
+
+class Sim:
+    """A native array of :class:`Simulated`: float64 ``values`` that are exactly values of ``dtype``."""
+
+    __slots__ = ("dtype", "values")
+
+    def __init__(self, values: np.ndarray, dtype: str) -> None:
+        self.values = np.asarray(values, dtype=np.float64)
+        self.dtype = dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.values.shape
+
+    def __repr__(self) -> str:
+        return f"Sim({self.dtype}, shape={self.shape})"
+
+
+class Simulated(ImplementationBase):
+    """Every equation of the paper with each intermediate rounded to the dtype (module docstring)."""
+
+    name = "simulated"
+    version = "per-operation rounding"
+    device = "cpu"
+
+    def __init__(self, dtypes: Sequence[str] = DTYPES, name: str | None = None) -> None:
+        self.dtypes = tuple(dtypes)
+        if name:
+            self.name = name
+
+    # ---------------------------------------------------------------- the boundary
+
+    def from_numpy(self, array: np.ndarray, dtype: str) -> Any:
+        self.check_dtype(dtype, allow_index=True)
+        if dtype in ("int64", "bool"):
+            return np.array(array, dtype=dtype, copy=True)
+        return Sim(round_to(np.asarray(array, dtype=np.float64), dtype), dtype)
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        if isinstance(x, Sim):
+            return x.values.copy()
+        arr = np.asarray(x)
+        return np.array(arr, dtype=np.int64 if arr.dtype.kind in "iu" else arr.dtype, copy=True)
+
+    # ---------------------------------------------------------------- rounded arithmetic
+
+    @staticmethod
+    def _dtype(*arrays: Any) -> str:
+        dtypes = {a.dtype for a in arrays if isinstance(a, Sim)}
+        if len(dtypes) != 1:
+            raise ValueError(f"expected float inputs of one dtype, got {sorted(dtypes)}")
+        return dtypes.pop()
+
+    @staticmethod
+    def _sum(x: np.ndarray, dtype: str, axis: int = -1) -> np.ndarray:
+        """Left-to-right sum along ``axis``, rounded after every addition (keepdims)."""
+        x = np.moveaxis(x, axis, -1)
+        acc = x[..., :1].copy() if x.shape[-1] else np.zeros((*x.shape[:-1], 1))
+        with np.errstate(invalid="ignore"):
+            for i in range(1, x.shape[-1]):
+                acc = round_to(acc + x[..., i:i + 1], dtype)
+        return np.moveaxis(acc, -1, axis)
+
+    @staticmethod
+    def _dot(a: np.ndarray, b: np.ndarray, dtype: str) -> np.ndarray:
+        """a @ b accumulated left to right over the inner axis, every product and addition rounded."""
+        k = a.shape[-1]
+        shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+        acc = np.zeros(shape)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for i in range(k):
+                term = round_to(a[..., :, i:i + 1] * b[..., i:i + 1, :], dtype)
+                acc = term if i == 0 else round_to(acc + term, dtype)
+        return acc
+
+    def _affine(self, x: np.ndarray, w: Any, b: Any, dtype: str) -> np.ndarray:
+        out = self._dot(x, w.values, dtype)
+        return out if b is None else round_to(out + b.values, dtype)
+
+    # ---------------------------------------------------------------- §3.2.1, §3.2.3
+
+    def _softmax_last(self, z: np.ndarray, dtype: str) -> np.ndarray:
+        with np.errstate(invalid="ignore", over="ignore"):
+            m = np.max(z, axis=-1, keepdims=True)  # exact
+            e = round_to(np.exp(round_to(z - m, dtype)), dtype)
+            return round_to(e / self._sum(e, dtype), dtype)
+
+    def softmax(self, x: Sim, axis: int = -1) -> Sim:
+        dtype = self._dtype(x)
+        z = np.moveaxis(x.values, axis, -1)
+        return Sim(np.moveaxis(self._softmax_last(z, dtype), -1, axis), dtype)
+
+    def _attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, dtype: str) -> np.ndarray:
+        root = round_to(np.sqrt(float(q.shape[-1])), dtype)
+        with np.errstate(invalid="ignore", over="ignore"):
+            s = round_to(self._dot(q, np.swapaxes(k, -1, -2), dtype) / root, dtype)  # (..., n_q, n_k)
+        if mask is not None:
+            s = np.where(np.asarray(mask, dtype=bool), s, -np.inf)
+        p = self._softmax_last(s, dtype)  # a fully masked row: NaN (policy "nan")
+        return self._dot(p, v, dtype)  # (..., n_q, d_v)
+
+    def scaled_dot_product_attention(self, q: Sim, k: Sim, v: Sim, mask: np.ndarray | None = None) -> Sim:
+        dtype = self._dtype(q, k, v)
+        return Sim(self._attend(q.values, k.values, v.values, mask, dtype), dtype)
+
+    # ---------------------------------------------------------------- §3.2.2
+
+    def _mha(self, query: np.ndarray, key: np.ndarray, value: np.ndarray, params: Mapping[str, Any], h: int,
+             mask: np.ndarray | None, dtype: str) -> np.ndarray:
+        def heads(x: np.ndarray) -> np.ndarray:  # (..., n, h*d) -> (..., h, n, d)
+            return np.swapaxes(x.reshape(*x.shape[:-1], h, x.shape[-1] // h), -2, -3)
+
+        q = heads(self._affine(query, params["w_q"], params.get("b_q"), dtype))
+        k = heads(self._affine(key, params["w_k"], params.get("b_k"), dtype))
+        v = heads(self._affine(value, params["w_v"], params.get("b_v"), dtype))
+        m = None if mask is None else np.asarray(mask, dtype=bool)[..., None, :, :]
+        out = np.swapaxes(self._attend(q, k, v, m, dtype), -2, -3)  # (..., n_q, h, d_v)
+        merged = out.reshape(*out.shape[:-2], out.shape[-2] * out.shape[-1])
+        return self._affine(merged, params["w_o"], params.get("b_o"), dtype)
+
+    def multi_head_attention(self, query: Sim, key: Sim, value: Sim, params: Mapping[str, Any], num_heads: int,
+                             mask: np.ndarray | None = None) -> Sim:
+        dtype = self._dtype(query, key, value)
+        return Sim(self._mha(query.values, key.values, value.values, params, int(num_heads), mask, dtype), dtype)
+
+    # ---------------------------------------------------------------- §3.5
+
+    def _pe(self, length: int, d_model: int, dtype: str) -> np.ndarray:
+        exponent = round_to(np.arange(0, d_model, 2, dtype=np.float64) / d_model, dtype)  # 2i / d_model
+        log_base = round_to(np.log(10000.0), dtype)
+        w = round_to(np.exp(round_to(-log_base * exponent, dtype)), dtype)  # 10000^(-2i/d)
+        theta = round_to(np.arange(length, dtype=np.float64)[:, None] * w[None, :], dtype)  # (length, d/2)
+        pe = np.empty((length, d_model))
+        pe[:, 0::2], pe[:, 1::2] = round_to(np.sin(theta), dtype), round_to(np.cos(theta), dtype)
+        return pe
+
+    def positional_encoding(self, length: int, d_model: int, dtype: str) -> Sim:
+        self.check_dtype(dtype)
+        return Sim(self._pe(int(length), int(d_model), dtype), dtype)
+
+    # ---------------------------------------------------------------- §3.1, §3.3
+
+    def _variance(self, c: np.ndarray, x: np.ndarray, mean: np.ndarray, dtype: str) -> np.ndarray:
+        """Two-pass: mean of the squared centred values."""
+        return round_to(self._sum(round_to(c * c, dtype), dtype) / c.shape[-1], dtype)
+
+    def _layer_norm(self, x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, dtype: str) -> np.ndarray:
+        d = x.shape[-1]
+        mean = round_to(self._sum(x, dtype) / d, dtype)
+        c = round_to(x - mean, dtype)
+        var = self._variance(c, x, mean, dtype)
+        with np.errstate(invalid="ignore"):
+            s = round_to(np.sqrt(round_to(var + eps, dtype)), dtype)
+        return round_to(round_to(round_to(c / s, dtype) * gain, dtype) + bias, dtype)
+
+    def layer_norm(self, x: Sim, gain: Sim, bias: Sim, eps: float) -> Sim:
+        dtype = self._dtype(x, gain, bias)
+        return Sim(self._layer_norm(x.values, gain.values, bias.values, float(eps), dtype), dtype)
+
+    def _ffn(self, x: np.ndarray, w1: Any, b1: Any, w2: Any, b2: Any, dtype: str) -> np.ndarray:
+        hidden = np.maximum(self._affine(x, w1, b1, dtype), 0.0)
+        return self._affine(hidden, w2, b2, dtype)
+
+    def feed_forward(self, x: Sim, w1: Sim, b1: Sim, w2: Sim, b2: Sim) -> Sim:
+        dtype = self._dtype(x, w1, b1, w2, b2)
+        return Sim(self._ffn(x.values, w1, b1, w2, b2, dtype), dtype)
+
+    # ---------------------------------------------------------------- §5.3, §5.4
+
+    def lrate(self, step: int, d_model: int, warmup_steps: int) -> float:
+        if step < 0:
+            raise ValueError(f"step: expected >= 0, got {step}")
+        dtype = self.dtypes[0]
+        r = lambda v: float(round_to(np.float64(v), dtype))  # noqa: E731
+        if step == 0:
+            return 0.0  # min(inf, 0) = 0 (policy "zero")
+        # the integers are operands, each power and product one rounding (step itself is not stored
+        # in the dtype: float16 would overflow at 65520)
+        return r(r(d_model ** -0.5) * min(r(step ** -0.5), r(step * r(warmup_steps ** -1.5))))
+
+    def _smoothed(self, targets: np.ndarray, k: int, eps: float, dtype: str) -> np.ndarray:
+        off = float(round_to(np.float64(eps / k), dtype))
+        on = float(round_to(round_to(np.float64(1.0 - eps), dtype) + off, dtype))
+        q = np.full((*np.shape(targets), k), off)
+        np.put_along_axis(q, np.asarray(targets)[..., None], on, axis=-1)
+        return q
+
+    def label_smoothing(self, targets: np.ndarray, vocab_size: int, eps: float) -> Sim:
+        dtype = self.dtypes[0]
+        return Sim(self._smoothed(targets, int(vocab_size), float(eps), dtype), dtype)
+
+    def smoothed_cross_entropy(self, logits: Sim, targets: np.ndarray, eps: float) -> Sim:
+        dtype = self._dtype(logits)
+        z = logits.values
+        k = z.shape[-1]
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            d = round_to(z - np.max(z, axis=-1, keepdims=True), dtype)
+            log_s = round_to(np.log(self._sum(round_to(np.exp(d), dtype), dtype)), dtype)
+            log_p = round_to(d - log_s, dtype)
+            q = self._smoothed(targets, k, float(eps), dtype)
+            loss = -self._sum(round_to(q * log_p, dtype), dtype)[..., 0]
+        return Sim(round_to(loss, dtype), dtype)
+
+    # ---------------------------------------------------------------- §3.1 layers, Figure 1
+
+    def _eps(self) -> float:
+        return float(self.policies["layer_norm_eps"])
+
+    def _norm(self, x: np.ndarray, p: Mapping[str, Any], dtype: str) -> np.ndarray:
+        return self._layer_norm(x, p["gain"].values, p["bias"].values, self._eps(), dtype)
+
+    def _encoder(self, x: np.ndarray, params: Mapping[str, Any], h: int, mask: np.ndarray | None, dtype: str) -> np.ndarray:
+        z = self._norm(round_to(x + self._mha(x, x, x, params["self_attn"], h, mask, dtype), dtype), params["norm1"], dtype)
+        f = params["ffn"]
+        return self._norm(round_to(z + self._ffn(z, f["w1"], f["b1"], f["w2"], f["b2"], dtype), dtype), params["norm2"], dtype)
+
+    def _decoder(self, y: np.ndarray, memory: np.ndarray, params: Mapping[str, Any], h: int, self_mask: np.ndarray | None,
+                 memory_mask: np.ndarray | None, dtype: str) -> np.ndarray:
+        n = y.shape[-2]
+        if self_mask is None:
+            self_mask = np.arange(n)[None, :] <= np.arange(n)[:, None]  # causal, §3.2.3
+        a = self._norm(round_to(y + self._mha(y, y, y, params["self_attn"], h, self_mask, dtype), dtype), params["norm1"], dtype)
+        b = self._norm(round_to(a + self._mha(a, memory, memory, params["cross_attn"], h, memory_mask, dtype), dtype), params["norm2"], dtype)
+        f = params["ffn"]
+        return self._norm(round_to(b + self._ffn(b, f["w1"], f["b1"], f["w2"], f["b2"], dtype), dtype), params["norm3"], dtype)
+
+    def encoder_layer(self, x: Sim, params: Mapping[str, Any], num_heads: int, mask: np.ndarray | None = None) -> Sim:
+        dtype = self._dtype(x)
+        return Sim(self._encoder(x.values, params, int(num_heads), mask, dtype), dtype)
+
+    def decoder_layer(self, y: Sim, memory: Sim, params: Mapping[str, Any], num_heads: int, self_mask: np.ndarray | None = None,
+                      memory_mask: np.ndarray | None = None) -> Sim:
+        dtype = self._dtype(y, memory)
+        return Sim(self._decoder(y.values, memory.values, params, int(num_heads), self_mask, memory_mask, dtype), dtype)
+
+    def transformer_forward(self, src_tokens: np.ndarray, tgt_tokens: np.ndarray, params: Mapping[str, Any], num_heads: int,
+                            src_lengths: np.ndarray | None = None, tgt_lengths: np.ndarray | None = None) -> Sim:
+        emb = params["embedding"]
+        dtype = emb.dtype
+        if "positional" in params:
+            raise ValueError("params['positional']: learned positions are not simulated (sinusoids only)")
+        h, d = int(num_heads), emb.shape[1]
+        root = round_to(np.sqrt(float(d)), dtype)
+
+        def embed(tokens: np.ndarray) -> np.ndarray:
+            n = tokens.shape[-1]
+            return round_to(round_to(emb.values[tokens] * root, dtype) + self._pe(n, d, dtype), dtype)
+
+        n_src, n_tgt = src_tokens.shape[-1], tgt_tokens.shape[-1]
+        src_mask = None if src_lengths is None else (np.arange(n_src)[None, :] < np.asarray(src_lengths)[:, None])[:, None, :]
+        tgt_mask = np.arange(n_tgt)[None, :] <= np.arange(n_tgt)[:, None]
+        if tgt_lengths is not None:
+            tgt_mask = tgt_mask & (np.arange(n_tgt)[None, :] < np.asarray(tgt_lengths)[:, None])[:, None, :]
+        x = embed(src_tokens)
+        for layer in params["encoder"]:
+            x = self._encoder(x, layer, h, src_mask, dtype)
+        y = embed(tgt_tokens)
+        for layer in params["decoder"]:
+            y = self._decoder(y, x, layer, h, tgt_mask, src_mask, dtype)
+        return Sim(self._dot(y, emb.values.T, dtype), dtype)
+
+
+class OnePassVariance(Simulated):
+    """The simulated implementation with LayerNorm's variance as E[x^2] - E[x]^2, in the dtype (a numerical defect)."""
+
+    name = "simulated-one-pass-variance"
+
+    def _variance(self, c: np.ndarray, x: np.ndarray, mean: np.ndarray, dtype: str) -> np.ndarray:
+        mean_sq = round_to(self._sum(round_to(x * x, dtype), dtype) / x.shape[-1], dtype)
+        return round_to(mean_sq - round_to(mean * mean, dtype), dtype)
+
+
+float64 = Simulated(("float64",), "simulated-float64")
+float32 = Simulated(("float32",), "simulated-float32")
+float16 = Simulated(("float16",), "simulated-float16")
+bfloat16 = Simulated(("bfloat16",), "simulated-bfloat16")
+one_pass_float16 = OnePassVariance(("float16",), "simulated-one-pass-variance-float16")

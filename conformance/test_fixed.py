@@ -1,0 +1,38 @@
+"""Every equation on fixed inputs (``fixed.py``): the same registered checks, budgets and report as the drawn ones.
+
+One test per equation, parametrized by its fixed cases; a case runs the check it names with its
+saved arguments, so a failure replays like any other (``aiayn replay``). These are the inputs a
+GPU run (``aiayn check SPEC --device cuda``) and a CPU run share case by case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from aiayn.conformance import fixed as F
+from aiayn.conformance.checks import load_all
+from aiayn.conformance.harness import CHECKS
+from aiayn.implementations.protocol import EQUATIONS
+
+load_all()
+
+#: Equations of Python numbers (lrate) or a result in the implementation's first dtype (label smoothing).
+_FIRST_DTYPE_ONLY = ("lrate", "label_smoothing")
+
+
+def _on_fixed_inputs(equation: str) -> Callable[..., None]:
+    @pytest.mark.aiayn_equation(equation, dtypes="first" if equation in _FIRST_DTYPE_ONLY else "all")
+    @pytest.mark.parametrize("case", F.cases(equation), ids=str)
+    def test(impl: Any, dtype: str, case: F.Fixed) -> None:
+        CHECKS[case.check](impl, dtype, **case.args)
+
+    test.__name__ = test.__qualname__ = f"test_{equation}_on_fixed_inputs"
+    test.__doc__ = f"{equation} agrees with the oracle on each of its fixed cases."
+    return test
+
+
+for _equation in EQUATIONS:
+    globals()[f"test_{_equation}_on_fixed_inputs"] = _on_fixed_inputs(_equation)

@@ -1,0 +1,80 @@
+"""Meta-tests of the budgets, dtype by dtype, with implementations whose arithmetic we know exactly.
+
+The budgets (``conformance/budgets.py``, ``conformance/propagation.py``) and the strategies
+(``conformance/strategies.py``) together must
+
+1. apply: for every equation and dtype, over what the strategies draw, the budget is finite on at
+   least the stated fraction of elements (``conformance/coverage.py``: 99% unless stated);
+2. never raise a false alarm: an honest low-precision implementation (``conformance/simulated.py``:
+   every intermediate rounded to the dtype, sums accumulated in the dtype left to right) passes
+   every equation in every dtype;
+3. catch a numerical defect: the same implementation with LayerNorm's variance as E[x^2] - E[x]^2
+   in float16 fails (and the project's mutants still fail: ``tests/test_conformance_mutants.py``).
+
+Each runs the real suite (the plugin, the ``ci`` profile) in a subprocess and reads its reports.
+About a minute on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiayn.conformance.coverage import max_unchecked
+from aiayn.implementations.protocol import DTYPES
+
+SIMULATED = {dtype: f"aiayn.conformance.simulated:{dtype}" for dtype in DTYPES}
+
+
+def _suite(tmp_path: Path, specs: list[str], *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    reports = tmp_path / "reports"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "AIAYN_IMPL"))} | {
+        "AIAYN_FAILURES": str(tmp_path / "failures"), "AIAYN_PROFILE": "ci"}
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "aiayn.conformance", "-q", "-p", "no:cacheprovider", "--tb=short",
+           f"--aiayn-report={reports}", *[f"--impl={s}" for s in specs], *extra]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False), reports
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict[str, dict]]:
+    tmp = tmp_path_factory.mktemp("honest")
+    proc, reports = _suite(tmp, list(SIMULATED.values()))
+    data = {dtype: json.loads((reports / f"conformance-simulated-{dtype}.json").read_text()) for dtype in SIMULATED}
+    return proc, data
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_an_honest_low_precision_implementation_passes(honest: tuple, dtype: str) -> None:
+    proc, data = honest
+    rows = data[dtype]["rows"]
+    bad = [f"{r['equation']} [{r['dtype']}]: {r['status']} {r['failed_tests']}" for r in rows if r["status"] not in ("pass", "n/a")]
+    assert not bad, f"the simulated {dtype} implementation (every intermediate rounded to {dtype}) does not pass:\n" + "\n".join(bad) + \
+        f"\n{proc.stdout[-4000:]}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_budgets_apply_to_at_least_the_stated_fraction(honest: tuple, dtype: str) -> None:
+    _, data = honest
+    short = []
+    for r in data[dtype]["rows"]:
+        if r["status"] in ("n/a",) or r["equation"] == "contract":
+            continue
+        total = r["checked"] + r["not_checked"]
+        assert total > 0, f"{r['equation']} [{dtype}]: nothing was checked at all"
+        if r["not_checked"] / total > max_unchecked(r["equation"], dtype):
+            short.append(f"{r['equation']} [{dtype}]: {r['not_checked']} of {total} not checked "
+                         f"(stated maximum {100 * max_unchecked(r['equation'], dtype):g}%): {r['not_checked_reasons']}")
+    assert not short, "\n".join(short)
+
+
+def test_one_pass_variance_in_float16_fails(tmp_path: Path) -> None:
+    proc, reports = _suite(tmp_path, ["aiayn.conformance.simulated:one_pass_float16"], "-k", "layer_norm")
+    assert proc.returncode == 1, f"exit {proc.returncode}, expected 1 (a failed check):\n{proc.stdout[-3000:]}"
+    data = json.loads((reports / "conformance-simulated-one-pass-variance-float16.json").read_text())
+    row = next(r for r in data["rows"] if r["equation"] == "layer_norm")
+    assert row["status"] == "fail", row

@@ -1,0 +1,193 @@
+"""Verdicts that can always fail: no pass on a bound that does not apply, honest report cells, one replay per failure.
+
+- ``harness.compare`` never turns an infinite, NaN or vacuous budget into a pass: such elements
+  are counted as not checked (with the reason), and nothing else about them is claimed;
+- 0-d and empty results are compared without crashing;
+- a report row with more unchecked elements than stated is "inconclusive" and fails the run,
+  unless the implementation declares it;
+- report cells say what happened (contract, NaN mismatch, not measured) instead of a number;
+- two distinct failures of one test get two messages and two replay files, each replaying its own
+  failure, and the report keeps the largest discrepancy found for the check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from aiayn.conformance import report
+from aiayn.conformance.harness import Case, NaNMismatch, OverBudget, Stats, compare, current_stats
+from aiayn.implementations.numpy_impl import NumpyImplementation
+
+TESTS = Path(__file__).resolve().parent
+MODULE = Path(__file__).stem
+
+
+@pytest.fixture
+def stats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("AIAYN_FAILURES", str(tmp_path / "failures"))
+    s = Stats()
+    token = current_stats().set(s)
+    yield s
+    current_stats().reset(token)
+
+
+def _case(kind: str = "agreement") -> Case:
+    return Case(NumpyImplementation(), "float32", "softmax", "softmax", {"x": np.zeros(3)}, kind)
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan, 1e300])
+def test_a_budget_that_does_not_apply_is_never_a_pass(stats: Stats, bad: float) -> None:
+    got = np.array([1.0, 5.0, 3.0])
+    expected = np.array([1.0, 2.0, 3.0])  # the middle element is off by 3
+    ratio = compare(_case(), got, expected, np.array([0.1, bad, 0.1]), budget_name="test bound")
+    assert ratio == 0.0, "the worst ratio must come from the checked elements only"
+    assert stats.checked == 2 and sum(stats.unchecked.values()) == 1, stats
+    assert "test bound" in next(iter(stats.unchecked)), stats.unchecked
+    with pytest.raises(OverBudget):  # the same element with a budget that applies fails
+        compare(_case(), got, expected, np.array([0.1, 1.0, 0.1]))
+
+
+def test_nothing_checked_gives_no_ratio(stats: Stats) -> None:
+    assert compare(_case(), np.array([7.0]), np.array([1.0]), np.array([np.inf])) is None
+    assert stats.worst is None and stats.checked == 0
+
+
+def test_zero_d_and_empty_results(stats: Stats) -> None:
+    with pytest.raises(NaNMismatch, match=r"NaN at index \(\)"):
+        compare(_case(), np.array(np.nan), np.array(0.5), np.array(0.1))
+    with pytest.raises(NaNMismatch, match=r"at index \(\), where the oracle gives NaN"):
+        compare(_case(), np.array(0.5), np.array(np.nan), np.array(0.1))
+    assert compare(_case(), np.array(0.5), np.array(0.5), np.array(0.1)) == 0.0
+    assert compare(_case(), np.zeros((0, 3)), np.zeros((0, 3)), np.zeros((0, 3))) is None
+
+
+def _results(**row: Any) -> list[dict[str, Any]]:
+    base = {"spec": "x", "equation": "layer_norm", "dtype": "float32", "test": "test_layer_norm", "outcome": "passed", "reason": "",
+            "examples": 10, "checked": 90, "unchecked": {"why": 10}, "exact": 0, "worst": 0.5, "nan_mismatches": 0, "largest": None}
+    return [base | row]
+
+
+class _Entry:
+    def __init__(self, impl: Any) -> None:
+        self.impl, self.spec, self.name, self.error = impl, "x", "x", ""
+
+
+def _row(data: dict[str, Any], equation: str = "layer_norm") -> dict[str, Any]:
+    return next(r for r in data["rows"] if r["equation"] == equation and r["dtype"] in ("float32", "all"))
+
+
+def test_a_row_above_the_stated_unchecked_fraction_is_inconclusive_unless_declared() -> None:
+    impl = NumpyImplementation()
+    data = report.build(_Entry(impl), _results(), {})
+    assert _row(data)["status"] == "inconclusive" and _row(data)["fraction_checked"] == 0.9 and data["verdict"] == "INCONCLUSIVE"
+    impl.declared_inconclusive = {"layer_norm@float32": "our rows are near-constant"}
+    data = report.build(_Entry(impl), _results(), {})
+    assert _row(data)["status"] == "inconclusive (declared)" and data["verdict"] == "PASS"
+    assert _row(report.build(_Entry(NumpyImplementation()), _results(unchecked={"why": 0}), {}))["status"] == "pass"
+
+
+@pytest.mark.parametrize(("row", "cell"), [
+    ({"equation": "contract", "checked": 5, "exact": 5, "unchecked": {}, "worst": None}, "contract (exact)"),
+    ({"outcome": "failed", "nan_mismatches": 1, "worst": None, "unchecked": {}}, "NaN mismatch"),
+    ({"checked": 0, "unchecked": {"why": 4}, "worst": None}, "not measured"),
+    ({"worst": 0.25, "unchecked": {}}, "0.25"),
+])
+def test_report_cells_say_what_happened(row: dict[str, Any], cell: str) -> None:
+    data = report.build(_Entry(NumpyImplementation()), _results(**row), {})
+    assert _row(data, row.get("equation", "layer_norm"))["measure"] == cell
+
+
+# --------------------------------------------------------------------------------------------
+# end to end, through the plugin
+
+
+class UnbiasedStdLayerNorm(NumpyImplementation):
+    """LayerNorm as a tutorial writes it: the unbiased (n - 1) std, eps added to the std (NaN for one element)."""
+
+    name = "unbiased-std-layer-norm"
+
+    def provides(self) -> frozenset[str]:
+        return frozenset({"layer_norm"})
+
+    def layer_norm(self, x, gain, bias, eps):  # type: ignore[no-untyped-def]
+        mean = x.mean(axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            std = x.std(axis=-1, keepdims=True, ddof=1)
+        return (gain * (x - mean) / (std + eps) + bias).astype(x.dtype)
+
+
+class LayerNormOnly(NumpyImplementation):
+    """The NumPy LayerNorm alone, in float64."""
+
+    name = "layer-norm-only"
+    dtypes = ("float64",)
+
+    def provides(self) -> frozenset[str]:
+        return frozenset({"layer_norm"})
+
+
+class DeclaredInconclusive(LayerNormOnly):
+    name = "declared-inconclusive"
+    declared_inconclusive = {"layer_norm": "this run checks LayerNorm on rows no budget covers, on purpose"}
+
+
+_ROWS_NO_BUDGET_COVERS = '''
+import numpy as np
+import pytest
+from aiayn.conformance.checks import layers as L
+
+
+@pytest.mark.aiayn_equation("layer_norm")
+def test_layer_norm_on_rows_no_budget_covers(impl, dtype):
+    # rows at 1e300: the bound's own magnitudes overflow, so no element can be checked
+    L.layer_norm_agreement(impl, dtype, x=np.full((2, 4), 1e300), gain=np.ones(4), bias=np.zeros(4), eps=1e-6)
+'''
+
+
+def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env |= {"PYTHONPATH": os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]), "AIAYN_FAILURES": str(tmp_path / "failures"),
+            "AIAYN_PROFILE": "ci"}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.mark.parametrize(("impl", "status", "code"), [("LayerNormOnly", "inconclusive", 1), ("DeclaredInconclusive", "inconclusive (declared)", 0)])
+def test_inconclusive_fails_the_run_unless_declared(tmp_path: Path, impl: str, status: str, code: int) -> None:
+    (tmp_path / "test_rows.py").write_text(textwrap.dedent(_ROWS_NO_BUDGET_COVERS))
+    proc = _pytest(tmp_path, "test_rows.py", f"--impl={MODULE}:{impl}", f"--aiayn-report={tmp_path / 'r'}")
+    assert proc.returncode == code, f"exit {proc.returncode}, expected {code}:\n{proc.stdout[-3000:]}"
+    data = json.loads(next((tmp_path / "r").glob("*.json")).read_text())
+    row = next(r for r in data["rows"] if r["equation"] == "layer_norm")
+    assert row["status"] == status and row["checked"] == 0 and row["not_checked"] == 8 and row["measure"] == "not measured", row
+    assert ("INCONCLUSIVE" in proc.stdout) == bool(code)
+
+
+def test_two_distinct_failures_get_their_own_messages_and_replay_files(tmp_path: Path) -> None:
+    proc = _pytest(tmp_path, "--pyargs", "aiayn.conformance", f"--impl={MODULE}:UnbiasedStdLayerNorm", "--dtype=float64",
+                   "-k", "test_layer_norm and not shifting and not fixed", f"--aiayn-report={tmp_path / 'r'}")
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:]
+    assert "NaNMismatch" in out and "OverBudget" in out, f"expected both failures reported:\n{out[-4000:]}"
+    replays = sorted(set(re.findall(r"replay: aiayn replay (\S+\.npz)", out)))
+    assert len(replays) >= 2, f"expected one replay file per failure, got {replays}"
+    from aiayn.conformance.replay import replay
+
+    for path in replays:
+        assert Path(path).exists(), f"{path} is named in a message but not on disk"
+        assert replay([path]) == 1, f"{path} does not reproduce its failure"
+    left = {str(f) for f in (tmp_path / "failures").glob("*.npz")}
+    assert left <= set(replays), f"replay files no message names were left behind: {sorted(left - set(replays))}"
+    data = json.loads((tmp_path / "r" / "conformance-unbiased-std-layer-norm.json").read_text())
+    row = next(r for r in data["rows"] if r["equation"] == "layer_norm")
+    assert row["status"] == "fail" and row["largest_failure"] and row["largest_failure"]["ratio"] > 1e3, row
