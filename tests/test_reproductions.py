@@ -507,3 +507,76 @@ def test_seeds_report_covers_every_seed_test() -> None:
              if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}  # fmt: skip
     pinned = {c.test for c in claims() if c.test}
     assert tests == pinned, f"not covered: {sorted(tests - pinned)}; unknown: {sorted(pinned - tests)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Table 1 measured on real layers; Table 2 and 3 at both vocabularies
+# ---------------------------------------------------------------------------------------------
+
+
+def test_instrumented_operation_counts_by_hand() -> None:
+    """FlopCounterMode on the real layers, against hand arithmetic (2 operations per multiply-add):
+    self-attention n = 4, d = 2: Q·Kᵀ and P·V, 2·(4·4·2) multiply-adds = 128 operations; the Elman cell,
+    n = 3, d = 2: two 2 × 2 products per step, 3·2·4 = 24 multiply-adds = 48; causal convolution k = 3,
+    n = 5, d = 2: 5·3·4 = 60 multiply-adds = 120; restricted attention r = 3: 2·(5·3·2) = 60 = 120."""
+    pytest.importorskip("torch")
+    from aiayn.reproductions import _instrument as I
+
+    assert I.flops("self_attention", 4, 2) == 128
+    assert I.flops("recurrent", 3, 2) == 48
+    assert I.flops("convolutional_contiguous", 5, 2, k=3) == 120
+    assert I.flops("restricted_self_attention", 5, 2, r=3) == 120
+
+
+def test_dependency_depth_counts_chains_and_ignores_views() -> None:
+    """((x + 1) · 2).exp() is a chain of 3 operations; views and a transpose in between add nothing;
+    two independent branches joined by one addition are as deep as the deeper branch plus one."""
+    torch = pytest.importorskip("torch")
+    from aiayn.reproductions._instrument import _Depth
+
+    x = torch.randn(4, 3)
+    with torch.no_grad(), _Depth() as rec:
+        ((x + 1) * 2).view(3, 4).T.exp()
+    assert rec.deepest == 3
+    with torch.no_grad(), _Depth() as rec:
+        (x + 1).exp().sin() + x * 2
+    assert rec.deepest == 4
+
+
+def test_path_lengths_by_hand() -> None:
+    """n = 9: attention 1 layer; the recurrence 9 cells; causal contiguous k = 3 reaches 2 positions back per
+    layer, ⌈8/2⌉ = 4 layers; dilated k = 3 (dilations 1, 3, 9) reaches 2, 8, 26 back: 2 layers for 8; restricted
+    r = 8 centred (3 back, 4 ahead): ⌈8/3⌉ = 3 layers."""
+    pytest.importorskip("torch")
+    from aiayn.reproductions._instrument import path_length
+
+    assert [path_length(t, 9) for t in ("self_attention", "recurrent", "convolutional_contiguous", "convolutional",
+                                        "restricted_self_attention")] == [1, 9, 4, 2, 3]  # fmt: skip
+
+
+def test_big_hypotheses_by_hand() -> None:
+    """Big under the oracle's counting is 176,357,376 + 1024·V: at the stated 37,000, 214,245,376 (prints 214);
+    at EN-FR's 32,000, 209,125,376 (prints 209); 213 needs V in 35,296–36,272 (test_vocab_interval_big_213_million).
+    None of the named countings gives 213 at the other rows' shared vocabulary."""
+    from aiayn.reproductions.table3 import analyse, big_hypotheses
+
+    hyps = {h["name"]: h for h in big_hypotheses(analyse())}
+    assert hyps["the stated vocabulary"]["count"] == [BIG_INTERCEPT + 1024 * 37_000] * 2 == [214_245_376] * 2
+    assert hyps["EN-FR's vocabulary"]["count"][0] == 209_125_376 and not hyps["EN-FR's vocabulary"]["gives_printed"]
+    assert hyps["a vocabulary of its own"]["vocab_that_would"] == (35_296, 36_272) and hyps["a vocabulary of its own"]["gives_printed"]
+    assert [h for h, v in hyps.items() if v["gives_printed"]] == ["a vocabulary of its own"]
+
+
+def test_six_nd_floor_and_epoch_by_hand() -> None:
+    """Big at 37,000: N = 214,245,376 split 88,172,544 / 126,072,832; with 25,000 tokens a side and 300,000 steps the
+    per-side 6·N·D is 6·214,245,376·25,000·300,000 = 9.6410·10^18 > Epoch's 7.4·10^18. Doing that in 84 h on 8 GPUs
+    of 9.3 TFLOPS peak (2.24986·10^19 FLOP) takes 42.85% of peak, not 33%."""
+    from aiayn.reference.counts import BIG
+
+    from aiayn.reproductions.table2 import EPOCH_BIG_FLOP, six_nd
+
+    r = six_nd(BIG, 37_000, 300_000, 25_000, 25_000)
+    assert (r["source_side"], r["target_side"]) == (88_172_544, 126_072_832)
+    assert r["six_n_d_per_side"] == 6 * 214_245_376 * 25_000 * 300_000 == 9_641_041_920_000_000_000
+    assert r["six_n_d_per_side"] > EPOCH_BIG_FLOP
+    assert abs(r["six_n_d_per_side"] / (84 * 3600 * 8 * 9.3e12) - 0.42852) < 1e-5
