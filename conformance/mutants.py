@@ -358,7 +358,7 @@ def run_mutants(report_dir: Path, *, workers: int = 0, extra: list[str] | None =
     """
     specs = [f"aiayn.conformance.mutants:{name}" for name in MUTANTS] + [CONTROL]
     cmd = [sys.executable, "-m", "pytest", *pytest_arguments(specs, report=report_dir, workers=workers,
-                                                             extra=["--tb=no", "-W", "ignore::RuntimeWarning", *(extra or [])])]
+                                                             extra=["--tb=no", *(extra or [])])]
     env = {**os.environ, "AIAYN_FIND_ONLY": "1", "AIAYN_FAILURES": str(report_dir / "failures")}
     return subprocess.run(cmd, cwd=report_dir.parent, env=env, capture_output=True, text=True, check=False)
 
