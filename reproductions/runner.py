@@ -1,50 +1,56 @@
 """``aiayn reproduce [NAME ...] [--out DIR]``: regenerate the reports (what ``make reproduce`` runs first).
 
-Runs every reproduction (or the NAMEs given), printing progress and every file it writes, and,
-when all are run, writes the folder's ``README.md``: the index with each report's one-line
-verdict. ``--no-measure`` skips the wall-clock timings (table1-measured.*) and the fetched WMT17
-data, the parts that are not deterministic. The default folder is the checkout's ``reports/``,
-or ``./aiayn-reports`` when aiayn is installed from a wheel.
+Runs every reproduction of the registry (``aiayn.reproductions.registry``; or the NAMEs given),
+printing progress and every file it writes: the deterministic ones are regenerated; the measured
+ones are measured again when quick (the timings of table1-measured, the WMT17 rescoring of bleu)
+and re-rendered from their stored results otherwise (the training and ablation reports: their
+numbers come from ``make reproduce`` / ``make reproduce-bleu``). ``--no-measure`` re-renders every
+measured report from its stored results. When all are run it writes the folder's ``README.md``:
+the index with each report's kind, one-line verdict, and, for measured reports, whether their
+measurement code is still the current one (``STALE`` when it has changed since). The default
+folder is the checkout's ``reports/``, or ``./aiayn-reports`` when aiayn is installed from a wheel.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import inspect
 import time
 from pathlib import Path
 
 from aiayn.environment import UsageError, reports_dir
 from aiayn.kit import write_text
-from aiayn.reproductions import MEASURED_FILES, PLANNED
+from aiayn.reproductions.registry import BY_NAME, DETERMINISTIC, REPRODUCTIONS, resolve, status, stored
 
-NOT_BUILT = "not built yet"
+NOT_MEASURED = "not measured yet"
 
 
 def run_one(name: str, out: Path, *, measure: bool = True) -> str:
-    """Run ``aiayn.reproductions.<name>.main`` into ``out``; return its verdict (or NOT_BUILT)."""
-    if importlib.util.find_spec(f"aiayn.reproductions.{name}") is None:
-        return NOT_BUILT
-    module_main = importlib.import_module(f"aiayn.reproductions.{name}").main
-    if "measure" in inspect.signature(module_main).parameters:
-        return module_main(out, measure=measure)
-    return module_main(out)
+    """Regenerate reproduction ``name`` into ``out`` (see the module docstring); return its verdict."""
+    r = BY_NAME[name]
+    if r.kind == DETERMINISTIC or (measure and r.quick and r.entry):
+        entry = resolve(r.entry)
+        return entry(out, measure=measure) if "measure" in inspect.signature(entry).parameters else entry(out)
+    data = stored(out, r)
+    if data is None:
+        return f"{NOT_MEASURED}: run `{r.command}`"
+    return resolve(r.rerender)(data, out)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("names", nargs="*", metavar="NAME", help=f"reproductions to run (default: all): {', '.join(PLANNED)}")
+    names = ", ".join(r.name for r in REPRODUCTIONS)
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"reproductions to run (default: all): {names}")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: the checkout's reports/, else ./aiayn-reports)")
-    parser.add_argument("--no-measure", action="store_true", help="skip wall-clock timings (table1-measured.*) and fetched data (bleu-wmt17.*)")
+    parser.add_argument("--no-measure", action="store_true",
+                        help="measure nothing: re-render the measured reports (timings, WMT17, training) from their stored results")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the reproductions named in ``args`` (all by default) into ``args.out``."""
-    unknown = [n for n in args.names if n not in PLANNED]
+    unknown = [n for n in args.names if n not in BY_NAME]
     if unknown:
-        raise UsageError(f"unknown reproduction(s) {', '.join(unknown)}; known: {', '.join(PLANNED)}")
-    names = args.names or list(PLANNED)
+        raise UsageError(f"unknown reproduction(s) {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+    names = args.names or [r.name for r in REPRODUCTIONS]
     args.out = Path(args.out) if args.out else reports_dir()
     print(f"writing into {args.out.resolve()}", flush=True)
     verdicts: dict[str, str] = {}
@@ -60,30 +66,41 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _state(out: Path, name: str) -> str:
+    r = BY_NAME[name]
+    s = status(r, stored(out, r))
+    if s["state"] == "deterministic":
+        return "deterministic: regenerated and compared by the drift test"
+    if s["state"] == "missing":
+        return f"measured: not yet (`{r.command}`)"
+    where = f"commit {', '.join(s['commits']) or '?'}, code {', '.join(s['codes']) or '?'}"
+    if s["state"] == "current":
+        return f"measured at {where}: current"
+    return f"**STALE**: measured at {where}; the measurement code is now {s['now']}: rerun `{r.command}`"
+
+
 def write_index(out: Path, verdicts: dict[str, str]) -> None:
-    """reports/README.md: one row per planned reproduction with its verdict."""
+    """reports/README.md: one row per reproduction of the registry: kind, verdict, state."""
     lines = [
         "# aiayn reports",
         "",
         "Regenerated by `make reproduce` (`aiayn reproduce`; one report: `aiayn reproduce NAME`).",
-        "Each report shows the paper's printed value beside ours (computed in the run) and ends with a",
-        "sacreBLEU-style signature line (packages, precision, seeds, the commit of aiayn).",
+        "Each report shows the paper's printed value beside ours (computed in the run, or, for a measured report, in the",
+        "measurement its JSON stores) and ends with a sacreBLEU-style signature line (packages, precision, seeds, the commit",
+        "of aiayn and the hash of the code that generated it). Deterministic reports are regenerated and compared by the",
+        "drift test; measured ones are re-rendered from their stored results and compared, and flagged **STALE** here and",
+        "in their own text when the code that measured them has changed since.",
         "",
-        "| report | what it reproduces | verdict |",
-        "|---|---|---|",
+        "| report | what it reproduces | kind and state | verdict |",
+        "|---|---|---|---|",
     ]
     for name, verdict in verdicts.items():
-        link = f"[{name}]({name}.md)" if verdict != NOT_BUILT else name
-        lines.append(f"| {link} | {PLANNED[name]} | {verdict} |")
-    measured = [f for f in MEASURED_FILES if f.endswith(".md")]
-    lines += ["", "Measured (wall-clock timings, or data fetched at run time: they may vary from run to run or "
-              "machine to machine, are skipped with `--no-measure`, and the drift test does not compare them): " + ", ".join(f"[{f}]({f})" for f in measured) + ".",
-              "", "Written by other commands (not by `make reproduce`):", "",
-              "- `conformance-<impl>.md/.json`: `aiayn check <impl> --report reports` (the conformance suite, one "
-              "report per implementation; `conformance-mutants.md`: `aiayn mutants`);",
-              "- `benchmarks.md/.json/.png`: `make bench` / `aiayn bench` (attention throughput as a fraction of the GEMM ceiling);",
-              "- `bleu-training.md/.json`: the second step of `make reproduce` (`aiayn train`: train, decode and score the model on CPU; "
-              "`make reproduce-bleu` adds the EN-FR run);",
-              "- `bleu-ablation.md/.json`: `make reproduce-bleu` (Table 3's variations at CPU scale, two seeds per row)."]
+        r = BY_NAME[name]
+        link = f"[{name}]({r.markdown})" if (out / r.markdown).exists() else name
+        lines.append(f"| {link} | {r.title} | {_state(out, name)} | {verdict} |")
+    lines += ["", "Written by other commands (not by `aiayn reproduce`):", "",
+              "- `conformance-<impl>.md/.json`: `aiayn check <impl> --report reports` (the conformance suite, one report per "
+              "implementation; `conformance-mutants.md`: `aiayn mutants`);",
+              "- `benchmarks.md/.json/.png`: `make bench` / `aiayn bench` (attention and training throughput as a fraction of the "
+              "GEMM ceiling, against PyTorch's own peer)."]
     write_text(out / "README.md", "\n".join(lines) + "\n")
-

@@ -35,7 +35,7 @@ from aiayn.reference.counts import layer_operations
 from aiayn.reproductions import paper
 from aiayn.reproductions import _instrument as I
 from aiayn.reproductions._layers import THREAD_VARIABLES
-from aiayn.kit import Report, figure_style, fmt_int, progress, pyplot, save_png, write_report
+from aiayn.kit import Report, aiayn_commit, code_hash, figure_style, fmt_int, progress, pyplot, rounded, save_png, write_report
 
 NAME = "table1"
 TYPES = ("self_attention", "recurrent", "convolutional", "restricted_self_attention")
@@ -398,10 +398,25 @@ def _cpu() -> str:
     return "unknown"
 
 
+MEASUREMENT = "aiayn.reproductions._layers"  # the code that times (registry: table1-measured)
+
+
 def write_measured(out_dir: Path) -> str:
     """Time our NumPy layers, write table1-measured.{md,json,png}; return a one-line summary."""
     progress(NAME, "timing our NumPy layers on one thread (about 15 s)")
-    sweep = run_sweep()
+    sweep = dict(run_sweep(), cpu=_cpu())
+    return _write_measured(Path(out_dir), sweep, {"codes": [code_hash(MEASUREMENT)], "commits": [aiayn_commit()]})
+
+
+def rerender_measured(data: dict, out_dir: Path) -> str:
+    """table1-measured.* again from the timings stored in its JSON (``data``), nothing re-timed."""
+    return _write_measured(Path(out_dir), data["sweep"], data["measurement"])
+
+
+def _write_measured(out_dir: Path, sweep: dict, measurement: dict) -> str:
+    from aiayn.reproductions.registry import BY_NAME, staleness_line
+
+    sweep, measurement = rounded(sweep), rounded(measurement)
     ns = sweep["n"]
     series = {t: [sweep["seconds"][t][str(n)] for n in ns] for t in TYPES}
     fit_ns = [n for n in ns if n >= FIT_MIN_N]
@@ -413,13 +428,17 @@ def write_measured(out_dir: Path) -> str:
     threads = ", ".join(f"{v}={sweep['threads'][v]}" for v in THREAD_VARIABLES)
     report = Report(f"{NAME}-measured", "Table 1, measured: our NumPy layers on one thread", precision="float64",
                     seed=str(sweep["seed"]), packages=("numpy", "matplotlib"))  # fmt: skip
+    report.generator = (__name__,)
+    report.fields = {"results_commit": ",".join(measurement["commits"]), "results_code": ",".join(measurement["codes"])}
     report.add(
         "",
-        f"**Not deterministic.** Wall-clock timings on this machine ({_cpu()}, one thread: "
-        f"{threads}, threadpoolctl {sweep['threads']['threadpoolctl']}); "
-        "they change from run to run, so this report is excluded from the drift test. Layers: "
-        "`reproductions/_layers.py` (mixing step only, as counted in table1.md); d = "
+        f"**Measured.** Wall-clock timings on the machine that measured them ({sweep['cpu']}, one thread: "
+        f"{threads}, threadpoolctl {sweep['threads']['threadpoolctl']}); they change from run to run and machine to machine, "
+        "so they are stored in this report's JSON and the report is re-rendered from them (`aiayn reproduce --no-measure`), "
+        "not re-timed, by the drift test. Layers: `reproductions/_layers.py` (mixing step only); d = "
         f"{sweep['d']}, k = {sweep['k']}, r = {sweep['r']}; fastest of at least 3 calls after a warm-up.",
+        "",
+        staleness_line(BY_NAME[f"{NAME}-measured"], measurement),
     )
     report.section("Seconds per call")
     report.table(["layer type", *(f"n={n}" for n in ns)], [[LABELS[t], *(f"{s:.2e}" for s in series[t])] for t in TYPES],
@@ -448,8 +467,8 @@ def write_measured(out_dir: Path) -> str:
         "measured growth in n: " + ", ".join(f"{LABELS[t]} {fits[t]:.2f} (counted {counted_n[t]:g})" for t in TYPES)
         + f"; self-attention overtakes recurrent at {cross_text} (counted: n = d = {sweep['d']})"
     )
-    report.data = {"sweep": sweep, "fit_min_n": FIT_MIN_N, "fitted_exponents": fits, "counted_exponents": counted_n,
-                   "crossover_n": cross, "gflops": rate}  # fmt: skip
+    report.data = {"sweep": sweep, "measurement": measurement, "fit_min_n": FIT_MIN_N, "fitted_exponents": fits,
+                   "counted_exponents": counted_n, "crossover_n": cross, "gflops": rate}  # fmt: skip
     _figure_measured(out_dir, ns, series, cross, sweep["d"])
     write_report(out_dir, report, stem=f"{NAME}-measured")
     return report.verdict

@@ -380,11 +380,20 @@ def test_sample_files_align() -> None:
     assert all(line.strip() == line and line for lines in sample.values() for line in lines)
 
 
-def test_main_without_measure_writes_only_the_sample_report(tmp_path: Path) -> None:
-    verdict = bleu.main(tmp_path, measure=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bleu.json", "bleu.md"]
-    data = json.loads((tmp_path / "bleu.json").read_text(encoding="utf-8"))
+def test_main_without_data_writes_the_worked_example_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline with an empty cache: bleu.md leads with the WMT17 section saying it was not measured (and how
+    to measure it), then the worked example; the sample's own statistics are computed all the same."""
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "empty"))
+    verdict = bleu.main(tmp_path / "out", measure=False)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["bleu.json", "bleu.md"]
+    data = json.loads((tmp_path / "out" / "bleu.json").read_text(encoding="utf-8"))
     assert data["verdict"] == verdict and data["agreement"]["within_bound"] and data["agreement"]["same_counts"]
+    assert verdict.startswith("WMT17 data not available") and not data["wmt17"]["available"]
+    md = (tmp_path / "out" / "bleu.md").read_text(encoding="utf-8")
+    assert bleu_wmt17.PIP_COMMAND in md and bleu_wmt17.SDIST_SHA256 in md and "{" not in md
+    assert md.index("## Sixteen WMT17 systems: not measured") < md.index("## Worked example")
+    density = data["sample"]["hyphen_density"]
+    assert density["markers"] == sum(r.split().count(AT_SEPARATOR) for r in (paper_tokens(x) for x in bleu.load_sample()["ref.de"]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,18 +466,11 @@ def test_fetch_without_network_reports_a_missing_or_wrong_file(tmp_path: Path) -
     assert path is None and "wrong SHA-256" in why
 
 
-def test_report_without_data_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "empty"))
-    verdict = bleu_wmt17.run(tmp_path, network=False)
-    assert verdict.startswith("not run: sacreBLEU 2.6.0's source distribution could not be had")
-    md = (tmp_path / "bleu-wmt17.md").read_text(encoding="utf-8")
-    assert bleu_wmt17.PIP_COMMAND in md and bleu_wmt17.SDIST_SHA256 in md and "{" not in md
-
-
-def test_rescoring_report_on_synthetic_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rescoring_on_synthetic_data_and_rerendering(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three made-up systems: uedin-nmt copies the reference (sacreBLEU 100, so the known 28.30 is
     NOT reproduced and the verdict must say so), C-3MA and FBK differ by one hyphenated word.
-    The recorded mteval figure 100 for uedin-nmt agrees; 50 for C-3MA does not."""
+    The recorded mteval figure 100 for uedin-nmt agrees; 50 for C-3MA does not. Re-rendering from the
+    stored JSON gives the same report (signature aside)."""
     refs = ["Der US-Präsident traf die EU-Kommissarin am Dienstag in Berlin .", "Das ist ein sehr guter Test für uns alle ."]
     systems = {
         "uedin-nmt": list(refs),
@@ -481,15 +483,18 @@ def test_rescoring_report_on_synthetic_data(tmp_path: Path, monkeypatch: pytest.
     sdist = _synthetic_sdist(cache, refs, systems, test_sh)
     monkeypatch.setenv("AIAYN_CACHE", str(cache))
     monkeypatch.setattr(bleu_wmt17, "SDIST_SHA256", hashlib.sha256(sdist.read_bytes()).hexdigest())
-    verdict = bleu_wmt17.run(tmp_path, network=False)
+    verdict = bleu.main(tmp_path / "a", measure=False)
     assert verdict.startswith("uedin-nmt 100.00 sacreBLEU (NOT the known 28.30)"), verdict
-    data = json.loads((tmp_path / "bleu-wmt17.json").read_text(encoding="utf-8"))
-    rows = {r["system"]: r for r in data["systems"]}
-    assert rows["uedin-nmt"]["sacrebleu"] == 100.0 and rows["uedin-nmt"]["paper_style"] == 100.0
-    assert rows["uedin-nmt"]["mteval_agrees"] and not rows["C-3MA"]["mteval_agrees"]
-    assert rows["FBK"]["mteval_v13a_recorded"] is None
-    assert [r["rank_sacrebleu"] for r in data["systems"]] == [1, 2, 3]
-    assert "1 of 3 systems equal" in verdict
+    data = json.loads((tmp_path / "a" / "bleu.json").read_text(encoding="utf-8"))
+    rows = {r["system"]: r for r in data["wmt17"]["systems"]}
+    assert rows["uedin-nmt"]["scores"]["sacre"] == 100.0 and rows["uedin-nmt"]["scores"]["paper"] == 100.0
+    assert rows["FBK"]["mteval_recorded"] is None and rows["FBK"]["markers"] == 1 and rows["FBK"]["markers_matched"] == 1
+    sacre = [r["scores"]["sacre"] for r in data["wmt17"]["systems"]]
+    assert sacre == sorted(sacre, reverse=True) and data["wmt17"]["systems"][0]["system"] == "uedin-nmt"
+    assert "1 of 3 WMT17 systems equal" in verdict
+    assert bleu.rerender(data, tmp_path / "b") == verdict
+    strip = lambda p: [x for x in p.read_text(encoding="utf-8").splitlines() if not x.startswith("Signature: ")]  # noqa: E731
+    assert strip(tmp_path / "a" / "bleu.md") == strip(tmp_path / "b" / "bleu.md")
 
 
 @pytest.mark.skipif(not (bleu_wmt17.cache_dir() / bleu_wmt17.SDIST).exists(), reason="sacreBLEU 2.6.0's sdist is not in the cache")

@@ -1,11 +1,15 @@
 """Tests of reproductions/: the reports never drift from the code, regenerate byte-identically,
 and the arithmetic behind their verdicts is right.
 
-- Drift: every report is regenerated into a temporary folder and compared with the committed
-  reports/ (the signature line of each .md and the "signature" key of each .json are ignored, as
-  they name the git commit; the wall-clock file table1-measured.* is neither generated nor
-  compared; PNGs are compared byte for byte when the installed matplotlib is the one that drew
-  the committed ones, named in the committed signature).
+- Drift: every report of the registry is made again into a temporary folder and compared with the
+  committed reports/: the deterministic ones regenerated, the measured ones (timings, the WMT17
+  rescoring, the training and ablation runs) re-rendered from the results their committed JSON
+  stores; then the index. The signature line of each .md and the "signature" key of each .json are
+  ignored, as they name the git commit and the code hash; PNGs are compared byte for byte when the
+  installed matplotlib is the one that drew the committed ones, named in the committed signature.
+  A measured report whose measurement code changed since its results were taken re-renders with a
+  STALE line, so the committed one must carry it too: the drift test cannot pass with the flag
+  missing.
 - Determinism: a second regeneration gives byte-identical files.
 - Arithmetic: the Table 3 vocabulary inference, the Table 2 cost arithmetic, the Table 1 exponent
   reading and fits, the saturation statistics and our NumPy layers, each against hand arithmetic
@@ -29,9 +33,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aiayn.reproductions import MEASURED_FILES, PLANNED
-from aiayn.reproductions.runner import NOT_BUILT, run_one, write_index
 from aiayn.kit import SIGNATURE_KEY, SIGNATURE_PREFIX
+from aiayn.reproductions.registry import DETERMINISTIC, REPRODUCTIONS, resolve, stored
+from aiayn.reproductions.runner import NOT_MEASURED, run_one, write_index
 
 REPO = Path(__file__).resolve().parent.parent
 REPORTS = REPO / "reports"
@@ -45,8 +49,15 @@ U = 2.0**-53  # binary64 unit roundoff
 
 
 def _regenerate(out: Path) -> dict[str, str]:
-    """Every built reproduction into ``out`` (timings skipped), plus the index; return the verdicts."""
-    verdicts = {name: run_one(name, out, measure=False) for name in PLANNED}
+    """Every reproduction into ``out``: deterministic ones regenerated, measured ones re-rendered from the committed
+    reports' stored results (nothing measured); then the index. Returns the verdicts."""
+    verdicts = {}
+    for r in REPRODUCTIONS:
+        if r.kind == DETERMINISTIC:
+            verdicts[r.name] = run_one(r.name, out, measure=False)
+        else:
+            data = stored(REPORTS, r)
+            verdicts[r.name] = resolve(r.rerender)(data, out) if data is not None else f"{NOT_MEASURED}: run `{r.command}`"
     write_index(out, verdicts)
     return verdicts
 
@@ -58,13 +69,15 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _owned(name: str) -> bool:
-    """Files of reports/ that ``aiayn reproduce`` writes.
+OWNED = {f for r in REPRODUCTIONS for f in r.files} | {"README.md"}
 
-    Other commands write conformance-* (pytest conformance), benchmarks* (make bench),
-    bleu-training.* and bleu-ablation.* (training runs: make reproduce's second step, make reproduce-bleu) and reports/tmp/.
+
+def _owned(name: str) -> bool:
+    """Files of reports/ that the registry's reproductions (and the index) write.
+
+    Other commands write conformance-* (aiayn check, aiayn mutants), benchmarks* (make bench) and reports/tmp/.
     """
-    return not name.startswith(("conformance-", "benchmarks", "bleu-training.", "bleu-ablation.")) and name not in MEASURED_FILES
+    return name in OWNED
 
 
 def _without_signature(path: Path) -> object:
@@ -123,19 +136,31 @@ def test_every_report_ends_with_a_signature(regenerated: Path) -> None:
             continue
         last = md.read_text(encoding="utf-8").splitlines()[-1]
         assert last.startswith(SIGNATURE_PREFIX), f"{md.name}: last line {last!r} is not the signature"
-        for field in ("report:", "numpy:", "precision:", "seed:", "commit:"):
+        for field in ("report:", "precision:", "seed:", "commit:", "|code:"):
             assert field in last, f"{md.name}: signature {last!r} lacks {field}"
         data = json.loads(md.with_suffix(".json").read_text(encoding="utf-8"))
         assert data[SIGNATURE_KEY] in last, f"{md.name}: json signature {data[SIGNATURE_KEY]!r} differs from the md's"
 
 
-def test_index_lists_every_planned_report(regenerated: Path) -> None:
+def test_index_lists_every_reproduction(regenerated: Path) -> None:
     index = (regenerated / "README.md").read_text(encoding="utf-8")
-    for name in PLANNED:
-        assert f"| {name} |" in index or f"[{name}]({name}.md)" in index, f"index lacks {name}"
-    built = [n for n in PLANNED if (regenerated / f"{n}.md").exists()]
-    assert {"table1", "table2", "table3", "saturation", "seeds", "figures"} <= set(built), f"built: {built}"
-    assert {"bleu"} <= set(built), f"built: {built}"
+    for r in REPRODUCTIONS:
+        assert f"| {r.name} |" in index or f"[{r.name}]({r.markdown})" in index, f"index lacks {r.name}"
+        assert (regenerated / r.markdown).exists(), f"{r.name} was neither regenerated nor re-rendered"
+
+
+def test_registry_declares_each_reproduction_once() -> None:
+    """Names, files and entry points are unique and resolvable; measured ones say how to measure and re-render."""
+    names = [r.name for r in REPRODUCTIONS]
+    files = [f for r in REPRODUCTIONS for f in r.files]
+    assert len(names) == len(set(names)) and len(files) == len(set(files))
+    for r in REPRODUCTIONS:
+        assert r.kind in ("deterministic", "measured") and r.files[0] == f"{r.name}.md"
+        for spec in (r.entry, r.rerender):
+            if spec:
+                assert callable(resolve(spec)), spec
+        if r.kind == "measured":
+            assert r.rerender and r.measurement and r.command, r.name
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,11 +30,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import mpmath
 
-from aiayn.kit import Report, rounded
+from aiayn.kit import Report, rounded, write_report
 
 STEM = "bleu-ablation"
 ALPHA = 0.05  # the test level of every per-row verdict
@@ -192,6 +193,7 @@ def _test_cells(s: dict[str, Any], metric: str, fmt: str) -> list[str]:
 def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
     """``bleu-ablation.{md,json}`` from the runs' results and the run settings (both stored in its JSON)."""
     from aiayn.reproductions.paper import printed
+    from aiayn.reproductions.registry import BY_NAME, staleness_line
 
     runs, setup = rounded(runs), rounded(setup)
     rows = [r for r in ROW_INFO if any(x["row"] == r for x in runs)]
@@ -221,6 +223,8 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
         f"Eq. (3) with warmup {setup['warmup']}, label smoothing 0.1, residual dropout 0.1; the last weights, no checkpoint "
         f"averaging (as §6.2 does for Table 3); beam {setup['beam']}, α = {setup['alpha']}. Perplexity: exp of the mean "
         "plain NLL per target BPE piece (EOS included).",
+        "",
+        staleness_line(BY_NAME[STEM], {"codes": codes, "commits": commits}),
         "",
         "Design: every row is trained with the same seeds " + ", ".join(map(str, seeds)) + "; a seed fixes the batch order (the same "
         "batches for every row), the initial weights and the dropout masks, so each row is compared with base seed by seed "
@@ -284,5 +288,12 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
     sig = runs[0]["dev_bleu"]
     rep.add("", f"Signatures: BLEU `{sig['sacrebleu_signature']}`; chrF `{sig['chrf_signature']}`. Results computed at commit "
             f"{', '.join(commits)} by code {', '.join(codes)} (`aiayn.kit.code_hash` of `aiayn.reproductions.translation.ablation`).")  # fmt: skip
-    rep.data.update(setup=setup, rows=summary, runs=runs)
+    rep.data.update(setup=setup, rows=summary, runs=runs, measurement={"codes": codes, "commits": commits})
     return rep
+
+
+def rerender(data: dict[str, Any], out_dir: Path) -> str:
+    """bleu-ablation.{md,json} again from the runs and settings stored in its JSON."""
+    report = make_report(data["runs"], data["setup"])
+    write_report(Path(out_dir), report)
+    return report.verdict

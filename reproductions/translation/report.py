@@ -1,10 +1,13 @@
 """``aiayn train-report RUN [RUN ...]``: ``bleu-training.{md,json}`` from finished runs.
 
-Each RUN is a ``--work`` folder of ``aiayn train`` (it holds the run's
-``results.json``). The report puts every run in one table (language pair, corpus, model, compute,
-dev perplexity, test sacreBLEU / paper-style tokenized BLEU / chrF) beside the paper's Table 2
-EN-DE and EN-FR cells, transcribed and labelled as such, never presented as comparable; then each
-run's details, signatures and first test examples. Every number comes from the runs' own results.
+Each RUN is a ``--work`` folder of ``aiayn train`` (it holds the run's ``results.json``). The
+report puts every run in one table (language pair, corpus, model, compute, dev perplexity, test
+sacreBLEU / paper-style tokenized BLEU / chrF / repetition) beside the paper's Table 2 EN-DE and
+EN-FR cells, transcribed and labelled as such, never presented as comparable; then why beam search
+repeats (``diagnose.py``'s measurements, with the verdict they support); then each run's details,
+signatures and first test examples. Every number comes from the runs' own results, which the
+report's JSON stores (key ``results``): :func:`rerender` renders the report again from them, and the
+registry marks the report STALE when the training code has changed since the runs.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from aiayn.kit import Report, write_report
+from aiayn.kit import Report, rounded, write_report
 
 STEM = "bleu-training"
 PAIR_NAMES = {"en": "EN", "de": "DE", "fr": "FR"}
+#: A majority: the model "prefers" its loops when it scores more than half of them above the references.
+MAJORITY = 0.5
 
 
 def load_run(folder: Path) -> dict[str, Any]:
@@ -43,25 +48,103 @@ def _threads(n: int) -> str:
     return "1 thread" if n == 1 else f"{n} threads"
 
 
+def _rep(score: dict[str, Any]) -> str:
+    if "repetition_rate" not in score:
+        return "n/a"
+    return f"{score['repetition_rate']:.1%} ({score['looping_lines']} looping)"
+
+
+def diagnosis_verdict(d: dict[str, Any]) -> dict[str, str]:
+    """What the diagnosis supports, each part a comparison with its criterion (see ``diagnose.py``).
+
+    - bug: ruled out when every sentence's search log-probability equals the teacher-forced
+      rescoring within ``AGREE_NATS``; else a possible bug;
+    - length penalty: how the looping lines change from α = 0 to the run's α and to α = 1;
+    - model: the model prefers its loops when it scores more than :data:`MAJORITY` of the looping
+      outputs above the references (length-normalised as the search scores).
+    """
+    res = d["rescoring"]
+    bug = (f"ruled out: the search's log-probabilities equal a float64 teacher-forced rescoring within {res['agree_nats']} nats "
+           f"(max {res['max_abs_nats']:.1e} over {res['sentences']} sentences)") if res["agree"] else (
+           f"POSSIBLE BUG: the search's log-probabilities differ from the rescoring by up to {res['max_abs_nats']:.3g} nats")  # fmt: skip
+    by_alpha = sorted(((v["alpha"], v["looping_lines"]) for v in d["decodes"].values() if v["alpha"] is not None))
+    loops = ", ".join(f"{n} at α = {a:g}" for a, n in by_alpha)
+    trend = "rise" if by_alpha[-1][1] > by_alpha[0][1] else "fall" if by_alpha[-1][1] < by_alpha[0][1] else "stay"
+    greedy = d["decodes"].get("greedy", {}).get("looping_lines")
+    penalty = f"looping lines {trend} with α ({loops}; greedy {greedy})"
+    looping, preferred = d["looping_outputs"], d["model_prefers_looping_output_over_reference"]
+    if looping == 0:
+        model = "no looping output to judge"
+    elif preferred > MAJORITY * looping:
+        model = f"the model scores {preferred} of its {looping} looping outputs above the references: the search finds what the model prefers"
+    else:
+        model = f"the model scores only {preferred} of its {looping} looping outputs above the references"
+    return {"bug": bug, "length_penalty": penalty, "model": model}
+
+
+def _section_diagnosis(rep: Report, r: dict[str, Any]) -> None:
+    d = r.get("diagnosis")
+    if d is None:
+        return
+    v = diagnosis_verdict(d)
+    rows = [[label, f"{x['sacrebleu']:.2f}", f"{x['chrf']:.2f}", f"{x['bp']:.3f}", f"{x['repetition_rate']:.1%}",
+             f"{x['looping_lines']} / {x['lines']}", str(x["at_max_length"])] for label, x in d["decodes"].items()]  # fmt: skip
+    mean = d["mean_normalised_logprob"]
+    rep.section(
+        f"{pair_of(r)}: why beam search repeats",
+        "The averaged model decoded four ways on the test books (`reproductions/translation/diagnose.py`). Repetition: of all "
+        "4-grams of the outputs (whitespace tokens), the share that repeat an earlier 4-gram of the same line; looping lines: "
+        "lines where some 4-gram occurs 3 times or more. \"at max length\": outputs cut at input + 50 tokens.",
+        "",
+    )
+    rep.table(["decoding", "sacreBLEU", "chrF", "BP", "repeated 4-grams", "looping lines", "at max length"], rows, "lrrrrrr")
+    rep.add(
+        "",
+        f"Reference repetition for comparison: {r['test'].get('reference_repetition_rate', float('nan')):.1%} of 4-grams, "
+        f"{r['test'].get('reference_looping_lines', 'n/a')} looping lines (the Bible repeats itself too).",
+        "",
+        f"- A bug in the search or its cache: {v['bug']}; the search's accumulated score is the same number a plain forward "
+        f"pass gives (float32 rounding of that pass: at most {d['rescoring']['float32_rounding_max_abs_nats']:.1e} nats).",
+        f"- The length penalty: {v['length_penalty']}.",
+        f"- The model: {v['model']}; over all {d['sentences']} sentences it scores its beam output above the reference "
+        f"{d['model_prefers_output_over_reference']} times (mean length-normalised log-probability: beam {mean['beam']:.2f}, "
+        f"greedy {mean['greedy']:.2f}, reference {mean['reference']:.2f}), and the beam's output scores at least as well as "
+        f"greedy's for {d['beam_scores_at_least_greedy']} of {d['sentences']} sentences (the search does its job).",
+    )
+
+
+def _measurement(runs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    return {"codes": sorted({r.get("measurement", {}).get("code", "unknown") for r in runs}),
+            "commits": sorted({r.get("measurement", {}).get("commit", "unknown") for r in runs})}  # fmt: skip
+
+
 def make_report(runs: list[dict[str, Any]]) -> Report:
     """``bleu-training.{md,json}``: our runs beside Table 2's transcribed cells (not comparable)."""
     from aiayn.reproductions.paper import printed
+    from aiayn.reproductions.registry import BY_NAME, staleness_line
 
     if not runs:
         raise ValueError("runs: expected at least one finished run")
+    runs = rounded(runs)
+    measurement = _measurement(runs)
     seeds = ",".join(str(r["seed"]) for r in runs)
     rep = Report(STEM, "BLEU reproduction: the paper's recipe trained with our own equations", precision="float32", seed=seeds,
                  packages=("torch", "sacrebleu", "sentencepiece", "numpy"))  # fmt: skip
+    rep.generator = (__name__,)
+    rep.fields = {"results_commit": ",".join(measurement["commits"]), "results_code": ",".join(measurement["codes"])}
     rep.verdict = "; ".join(
         f"{pair_of(r)} ({r['preset']}, {r['parameters'] / 1e6:.1f}M parameters, {r['train_seconds'] / 60:.0f} min on {r['device']}): "
         f"sacreBLEU {r['test']['sacrebleu']:.2f}, tokenized BLEU {r['test']['tokenized_bleu']:.2f}, chrF {r['test']['chrf']:.2f}"
+        + (f", {r['test']['repetition_rate']:.0%} repeated 4-grams" if "repetition_rate" in r["test"] else "")
+        + (f" (bug {'ruled out' if r['diagnosis']['rescoring']['agree'] else 'NOT ruled out'})" if "diagnosis" in r else "")
         for r in runs
     ) + " on held-out test books; not comparable to Table 2's WMT14 figures"
     rep.add("", "What: the paper's encoder-decoder trained by `aiayn train` (model, training and decoding "
-            "computed by the equations `aiayn check torch` checks), checkpoints averaged, beam search as §6.1, "
-            "scored on whole held-out books with sacreBLEU, the paper-style tokenized BLEU with compound splitting, and chrF. "
-            "How each score is computed, and why the two BLEUs differ: [bleu.md](bleu.md); the same two BLEUs on sixteen real WMT17 "
-            "systems: [bleu-wmt17.md](bleu-wmt17.md); Table 3's model variations at this scale: [bleu-ablation.md](bleu-ablation.md).")
+            "computed by the equations `aiayn check torch-sdpa` checks), checkpoints averaged, beam search as §6.1, "
+            "scored on whole held-out books with sacreBLEU, the paper-style tokenized BLEU (German: compound splitting; French: "
+            "French rules, no splitting) and chrF. How each score is computed, and how the two BLEUs differ on sixteen real WMT17 "
+            "systems: [bleu.md](bleu.md); Table 3's model variations at this scale: [bleu-ablation.md](bleu-ablation.md).",
+            "", staleness_line(BY_NAME[STEM], measurement))  # fmt: skip
     rep.section("Our runs (test books, averaged checkpoints, beam 4)")
     body = []
     for r in runs:
@@ -69,16 +152,22 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
         greedy = f"{r['test_greedy']['sacrebleu']:.2f}" if "test_greedy" in r else "n/a"
         body.append([pair_of(r), r["preset"], f"{r['parameters']:,}", f"{s['steps']:,}", f"{s['tokens']:,}",
                      f"{r['train_seconds'] / 60:.1f} min, {r['world']} x {r['device']} ({_threads(r['threads'])})",
+                     f"{s['tokens'] / r['train_seconds']:,.0f}",
                      f"{r['dev_last']['ppl']:.1f} / {r['dev_averaged']['ppl']:.1f}", f"**{r['test']['sacrebleu']:.2f}**",
-                     f"{r['test']['tokenized_bleu']:.2f}", f"{r['test']['chrf']:.2f}", _brevity(r["test"]), greedy,
+                     f"{r['test']['tokenized_bleu']:.2f}", f"{r['test']['chrf']:.2f}", _brevity(r["test"]), _rep(r["test"]), greedy,
                      _brevity(r["test_greedy"]) if "test_greedy" in r else "n/a"])  # fmt: skip
-    rep.table(["pair", "preset", "parameters", "steps", "target tokens seen", "training", "dev PPL last / averaged", "sacreBLEU",
-               "tokenized BLEU (paper style)", "chrF", "BP", "greedy sacreBLEU", "greedy BP"], body, "llrrrlrrrrrrr")  # fmt: skip
+    rep.table(["pair", "preset", "parameters", "steps", "target tokens seen", "training", "target tokens/s", "dev PPL last / averaged",
+               "sacreBLEU", "tokenized BLEU (paper style)", "chrF", "BP", "repeated 4-grams", "greedy sacreBLEU", "greedy BP"], body,
+              "llrrrlrrrrrrrrr")  # fmt: skip
+    loads = [f"{pair_of(r)} {r['loadavg']['start'][0]:.1f} → {r['loadavg']['end'][0]:.1f} on {r['cpus']} CPUs" for r in runs if "loadavg" in r]
     rep.add("", "Dev PPL: exp of the mean plain NLL (no smoothing) per target BPE piece on the dev books, of the last checkpoint and "
             "of the average of the last checkpoints (§6.1) that is then decoded. BP: sacreBLEU's brevity penalty (1 when the "
-            "output is at least as long as the reference); where beam search scores below greedy decoding, its shorter "
-            "output (lower BP) is the reason: the length penalty α = 0.6 of §6.1 does not fully offset an undertrained model's "
-            "early end-of-sentence.")  # fmt: skip
+            "output is at least as long as the reference). Repeated 4-grams: of all 4-grams of the outputs, the share that repeat "
+            "an earlier 4-gram of the same line (see the diagnosis below). The time limit counts wall-clock time, so other work on "
+            "the machine costs training tokens: 1-minute load average at the start and end of training "
+            + ("; ".join(loads) if loads else "not recorded") + ".")  # fmt: skip
+    for r in runs:
+        _section_diagnosis(rep, r)
     rep.section("The paper's Table 2 (transcribed, newstest2014) — for orientation only",
                 "Printed values (PAPER.md, Table 2 rows \"Transformer (base model)\" and \"Transformer (big)\"): WMT14 results of "
                 "4.5M (EN-DE) and 36M (EN-FR) sentence pairs, 8 P100 GPUs for 12 hours (base) or 3.5 days (big), tokenized BLEU with "
@@ -100,8 +189,8 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
         f"Size: {sizes} parameters instead of 65M (Table 3, base); {pairs} instead of 4.5M (EN-DE) or 36M (EN-FR) sentence pairs (§5.1).",
         "Data: Bible translations of 1910-1951 (Schlachter German, Segond French) against a modern English one (World English Bible); "
         "they are not sentence-for-sentence literal, and the held-out books hold names and topics unseen in training.",
-        "Scoring: one reference; sacreBLEU is detokenized, the paper's BLEU is tokenized with compound splitting (both shown; "
-        "their gap on real WMT17 systems is in bleu-wmt17.md).",
+        "Scoring: one reference; sacreBLEU is detokenized, the paper's BLEU is tokenized (German: with compound splitting; both "
+        "shown; their gap on real WMT17 systems is in bleu.md).",
     )])  # fmt: skip
     for r in runs:
         c, s, t = r["config"], r["summary"], r["test"]
@@ -113,15 +202,24 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
             f"Training: {s['steps']:,} steps, {s['tokens']:,} target tokens, {r['train_seconds']:.0f} s on {r['device']} ({r['cpu']}, "
             f"{_threads(r['threads'])} per worker), {r['world']} worker(s); {s['config']['max_tokens']:,} padded tokens per step, Eq. (3) warmup {s['config']['warmup']}, seed {r['seed']}",
             f"Averaged checkpoints: {', '.join(r['averaged'])}",
-            f"Decoding: beam {r['beam']}, α = {r['alpha']}, maximum length input + 50, early stopping; {r['decode_seconds']:.0f} s for the test books",
+            f"Decoding: beam {r['beam']}, α = {r['alpha']}, maximum length input + 50, early stopping; {r['decode_seconds']:.0f} s for the test books"
+            + (f"; the diagnosis took {r['diagnosis_seconds']:.0f} s" if "diagnosis_seconds" in r else ""),
             f"sacreBLEU: `{t['sacrebleu_summary']}`",
             f"Signatures: BLEU `{t['sacrebleu_signature']}`; chrF `{t['chrf_signature']}`; tokenized `{t['tokenized_signature']}`",
+            f"Measured at commit {r.get('measurement', {}).get('commit', 'unknown')} by code {r.get('measurement', {}).get('code', 'unknown')}",
         )])  # fmt: skip
         rep.add("", "First test verses:", "")
         for e in r["examples"]:
             rep.add(f"- src: {e['src']}", f"  - ref: {e['ref']}", f"  - hyp: {e['hyp']}")
-    rep.data.update(runs=[{k: r[k] for k in r if k not in ("summary",)} | {"steps": r["summary"]["steps"], "tokens": r["summary"]["tokens"],
-                                                                          "train_config": r["summary"]["config"]} for r in runs],
+    rep.data.update(results=runs, measurement=measurement,
+                    diagnosis_verdicts={pair_of(r): diagnosis_verdict(r["diagnosis"]) for r in runs if "diagnosis" in r},
                     paper_table2_transcribed={m: {lang: printed(f"table2.{m}.bleu_{lang}").value for lang in ("en_de", "en_fr")}
                                               for m in ("Transformer (base model)", "Transformer (big)")})  # fmt: skip
     return rep
+
+
+def rerender(data: dict[str, Any], out_dir: Path) -> str:
+    """bleu-training.{md,json} again from the runs' results stored in its JSON (``data["results"]``)."""
+    report = make_report(data["results"])
+    write_report(Path(out_dir), report)
+    return report.verdict
