@@ -73,6 +73,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add("--bench-budget", type=float, default=None, help="seconds of timed rounds per case (default 2.0)")
     add("--bench-min-rounds", type=int, default=None, help="fewest timed rounds per case (default 3)")
     add("--bench-max-rounds", type=int, default=50, help="most timed rounds per case (default 50)")
+    add("--bench-training-step", default=None, metavar="MODULE:ATTR",
+        help="our training-step factory (aiayn bench passes aiayn.reproductions.translation.bench:training_step); without it "
+             "only the nn.Transformer peer's training cases run")
+    add("--bench-training", type=_str_list, default=("cpu", "base"),
+        help="training-throughput configurations (cpu, base; empty: none); --bench-smoke uses a tiny one")
 
 
 @dataclass
@@ -89,6 +94,7 @@ class BenchSession:
     max_rounds: int
     ceilings: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     impls: dict[str, Any] = field(default_factory=dict)
+    training_step: str | None = None
     threadpoolctl: bool = False
     start: dict[str, Any] = field(default_factory=dict)
 
@@ -159,6 +165,7 @@ def pytest_configure(config: pytest.Config) -> None:
         budget_s=_option(config, "--bench-budget", 2.0, 0.0),
         min_rounds=_option(config, "--bench-min-rounds", 3, 1),
         max_rounds=config.getoption("--bench-max-rounds"),
+        training_step=config.getoption("--bench-training-step"),
     )
     session.apply_threads()
     session.start = {"loadavg": list(os.getloadavg()), "blas_env": M.blas_env()}
@@ -194,6 +201,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             config.getoption("--bench-big-impls"),
         )
         metafunc.parametrize("case", cases, ids=[c.id for c in cases])
+    if "training_case" in metafunc.fixturenames or "memory_case" in metafunc.fixturenames:
+        from aiayn.benchmarks.training import memory_cases, training_cases
+
+        names = config.getoption("--bench-training")
+        smoke = config.getoption("--bench-smoke")
+        if "training_case" in metafunc.fixturenames:
+            cases = training_cases(names, smoke) if (names or smoke) else []
+            metafunc.parametrize("training_case", cases, ids=[c.id for c in cases])
+        else:
+            cases = memory_cases(smoke) if (names or smoke) else []
+            metafunc.parametrize("memory_case", cases, ids=[c.id for c in cases])
     if "stage" in metafunc.fixturenames:
         from aiayn.benchmarks.stages import STAGES, StageCase
 
@@ -252,6 +270,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list[Any], o
         "min_rounds": session.min_rounds,
         "max_rounds": session.max_rounds,
         "gemm_repeats": session.gemm_repeats,
+        "training_step": session.training_step,
         "adjacent_repeats": session.adjacent_repeats,
         "implementations": {
             name: {"version": impl.version, "device": impl.device}

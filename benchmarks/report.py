@@ -36,6 +36,8 @@ def default_run() -> Path:
     return reports_dir() / "tmp" / "benchmarks-run.json"
 #: The issue's targets (float32, n = 2048, one thread, no mask).
 TARGETS = {"ratio_of_ceiling": 0.6, "ratio_of_sdpa": 0.8, "target_case": ("float32", 2048)}
+#: Issue 14's training targets: at least the nn.Transformer peer's throughput, at least half the GEMM ceiling.
+TRAINING_TARGETS = {"ratio_of_peer": 1.0, "mfu": 0.5}
 MIB = 2**20
 
 
@@ -55,6 +57,46 @@ def stage_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         dict(b["extra_info"]) for b in run["benchmarks"] if "stage" in b.get("extra_info", {}) and "time_min_s" in b["extra_info"]
     ]
+
+
+def training_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The timed training-step cases (ours and the peer per configuration)."""
+    return [dict(b["extra_info"]) for b in run["benchmarks"] if "training" in b.get("extra_info", {}) and "mfu" in b["extra_info"]]
+
+
+def memory_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The training-step memory cases."""
+    return [dict(b["extra_info"]) for b in run["benchmarks"] if "memory_model" in b.get("extra_info", {})]
+
+
+def training_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration: ours against the peer (throughput ratio), MFU, and what bounds ours (from its profiled step).
+
+    ``mfu_bound_gemm_at_ceiling``: the utilisation ours would reach if its matrix products ran at the ceiling and everything
+    else took the time it took: flops / (flops / ceiling + non-GEMM seconds) / ceiling, the non-GEMM seconds being the
+    best step's time times the non-GEMM share of the profiled step (the profiler's own overhead cancels in the share).
+    """
+    out = []
+    for name in sorted({r["training"] for r in rows}):
+        ours = next((r for r in rows if r["training"] == name and r["model"] == "ours"), None)
+        peer = next((r for r in rows if r["training"] == name and r["model"] == "peer"), None)
+        entry: dict[str, Any] = {"training": name, "ours": ours, "peer": peer}
+        if ours and peer:
+            entry["ratio_of_peer"] = ours["tokens_per_s"] / peer["tokens_per_s"]
+            entry["ratio_met"] = entry["ratio_of_peer"] >= TRAINING_TARGETS["ratio_of_peer"]
+        if ours:
+            entry["mfu_met"] = ours["mfu"] >= TRAINING_TARGETS["mfu"]
+            prof = ours.get("profile")
+            if prof:
+                entry["gemm_share"] = prof["gemm_s"] / prof["total_s"]
+                other = ours["time_min_s"] * (1 - entry["gemm_share"])
+                ideal = ours["flops"] / (ours["ceiling_gflops"] * 1e9)
+                gemm_s = ours["time_min_s"] * entry["gemm_share"]
+                entry["gemm_gflops"] = ours["flops"] / gemm_s / 1e9 if gemm_s else None
+                entry["mfu_bound_gemm_at_ceiling"] = ideal / (ideal + other)
+                entry["top_other"] = prof["top_other"]
+        out.append(entry)
+    return out
 
 
 def _find(rows: list[dict[str, Any]], **keys: Any) -> dict[str, Any] | None:
@@ -411,6 +453,58 @@ def _plot(rows: list[dict[str, Any]], run: dict[str, Any], path: Path) -> Path:
         return save_png(fig, path)
 
 
+def _training_lines(summary: list[dict[str, Any]], memory: list[dict[str, Any]]) -> list[str]:
+    """The training-throughput section: ours against the peer, MFU, what bounds it, memory at long n."""
+    if not summary:
+        return ["Not run (`--bench-training` empty)."]
+    lines = ["One training step (forward, §5.4's label-smoothed loss, backward, Adam) of our model (the model `aiayn train` "
+             "trains, named by `--bench-training-step`) and of PyTorch's `nn.Transformer` built with the same configuration "
+             "(`benchmarks/training.py` says how), on the same synthetic batch of full-length sentences, one thread, in one run. "
+             "Operations per step: `aiayn.reference.counts.training_step_flops` (three forward passes' matrix products). MFU: "
+             "those operations per second over the session's torch float32 GEMM ceiling. GEMM share: the step's self time in "
+             "matrix products (one profiled step).", ""]
+    body = []
+    for e in summary:
+        for model in ("ours", "peer"):
+            r = e.get(model)
+            if not r:
+                continue
+            prof = r.get("profile") or {}
+            share = f"{prof['gemm_s'] / prof['total_s']:.0%}" if prof.get("total_s") else "n/a"
+            body.append([e["training"], "ours" if model == "ours" else "nn.Transformer", f"d={r['d_model']}, N={r['n_layers']}, V={r['vocab']:,}",
+                         f"{r['batch']} × {r['n']}", f"{r['time_min_s'] * 1e3:,.0f}", f"{r['tokens_per_s']:,.0f}", f"{r['gflops']:.1f}",
+                         f"{r['mfu']:.3f}", share])  # fmt: skip
+    lines += md_table(["configuration", "model", "sizes", "batch (sentences × positions)", "best step ms", "target tokens/s",
+                       "GFLOP/s", "MFU", "GEMM share"], body, "lllrrrrrr")  # fmt: skip
+    lines.append("")
+    for e in summary:
+        if "ratio_of_peer" not in e:
+            continue
+        t = TRAINING_TARGETS
+        text = (f"- {e['training']}: ours at {e['ratio_of_peer']:.2f}× the peer's throughput (target >= {t['ratio_of_peer']:g}: "
+                f"{_met(e['ratio_met'])}) and {e['ours']['mfu']:.3f} of the GEMM ceiling (target >= {t['mfu']}: {_met(e['mfu_met'])})")
+        if "mfu_bound_gemm_at_ceiling" in e:
+            text += (f"; its matrix products take {e['gemm_share']:.0%} of the step at {e['gemm_gflops']:.1f} GFLOP/s "
+                     f"({e['gemm_gflops'] / e['ours']['ceiling_gflops']:.2f} of the ceiling), and the rest of the step alone bounds "
+                     f"the MFU at {e['mfu_bound_gemm_at_ceiling']:.3f} even with every product at the ceiling; largest other work: "
+                     + ", ".join(f"{k} ({v / e['ours']['profile']['total_s']:.0%})" for k, v in e["top_other"][:4]))
+        lines.append(text + ".")
+    if memory:
+        ns = sorted({m["n"] for m in memory})
+        models = [m for m in ("ours", "ours-untiled", "peer") if any(r["memory_model"] == m for r in memory)]
+        peak = {(r["memory_model"], r["n"]): r["peak_bytes"] for r in memory}
+        lines += ["", "Peak memory of one training step beyond its inputs (B = 1, the CPU preset's model without dropout; PyTorch's "
+                  "allocator events), MiB, and the growth exponent between the two longest lengths (1: linear, 2: quadratic):", ""]
+        rows = []
+        for m in models:
+            a, b = peak.get((m, ns[-2])), peak.get((m, ns[-1]))
+            exponent = math.log(b / a) / math.log(ns[-1] / ns[-2]) if a and b else None
+            rows.append([{"ours": "ours (tiled attention)", "ours-untiled": "ours, untiled", "peer": "nn.Transformer"}[m],
+                         *(_mib(peak.get((m, n))) for n in ns), "n/a" if exponent is None else f"{exponent:.2f}"])  # fmt: skip
+        lines += md_table(["model", *(f"n={n}" for n in ns), "exponent"], rows, "l" + "r" * (len(ns) + 1))
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------
 # assembling the report
 
@@ -437,6 +531,11 @@ def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[
         f"{_ratio(s['value'])} of torch-sdpa's throughput (target 0.8: {_met(s['met'])}); blocked-path memory exponent "
         f"{'n/a' if g.get('exponent') is None else format(g['exponent'], '.2f')} ({_met(g['met'])})."
     )
+    training = training_summary(training_rows(run))
+    for e in training:
+        if "ratio_of_peer" in e:
+            report.verdict += (f" Training step ({e['training']}): {e['ratio_of_peer']:.2f}× nn.Transformer's throughput "
+                               f"({_met(e['ratio_met'])}), MFU {e['ours']['mfu']:.3f} ({_met(e['mfu_met'])}).")
     warning = noise_warning(run)
     if warning:
         report.verdict += " " + warning
@@ -460,6 +559,7 @@ def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[
         *_case_table(rows),
     )
     report.section("What bounds the NumPy attention", *_diagnosis(bounds, targets), "", *(_bound_lines(bounds) if bounds else []))
+    report.section("Training throughput: our model against nn.Transformer", *_training_lines(training, memory_rows(run)))
     comparison = None
     how = (
         "Compared figure: the fraction of the ceiling (`ratio_full` in pytest-benchmark's extra_info), by "
@@ -479,6 +579,8 @@ def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[
         cases=[{k: v for k, v in row.items() if k != "name"} for row in rows],
         numpy_bounds=bounds,
         stages=stages,
+        training=training,
+        training_memory=memory_rows(run),
         comparison=None
         if comparison is None
         else {

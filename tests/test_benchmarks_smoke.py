@@ -54,6 +54,7 @@ def _run_smoke(json_path: Path) -> subprocess.CompletedProcess[str]:
         "no:cacheprovider",
         "-q",
         f"--benchmark-json={json_path}",
+        "--bench-training-step=aiayn.reproductions.translation.bench:training_step",
     ]
     if BASELINE.exists():
         cmd.append(f"--benchmark-compare={BASELINE}")  # pytest-benchmark's own (time) comparison must accept our baseline
@@ -104,6 +105,16 @@ def test_smoke_run(tmp_path: Path) -> None:
         f"numpy-blocked at n=1024: peak {blocked['peak_bytes']} B, not below the {blocked['score_bytes']} B score matrix it must not materialise"
     )
 
+    # The training-throughput cases: ours and the nn.Transformer peer, each with a positive MFU; the memory cases.
+    training = {b["extra_info"]["case"]: b["extra_info"] for b in run["benchmarks"] if "training" in b["extra_info"]}
+    assert set(training) == {"train-tiny-ours", "train-tiny-peer"}, f"training cases recorded: {sorted(training)}"
+    for case_id, info in training.items():
+        assert info["mfu"] > 0 and info["tokens_per_s"] > 0 and info["flops"] > 0, f"{case_id}: {info}"
+        assert info["profile"]["total_s"] >= info["profile"]["gemm_s"] > 0, f"{case_id}: profile {info['profile']}"
+    memory = {(b["extra_info"]["memory_model"], b["extra_info"]["n"]): b["extra_info"]["peak_bytes"] for b in run["benchmarks"]
+              if "memory_model" in b["extra_info"]}  # fmt: skip
+    assert set(memory) == {(m, n) for m in ("ours", "ours-untiled", "peer") for n in (64, 128)} and all(v > 0 for v in memory.values())
+
     stages = {b["extra_info"]["stage"] for b in run["benchmarks"] if "stage" in b["extra_info"]}
     assert len(stages) == 12, f"expected the 12 NumPy stage benchmarks (2 layouts x 6 stages), got {sorted(stages)}"
     record = run.get("aiayn", {})
@@ -131,7 +142,8 @@ def test_smoke_run(tmp_path: Path) -> None:
     data = json.loads((out / "benchmarks.json").read_text(encoding="utf-8"))
     assert {row["case"] for row in data["cases"]} >= expected, "the report's JSON lacks some smoke cases"
     md = (out / "benchmarks.md").read_text(encoding="utf-8")
-    for heading in ("## Targets", "## GEMM ceilings", "## Results", "## What bounds the NumPy attention"):
+    for heading in ("## Targets", "## GEMM ceilings", "## Results", "## What bounds the NumPy attention",
+                    "## Training throughput: our model against nn.Transformer"):
         assert heading in md, f"benchmarks.md has no section {heading!r}"
     assert (out / "benchmarks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", "benchmarks.png is not a PNG file"
 
