@@ -547,3 +547,23 @@ def test_repetition_rate_by_hand() -> None:
     r = repetition_rate(["der Fürsten der Fürsten der Fürsten der Fürsten", "a b c d e", "kurz"])
     assert (r.repeated, r.ngrams, r.looping_lines, r.lines) == (3, 7, 1, 3) and r.rate == 3 / 7
     assert repetition_rate(["a b a b"], n=2).repeated == 1 and repetition_rate([]).rate == 0.0
+
+
+def test_scoring_and_rescoring_do_not_import_the_report() -> None:
+    """One direction only: bleu.py (the report) imports bleu_scoring and bleu_wmt17; neither imports the report,
+    and the scoring module imports no other reproduction (the training runs score with it)."""
+    import ast
+
+    def imported(module) -> set[str]:
+        tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+        return {n for n in names if n.startswith("aiayn.reproductions")}
+
+    assert "aiayn.reproductions.bleu" not in imported(bleu_wmt17) | imported(bleu_scoring)
+    assert imported(bleu_scoring) == set()
+    assert {"aiayn.reproductions.bleu_scoring"} <= imported(bleu)
