@@ -101,7 +101,7 @@ def _section_diagnosis(rep: Report, r: dict[str, Any]) -> None:
     rep.add(
         "",
         f"Reference repetition for comparison: {r['test'].get('reference_repetition_rate', float('nan')):.1%} of 4-grams, "
-        f"{r['test'].get('reference_looping_lines', 'n/a')} looping lines (the Bible repeats itself too).",
+        f"{r['test'].get('reference_looping_lines', 'n/a')} looping lines.",
         "",
         f"- A bug in the search or its cache: {v['bug']}; the search's accumulated score is the same number a plain forward "
         f"pass gives (float32 rounding of that pass: at most {d['rescoring']['float32_rounding_max_abs_nats']:.1e} nats).",
