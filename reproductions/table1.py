@@ -12,11 +12,11 @@ deterministic (counts are integers; depths and paths are exact). Output: table1.
 table1.png (measured operations against n at d = 512, with the n = d crossover). Runtime: about
 20 seconds.
 
-Measured part (``main(..., measure=True)``, the default of ``aiayn reproduce``): our own
-NumPy layers (``aiayn.reproductions._layers``) timed on one thread over an n sweep in a subprocess;
-growth exponents fitted; the self-attention / recurrent crossover located. Timings vary run to
-run, so they go to table1-measured.{md,json,png}, which the drift test does not compare.
-Runtime: about 15 seconds.
+Timed part (:func:`write_measured`, the registry's measured reproduction ``table1-measured``): our
+own NumPy layers (``aiayn.reproductions._layers``) timed on one thread over an n sweep in a
+subprocess; growth exponents fitted; the self-attention / recurrent crossover located. Timings
+vary run to run, so table1-measured.{md,json,png} store them and :func:`rerender_measured` renders
+the report again from them (what the drift test compares). Runtime: about 15 seconds.
 """
 
 from __future__ import annotations
@@ -488,11 +488,3 @@ def _figure_measured(out_dir: Path, ns: list[int], series: dict[str, list[float]
         ax.legend(fontsize=8)
         ax.grid(True, which="major", alpha=0.3)
         return save_png(fig, out_dir / "table1-measured.png")
-
-
-def main(out_dir: Path, *, measure: bool = True) -> str:
-    """Write table1.{md,json,png} and, with ``measure``, table1-measured.{md,json,png}; return the verdict."""
-    verdict = write_counts(Path(out_dir))
-    if measure:
-        progress(NAME, "measured: " + write_measured(Path(out_dir)))
-    return verdict
