@@ -5,7 +5,9 @@ printing progress and every file it writes: the deterministic ones are regenerat
 ones are measured again when quick (the timings of table1-measured, the WMT17 rescoring of bleu)
 and re-rendered from their stored results otherwise (the training and ablation reports: their
 numbers come from ``make reproduce`` / ``make reproduce-bleu``). ``--no-measure`` re-renders every
-measured report from its stored results. When all are run it writes the folder's ``README.md``:
+measured report from its stored results; one with nothing stored is made from what needs no
+measurement (bleu: the data in the cache, if any, and its worked example) or said to be not
+measured yet. When all are run it writes the folder's ``README.md``:
 the index with each report's kind, one-line verdict, and, for measured reports, whether their
 measurement code is still the current one (``STALE`` when it has changed since). The default
 folder is the checkout's ``reports/``, or ``./aiayn-reports`` when aiayn is installed from a wheel.
@@ -28,13 +30,16 @@ NOT_MEASURED = "not measured yet"
 def run_one(name: str, out: Path, *, measure: bool = True) -> str:
     """Regenerate reproduction ``name`` into ``out`` (see the module docstring); return its verdict."""
     r = BY_NAME[name]
-    if r.kind == DETERMINISTIC or (measure and r.quick and r.entry):
-        entry = resolve(r.entry)
-        return entry(out, measure=measure) if "measure" in inspect.signature(entry).parameters else entry(out)
+    entry = resolve(r.entry) if r.entry else None
+    offline = entry is not None and "measure" in inspect.signature(entry).parameters
+    if r.kind == DETERMINISTIC or (measure and r.quick and entry is not None):
+        return entry(out, measure=measure) if offline else entry(out)
     data = stored(out, r)
-    if data is None:
-        return f"{NOT_MEASURED}: run `{r.command}`"
-    return resolve(r.rerender)(data, out)
+    if data is not None:
+        return resolve(r.rerender)(data, out)
+    if offline:  # nothing stored yet: what can be had without measuring (bleu: the cache only, and its worked example)
+        return entry(out, measure=False)
+    return f"{NOT_MEASURED}: run `{r.command}`"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
