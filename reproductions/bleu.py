@@ -21,10 +21,6 @@ sample part is computed in every run. Runtime: about a minute measuring, a secon
 
 from __future__ import annotations
 
-import functools
-import math
-import re
-import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
