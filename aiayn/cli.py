@@ -9,6 +9,7 @@
     aiayn ablation                  Table 3's variations at CPU scale
     aiayn bench                     attention throughput as a fraction of this machine's GEMM ceiling
     aiayn mutants                   the suite against deliberately broken implementations (must catch all)
+    aiayn false-alarms              the suite on correct implementations over many seeds (must raise none)
 
 Exit status, by pytest's conventions: 0 success; 1 a check failed (or a mutant escaped); 4 a usage
 error: a bad option, an implementation that cannot be loaded, a dtype it does not declare, a
@@ -222,6 +223,31 @@ def _bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_false_alarms(p: argparse.ArgumentParser) -> None:
+    from aiayn.conformance.profiles import PROFILES
+    from aiayn.conformance.runner import default_workers
+    from aiayn.implementations.registry import BUILTINS
+
+    p.add_argument("specs", nargs="*", metavar="SPEC", default=list(BUILTINS), help="implementations believed correct (default: every built-in)")
+    p.add_argument("--profile", choices=list(PROFILES), default="dev", help="Hypothesis profile of every run")
+    p.add_argument("--seeds", default="1,2,3", help="comma-separated Hypothesis seeds, one run each")
+    p.add_argument("--workers", type=int, default=default_workers(), help="worker processes of each run")
+    p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
+
+
+def _false_alarms(args: argparse.Namespace) -> int:
+    from aiayn.conformance.false_alarms import run
+
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--seeds: expected comma-separated integers, got {args.seeds!r}") from None
+    if not seeds:
+        raise UsageError("--seeds: give at least one seed")
+    alarmed = run(args.specs, profile=args.profile, seeds=seeds, workers=args.workers, out=args.out or reports_dir())
+    return EXIT_FAILED if alarmed else EXIT_OK
+
+
 def _add_mutants(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
     p.add_argument("--workers", type=int, default=2, help="worker processes of the suite")
@@ -251,6 +277,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                  lambda p: _translation("add_ablation_arguments")(p), lambda a: _translation("run_ablation")(a)),
     "bench": ("attention throughput as a fraction of this machine's GEMM ceiling", _add_bench, _bench),
     "mutants": ("run the suite against deliberately broken implementations", _add_mutants, _mutants),
+    "false-alarms": ("run the suite on correct implementations over many seeds, count alarms", _add_false_alarms, _false_alarms),
 }
 
 

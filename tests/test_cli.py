@@ -80,7 +80,6 @@ def _without(modules: list[str], argv: list[str]) -> subprocess.CompletedProcess
     (["torch"], ["train", "--preset", "smoke", "--work", "/nonexistent/never-written"], "pip install 'aiayn[torch]'"),
     (["torch"], ["check", "torch", "--workers", "0"], "pip install 'aiayn[torch]'"),
     (["matplotlib"], ["reproduce", "figures", "--out", "/nonexistent/never-written"], "pip install 'aiayn[plots]'"),
-    (["sacrebleu"], ["reproduce", "bleu", "--no-measure", "--out", "/nonexistent/never-written"], "pip install 'aiayn[bleu]'"),
 ])
 def test_a_missing_extra_is_one_line_naming_it(modules: list[str], argv: list[str], extra: str) -> None:
     proc = _without(modules, argv)
