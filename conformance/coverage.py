@@ -33,9 +33,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DEFAULT_MAX_UNCHECKED", "MAX_UNCHECKED", "declared_inconclusive", "max_unchecked"]
+__all__ = ["DEFAULT_MAX_UNCHECKED", "MAX_UNCHECKED", "MAX_UNSUPPORTED", "OUT_OF_SCOPE", "declared_inconclusive", "max_unchecked"]
 
 DEFAULT_MAX_UNCHECKED = 0.01
+
+#: The prefix of a skip reason for a test outside an implementation's declared scope (the plugin
+#: writes it, the report reads it).
+OUT_OF_SCOPE = "outside the declared scope"
+
+#: A row whose examples the implementation mostly refused (``Unsupported``) says little: above this
+#: fraction of unsupported examples it is inconclusive, not a pass (issue: declared scope).
+MAX_UNSUPPORTED = 0.5
 
 #: (equation, dtype) or equation -> the largest fraction of elements that may go unchecked.
 MAX_UNCHECKED: dict[str | tuple[str, str], float] = {

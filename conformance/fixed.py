@@ -33,6 +33,7 @@ class Fixed:
     label: str
     check: str
     args: dict[str, Any] = field(hash=False)
+    needs: tuple[str, ...] = ()  # what of the domain it uses (Scope.unmet): out of scope where a declared Scope excludes it
 
     def __str__(self) -> str:  # the test id, and the name a known deviation uses
         return self.label
@@ -75,8 +76,8 @@ def _softmax() -> list[Fixed]:
     x = np.stack([rng.normal(size=7), 30.0 * rng.normal(size=7), 5.0 + 1e-3 * rng.normal(size=7), rng.normal(size=7)])
     x[3, [1, 4]] = -np.inf  # masked scores: weight exactly 0
     y = rng.normal(size=(5, 3, 2))
-    return [Fixed("softmax", "rows N(0,1), 30 N(0,1), 5+1e-3 N(0,1), masked -inf", "softmax", {"x": x, "axis": -1}),
-            Fixed("softmax", "axis 0 of (5, 3, 2)", "softmax", {"x": y, "axis": 0})]
+    return [Fixed("softmax", "rows N(0,1), 30 N(0,1), 5+1e-3 N(0,1), masked -inf", "softmax", {"x": x, "axis": -1}, ("batchdims:1",)),
+            Fixed("softmax", "axis 0 of (5, 3, 2)", "softmax", {"x": y, "axis": 0}, ("batchdims:2",))]
 
 
 def _attention() -> list[Fixed]:
@@ -87,12 +88,13 @@ def _attention() -> list[Fixed]:
     mask[1, 0, 2, :] = False  # one fully masked query row: the declared policy decides
     causal = np.arange(6)[None, :] <= np.arange(4)[:, None] + 2  # (4, 6), aligned at the end
     check = "scaled_dot_product_attention"
+    cross = ("cross-attention", "batchdims:2")
     return [
-        Fixed(check, "no mask, (2,3) batch", check, {"q": q, "k": k, "v": v, "mask": None}),
-        Fixed(check, "sharp softmax (3 q)", check, {"q": 3.0 * q, "k": k, "v": v, "mask": None}),
-        Fixed(check, "random mask with a fully masked row", check, {"q": q, "k": k, "v": v, "mask": mask}),
-        Fixed(check, "causal (4, 6) mask", check, {"q": q, "k": k, "v": v, "mask": causal}),
-        Fixed(check, "broadcast batch (2,1) x (1,3)", check, {"q": q[:, :1], "k": k[:1], "v": v[:1], "mask": None}),
+        Fixed(check, "no mask, (2,3) batch", check, {"q": q, "k": k, "v": v, "mask": None}, (*cross, "masks:none")),
+        Fixed(check, "sharp softmax (3 q)", check, {"q": 3.0 * q, "k": k, "v": v, "mask": None}, (*cross, "masks:none")),
+        Fixed(check, "random mask with a fully masked row", check, {"q": q, "k": k, "v": v, "mask": mask}, (*cross, "masks:random")),
+        Fixed(check, "causal (4, 6) mask", check, {"q": q, "k": k, "v": v, "mask": causal}, (*cross, "masks:causal")),
+        Fixed(check, "broadcast batch (2,1) x (1,3)", check, {"q": q[:, :1], "k": k[:1], "v": v[:1], "mask": None}, (*cross, "masks:none")),
     ]
 
 
@@ -109,19 +111,20 @@ def _mha() -> list[Fixed]:
     masked[1, 3, :] = False  # a fully masked row
     check = "multi_head_attention"
 
-    def case(label: str, key: np.ndarray, params: dict, h: int, mask: np.ndarray | None) -> Fixed:
-        return Fixed(check, label, check, {"query": x, "key": key, "value": key, "params": params, "num_heads": h, "mask": mask})
+    def case(label: str, key: np.ndarray, params: dict, h: int, mask: np.ndarray | None, mask_kind: str) -> Fixed:
+        needs = ("batchdims:1", f"masks:{mask_kind}") + (("cross-attention",) if key is not x else ())
+        return Fixed(check, label, check, {"query": x, "key": key, "value": key, "params": params, "num_heads": h, "mask": mask}, needs)
 
     return [
-        case("self-attention, 4 heads, biases, padding mask", x, with_b, 4, pad),
-        case("self-attention, 2 heads, no biases, causal", x, without_b, 2, causal),
-        case("cross-attention n_q=5, n_k=7, 4 heads", memory, with_b, 4, None),
-        case("self-attention with a fully masked row", x, with_b, 2, masked),
+        case("self-attention, 4 heads, biases, padding mask", x, with_b, 4, pad, "padding"),
+        case("self-attention, 2 heads, no biases, causal", x, without_b, 2, causal, "causal"),
+        case("cross-attention n_q=5, n_k=7, 4 heads", memory, with_b, 4, None, "none"),
+        case("self-attention with a fully masked row", x, with_b, 2, masked, "random"),
     ]
 
 
 def _positional() -> list[Fixed]:
-    return [Fixed("positional_encoding", f"length {n}, d_model {d}", "positional_encoding", {"length": n, "d_model": d})
+    return [Fixed("positional_encoding", f"length {n}, d_model {d}", "positional_encoding", {"length": n, "d_model": d}, (f"length:{n}",))
             for n, d in ((50, 16), (0, 8), (2048, 64))]
 
 
@@ -130,14 +133,14 @@ def _layer_norm() -> list[Fixed]:
     d = 16
     x = np.stack([rng.normal(size=(4, d)), 3.0 + rng.normal(size=(4, d)), 0.01 * rng.normal(size=(4, d))])  # (3, 4, d)
     gain, bias = _norm(rng, d)["gain"], _norm(rng, d)["bias"]
-    return [Fixed("layer_norm", f"N(0,1), 3+N(0,1), 0.01 N(0,1) rows; eps {eps}", "layer_norm", {"x": x, "gain": gain, "bias": bias, "eps": eps})
-            for eps in (1e-6, 1e-5)]
+    return [Fixed("layer_norm", f"N(0,1), 3+N(0,1), 0.01 N(0,1) rows; eps {eps}", "layer_norm", {"x": x, "gain": gain, "bias": bias, "eps": eps},
+                  ("batchdims:2", f"eps:{eps!r}")) for eps in (1e-6, 1e-5)]
 
 
 def _feed_forward() -> list[Fixed]:
     rng = _rng(5)
     x = rng.normal(size=(2, 5, 16))
-    return [Fixed("feed_forward", "x (2,5,16), d_ff 32", "feed_forward", {"x": x, **_ffn(rng, 16, 32)})]
+    return [Fixed("feed_forward", "x (2,5,16), d_ff 32", "feed_forward", {"x": x, **_ffn(rng, 16, 32)}, ("batchdims:2", "d_ff:2"))]
 
 
 def _training() -> list[Fixed]:
@@ -158,23 +161,29 @@ def _layers() -> list[Fixed]:
     rng = _rng(8)
     x, params = rng.normal(size=(2, 5, _D)), _encoder_params(rng)
     pad = (np.arange(5)[None, :] < np.array([5, 3])[:, None])[:, None, :]
-    out = [Fixed("encoder_layer", "x (2,5,8), h 2, d_ff 16, no mask", "encoder_layer", {"x": x, "params": params, "num_heads": _H, "mask": None}),
-           Fixed("encoder_layer", "padding lengths [5, 3]", "encoder_layer", {"x": x, "params": params, "num_heads": _H, "mask": pad})]
+    layer = ("d_ff:2", "length:5")
+    out = [Fixed("encoder_layer", "x (2,5,8), h 2, d_ff 16, no mask", "encoder_layer", {"x": x, "params": params, "num_heads": _H, "mask": None},
+                 (*layer, "masks:none")),
+           Fixed("encoder_layer", "padding lengths [5, 3]", "encoder_layer", {"x": x, "params": params, "num_heads": _H, "mask": pad},
+                 (*layer, "masks:padding"))]
     rng = _rng(9)
     y, memory, params = rng.normal(size=(2, 4, _D)), rng.normal(size=(2, 5, _D)), _decoder_params(rng)
     memory_mask = (np.arange(5)[None, :] < np.array([5, 3])[:, None])[:, None, :]
     self_mask = np.tril(np.ones((4, 4), dtype=bool)) & (np.arange(4)[None, :] < np.array([4, 2])[:, None])[:, None, :]
     base = {"y": y, "memory": memory, "params": params, "num_heads": _H}
-    out += [Fixed("decoder_layer", "default (causal) self mask, no memory mask", "decoder_layer", {**base, "self_mask": None, "memory_mask": None}),
-            Fixed("decoder_layer", "causal+padding self mask, memory padding", "decoder_layer", {**base, "self_mask": self_mask, "memory_mask": memory_mask})]
+    out += [Fixed("decoder_layer", "default (causal) self mask, no memory mask", "decoder_layer", {**base, "self_mask": None, "memory_mask": None},
+                  layer),
+            Fixed("decoder_layer", "causal+padding self mask, memory padding", "decoder_layer", {**base, "self_mask": self_mask, "memory_mask": memory_mask},
+                  (*layer, "masks:padding"))]
     rng = _rng(10)
     vocab = 11
     model = {"embedding": rng.normal(size=(vocab, _D)) / math.sqrt(_D), "encoder": [_encoder_params(rng)], "decoder": [_decoder_params(rng)]}
     src, tgt = rng.integers(0, vocab, size=(2, 5)), rng.integers(0, vocab, size=(2, 4))
     base = {"src": src, "tgt": tgt, "params": model, "num_heads": _H}
-    out += [Fixed("transformer_forward", "N=1, d 8, h 2, vocab 11, no padding", "transformer_forward", {**base, "src_lengths": None, "tgt_lengths": None}),
+    out += [Fixed("transformer_forward", "N=1, d 8, h 2, vocab 11, no padding", "transformer_forward", {**base, "src_lengths": None, "tgt_lengths": None},
+                  layer),
             Fixed("transformer_forward", "padding: src [5, 3], tgt [4, 2]", "transformer_forward",
-                  {**base, "src_lengths": np.array([5, 3]), "tgt_lengths": np.array([4, 2])})]
+                  {**base, "src_lengths": np.array([5, 3]), "tgt_lengths": np.array([4, 2])}, (*layer, "masks:padding"))]
     return out
 
 

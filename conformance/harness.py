@@ -32,6 +32,7 @@ import numpy as np
 from aiayn.conformance import isolation
 from aiayn.conformance.numerics import is_representable, precision, ulp
 from aiayn.environment import failure_dir
+from aiayn.implementations.protocol import Unsupported
 
 __all__ = [
     "CHECKS",
@@ -96,6 +97,10 @@ class BrokenContract(ConformanceFailure):
     """The call broke the contract: raised, wrong shape, dtype or device, mutated an input, not deterministic."""
 
 
+class UnsupportedInput(Exception):
+    """The implementation raised ``Unsupported`` for this example: counted (``Stats.unsupported``), never a failure."""
+
+
 # --------------------------------------------------------------------------------------------
 # statistics for the report (collected per test by the plugin, plugin.py)
 
@@ -115,6 +120,8 @@ class Stats:
     """
 
     examples: int = 0
+    unsupported: int = 0
+    unsupported_why: str = ""
     checked: int = 0
     unchecked: dict[str, int] = field(default_factory=dict)
     exact: int = 0
@@ -124,7 +131,7 @@ class Stats:
     files: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"examples": self.examples, "checked": self.checked, "unchecked": dict(self.unchecked), "exact": self.exact,
+        return {"examples": self.examples, "unsupported": self.unsupported, "unsupported_why": self.unsupported_why, "checked": self.checked, "unchecked": dict(self.unchecked), "exact": self.exact,
                 "worst": self.worst, "nan_mismatches": self.nan_mismatches,
                 "largest": None if self.largest is None else {k: v for k, v in self.largest.items() if k != "lines"}}
 
@@ -209,6 +216,8 @@ class Case:
                 return fn(*args)
         except ConformanceFailure:
             raise
+        except Unsupported as exc:
+            raise UnsupportedInput(f"{what}: {exc}") from None
         except MemoryError:
             self.fail(f"{what} raised MemoryError (inputs: {self.describe_inputs()})")
         except Exception as exc:  # a plugin's own error fails this check, never the run
@@ -348,7 +357,12 @@ def check(name: str, equation: str, kind: str = "agreement") -> Callable[[Callab
             stats = _STATS.get()
             if stats is not None:
                 stats.examples += 1
-            fn(Case(impl, dtype, name, equation, args, kind), **args)
+            try:
+                fn(Case(impl, dtype, name, equation, args, kind), **args)
+            except UnsupportedInput as exc:  # outside what the implementation supports: counted, not a failure
+                if stats is not None:
+                    stats.unsupported += 1
+                    stats.unsupported_why = stats.unsupported_why or str(exc)[:300]
 
         run.equation = equation  # type: ignore[attr-defined]
         CHECKS[name] = run

@@ -47,6 +47,8 @@ from typing import Any
 
 import pytest
 
+from aiayn.conformance.coverage import OUT_OF_SCOPE  # light: the plugin imports no array library
+
 #: The dtypes an implementation may declare (the contract's ``DTYPES``; repeated here so that
 #: loading the plugin imports nothing but pytest).
 _DTYPES = ("float64", "float32", "float16", "bfloat16")
@@ -130,9 +132,11 @@ def _explicit_specs(config: pytest.Config) -> list[str] | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{_MARK}(name, dtypes='all', load_failures=False): an aiayn conformance test of equation NAME "
-                                       "(aiayn.implementations.protocol.EQUATIONS, or 'contract'); dtypes='first' runs only the "
-                                       "implementation's first dtype; load_failures=True makes an implementation that cannot be loaded fail it")
+    config.addinivalue_line("markers", f"{_MARK}(name, dtypes='all', load_failures=False, needs=()): an aiayn conformance test of "
+                                       "equation NAME (aiayn.implementations.protocol.EQUATIONS, or 'contract'); dtypes='first' runs "
+                                       "only the implementation's first dtype; load_failures=True makes an implementation that cannot "
+                                       "be loaded fail it; needs: what of the domain the test needs ('masks:KIND', 'cross-attention', "
+                                       "'batch:1'), so that it is out of scope for an implementation whose declared Scope excludes it")
     run = _Run(explicit=_explicit_specs(config), device=config.getoption("--aiayn-device"))
     config.stash[_STATE] = run
     _CURRENT[:] = [run]
@@ -220,6 +224,8 @@ def _provided(impl: Any) -> frozenset[str]:
         return frozenset()
 
 
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker(_MARK)
     if marker is None:
@@ -254,6 +260,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             params.append(pytest.param(impl, chosen[0] if chosen else "-", id=f"{label}-not-provided",
                                        marks=pytest.mark.skip(reason=f"{equation} not provided by {entry.name}")))
             continue
+        if equation != "contract":
+            from aiayn.implementations.protocol import scope_of
+
+            scope = scope_of(impl, equation)
+            chosen = [d for d in chosen if scope.dtypes is None or d in scope.dtypes]
+            unmet = scope.unmet(tuple(marker.kwargs.get("needs", ())))
+            if unmet:
+                why = f"{OUT_OF_SCOPE} of {entry.name} ({scope.describe()}): the test needs {', '.join(unmet)}"
+                params += [pytest.param(impl, d, id=f"{label}-{d}", marks=pytest.mark.skip(reason=why)) for d in chosen]
+                continue
         params += [pytest.param(impl, d, id=f"{label}-{d}") for d in chosen]
     if not params:
         params = [pytest.param(None, "-", id="no-implementation", marks=pytest.mark.skip(reason="no implementation/dtype selected"))]

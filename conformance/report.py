@@ -22,16 +22,16 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from aiayn.conformance.coverage import declared_inconclusive, max_unchecked
+from aiayn.conformance.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
 from aiayn.conformance.harness import SECTIONS
-from aiayn.implementations.protocol import DTYPES, EQUATIONS
+from aiayn.implementations.protocol import DTYPES, EQUATIONS, scope_of
 from aiayn.kit import md_table, signature, write_json, write_text
 
 FIRST_DTYPE_ONLY = ("lrate", "label_smoothing")
 
 
 def _empty(status: str) -> dict[str, Any]:
-    return {"status": status, "examples": 0, "checked": 0, "not_checked": 0, "not_checked_reasons": {}, "fraction_checked": None,
+    return {"status": status, "scope": "", "examples": 0, "unsupported": 0, "unsupported_why": "", "out_of_scope_tests": [], "checked": 0, "not_checked": 0, "not_checked_reasons": {}, "fraction_checked": None,
             "worst_error_to_budget": None, "headroom": None, "measure": "", "failed_tests": [], "tests": []}
 
 
@@ -42,6 +42,8 @@ def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -
     failed = sorted({r["test"] for r in results if r["outcome"] == "failed"})
     deviations = {r["test"]: r["reason"] for r in results if r["outcome"] == "known deviation"}
     ran = [r for r in results if r["outcome"] in ("passed", "failed")]
+    out_of_scope = sorted({r["test"] for r in results if r["outcome"] == "skipped" and OUT_OF_SCOPE in r.get("reason", "")})
+    scope = scope_of(impl, equation).describe() if impl is not None and equation != "contract" else "full domain"
     counted = [r for r in results if r["outcome"] in ("passed", "failed", "known deviation")]
     not_provided = any("not provided" in r.get("reason", "") for r in results)
     checked = int(sum(r.get("checked", 0) for r in counted))
@@ -59,14 +61,20 @@ def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -
     nan = sum(int(r.get("nan_mismatches", 0) or 0) for r in results if r["outcome"] == "failed")
     limit = max_unchecked(equation, dtype)
     declared = declared_inconclusive(impl, equation, dtype)
+    examples = int(sum(r.get("examples", 0) for r in counted))
+    unsupported = int(sum(r.get("unsupported", 0) or 0 for r in counted))
     if failed:
         status = "fail"
+    elif counted and examples and unsupported / examples > MAX_UNSUPPORTED:
+        status = "inconclusive (declared)" if declared else "inconclusive"
     elif counted and fraction is not None and 1 - fraction > limit:
         status = "inconclusive (declared)" if declared else "inconclusive"
     elif deviations:
         status = "known deviation"
     elif ran:
-        status = "pass"
+        status = "pass" if scope == "full domain" else "pass within scope"
+    elif out_of_scope:
+        status = "out of scope"
     else:
         status = "not provided" if not_provided else "skipped"
     if crashes:
@@ -84,7 +92,11 @@ def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -
     largest = [r["largest"] for r in results if r.get("largest")]
     return {
         "status": status,
-        "examples": int(sum(r.get("examples", 0) for r in counted)),
+        "scope": scope,
+        "examples": examples,
+        "unsupported": unsupported,
+        "unsupported_why": next((r["unsupported_why"] for r in counted if r.get("unsupported_why")), ""),
+        "out_of_scope_tests": out_of_scope,
         "checked": checked,
         "not_checked": not_checked,
         "not_checked_reasons": reasons,
@@ -119,6 +131,7 @@ def build(entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str])
             rows.append({"equation": equation, "section": SECTIONS[equation], "dtype": dtype if equation != "contract" else "all", **cell})
     failed = sum(1 for r in rows if r["status"] == "fail")
     inconclusive = sum(1 for r in rows if r["status"] == "inconclusive")
+    scoped = sorted({r["scope"] for r in rows if r.get("scope") not in ("", "full domain")})
     sig = signature(f"conformance-{entry.name}", packages=("numpy", "hypothesis"), impl=entry.spec,
                     impl_version=getattr(impl, "version", "-"), device=getattr(impl, "device", "-"), profile=run.get("profile"),
                     seed=run.get("seed"), examples_per_test=run.get("max_examples"))
@@ -132,6 +145,8 @@ def build(entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str])
         verdict = "PASS WITH KNOWN DEVIATIONS"
     else:
         verdict = "PASS"
+    if scoped and impl is not None and not failed and not inconclusive:
+        verdict += " WITHIN DECLARED SCOPE"
     return {
         "implementation": entry.name,
         "spec": entry.spec,
@@ -184,11 +199,11 @@ def markdown(data: Mapping[str, Any]) -> str:
         "(nothing could be checked), *crash* or *hang*.",
         "",
     ]
-    rows = [["(all)", "-", "not loaded", "", "", "", "", "", data["load_error"]]] if not data["loaded"] else []
-    rows += [[r["section"], r["dtype"], r["status"], r["examples"] or "", _fmt_checked(r), _fmt_unchecked(r), r.get("measure", ""),
-              _fmt_headroom(r), ", ".join(r["failed_tests"] or r.get("known_deviations", {}))] for r in data["rows"]]
-    lines += md_table(["equation", "dtype", "status", "examples", "checked", "not checked", "worst error / budget", "headroom",
-                       "failing tests (or known deviations)"], rows)
+    rows = [["(all)", "-", "not loaded", "", "", "", "", "", "", data["load_error"]]] if not data["loaded"] else []
+    rows += [[r["section"], r["dtype"], r["status"], r.get("scope", ""), _fmt_examples(r), _fmt_checked(r), _fmt_unchecked(r),
+              r.get("measure", ""), _fmt_headroom(r), _fmt_notes(r)] for r in data["rows"]]
+    lines += md_table(["equation", "dtype", "status", "scope", "examples", "checked", "not checked", "worst error / budget", "headroom",
+                       "failing tests, departures matched, known deviations"], rows)
     why = sorted({(r["section"], r["dtype"], reason, n) for r in data["rows"] for reason, n in (r.get("not_checked_reasons") or {}).items()})
     if why:
         lines += ["", "Not checked, and why:", ""]
@@ -204,6 +219,23 @@ def markdown(data: Mapping[str, Any]) -> str:
         lines += [f"- `{t}`: {w.removeprefix('known deviation declared by ')}" for t, w in reasons]
     lines += ["", f"Signature: `{data['signature']}`", ""]
     return "\n".join(lines)
+
+
+def _fmt_examples(row: Mapping[str, Any]) -> str:
+    if not row["examples"]:
+        return ""
+    return f"{row['examples']}" + (f" ({row['unsupported']} unsupported)" if row.get("unsupported") else "")
+
+
+def _fmt_notes(row: Mapping[str, Any]) -> str:
+    parts = list(row["failed_tests"])
+    if row.get("departures"):
+        parts.append("matches " + "; ".join(f"'{d}'" for d in row["departures"]))
+    if not parts:
+        parts = list(row.get("known_deviations", {}))
+    if row.get("out_of_scope_tests") and row["status"] != "out of scope":
+        parts.append(f"{len(row['out_of_scope_tests'])} tests out of scope")
+    return ", ".join(parts)
 
 
 def _fmt_checked(row: Mapping[str, Any]) -> str:

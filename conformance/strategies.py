@@ -12,6 +12,7 @@ How many examples each test draws is the active aiayn profile's (``conformance/p
 from __future__ import annotations
 
 import types
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from aiayn.conformance.numerics import precision
+from aiayn.implementations.protocol import FULL_SCOPE, Scope, scope_of
 
 __all__ = [
     "attention_inputs",
@@ -40,6 +42,36 @@ __all__ = [
     "resolvable_level",
     "softmax_inputs",
 ]
+
+
+# --------------------------------------------------------------------------------------------
+# the implementation's declared scope (implementations/protocol.py, Scope): draw only inside it
+
+
+def scope(impl: Any, equation: str) -> Scope:
+    """The scope ``impl`` declares for ``equation`` (the full domain when it declares none)."""
+    return scope_of(impl, equation)
+
+
+def min_classes(impl: Any) -> int:
+    """The fewest classes label smoothing can take under the declared policy: 3 for "K-2" (a padding class), else 2."""
+    policies = getattr(impl, "policies", {})
+    return 3 if isinstance(policies, Mapping) and policies.get("label_smoothing") == "K-2" else 2
+
+
+def _batch(draw: Any, scope: Scope, options: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """A batch shape among ``options`` whose number of dimensions the scope accepts (its own shapes if none does)."""
+    if scope.batch_dims is not None:
+        kept = [b for b in options if len(b) in scope.batch_dims]
+        options = kept or [tuple([2] * d) for d in scope.batch_dims]
+    return draw(st.sampled_from(options))
+
+
+def _length(draw: Any, scope: Scope, low: int, high: int) -> int:
+    """A sequence length in [low, high], at most the scope's ``max_length``."""
+    if scope.max_length is not None:
+        high = max(low, min(high, scope.max_length))
+    return draw(st.integers(low, high))
 
 
 def _floats(scale: float) -> st.SearchStrategy[float]:
@@ -109,10 +141,11 @@ def _pin_spread(draw: Any, z: np.ndarray) -> np.ndarray:
 
 
 @st.composite
-def softmax_inputs(draw: Any, dtype: str) -> dict[str, Any]:
+def softmax_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """x of shape (rows..., n) and an axis: random, near-constant, large (|x| up to 1e4), or with -inf entries."""
-    ndim = draw(st.integers(1, 3))
-    shape = tuple(draw(st.integers(1, 7 if i == ndim - 1 else 3)) for i in range(ndim))
+    ndims = [1, 2, 3] if scope.batch_dims is None else [b + 1 for b in scope.batch_dims]
+    ndim = draw(st.sampled_from(ndims))
+    shape = tuple(_length(draw, scope, 1, 7) if i == ndim - 1 else draw(st.integers(1, 3)) for i in range(ndim))
     kind = draw(st.sampled_from(["random", "near_constant", "large", "masked"]))
     if kind == "near_constant":
         x = draw(_floats(100.0)) + _array(draw, shape, 1e-6)
@@ -148,10 +181,14 @@ def exact_shift(dtype: str, shape: tuple[int, ...], *, pin_rows: bool = False) -
 
 
 @st.composite
-def _mask(draw: Any, batch: tuple[int, ...], n_q: int, n_k: int, *, allow_fully_masked: bool = True) -> np.ndarray | None:
-    """None, causal (end-aligned), padding (B, 1, n_k) or random (possibly fully masked rows), for scores (*batch, n_q, n_k)."""
-    kinds = ["none", "random", "padding"] + (["causal"] if n_k >= n_q else [])
-    kind = draw(st.sampled_from(kinds))
+def _mask(draw: Any, batch: tuple[int, ...], n_q: int, n_k: int, *, allow_fully_masked: bool = True,
+          scope: Scope = FULL_SCOPE) -> np.ndarray | None:
+    """None, causal (end-aligned), padding (B, 1, n_k) or random (possibly fully masked rows), for scores (*batch, n_q, n_k).
+
+    Only the kinds the scope accepts (``Scope.masks``); "causal" needs n_k >= n_q.
+    """
+    kinds = [k for k in ("none", "random", "padding", "causal") if k in scope.masks and (k != "causal" or n_k >= n_q)]
+    kind = draw(st.sampled_from(kinds or ["none"]))
     if kind == "none":
         return None
     if kind == "causal":
@@ -172,16 +209,21 @@ def _mask(draw: Any, batch: tuple[int, ...], n_q: int, n_k: int, *, allow_fully_
 
 @st.composite
 def attention_inputs(draw: Any, dtype: str, *, batch: tuple[int, ...] | None = None, mask: bool = True, max_n: int = 5,
-                     max_d: int = 6) -> dict[str, Any]:
-    """q, k, v (scales 1, 4 or 30: up to saturated softmax rows) and a mask."""
+                     max_d: int = 6, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """q, k, v (scales 1, 4 or 30: up to saturated softmax rows) and a mask, inside the scope.
+
+    ``scope.self_attention_only``: n_k = n_q; masks of the accepted kinds only (a scope that
+    accepts only the causal mask always gets it).
+    """
     if batch is None:
-        batch = draw(st.sampled_from([(), (2,), (2, 1)]))
-    n_q, n_k = draw(st.integers(1, max_n)), draw(st.integers(1, max_n))
+        batch = _batch(draw, scope, [(), (2,), (2, 1)])
+    n_q = _length(draw, scope, 1, max_n)
+    n_k = n_q if scope.self_attention_only else _length(draw, scope, 1, max_n)
     d_k, d_v = draw(st.integers(1, max_d)), draw(st.integers(1, max_d))
     scale = min(draw(st.sampled_from([1.0, 4.0, 30.0])), logit_scale_cap(dtype, d_k))
     q, k = _array(draw, (*batch, n_q, d_k), scale), _array(draw, (*batch, n_k, d_k), scale)
     v = _array(draw, (*batch, n_k, d_v), 10.0)
-    m = draw(_mask(batch, n_q, n_k)) if mask else None
+    m = draw(_mask(batch, n_q, n_k, scope=scope)) if mask else None
     return {"q": q, "k": k, "v": v, "mask": m}
 
 
@@ -198,11 +240,11 @@ def keep_pattern(draw: Any, n_k: int) -> np.ndarray:
 
 
 @st.composite
-def causal_perturbation(draw: Any, dtype: str) -> dict[str, Any]:
+def causal_perturbation(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """q, k, v of one length n >= 2 and copies that differ only after position ``upto``."""
-    n = draw(st.integers(2, 5))
+    n = _length(draw, scope, 2, 5)
     d_k, d_v = draw(st.integers(1, 5)), draw(st.integers(1, 5))
-    batch = draw(st.sampled_from([(), (2,)]))
+    batch = _batch(draw, scope, [(), (2,)])
     upto = draw(st.integers(0, n - 2))
     q, k, v = (_array(draw, (*batch, n, d), 4.0) for d in (d_k, d_k, d_v))
     q2, k2, v2 = q.copy(), k.copy(), v.copy()
@@ -216,7 +258,7 @@ def causal_perturbation(draw: Any, dtype: str) -> dict[str, Any]:
 
 
 @st.composite
-def mha_inputs(draw: Any, dtype: str, *, min_heads: int = 1, fully_masked: bool = True) -> dict[str, Any]:
+def mha_inputs(draw: Any, dtype: str, *, min_heads: int = 1, fully_masked: bool = True, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """The paper's shapes (§3.2.2): d_k = d_v = d_model / h; weights ~ 1/sqrt(d_model); optional biases.
 
     Fully masked query rows (with ``fully_masked``) are drawn for cross-attention only;
@@ -226,8 +268,9 @@ def mha_inputs(draw: Any, dtype: str, *, min_heads: int = 1, fully_masked: bool 
     h = draw(st.integers(min_heads, 3))
     d_k = draw(st.integers(1, 3))
     d_model = h * d_k
-    n_q, n_k = draw(st.integers(1, 4)), draw(st.integers(1, 4))
-    batch = draw(st.sampled_from([(), (2,)]))
+    n_q = _length(draw, scope, 1, 4)
+    n_k = n_q if scope.self_attention_only else _length(draw, scope, 1, 4)
+    batch = _batch(draw, scope, [(), (2,)])
     w = 1.5 / np.sqrt(d_model)
     params = {name: _weights(draw, (d_model, d_model), w) for name in ("w_q", "w_k", "w_v", "w_o")}
     if draw(st.booleans()):
@@ -236,10 +279,10 @@ def mha_inputs(draw: Any, dtype: str, *, min_heads: int = 1, fully_masked: bool 
     # scores resolvable in the dtype (logit_scale_cap), at most the 3.0 of float32/float64
     scale = min(3.0, logit_scale_cap(dtype, d_k) / 1.5)
     query = _array(draw, (*batch, n_q, d_model), scale)
-    self_attention = draw(st.booleans())
+    self_attention = scope.self_attention_only or draw(st.booleans())
     key = query if self_attention and n_q == n_k else _array(draw, (*batch, n_k, d_model), scale)
-    value = key if draw(st.booleans()) else _array(draw, (*batch, n_k, d_model), scale)
-    mask = draw(_mask(batch, n_q, n_k, allow_fully_masked=fully_masked and key is not query))
+    value = key if scope.self_attention_only or draw(st.booleans()) else _array(draw, (*batch, n_k, d_model), scale)
+    mask = draw(_mask(batch, n_q, n_k, allow_fully_masked=fully_masked and key is not query, scope=scope))
     return {"query": query, "key": key, "value": value, "params": params, "num_heads": h, "mask": mask}
 
 
@@ -269,9 +312,9 @@ def mha_fully_masked_self_attention(draw: Any, dtype: str) -> dict[str, Any]:
 
 
 @st.composite
-def pe_inputs(draw: Any, dtype: str, *, min_length: int = 0) -> dict[str, Any]:
-    """length 0..64 and an even d_model 2..32."""
-    return {"length": draw(st.integers(min_length, 64)), "d_model": 2 * draw(st.integers(1, 16))}
+def pe_inputs(draw: Any, dtype: str, *, min_length: int = 0, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """length 0..64 (at most the scope's max_length) and an even d_model 2..32."""
+    return {"length": _length(draw, scope, min_length, 64), "d_model": 2 * draw(st.integers(1, 16))}
 
 
 # --------------------------------------------------------------------------------------------
@@ -279,7 +322,7 @@ def pe_inputs(draw: Any, dtype: str, *, min_length: int = 0) -> dict[str, Any]:
 
 
 @st.composite
-def layer_norm_inputs(draw: Any, dtype: str) -> dict[str, Any]:
+def layer_norm_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """x (rows, d), gain ~ 1, bias ~ 0 (both not exactly), eps from 1e-6 to 0.25; rows random, offset or near-constant.
 
     Every row of length >= 2 keeps a spread (``_pin_spread``). Offset rows sit at a level of up to
@@ -303,15 +346,19 @@ def layer_norm_inputs(draw: Any, dtype: str) -> dict[str, Any]:
         x = level + spread * z
     gain = 1.0 + _array(draw, (d,), 0.5)
     bias = _array(draw, (d,), 1.0)
-    eps = draw(st.sampled_from([1e-6, 1e-5, 1e-3, 0.25]))
+    eps = scope.layer_norm_eps if scope.layer_norm_eps is not None else draw(st.sampled_from([1e-6, 1e-5, 1e-3, 0.25]))
+    if scope.batch_dims is not None:  # x is (rows, d): one batch dimension; give it as many as the scope accepts
+        dims = draw(st.sampled_from(list(scope.batch_dims)))
+        x = x[0] if dims == 0 else x.reshape(*([1] * (dims - 1)), rows, d)
     return {"x": x, "gain": gain, "bias": bias, "eps": eps}
 
 
 @st.composite
-def ffn_inputs(draw: Any, dtype: str) -> dict[str, Any]:
+def ffn_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """x (..., n, d_model), W1 (d_model, d_ff), W2 (d_ff, d_model), biases; ReLU active on part of the units."""
-    batch = draw(st.sampled_from([(), (2,)]))
-    n, d, d_ff = draw(st.integers(1, 4)), draw(st.integers(1, 8)), draw(st.integers(1, 16))
+    batch = _batch(draw, scope, [(), (2,)])
+    n, d = _length(draw, scope, 1, 4), draw(st.integers(1, 8))
+    d_ff = scope.d_ff_ratio * d if scope.d_ff_ratio else draw(st.integers(1, 16))
     return {
         "x": _array(draw, (*batch, n, d), 3.0),
         "w1": _weights(draw, (d, d_ff), 1.5 / np.sqrt(d)),
@@ -345,9 +392,9 @@ def lrate_shape_inputs(draw: Any) -> dict[str, Any]:
 
 
 @st.composite
-def label_smoothing_inputs(draw: Any, dtype: str) -> dict[str, Any]:
-    """targets (...,) in [0, K), K 2..12, eps in [0, 0.5] (0.1 is the paper's)."""
-    k = draw(st.integers(2, 12))
+def label_smoothing_inputs(draw: Any, dtype: str, *, min_classes: int = 2) -> dict[str, Any]:
+    """targets (...,) in [0, K), K ``min_classes``..12, eps in [0, 0.5] (0.1 is the paper's)."""
+    k = draw(st.integers(min_classes, 12))
     shape = draw(st.sampled_from([(1,), (3,), (2, 4)]))
     targets = draw(hnp.arrays(np.int64, shape, elements=st.integers(0, k - 1)))
     eps = draw(st.sampled_from([0.0, 0.1])) if draw(st.booleans()) else draw(st.floats(0.0, 0.5))
@@ -355,9 +402,9 @@ def label_smoothing_inputs(draw: Any, dtype: str) -> dict[str, Any]:
 
 
 @st.composite
-def cross_entropy_inputs(draw: Any, dtype: str) -> dict[str, Any]:
+def cross_entropy_inputs(draw: Any, dtype: str, *, min_classes: int = 2) -> dict[str, Any]:
     """logits (..., K) at scales 1, 10 or 100 and targets; eps as in label_smoothing_inputs."""
-    k = draw(st.integers(2, 12))
+    k = draw(st.integers(min_classes, 12))
     shape = draw(st.sampled_from([(1,), (3,), (2, 3)]))
     scale = draw(st.sampled_from([1.0, 10.0, 100.0]))
     targets = draw(hnp.arrays(np.int64, shape, elements=st.integers(0, k - 1)))
@@ -385,8 +432,8 @@ def _config(n_layers: int, d_model: int, h: int, d_ff: int) -> types.SimpleNames
 
 
 @st.composite
-def _sizes(draw: Any, dtype: str) -> tuple[int, int, int]:
-    """(d_model, h, d_ff) of a small layer; d_model >= 4 in bfloat16.
+def _sizes(draw: Any, dtype: str, scope: Scope = FULL_SCOPE) -> tuple[int, int, int]:
+    """(d_model, h, d_ff) of a small layer; d_model >= 4 in bfloat16; d_ff = ratio * d_model if the scope fixes it.
 
     With d_model = 2 every LayerNorm row is two numbers whose difference decides the output's sign;
     inside a layer, where the row is a residual sum, bfloat16 (8 significant bits) leaves that
@@ -396,7 +443,7 @@ def _sizes(draw: Any, dtype: str) -> tuple[int, int, int]:
     h = draw(st.sampled_from([1, 2]))
     widths = [4] if precision(dtype).p <= 8 and h == 1 else [2, 4]
     d_model = h * draw(st.sampled_from(widths))
-    return d_model, h, draw(st.sampled_from([4, 8, 16]))
+    return d_model, h, (scope.d_ff_ratio * d_model if scope.d_ff_ratio else draw(st.sampled_from([4, 8, 16])))
 
 
 def _params(seed: int, config: types.SimpleNamespace, vocab: int, biases: bool) -> dict[str, Any]:
@@ -406,26 +453,26 @@ def _params(seed: int, config: types.SimpleNamespace, vocab: int, biases: bool) 
 
 
 @st.composite
-def encoder_inputs(draw: Any, dtype: str) -> dict[str, Any]:
-    """x (B, n, d_model), one encoder layer's canonical weights, an optional padding mask (lengths >= 1)."""
-    d_model, h, d_ff = draw(_sizes(dtype))
+def encoder_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """x (B, n, d_model), one encoder layer's canonical weights, an optional padding mask (lengths >= 1; if the scope accepts padding)."""
+    d_model, h, d_ff = draw(_sizes(dtype, scope))
     layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()))["encoder"][0]
-    b, n = draw(st.integers(1, 2)), draw(st.integers(1, 5))
+    b, n = draw(st.integers(1, 2)), _length(draw, scope, 1, 5)
     x = _array(draw, (b, n, d_model), 2.0)
     mask = None
-    if draw(st.booleans()):
+    if "padding" in scope.masks and ("none" not in scope.masks or draw(st.booleans())):
         lengths = np.array(draw(st.lists(st.integers(1, n), min_size=b, max_size=b)))
         mask = (np.arange(n)[None, :] < lengths[:, None])[:, None, :]
     return {"x": x, "params": layer, "num_heads": h, "mask": mask}
 
 
 @st.composite
-def decoder_inputs(draw: Any, dtype: str, *, causal_check: bool = False) -> dict[str, Any]:
-    """y (B, n_tgt, d), memory (B, n_src, d), one decoder layer's weights; masks None or causal & padding."""
-    d_model, h, d_ff = draw(_sizes(dtype))
+def decoder_inputs(draw: Any, dtype: str, *, causal_check: bool = False, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """y (B, n_tgt, d), memory (B, n_src, d), one decoder layer's weights; masks None or causal & padding (if the scope accepts padding)."""
+    d_model, h, d_ff = draw(_sizes(dtype, scope))
     layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()))["decoder"][0]
     b = draw(st.integers(1, 2))
-    n_tgt, n_src = draw(st.integers(2 if causal_check else 1, 5)), draw(st.integers(1, 5))
+    n_tgt, n_src = _length(draw, scope, 2 if causal_check else 1, 5), _length(draw, scope, 1, 5)
     y, memory = _array(draw, (b, n_tgt, d_model), 2.0), _array(draw, (b, n_src, d_model), 2.0)
     if causal_check:
         upto = draw(st.integers(0, n_tgt - 2))
@@ -433,7 +480,7 @@ def decoder_inputs(draw: Any, dtype: str, *, causal_check: bool = False) -> dict
         y2[:, upto + 1:] = _array(draw, (b, n_tgt - upto - 1, d_model), 2.0) + 3.0
         return {"y": y, "memory": memory, "params": layer, "num_heads": h, "upto": upto, "y2": y2}
     self_mask = memory_mask = None
-    if draw(st.booleans()):
+    if "padding" in scope.masks and draw(st.booleans()):
         t_len = np.array(draw(st.lists(st.integers(1, n_tgt), min_size=b, max_size=b)))
         s_len = np.array(draw(st.lists(st.integers(1, n_src), min_size=b, max_size=b)))
         causal = np.arange(n_tgt)[None, :] <= np.arange(n_tgt)[:, None]
@@ -443,17 +490,17 @@ def decoder_inputs(draw: Any, dtype: str, *, causal_check: bool = False) -> dict
 
 
 @st.composite
-def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement") -> dict[str, Any]:
+def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement", scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """Token ids, canonical weights of a 1- or 2-layer model, and lengths (>= 1) or None.
 
     ``kind``: "agreement"; "causal" (adds ``upto`` and ``tgt2``, equal to tgt up to ``upto``);
     "batch" (B = 2 and an ``index``).
     """
-    d_model, h, d_ff = draw(_sizes(dtype))
+    d_model, h, d_ff = draw(_sizes(dtype, scope))
     vocab = draw(st.integers(2, 11))
     params = _params(draw(st.integers(0, 2**32 - 1)), _config(draw(st.integers(1, 2)), d_model, h, d_ff), vocab, draw(st.booleans()))
     b = 2 if kind == "batch" else draw(st.integers(1, 2))
-    n_src, n_tgt = draw(st.integers(1, 4)), draw(st.integers(2 if kind == "causal" else 1, 4))
+    n_src, n_tgt = _length(draw, scope, 1, 4), _length(draw, scope, 2 if kind == "causal" else 1, 4)
     src = draw(hnp.arrays(np.int64, (b, n_src), elements=st.integers(0, vocab - 1)))
     tgt = draw(hnp.arrays(np.int64, (b, n_tgt), elements=st.integers(0, vocab - 1)))
     args: dict[str, Any] = {"src": src, "tgt": tgt, "params": params, "num_heads": h}
@@ -462,7 +509,7 @@ def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement") -> dict[st
         tgt2 = tgt.copy()
         tgt2[:, upto + 1:] = (tgt[:, upto + 1:] + 1 + draw(st.integers(0, vocab - 2))) % vocab  # surely different ids
         return {**args, "upto": upto, "tgt2": tgt2}
-    lengths = draw(st.booleans())
+    lengths = "padding" in scope.masks and draw(st.booleans())
     args["src_lengths"] = np.array(draw(st.lists(st.integers(1, n_src), min_size=b, max_size=b))) if lengths else None
     args["tgt_lengths"] = np.array(draw(st.lists(st.integers(1, n_tgt), min_size=b, max_size=b))) if lengths else None
     if kind == "batch":

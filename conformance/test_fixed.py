@@ -15,7 +15,8 @@ import pytest
 from aiayn.conformance import fixed as F
 from aiayn.conformance.checks import load_all
 from aiayn.conformance.harness import CHECKS
-from aiayn.implementations.protocol import EQUATIONS
+from aiayn.conformance.coverage import OUT_OF_SCOPE
+from aiayn.implementations.protocol import EQUATIONS, scope_of
 
 load_all()
 
@@ -27,6 +28,10 @@ def _on_fixed_inputs(equation: str) -> Callable[..., None]:
     @pytest.mark.aiayn_equation(equation, dtypes="first" if equation in _FIRST_DTYPE_ONLY else "all")
     @pytest.mark.parametrize("case", F.cases(equation), ids=str)
     def test(impl: Any, dtype: str, case: F.Fixed) -> None:
+        scope = scope_of(impl, equation)
+        unmet = scope.unmet(case.needs)
+        if unmet:
+            pytest.skip(f"{OUT_OF_SCOPE} of {impl.name} ({scope.describe()}): the case needs {', '.join(unmet)}")
         CHECKS[case.check](impl, dtype, **case.args)
 
     test.__name__ = test.__qualname__ = f"test_{equation}_on_fixed_inputs"

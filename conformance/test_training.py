@@ -40,21 +40,21 @@ def test_lrate_at_step_zero_follows_the_declared_policy(impl: Any, dtype: str) -
 @profile()
 @given(data=st.data())
 def test_label_smoothing(impl: Any, dtype: str, data: st.DataObject) -> None:
-    T.label_smoothing_agreement(impl, dtype, **data.draw(S.label_smoothing_inputs(dtype)))
+    T.label_smoothing_agreement(impl, dtype, **data.draw(S.label_smoothing_inputs(dtype, min_classes=S.min_classes(impl))))
 
 
 @pytest.mark.aiayn_equation("label_smoothing", dtypes="first")
 @profile(0.5)
 @given(data=st.data())
 def test_smoothed_targets_sum_to_one(impl: Any, dtype: str, data: st.DataObject) -> None:
-    T.label_smoothing_sums_to_one(impl, dtype, **data.draw(S.label_smoothing_inputs(dtype)))
+    T.label_smoothing_sums_to_one(impl, dtype, **data.draw(S.label_smoothing_inputs(dtype, min_classes=S.min_classes(impl))))
 
 
 @pytest.mark.aiayn_equation("smoothed_cross_entropy")
 @profile()
 @given(data=st.data())
 def test_smoothed_cross_entropy(impl: Any, dtype: str, data: st.DataObject) -> None:
-    T.cross_entropy_agreement(impl, dtype, **data.draw(S.cross_entropy_inputs(dtype)))
+    T.cross_entropy_agreement(impl, dtype, **data.draw(S.cross_entropy_inputs(dtype, min_classes=S.min_classes(impl))))
 
 
 @pytest.mark.aiayn_equation("smoothed_cross_entropy")

@@ -125,8 +125,16 @@ class NumpyImplementation(ImplementationBase):
         n_q, n_k = q.shape[-2], k.shape[-2]
         blocked = self.attention == "blocked" or (self.attention == "auto" and n_q * n_k > self.blocked_threshold)
         block_q, block_k = (self.block_size, self.block_size) if blocked else (max(n_q, 1), max(n_k, 1))
-        fill = np.nan if self.policies["fully_masked"] == "nan" else 0.0
-        return _attention_tiled(q, k, v, _as_mask(mask), block_q, block_k, fill)
+        policy = self.policies["fully_masked"]
+        fill = 0.0 if policy == "zeros" else np.nan
+        mask = _as_mask(mask)
+        out = _attention_tiled(q, k, v, mask, block_q, block_k, fill)
+        if policy == "uniform" and mask is not None:  # a fully masked row: every key weighs 1/n_k
+            shape = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], mask.shape[:-2]) + (n_q, n_k)
+            dead = ~np.any(np.broadcast_to(mask, shape), axis=-1)  # (..., n_q)
+            if np.any(dead):
+                out = np.where(dead[..., None], np.mean(v, axis=-2, keepdims=True), out).astype(out.dtype)
+        return out
 
     def multi_head_attention(
         self,
@@ -210,7 +218,7 @@ class NumpyImplementation(ImplementationBase):
     def lrate(self, step: int, d_model: int, warmup_steps: int) -> float:
         """d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) (§5.3, Eq. (3)), a Python float.
 
-        Step 0 follows ``policies["step_zero"]`` ("zero": 0.0, the formula's limit; "raise").
+        Step 0 follows ``policies["step_zero"]`` ("zero": 0.0, the formula's limit; "raise"; "one": as step 1).
         """
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
             raise ValueError(f"step: expected an int >= 0, got {step!r}")
@@ -219,14 +227,18 @@ class NumpyImplementation(ImplementationBase):
         if step == 0:
             if self.policies["step_zero"] == "raise":
                 raise ValueError("step: 0 has step^-0.5 = inf (policy step_zero='raise')")
-            return 0.0
+            if self.policies["step_zero"] == "zero":
+                return 0.0
+            step = 1  # "one"
         step = int(step)
         return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
     def label_smoothing(self, targets: np.ndarray, vocab_size: int, eps: float) -> np.ndarray:
         """Smoothed one-hot targets (§5.4) in ``dtypes[0]``; variant per ``policies["label_smoothing"]``.
 
-        "K": (1 - eps) * onehot + eps / K; "K-1": target 1 - eps, every other class eps / (K - 1).
+        "K": (1 - eps) * onehot + eps / K; "K-1": target 1 - eps, every other class eps / (K - 1);
+        "K-2": the padding class ``policies.get("padding_id", 0)`` gets 0 and every other class but
+        the target eps / (K - 2); rows whose target is padding are 0.
         """
         return self._smoothed_targets(targets, vocab_size, eps, np.dtype(self.dtypes[0]))
 
@@ -256,12 +268,21 @@ class NumpyImplementation(ImplementationBase):
             raise ValueError(f"eps: expected a float in [0, 1), got {eps!r}")
         if targets.size and (targets.min() < 0 or targets.max() >= k):
             raise ValueError(f"targets: expected ids in [0, {k}), got values in [{targets.min()}, {targets.max()}]")
-        if self.policies["label_smoothing"] == "K":
+        variant = self.policies["label_smoothing"]
+        if variant == "K":
             off, on = eps / k, (1.0 - eps) + eps / k
-        else:
+        elif variant == "K-1":
             off, on = eps / (k - 1), 1.0 - eps
+        else:  # "K-2": a padding class takes no mass
+            if k < 3:
+                raise ValueError(f"vocab_size: label smoothing 'K-2' needs vocab_size >= 3, got {k}")
+            off, on = eps / (k - 2), 1.0 - eps
         q = np.full(targets.shape + (k,), off, dtype=dt)  # (..., K)
         np.put_along_axis(q, targets[..., None].astype(np.intp), dt.type(on), axis=-1)
+        if variant == "K-2":
+            pad = int(self.policies.get("padding_id", 0))
+            q[..., pad] = 0
+            q[targets == pad] = 0
         return q
 
     # ----------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ aiayn needed). ``implementations/examples/my_attention.py`` is a short example o
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
@@ -53,13 +54,17 @@ __all__ = [
     "MASK_DTYPE",
     "ARRAY_DTYPES",
     "EQUATIONS",
+    "MASK_KINDS",
     "POLICY_CHOICES",
     "DEFAULT_POLICIES",
     "Implementation",
     "CompleteImplementation",
     "ImplementationBase",
+    "Scope",
+    "Unsupported",
     "provided_equations",
     "contract_problems",
+    "scope_of",
 ]
 
 #: Floating-point dtypes an implementation may declare in :attr:`Implementation.dtypes`,
@@ -96,18 +101,28 @@ EQUATIONS: tuple[str, ...] = (
 #: The policies an implementation declares where the paper leaves a choice open, and the values
 #: each may take. ``layer_norm_eps`` is not listed: it is any positive float.
 #:
+#: Each value is what some real code does; the paper fixes none of them.
+#:
 #: - ``"fully_masked"`` — Eq. (1) on a query row whose keys are all masked out: ``"nan"`` (what
-#:   softmax over a row of -inf gives: the whole output row is NaN) or ``"zeros"`` (the output row
-#:   is 0).
-#: - ``"label_smoothing"`` — §5.4 with eps_ls over K classes: ``"K"`` ((1 - eps) * onehot + eps/K)
-#:   or ``"K-1"`` (target gets 1 - eps, every other class eps/(K-1)).
+#:   softmax over a row of -inf gives, 0/0: the whole output row is NaN; a plain -inf
+#:   implementation), ``"zeros"`` (the output row is 0: PyTorch's ``scaled_dot_product_attention``
+#:   "safe softmax") or ``"uniform"`` (every key weighs 1/n_k, the row's output is the mean of the
+#:   values: what a *finite* mask value gives, e.g. ``masked_fill(mask == 0, -1e9)`` in the
+#:   Annotated Transformer and many tutorials; a finite mask is a departure elsewhere, see
+#:   ``conformance/diagnoses.py``, but on a fully masked row it is this well-defined choice).
+#: - ``"label_smoothing"`` — §5.4 with eps_ls over K classes: ``"K"`` ((1 - eps) * onehot + eps/K;
+#:   Szegedy et al.), ``"K-1"`` (target gets 1 - eps, every other class eps/(K-1); tensor2tensor)
+#:   or ``"K-2"`` (a padding class, ``policies.get("padding_id", 0)``, gets 0 and eps is spread over
+#:   the other K-2 classes; rows whose target is padding are all 0: the Annotated Transformer's
+#:   ``LabelSmoothing`` and toolkits that ignore the padding index).
 #: - ``"step_zero"`` — Eq. (3) at step 0, where step^-0.5 is infinite: ``"zero"`` (min(inf, 0) = 0,
-#:   the formula's own limit) or ``"raise"`` (ValueError).
+#:   the formula's own limit), ``"raise"`` (ValueError) or ``"one"`` (step 0 is computed as step 1:
+#:   the Annotated Transformer's ``rate()``, ``if step == 0: step = 1``).
 POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
-        "fully_masked": ("nan", "zeros"),
-        "label_smoothing": ("K", "K-1"),
-        "step_zero": ("zero", "raise"),
+        "fully_masked": ("nan", "zeros", "uniform"),
+        "label_smoothing": ("K", "K-1", "K-2"),
+        "step_zero": ("zero", "raise", "one"),
     }
 )
 
@@ -116,6 +131,128 @@ POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType(
 DEFAULT_POLICIES: Mapping[str, object] = MappingProxyType(
     {"fully_masked": "nan", "label_smoothing": "K", "layer_norm_eps": 1e-6, "step_zero": "zero"}
 )
+
+#: The kinds of attention mask the suite draws (:attr:`Scope.masks`): no mask, the causal mask
+#: (§3.2.3), a padding mask over the keys, and an arbitrary boolean mask.
+MASK_KINDS: tuple[str, ...] = ("none", "causal", "padding", "random")
+
+
+class Unsupported(Exception):
+    """Raise it from an equation for an input outside what the implementation supports.
+
+    For limits the :class:`Scope` vocabulary cannot express. The suite counts such examples per
+    equation and never fails on them; a report row whose examples were mostly unsupported is
+    inconclusive, not a pass. Any other exception is a failure of the check.
+    """
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The sub-domain an implementation supports for one equation (:attr:`ImplementationBase.scope`).
+
+    The suite draws inputs only inside it (an input outside is never a failure) and every report
+    row names the scope it was checked under, so "pass within scope: self-attention only" cannot be
+    read as full conformance. Every field's default is the full domain.
+
+    - ``self_attention_only``: Eq. (1) only with n_q = n_k; multi-head attention only with
+      query, key and value the same array (decoder-only code, e.g. a GPT block);
+    - ``masks``: the mask kinds accepted (:data:`MASK_KINDS`), e.g. ``("causal",)`` for code
+      that always applies a causal mask (the contract's causal mask is then always passed);
+    - ``layer_norm_eps``: LayerNorm's ``eps`` argument is fixed at this value (code with a
+      hard-wired eps; the layers' eps is the ``layer_norm_eps`` policy);
+    - ``batch_dims``: the numbers of leading batch dimensions accepted, e.g. ``(1,)`` for
+      (B, n, d) only;
+    - ``d_ff_ratio``: the feed-forward width is this multiple of d_model (e.g. 4);
+    - ``max_length``: the longest sequence (queries, keys, positions);
+    - ``dtypes``: the dtypes of this equation, a subset of the implementation's;
+    - ``note``: anything else a reader must know (what ``Unsupported`` is raised for).
+    """
+
+    self_attention_only: bool = False
+    masks: tuple[str, ...] = MASK_KINDS
+    layer_norm_eps: float | None = None
+    batch_dims: tuple[int, ...] | None = None
+    d_ff_ratio: int | None = None
+    max_length: int | None = None
+    dtypes: tuple[str, ...] | None = None
+    note: str = ""
+
+    def describe(self) -> str:
+        """One line for the report: ``"full domain"`` or the restrictions, e.g. ``"self-attention only; masks causal"``."""
+        parts = []
+        if self.self_attention_only:
+            parts.append("self-attention only")
+        if tuple(self.masks) != MASK_KINDS:
+            parts.append("masks " + ", ".join(self.masks) + " only")
+        if self.layer_norm_eps is not None:
+            parts.append(f"eps = {self.layer_norm_eps:g}")
+        if self.batch_dims is not None:
+            parts.append("batch dims " + "/".join(map(str, self.batch_dims)))
+        if self.d_ff_ratio is not None:
+            parts.append(f"d_ff = {self.d_ff_ratio} d_model")
+        if self.max_length is not None:
+            parts.append(f"length <= {self.max_length}")
+        if self.dtypes is not None:
+            parts.append("dtypes " + ", ".join(self.dtypes))
+        if self.note:
+            parts.append(self.note)
+        return "; ".join(parts) or "full domain"
+
+    def unmet(self, needs: Any) -> list[str]:
+        """Which of a check's ``needs`` this scope excludes (empty: the check is inside the scope).
+
+        A need is ``"masks:KIND"`` (a mask kind of :data:`MASK_KINDS`), ``"cross-attention"``
+        (n_q != n_k, or distinct query and key), ``"batch:N"`` (at least N batch dimensions),
+        ``"batchdims:N"`` (exactly N), ``"eps:V"`` (LayerNorm eps V), ``"d_ff:R"`` (d_ff = R d_model)
+        or ``"length:N"`` (sequences of N).
+        """
+        out = []
+        for need in needs:
+            kind, _, value = str(need).partition(":")
+            excluded = {
+                "masks": lambda: value not in self.masks,
+                "cross-attention": lambda: self.self_attention_only,
+                "batch": lambda: self.batch_dims is not None and max(self.batch_dims) < int(value),
+                "batchdims": lambda: self.batch_dims is not None and int(value) not in self.batch_dims,
+                "eps": lambda: self.layer_norm_eps is not None and float(value) != self.layer_norm_eps,
+                "d_ff": lambda: self.d_ff_ratio is not None and int(value) != self.d_ff_ratio,
+                "length": lambda: self.max_length is not None and int(value) > self.max_length,
+            }.get(kind)
+            if excluded is None:
+                raise ValueError(f"need {need!r}: unknown kind {kind!r}")
+            if excluded():
+                out.append(str(need))
+        return out
+
+    def problems(self) -> list[str]:
+        """Every field holding a value the suite cannot use (empty: valid)."""
+        out = [f"masks: {m!r} is not one of {MASK_KINDS}" for m in self.masks if m not in MASK_KINDS]
+        if not self.masks:
+            out.append("masks: expected at least one mask kind")
+        if self.layer_norm_eps is not None and not self.layer_norm_eps > 0:
+            out.append(f"layer_norm_eps: expected a positive float, got {self.layer_norm_eps!r}")
+        if self.batch_dims is not None and (not self.batch_dims or any(not isinstance(b, int) or b < 0 for b in self.batch_dims)):
+            out.append(f"batch_dims: expected non-negative ints, got {self.batch_dims!r}")
+        for name in ("d_ff_ratio", "max_length"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                out.append(f"{name}: expected a positive int, got {value!r}")
+        if self.dtypes is not None and any(d not in DTYPES for d in self.dtypes):
+            out.append(f"dtypes: expected a subset of {DTYPES}, got {self.dtypes!r}")
+        return out
+
+
+#: The full domain (no restriction).
+FULL_SCOPE = Scope()
+
+
+def scope_of(impl: Any, equation: str) -> Scope:
+    """The scope ``impl`` declares for ``equation``: ``impl.scope[equation]``, else ``impl.scope["*"]``, else the full domain."""
+    declared = getattr(impl, "scope", None)
+    if not isinstance(declared, Mapping):
+        return FULL_SCOPE
+    scope = declared.get(equation, declared.get("*", FULL_SCOPE))
+    return scope if isinstance(scope, Scope) else FULL_SCOPE
 
 
 @runtime_checkable
@@ -150,10 +287,13 @@ class Implementation(Protocol):
     """Declared choices where the paper is silent; at least the keys of :data:`DEFAULT_POLICIES`
     (further, implementation-specific keys are allowed and ignored by the suite):
 
-    - ``"fully_masked"``: ``"nan"`` | ``"zeros"`` (Eq. (1) on a query with no visible key);
-    - ``"label_smoothing"``: ``"K"`` | ``"K-1"`` (§5.4 variant);
+    - ``"fully_masked"``: ``"nan"`` | ``"zeros"`` | ``"uniform"`` (Eq. (1) on a query with no visible key);
+    - ``"label_smoothing"``: ``"K"`` | ``"K-1"`` | ``"K-2"`` (§5.4 variant; ``"K-2"`` with the
+      optional ``"padding_id"``, default 0);
     - ``"layer_norm_eps"``: positive float, the eps inside the encoder/decoder layers' LayerNorms;
-    - ``"step_zero"``: ``"zero"`` | ``"raise"`` (Eq. (3) at step 0).
+    - ``"step_zero"``: ``"zero"`` | ``"raise"`` | ``"one"`` (Eq. (3) at step 0).
+
+    :data:`POLICY_CHOICES` says who makes each choice.
 
     The suite configures the oracle with these values and checks the implementation against it.
     """
@@ -398,7 +538,27 @@ def contract_problems(impl: Any) -> list[str]:
             problems.append(f"{method}: expected a method, got {getattr(impl, method)!r}")
     if callable(impl.provides):
         problems += _provides_problems(impl)
+    problems += _scope_problems(impl)
     return problems
+
+
+def _scope_problems(impl: Any) -> list[str]:
+    declared = getattr(impl, "scope", None)
+    if declared is None:
+        return []
+    if not isinstance(declared, Mapping):
+        return [f"scope: expected a mapping of equation (or '*') -> Scope, got {declared!r}"]
+    out = []
+    for key, scope in declared.items():
+        if key != "*" and key not in EQUATIONS:
+            out.append(f"scope: {key!r} is not one of EQUATIONS (or '*')")
+        elif not isinstance(scope, Scope):
+            out.append(f"scope[{key!r}]: expected an aiayn.implementations.protocol.Scope, got {scope!r}")
+        else:
+            out += [f"scope[{key!r}].{p}" for p in scope.problems()]
+            if scope.dtypes is not None and not set(scope.dtypes) <= set(getattr(impl, "dtypes", ()) or ()):
+                out.append(f"scope[{key!r}].dtypes: {scope.dtypes} are not all among the declared dtypes {impl.dtypes}")
+    return out
 
 
 def _dtype_problems(dtypes: Any) -> list[str]:
@@ -423,6 +583,9 @@ def _policy_problems(policies: Any) -> list[str]:
     eps = policies.get("layer_norm_eps")
     if "layer_norm_eps" in policies and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0):
         problems.append(f"policies['layer_norm_eps']: expected a positive float, got {eps!r}")
+    pad = policies.get("padding_id", 0)
+    if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
+        problems.append(f"policies['padding_id']: expected a non-negative int (the padding class of label smoothing 'K-2'), got {pad!r}")
     return problems
 
 
@@ -477,6 +640,11 @@ class ImplementationBase:
     #: run (the declaration must go once the deviation is gone). Declare only behaviour you
     #: cannot or will not change (e.g. a library's documented semantics), never to hide a bug.
     known_deviations: Mapping[str, str] = MappingProxyType({})
+    #: Optional. The sub-domain supported per equation (``"*"``: every equation), see :class:`Scope`.
+    scope: Mapping[str, Scope] = MappingProxyType({})
+    #: Optional. Report rows accepted as inconclusive, with the reason: ``"equation"`` or
+    #: ``"equation@dtype"`` -> why (``conformance/coverage.py``). Without it an inconclusive row fails the run.
+    declared_inconclusive: Mapping[str, str] = MappingProxyType({})
 
     def provides(self) -> frozenset[str]:
         """Return the :data:`EQUATIONS` defined as callables on this object's class (or itself)."""

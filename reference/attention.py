@@ -24,7 +24,7 @@ from aiayn.reference._checks import as_float_array, as_mask, batch_shape, choice
 from aiayn.reference._exact import DEFAULT_DPS, correctly_rounded, elementwise, mp_matmul, to_mp
 
 LD = np.longdouble
-FULLY_MASKED_POLICIES = ("nan", "zeros")
+FULLY_MASKED_POLICIES = ("nan", "zeros", "uniform")
 
 # --------------------------------------------------------------------------------------------
 # softmax, §3.2.1
@@ -68,7 +68,7 @@ def softmax(x: Any, axis: int = -1) -> np.ndarray:
 def _softmax_rows_mp(scores: np.ndarray, visible: np.ndarray | None, fully_masked: str) -> np.ndarray:
     """Exact softmax of each last-axis row of an object array of mpf; masked entries get exactly 0.
 
-    A row with no visible entry gives NaN (policy "nan") or zeros (policy "zeros").
+    A row with no visible entry gives NaN (policy "nan"), zeros ("zeros") or 1/n ("uniform").
     """
     rows = scores.reshape(-1, scores.shape[-1])
     vis = np.ones(rows.shape, dtype=bool) if visible is None else visible.reshape(rows.shape)
@@ -76,7 +76,7 @@ def _softmax_rows_mp(scores: np.ndarray, visible: np.ndarray | None, fully_maske
     for r in range(rows.shape[0]):
         keep = {j for j in range(rows.shape[1]) if vis[r, j] and rows[r, j] != mpmath.ninf}
         if not keep:
-            fill = mpmath.nan if fully_masked == "nan" else mpmath.mpf(0)
+            fill = {"nan": mpmath.nan, "zeros": mpmath.mpf(0), "uniform": mpmath.mpf(1) / rows.shape[1]}[fully_masked]
             out[r, :] = [fill] * rows.shape[1]
             continue
         m = max(rows[r, j] for j in keep)
@@ -176,6 +176,8 @@ def _attention_ld(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarr
     p = _softmax_ld(scores, -1)  # (..., n_q, n_k); NaN rows where fully masked
     if fully_masked == "zeros":
         p = np.where(np.isnan(p), LD(0), p)
+    elif fully_masked == "uniform":
+        p = np.where(np.isnan(p), LD(1) / LD(p.shape[-1]), p)
     # A masked key's weight is exp(-inf) = 0 exactly, so it contributes 0 * v = 0 (v is finite).
     return np.matmul(p, v)  # (..., n_q, d_v)
 
@@ -191,8 +193,10 @@ def scaled_dot_product_attention(
     Choices:
         Mask value: -inf (the paper's), so a masked key gets weight exactly 0 (a large negative
         number instead would leak exp(-big) of weight). Fully masked rows (no visible key) have no
-        defined output: ``fully_masked="nan"`` (default: what -inf masking gives, 0/0) or
-        ``"zeros"`` (the row's output is 0, a common implementation choice). The scale is applied
+        defined output: ``fully_masked="nan"`` (default: what -inf masking gives, 0/0),
+        ``"zeros"`` (the row's output is 0: PyTorch's SDPA) or ``"uniform"`` (every key weighs
+        1/n_k, the mean of the values: what a finite mask value such as -1e9 gives on a row that
+        is masked throughout). The scale is applied
         to the scores after the product, as Eq. (1) writes it.
 
     Shapes: q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask bool broadcastable to

@@ -22,7 +22,7 @@ from aiayn.reference._checks import as_float_array, choice, positive_int, same_s
 from aiayn.reference._exact import DEFAULT_DPS, correctly_rounded, to_mp
 
 LD = np.longdouble
-STEP_ZERO_POLICIES = ("zero", "raise")
+STEP_ZERO_POLICIES = ("zero", "raise", "one")
 SMOOTHING_VARIANTS = ("K", "K-1")
 # Any difference of two float64 values is exact in this many bits (2^1024 down to 2^-1074).
 DIFF_PREC = 2200
@@ -63,12 +63,15 @@ def lrate(step: Any, d_model: int, warmup_steps: int = 4000, *, step_zero: str =
 
     Choices:
         Step 0 (the paper counts from 1): step_zero="zero" (default) returns 0, the formula's own
-        value min(inf, 0) = 0; step_zero="raise" rejects it. Negative steps are an error.
+        value min(inf, 0) = 0; step_zero="raise" rejects it; step_zero="one" computes it as step
+        1 (the Annotated Transformer's rate()). Negative steps are an error.
 
     Shapes: step an integer or an integer array (...) -> float64 of the same shape (a scalar
     for a scalar step).
     """
     steps, d, w = _validate_lrate(step, d_model, warmup_steps, step_zero)
+    if step_zero == "one":
+        steps = np.maximum(steps, 1)
     s = steps.astype(LD)
     with np.errstate(divide="ignore"):
         decay = 1 / np.sqrt(s)  # inf at step 0
@@ -86,7 +89,7 @@ def lrate_exact(step: Any, d_model: int, warmup_steps: int = 4000, *, step_zero:
     Shapes: as ``lrate``.
     """
     steps, d, w = _validate_lrate(step, d_model, warmup_steps, step_zero)
-    flat = [int(s) for s in steps.reshape(-1)]
+    flat = [max(int(s), 1) if step_zero == "one" else int(s) for s in steps.reshape(-1)]
 
     def compute() -> np.ndarray:
         scale, warm = 1 / mpmath.sqrt(d), 1 / (w * mpmath.sqrt(w))

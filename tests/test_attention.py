@@ -193,7 +193,7 @@ def attention_fast_error(q, k, v, mask, exact):
 @given(attention_inputs())
 def test_attention_fast_tier_matches_exact_tier(inputs):
     q, k, v, mask = inputs
-    for policy in ("nan", "zeros"):
+    for policy in ("nan", "zeros", "uniform"):
         exact = scaled_dot_product_attention_exact(q, k, v, mask, fully_masked=policy)
         fast = scaled_dot_product_attention(q, k, v, mask, fully_masked=policy)
         bound = 2 * U * np.abs(np.nan_to_num(exact)) + TINY + attention_fast_error(q, k, v, mask, exact)
@@ -250,9 +250,12 @@ def test_fully_masked_rows_follow_the_policy():
     for fn in (scaled_dot_product_attention, scaled_dot_product_attention_exact):
         nan_out = fn(q, k, v, mask)
         zero_out = fn(q, k, v, mask, fully_masked="zeros")
+        uniform_out = fn(q, k, v, mask, fully_masked="uniform")
         assert np.all(np.isnan(nan_out[1])) and np.all(np.isfinite(nan_out[0])), fn.__name__
         assert zero_out[1].tolist() == [0.0, 0.0], fn.__name__
-        assert np.array_equal(zero_out[0], nan_out[0]), fn.__name__
+        assert np.array_equal(zero_out[0], nan_out[0]) and np.array_equal(uniform_out[0], nan_out[0]), fn.__name__
+        # "uniform": each of the 4 keys weighs 1/4, so the row is the mean of the values (one rounding off at most)
+        assert np.allclose(uniform_out[1], v.mean(axis=0), rtol=4 * 2.0**-53, atol=0), fn.__name__
     # the default is "nan": what -inf masking gives
     assert np.all(np.isnan(scaled_dot_product_attention(q, k, v, mask)[1]))
 

@@ -147,7 +147,7 @@ def test_lrate_closed_forms():
 
 
 def test_lrate_step_zero_choice():
-    """step_zero="zero" (default): min(inf, 0) = 0; step_zero="raise": an error naming step."""
+    """step_zero="zero" (default): min(inf, 0) = 0; "raise": an error naming step; "one": step 0 computed as step 1."""
     for fn in (lrate, lrate_exact):
         assert inspect.signature(fn).parameters["step_zero"].default == "zero"
         assert fn(0, 512) == 0.0 and fn(0, 512, step_zero="zero") == 0.0
@@ -158,6 +158,8 @@ def test_lrate_step_zero_choice():
             fn([5, 0], 512, step_zero="raise")
         assert fn(3, 512, step_zero="raise") == fn(3, 512)
         assert isinstance(fn(3, 512), float) and np.ndim(fn(3, 512)) == 0
+        # step_zero="one": step 0 is step 1 (the Annotated Transformer's rate()); other steps unchanged
+        assert fn(0, 512, step_zero="one") == fn(1, 512) and fn(7, 512, step_zero="one") == fn(7, 512)
 
 
 @pytest.mark.parametrize(
@@ -170,7 +172,7 @@ def test_lrate_step_zero_choice():
         ((1, 0), {}, ValueError, "d_model"),
         ((1, 512.0), {}, TypeError, "d_model"),
         ((1, 512, 0), {}, ValueError, "warmup_steps"),
-        ((1, 512), {"step_zero": "one"}, ValueError, "step_zero"),
+        ((1, 512), {"step_zero": "two"}, ValueError, "step_zero"),
     ],
 )
 def test_lrate_rejects_bad_input(args, kwargs, error, needle):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -72,13 +73,18 @@ def lrate_shape(case: Case, rise: list[int], decay: list[int], d_model: int, war
 
 @check("lrate_step_zero", "lrate", kind="property")
 def lrate_step_zero(case: Case, d_model: int, warmup_steps: int) -> None:
-    """Step 0 follows the declared policy ("zero": exactly 0.0; "raise": ValueError); a negative step raises ValueError."""
+    """Step 0 follows the declared policy ("zero": exactly 0.0; "raise": ValueError; "one": exactly lrate(1)); a negative step raises ValueError."""
     declared = policy(case, "step_zero")
     if declared == "zero":
         value = _lrate_value(case, 0, d_model, warmup_steps)
         case.exact_checks()
         if value != 0.0:
             case.fail(f"lrate(0, ...) = {value!r}; declared step_zero='zero' means exactly 0.0 (min(inf, 0) = 0)")
+    elif declared == "one":
+        value, one = _lrate_value(case, 0, d_model, warmup_steps), _lrate_value(case, 1, d_model, warmup_steps)
+        case.exact_checks()
+        if value != one:
+            case.fail(f"lrate(0, ...) = {value!r} but lrate(1, ...) = {one!r}; declared step_zero='one' means step 0 is computed as step 1")
     else:
         _expect_value_error(case, 0, d_model, warmup_steps, "declared step_zero='raise'")
     _expect_value_error(case, -1, d_model, warmup_steps, "the contract: a negative step raises ValueError")
@@ -99,11 +105,21 @@ def _expect_value_error(case: Case, step: int, d_model: int, warmup_steps: int, 
 # label smoothing, §5.4
 
 
+def smoothing(case: Case) -> dict[str, Any]:
+    """The oracle's label-smoothing arguments for the declared policy: "K" and "K-1" as they are;
+    "K-2" is the oracle's "K-1" with a padding class (``policies.get("padding_id", 0)``), which takes
+    no mass, so eps is spread over the other K - 2 classes."""
+    declared = policy(case, "label_smoothing")
+    if declared == "K-2":
+        return {"variant": "K-1", "padding_id": int(case.impl.policies.get("padding_id", 0))}
+    return {"variant": declared, "padding_id": None}
+
+
 def _smoothed(case: Case, targets: np.ndarray, vocab_size: int, eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     from aiayn.reference.training import label_smoothing as oracle
 
     got = case.run("label_smoothing", [case.native(targets), vocab_size, eps])
-    expected = oracle(targets, vocab_size, eps, variant=policy(case, "label_smoothing"))
+    expected = oracle(targets, vocab_size, eps, **smoothing(case))
     budget = total_budget(lambda p: B.label_smoothing(expected, p), case.dtype, expected)
     return got, expected, budget
 
@@ -117,20 +133,23 @@ def label_smoothing_agreement(case: Case, targets: np.ndarray, vocab_size: int, 
 
 @check("label_smoothing_sums_to_one", "label_smoothing", kind="property")
 def label_smoothing_sums_to_one(case: Case, targets: np.ndarray, vocab_size: int, eps: float) -> None:
-    """Each smoothed target distribution sums to 1: |sum_c q_hat_c - 1| <= sum_c B_c + gamma_K(2^-53) sum_c q_hat_c."""
+    """Each smoothed target distribution sums to 1 (0 for a padding row under "K-2"):
+    |sum_c q_hat_c - 1| <= sum_c B_c + gamma_K(2^-53) sum_c q_hat_c."""
     got, _, budget = _smoothed(case, targets, vocab_size, eps)
     bound = np.sum(budget, axis=-1) + float(gamma(vocab_size, U64)) * np.sum(np.abs(got), axis=-1)
-    compare(case, np.sum(got, axis=-1), np.ones(got.shape[:-1]), bound, what="smoothed targets do not sum to 1", expected_name="the required sum")
+    pad = smoothing(case)["padding_id"]
+    required = np.ones(got.shape[:-1]) if pad is None else np.where(np.asarray(targets) == pad, 0.0, 1.0)
+    compare(case, np.sum(got, axis=-1), required, bound, what="smoothed targets do not sum to 1", expected_name="the required sum")
 
 
 def _cross_entropy(case: Case, logits: np.ndarray, targets: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     from aiayn.reference.training import label_smoothing, smoothed_cross_entropy
 
-    variant = policy(case, "label_smoothing")
+    smooth = smoothing(case)
     nat, seen = prepare(case, logits=logits, targets=targets)
     got = case.run("smoothed_cross_entropy", [nat["logits"], nat["targets"], eps])
-    expected = smoothed_cross_entropy(seen["logits"], targets, eps, variant=variant)
-    q = label_smoothing(targets, logits.shape[-1], eps, variant=variant)
+    expected = smoothed_cross_entropy(seen["logits"], targets, eps, **smooth)
+    q = label_smoothing(targets, logits.shape[-1], eps, **smooth)
     budget = total_budget(lambda p: B.smoothed_cross_entropy(seen["logits"], q, p), case.dtype, np.asarray(expected))
     return got, np.asarray(expected, dtype=np.float64), budget
 
@@ -154,6 +173,9 @@ def cross_entropy_minimum(case: Case, targets: np.ndarray, vocab_size: int, eps:
     from aiayn.reference.training import label_smoothing, smoothed_cross_entropy, smoothed_target_entropy
 
     variant = policy(case, "label_smoothing")
+    if variant == "K-2":  # the padding class carries no mass: log q = -inf there, and no finite logits reach the minimum
+        case.tally(unchecked={"the minimum property needs every class to carry smoothing mass; 'K-2' gives the padding class none": 2})
+        return
     q = label_smoothing(targets, vocab_size, eps, variant=variant)
     entropy = float(smoothed_target_entropy(vocab_size, eps, variant=variant))
     at_target = np.log(q) + shift

@@ -1,0 +1,117 @@
+"""Declared scope: an implementation is checked inside the sub-domain it declares, and says so.
+
+- an implementation restricted to self-attention, the causal mask and eps = 1e-5 (what a GPT
+  block supports), which raises on anything else, passes within its declared scope: no drawn input
+  falls outside it, the tests that need more are "out of scope", and its report rows say
+  "pass within scope" with the scope;
+- ``Unsupported`` raised by an implementation is counted, never a failure; a row whose examples
+  were mostly unsupported is inconclusive;
+- an invalid scope is a contract problem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aiayn.implementations.numpy_impl import NumpyImplementation
+from aiayn.implementations.protocol import Scope, Unsupported, contract_problems
+
+TESTS = Path(__file__).resolve().parent
+GPT_SCOPE = Scope(self_attention_only=True, masks=("causal",), layer_norm_eps=1e-5, batch_dims=(1,))
+
+
+class GPTLike(NumpyImplementation):
+    """Causal self-attention and LayerNorm with eps fixed at 1e-5, as a GPT block: anything else raises ValueError."""
+
+    name = "gpt-like"
+    scope = {"scaled_dot_product_attention": GPT_SCOPE, "multi_head_attention": GPT_SCOPE, "layer_norm": GPT_SCOPE}
+
+    def provides(self) -> frozenset[str]:
+        return frozenset({"scaled_dot_product_attention", "multi_head_attention", "layer_norm"})
+
+    @staticmethod
+    def _causal_only(n_q: int, n_k: int, mask) -> None:  # type: ignore[no-untyped-def]
+        causal = np.tril(np.ones((n_q, n_k), dtype=bool))
+        if n_q != n_k or mask is None or not np.array_equal(np.broadcast_to(mask, (*np.shape(mask)[:-2], n_q, n_k)), np.broadcast_to(causal, (*np.shape(mask)[:-2], n_q, n_k))):
+            raise ValueError("this attention is causal self-attention only")
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None):  # type: ignore[no-untyped-def]
+        if q.ndim != 3:
+            raise ValueError(f"expected (B, n, d), got {q.shape}")
+        self._causal_only(q.shape[-2], k.shape[-2], mask)
+        return super().scaled_dot_product_attention(q, k, v, mask)
+
+    def multi_head_attention(self, query, key, value, params, num_heads, mask=None):  # type: ignore[no-untyped-def]
+        if not (query is key is value) or query.ndim != 3:
+            raise ValueError("self-attention on (B, n, d) only")
+        self._causal_only(query.shape[-2], key.shape[-2], mask)
+        return NumpyImplementation().multi_head_attention(query, key, value, params, num_heads, mask)
+
+    def layer_norm(self, x, gain, bias, eps):  # type: ignore[no-untyped-def]
+        if eps != 1e-5:
+            raise ValueError(f"eps is fixed at 1e-5, got {eps}")
+        return super().layer_norm(x, gain, bias, eps)
+
+
+class MostlyUnsupported(NumpyImplementation):
+    """Softmax that refuses every input with more than one row: ``Unsupported``."""
+
+    name = "mostly-unsupported"
+
+    def provides(self) -> frozenset[str]:
+        return frozenset({"softmax"})
+
+    def softmax(self, x, axis=-1):  # type: ignore[no-untyped-def]
+        if x.ndim > 1 and x.shape[0] > 1 or x.ndim > 2:
+            raise Unsupported("one row at a time")
+        return super().softmax(x, axis)
+
+
+def _suite(tmp_path: Path, spec: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env |= {"PYTHONPATH": os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]), "AIAYN_FAILURES": str(tmp_path / "failures"),
+            "AIAYN_PROFILE": "ci"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "aiayn.conformance", "-q", "-p", "no:cacheprovider", "--tb=short",
+                           f"--impl={spec}", f"--aiayn-report={tmp_path / 'r'}", *extra], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=900, check=False)
+    reports = list((tmp_path / "r").glob("*.json"))
+    return proc, json.loads(reports[0].read_text()) if reports else {}
+
+
+def test_a_scoped_implementation_passes_within_its_scope_and_says_so(tmp_path: Path) -> None:
+    proc, data = _suite(tmp_path, "test_scope:GPTLike")
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout[-4000:]}"
+    rows = {(r["equation"], r["dtype"]): r for r in data["rows"]}
+    for equation in ("scaled_dot_product_attention", "multi_head_attention", "layer_norm"):
+        for dtype in ("float64", "float32"):
+            row = rows[(equation, dtype)]
+            assert row["status"] == "pass within scope", row
+            assert row["scope"] == GPT_SCOPE.describe() and "self-attention only" in row["scope"]
+            assert row["checked"] > 0
+    assert rows[("scaled_dot_product_attention", "float64")]["out_of_scope_tests"], "tests needing padding or random masks must be out of scope"
+    assert data["verdict"] == "PASS WITHIN DECLARED SCOPE"
+    md = (tmp_path / "r" / "conformance-gpt-like.md").read_text()
+    assert "pass within scope" in md and "self-attention only; masks causal only; eps = 1e-05" in md
+
+
+def test_unsupported_is_counted_and_mostly_unsupported_is_inconclusive(tmp_path: Path) -> None:
+    proc, data = _suite(tmp_path, "test_scope:MostlyUnsupported", "-k", "test_softmax and not fixed")
+    row = next(r for r in data["rows"] if r["equation"] == "softmax" and r["dtype"] == "float64")
+    assert row["unsupported"] > row["examples"] / 2 and row["status"] == "inconclusive", row
+    assert not row["failed_tests"] and "one row at a time" in row["unsupported_why"]
+    assert proc.returncode == 1 and "INCONCLUSIVE" in proc.stdout
+
+
+def test_an_invalid_scope_is_a_contract_problem() -> None:
+    class Bad(NumpyImplementation):
+        scope = {"softmax": Scope(masks=("sideways",)), "nonsense": Scope(), "layer_norm": Scope(dtypes=("float16",))}
+
+    problems = " ".join(contract_problems(Bad()))
+    assert "sideways" in problems and "'nonsense' is not one of EQUATIONS" in problems and "not all among the declared dtypes" in problems
