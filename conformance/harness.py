@@ -128,11 +128,12 @@ class Stats:
     worst: float | None = None
     nan_mismatches: int = 0
     largest: dict[str, Any] | None = None
+    departures: set[str] = field(default_factory=set)
     files: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"examples": self.examples, "unsupported": self.unsupported, "unsupported_why": self.unsupported_why, "checked": self.checked, "unchecked": dict(self.unchecked), "exact": self.exact,
-                "worst": self.worst, "nan_mismatches": self.nan_mismatches,
+                "worst": self.worst, "nan_mismatches": self.nan_mismatches, "departures": sorted(self.departures),
                 "largest": None if self.largest is None else {k: v for k, v in self.largest.items() if k != "lines"}}
 
 
@@ -161,6 +162,24 @@ def _spec_of(impl: Any) -> str:
 # a case: one call of one check
 
 
+@dataclass(frozen=True)
+class Diagnosis:
+    """What ``diagnoses.explain`` needs to name the departure a failing agreement check matches.
+
+    ``args``: the oracle's arguments for ``equation`` (the rounded inputs the implementation saw,
+    and the declared policies); ``budget_at(dtype)``: the check's budget computed for a dtype.
+    """
+
+    equation: str
+    args: Mapping[str, Any]
+    budget_at: Callable[[str], np.ndarray]
+
+    def explain(self, got: np.ndarray, dtype: str) -> list[str]:
+        from aiayn.conformance.diagnoses import explain
+
+        return explain(self.equation, self.args, got, self.budget_at, dtype)
+
+
 @dataclass
 class Case:
     """One run of a check: which implementation, dtype, check and equation, and the raw arguments."""
@@ -171,6 +190,7 @@ class Case:
     equation: str
     args: dict[str, Any]
     kind: str  # "agreement" (counts towards the report's headroom), "property" or "contract"
+    diagnosis: Diagnosis | None = None  # set by the check's helper: what the diagnoses need if an agreement check fails
 
     @property
     def title(self) -> str:
@@ -433,12 +453,13 @@ def compare(case: Case, got: np.ndarray, expected: np.ndarray, budget: np.ndarra
         stats = _STATS.get()
         if stats is not None:
             stats.nan_mismatches += 1
+        matched = _diagnose(case, got)
         if np.any(extra):
             i = _first_index(extra)
-            case.fail(f"{what}: NaN at index {i}, where {expected_name} gives {float(expected[i])!r} "
+            case.fail(f"{what}{matched}: NaN at index {i}, where {expected_name} gives {float(expected[i])!r} "
                       f"({int(np.sum(extra))} unexpected NaN in all; declared fully_masked policy {policy!r})", kind=NaNMismatch)
         i = _first_index(missing)
-        case.fail(f"{what}: {float(got[i])!r} at index {i}, where {expected_name} gives NaN (the declared policy's "
+        case.fail(f"{what}{matched}: {float(got[i])!r} at index {i}, where {expected_name} gives NaN (the declared policy's "
                   f"result for a fully masked row; policy {policy!r})", kind=NaNMismatch)
     budget = np.broadcast_to(np.asarray(budget, dtype=np.float64), expected.shape)
     usable = applicable(budget) & ~nan_exp
@@ -462,8 +483,28 @@ def compare(case: Case, got: np.ndarray, expected: np.ndarray, budget: np.ndarra
             + (f" ({skipped} not checked: {reason})" if skipped else ""),
         ]
         _note_largest(case, r, where)
-        case.fail(f"{what}", details, kind=OverBudget, ratio=r)
+        case.fail(f"{what}{_diagnose(case, got)}", details, kind=OverBudget, ratio=r)
     return r
+
+
+def _diagnose(case: Case, got: np.ndarray) -> str:
+    """"; the output matches 'X'" for the known departures an agreement check's failing output agrees with (diagnoses.py).
+
+    Only agreement checks (an oracle variant is comparable with the implementation's output); the
+    names are kept in the test's stats for the report.
+    """
+    if case.kind != "agreement" or case.diagnosis is None:
+        return ""
+    try:
+        names = case.diagnosis.explain(got, case.dtype)
+    except Exception as exc:  # a diagnosis that cannot be computed must not hide the failure itself
+        return f" (no diagnosis: {type(exc).__name__}: {exc})"
+    stats = _STATS.get()
+    if stats is not None:
+        stats.departures.update(names)
+    if not names:
+        return "; no known departure matches (conformance/diagnoses.py)"
+    return "; the output matches " + " or ".join(f"'{n}'" for n in names)
 
 
 def _note_largest(case: Case, ratio: float, where: str) -> None:

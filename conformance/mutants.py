@@ -33,9 +33,11 @@ __all__ = ["MUTANTS", "Mutant", "kill_table", "run", "run_mutants"]
 
 
 class Mutant(NumpyImplementation):
-    """A NumPy implementation with one bug; subclasses set ``name``, ``targets`` and the docstring's first line (the bug)."""
+    """A NumPy implementation with one bug; subclasses set ``name``, ``targets``, ``departure`` (the bug's name in the
+    catalogue of ``diagnoses.py``, which the suite must name when it catches it) and the docstring's first line (the bug)."""
 
     targets: frozenset[str] = frozenset()
+    departure: str = ""
 
     def provides(self) -> frozenset[str]:
         return self.targets
@@ -67,6 +69,7 @@ class ScaleByDk(Mutant):
     """Scores divided by d_k instead of sqrt(d_k)."""
 
     name, targets = "mutant-scale-by-dk", frozenset({"scaled_dot_product_attention", "multi_head_attention"})
+    departure = "scores divided by d_k instead of sqrt(d_k)"
 
     def scaled_dot_product_attention(self, q, k, v, mask=None):
         return super().scaled_dot_product_attention(q * (1.0 / math.sqrt(q.shape[-1])), k, v, mask)
@@ -76,6 +79,7 @@ class NoScale(Mutant):
     """No 1/sqrt(d_k) scaling of the scores."""
 
     name, targets = "mutant-no-scale", frozenset({"scaled_dot_product_attention", "multi_head_attention"})
+    departure = "no 1/sqrt(d_k) scaling"
 
     def scaled_dot_product_attention(self, q, k, v, mask=None):
         return super().scaled_dot_product_attention(q * math.sqrt(q.shape[-1]), k, v, mask)
@@ -85,6 +89,7 @@ class SoftmaxOverQueries(Mutant):
     """Attention weights normalised over the query axis instead of the key axis."""
 
     name, targets = "mutant-softmax-over-queries", frozenset({"scaled_dot_product_attention"})
+    departure = "softmax over the queries instead of the keys"
 
     def scaled_dot_product_attention(self, q, k, v, mask=None):
         s = _scores(q, k)
@@ -96,6 +101,7 @@ class MaskAfterSoftmax(Mutant):
     """Mask applied after the softmax (weights zeroed, not renormalised)."""
 
     name, targets = "mutant-mask-after-softmax", frozenset({"scaled_dot_product_attention"})
+    departure = "mask applied after the softmax"
 
     def scaled_dot_product_attention(self, q, k, v, mask=None):
         s = _scores(q, k)
@@ -107,6 +113,7 @@ class AdditiveMask(Mutant):
     """Mask as an additive -1e4 on the scores instead of -inf."""
 
     name, targets = "mutant-additive-mask", frozenset({"scaled_dot_product_attention"})
+    departure = "finite mask value -1e4 added to the scores"
 
     def scaled_dot_product_attention(self, q, k, v, mask=None):
         s = _scores(q, k)
@@ -118,6 +125,7 @@ class MaskIgnored(Mutant):
     """The mask argument is ignored."""
 
     name, targets = "mutant-mask-ignored", frozenset({"scaled_dot_product_attention"})
+    departure = "mask ignored"
 
     def scaled_dot_product_attention(self, q, k, v, mask=None):
         return super().scaled_dot_product_attention(q, k, v, None)
@@ -127,6 +135,7 @@ class FullyMaskedZeros(Mutant):
     """Fully masked rows give zeros while the declared policy says NaN."""
 
     name, targets = "mutant-fully-masked-zeros", frozenset({"scaled_dot_product_attention"})
+    departure = "fully masked rows give zeros"
 
     def scaled_dot_product_attention(self, q, k, v, mask=None):
         return NumpyImplementation(policies={"fully_masked": "zeros"}).scaled_dot_product_attention(q, k, v, mask)
@@ -136,6 +145,7 @@ class UnshiftedSoftmax(Mutant):
     """Softmax without the max shift: exp overflows for large logits."""
 
     name, targets = "mutant-unshifted-softmax", frozenset({"softmax"})
+    departure = "softmax without the max shift"
 
     def softmax(self, x, axis=-1):
         with np.errstate(over="ignore", invalid="ignore"):
@@ -147,6 +157,7 @@ class SoftmaxLastAxisOnly(Mutant):
     """Softmax always over the last axis, whatever ``axis`` says."""
 
     name, targets = "mutant-softmax-last-axis", frozenset({"softmax"})
+    departure = "softmax over the last axis whatever axis says"
 
     def softmax(self, x, axis=-1):
         return super().softmax(x, -1)
@@ -168,6 +179,7 @@ class HeadsSplitStrided(Mutant):
     """Heads split along the wrong axis: head i takes columns i, i+h, i+2h, ... instead of a block."""
 
     name, targets = "mutant-heads-split-strided", frozenset({"multi_head_attention"})
+    departure = "heads interleaved (head i takes columns i, i+h, ...)"
 
     def multi_head_attention(self, query, key, value, params, num_heads, mask=None):
         def split(x, h):
@@ -180,6 +192,7 @@ class HeadsConcatReversed(Mutant):
     """Heads concatenated in reverse order before W^O."""
 
     name, targets = "mutant-heads-concat-reversed", frozenset({"multi_head_attention"})
+    departure = "heads concatenated in reverse order"
 
     def multi_head_attention(self, query, key, value, params, num_heads, mask=None):
         split = lambda x, h: base._split_heads(x, h, "w")  # noqa: E731
@@ -194,6 +207,7 @@ class PESinCosSwapped(Mutant):
     """Positional encoding with cos in the even and sin in the odd dimensions."""
 
     name, targets = "mutant-pe-sin-cos-swapped", frozenset({"positional_encoding"})
+    departure = "cos in the even, sin in the odd dimensions"
 
     def positional_encoding(self, length, d_model, dtype):
         pe = super().positional_encoding(length, d_model, dtype)
@@ -204,6 +218,7 @@ class PEBase1000(Mutant):
     """Positional encoding with base 1000 instead of 10000."""
 
     name, targets = "mutant-pe-base-1000", frozenset({"positional_encoding"})
+    departure = "positional base 1000 instead of 10000"
 
     def positional_encoding(self, length, d_model, dtype):
         dt = np.dtype(dtype)
@@ -222,6 +237,7 @@ class LayerNormEpsOutsideSqrt(Mutant):
     """LayerNorm divides by sqrt(var) + eps instead of sqrt(var + eps)."""
 
     name, targets = "mutant-layernorm-eps-outside-sqrt", frozenset({"layer_norm"})
+    departure = "eps added to the std"
 
     def layer_norm(self, x, gain, bias, eps):
         c = x - np.mean(x, axis=-1, keepdims=True)
@@ -232,6 +248,7 @@ class LayerNormUnbiasedVariance(Mutant):
     """LayerNorm with the unbiased variance (divide by d - 1)."""
 
     name, targets = "mutant-layernorm-unbiased-variance", frozenset({"layer_norm"})
+    departure = "unbiased variance"
 
     def layer_norm(self, x, gain, bias, eps):
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -243,6 +260,7 @@ class LayerNormOnePassVariance(Mutant):
     """LayerNorm with the one-pass variance E[x^2] - E[x]^2 (cancels catastrophically on near-constant rows)."""
 
     name, targets = "mutant-layernorm-one-pass-variance", frozenset({"layer_norm"})
+    departure = "one-pass variance E[x^2] - E[x]^2"
 
     def layer_norm(self, x, gain, bias, eps):
         mean = np.mean(x, axis=-1, keepdims=True)
@@ -254,6 +272,7 @@ class FFNWithoutReLU(Mutant):
     """Feed-forward network without the ReLU: x W1 W2 + ..."""
 
     name, targets = "mutant-ffn-no-relu", frozenset({"feed_forward"})
+    departure = "no ReLU"
 
     def feed_forward(self, x, w1, b1, w2, b2):
         return base._affine(base._affine(x, w1, b1), w2, b2)
@@ -267,6 +286,7 @@ class LrateOffByOne(Mutant):
     """lrate evaluated at step + 1 (a 0-based step counter fed to Eq. (3))."""
 
     name, targets = "mutant-lrate-off-by-one", frozenset({"lrate"})
+    departure = "lrate shifted by one step"
 
     def lrate(self, step, d_model, warmup_steps):
         if isinstance(step, int) and step < 0:
@@ -278,6 +298,7 @@ class SmoothingOverKMinus1(Mutant):
     """Label smoothing spreads eps over the K-1 other classes while declaring the "K" variant."""
 
     name, targets = "mutant-smoothing-k-minus-1", frozenset({"label_smoothing", "smoothed_cross_entropy"})
+    departure = "smoothing over K-1 classes"
 
     def _smoothed_targets(self, targets, vocab_size, eps, dt):
         return NumpyImplementation(policies={"label_smoothing": "K-1"})._smoothed_targets(targets, vocab_size, eps, dt)
@@ -287,6 +308,7 @@ class CrossEntropyIgnoresSmoothing(Mutant):
     """The "smoothed" cross-entropy ignores eps (plain negative log-likelihood of the target)."""
 
     name, targets = "mutant-cross-entropy-unsmoothed", frozenset({"smoothed_cross_entropy"})
+    departure = "no label smoothing (one-hot targets)"
 
     def smoothed_cross_entropy(self, logits, targets, eps):
         return super().smoothed_cross_entropy(logits, targets, 0.0)
@@ -300,6 +322,7 @@ class CausalMaskOffByOne(Mutant):
     """The decoder's default causal mask lets position i see position i + 1."""
 
     name, targets = "mutant-causal-off-by-one", frozenset({"decoder_layer"})
+    departure = "causal mask off by one (position i sees i + 1)"
 
     def decoder_layer(self, y, memory, params, num_heads, self_mask=None, memory_mask=None):
         if self_mask is None:
@@ -312,6 +335,7 @@ class PreNormEncoder(Mutant):
     """Encoder layer in pre-norm form x + Sublayer(LayerNorm(x)) instead of the paper's post-norm."""
 
     name, targets = "mutant-pre-norm-encoder", frozenset({"encoder_layer"})
+    departure = "pre-norm sub-layers x + Sublayer(LayerNorm(x))"
 
     def encoder_layer(self, x, params, num_heads, mask=None):
         eps = float(self.policies["layer_norm_eps"])
@@ -326,9 +350,11 @@ class EmbeddingNotScaled(Mutant):
     """Embeddings not multiplied by sqrt(d_model) (§3.4)."""
 
     name, targets = "mutant-embedding-not-scaled", frozenset({"transformer_forward"})
+    departure = "embeddings not scaled by sqrt(d_model)"
 
-    def _embed(self, tokens, embedding, dt):
-        return embedding[tokens] + self.positional_encoding(tokens.shape[1], embedding.shape[1], dt.name)
+    def _embed(self, tokens, embedding, positional, dt):
+        positions = self.positional_encoding(tokens.shape[1], embedding.shape[1], dt.name) if positional is None else positional[: tokens.shape[1]]
+        return embedding[tokens] + positions
 
 
 #: Every mutant, by class name (``--impl aiayn.conformance.mutants:<name>``).
@@ -369,18 +395,23 @@ def kill_table(report_dir: Path) -> dict[str, Any]:
     for name, cls in MUTANTS.items():
         data = json.loads((report_dir / f"conformance-{cls.name}.json").read_text())
         failing = [r for r in data["rows"] if r["status"] == "fail"]
+        named = sorted({d for r in failing for d in r.get("departures", [])})
         rows.append({
             "mutant": name,
             "impl": cls.name,
             "bug": cls.bug(),
+            "departure": cls.departure,
             "equations": sorted(cls.targets),
             "caught": bool(failing),
             "caught_by": sorted({f"{t} [{r['dtype']}]" for r in failing for t in r["failed_tests"]}),
+            "diagnosed_as": named,
+            "diagnosed": cls.departure in named,
         })
     control = json.loads((report_dir / f"conformance-{CONTROL}.json").read_text())
     return {
         "mutants": rows,
         "caught": sum(r["caught"] for r in rows),
+        "diagnosed": sum(r["diagnosed"] for r in rows),
         "total": len(rows),
         "control": {"impl": CONTROL, "verdict": control["verdict"],
                     "failing": [f"{r['equation']} [{r['dtype']}]" for r in control["rows"] if r["status"] == "fail"]},
@@ -394,19 +425,23 @@ def _markdown(table: Mapping[str, Any]) -> str:
     lines = [
         "# Mutants: does the conformance suite catch realistic bugs?",
         "",
-        f"**{table['caught']} of {table['total']} caught**; control (`{table['control']['impl']}`, unbroken): "
-        f"**{table['control']['verdict']}**.",
+        f"**{table['caught']} of {table['total']} caught, {table['diagnosed']} of {table['total']} diagnosed as themselves**; "
+        f"control (`{table['control']['impl']}`, unbroken): **{table['control']['verdict']}**.",
         "",
         "Each mutant is the NumPy built-in with one bug (`conformance/mutants.py`), checked by `pytest conformance` "
         f"(Hypothesis profile `{table['hypothesis_profile']}`, no shrinking) on the equations the bug lives in; the meta-test "
         "`tests/test_conformance_mutants.py` repeats this with the default profile `dev` on every run.",
         "",
-        "| mutant | bug | equations | caught | caught by |",
-        "|---|---|---|---|---|",
+        "*Diagnosed as*: the departures (`conformance/diagnoses.py`) whose output the failing agreement checks matched; "
+        "a mutant is diagnosed as itself when its own departure is among them.",
+        "",
+        "| mutant | bug | equations | caught | caught by | diagnosed as |",
+        "|---|---|---|---|---|---|",
     ]
     for r in table["mutants"]:
+        shown = "; ".join(f"**{d}**" if d == r["departure"] else d for d in r["diagnosed_as"]) or "**none**"
         lines.append(f"| `{r['mutant']}` | {r['bug']} | {', '.join(r['equations'])} | {'yes' if r['caught'] else '**NO**'} | "
-                     f"{'; '.join(r['caught_by'])} |")
+                     f"{'; '.join(r['caught_by'])} | {shown} |")
     lines += ["", f"Signature: `{table['signature']}`", ""]
     return "\n".join(lines)
 
@@ -424,4 +459,5 @@ def run(out: Path, *, workers: int = 2) -> int:
     write_text(Path(out) / "conformance-mutants.md", _markdown(table))
     write_json(Path(out) / "conformance-mutants.json", table, sort_keys=True)
     print(_markdown(table))
-    return 0 if table["caught"] == table["total"] and table["control"]["verdict"] == "PASS" else 1
+    ok = table["caught"] == table["diagnosed"] == table["total"] and table["control"]["verdict"] == "PASS"
+    return 0 if ok else 1

@@ -31,8 +31,9 @@ FIRST_DTYPE_ONLY = ("lrate", "label_smoothing")
 
 
 def _empty(status: str) -> dict[str, Any]:
-    return {"status": status, "scope": "", "examples": 0, "unsupported": 0, "unsupported_why": "", "out_of_scope_tests": [], "checked": 0, "not_checked": 0, "not_checked_reasons": {}, "fraction_checked": None,
-            "worst_error_to_budget": None, "headroom": None, "measure": "", "failed_tests": [], "tests": []}
+    return {"status": status, "scope": "", "examples": 0, "unsupported": 0, "unsupported_why": "", "out_of_scope_tests": [], "checked": 0,
+            "not_checked": 0, "not_checked_reasons": {}, "fraction_checked": None, "worst_error_to_budget": None, "headroom": None,
+            "measure": "", "departures": [], "failed_tests": [], "tests": []}
 
 
 def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -> dict[str, Any]:
@@ -90,6 +91,7 @@ def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -
     else:
         measure = ""
     largest = [r["largest"] for r in results if r.get("largest")]
+    departures = sorted({d for r in results if r["outcome"] == "failed" for d in (r.get("departures") or [])})
     return {
         "status": status,
         "scope": scope,
@@ -107,6 +109,7 @@ def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -
         "headroom": None if worst is None or worst == 0 else 1.0 / worst,
         "measure": measure,
         "largest_failure": max(largest, key=lambda x: x["ratio"]) if largest else None,
+        "departures": departures,
         "failed_tests": failed,
         "known_deviations": deviations,
         "tests": sorted({r["test"] for r in results}),
@@ -292,6 +295,9 @@ def summary_lines(entry: Any, results: Iterable[dict[str, Any]]) -> list[str]:
             if cell["measure"] in ("NaN mismatch",) or cell["measure"].startswith(("crash", "hang")):
                 notes.append(cell["measure"])
             notes += cell["failed_tests"]
+            notes += [f"matches '{d}'" for d in cell.get("departures", [])]
+            if cell["status"] == "pass within scope":
+                notes.append(f"scope: {cell['scope']}")
             if notes:
                 text += f" ({', '.join(notes)})"
             parts.append(text)

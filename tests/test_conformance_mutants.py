@@ -40,6 +40,8 @@ def test_every_mutant_is_caught_and_the_unbroken_numpy_implementation_passes(tmp
     table = mutants.kill_table(tmp_path / "reports")
     missed = [f"{r['mutant']}: {r['bug']}" for r in table["mutants"] if not r["caught"]]
     assert not missed, f"{len(missed)} of {table['total']} mutants were not caught: {missed}"
+    wrong = [f"{r['mutant']}: diagnosed as {r['diagnosed_as']}, expected {r['departure']!r}" for r in table["mutants"] if not r["diagnosed"]]
+    assert not wrong, f"{len(wrong)} of {table['total']} mutants were not diagnosed as themselves:\n" + "\n".join(wrong)
     assert table["total"] >= 15
     assert table["control"]["verdict"] == "PASS", f"the unbroken numpy implementation failed: {table['control']['failing']}"
 

@@ -8,11 +8,13 @@ budget, so they may differ by the sum of both (``B1 + B2``), and by nothing more
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from aiayn.conformance import budgets as B
 from aiayn.conformance.checks._common import policy, prepare
-from aiayn.conformance.harness import Case, check, compare, total_budget
+from aiayn.conformance.harness import Case, Diagnosis, check, compare, total_budget
 from aiayn.conformance.numerics import gamma, is_representable, precision
 
 # --------------------------------------------------------------------------------------------
@@ -27,6 +29,8 @@ def _softmax(case: Case, x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarr
     got = case.run("softmax", [nat["x"], axis])
     expected = oracle(seen["x"], axis)
     budget = total_budget(lambda p: B.softmax(seen["x"], axis, p), case.dtype, expected)
+    case.diagnosis = Diagnosis("softmax", {"x": seen["x"], "axis": axis},
+                               lambda dt: total_budget(lambda p: B.softmax(seen["x"], axis, p), dt, expected))
     return got, expected, budget
 
 
@@ -77,6 +81,9 @@ def _attention(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np
     got = case.run("scaled_dot_product_attention", [nat["q"], nat["k"], nat["v"], native_mask])
     expected = oracle(seen["q"], seen["k"], seen["v"], mask, fully_masked=policy(case, "fully_masked"))
     budget = total_budget(lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p), case.dtype, expected)
+    case.diagnosis = Diagnosis("scaled_dot_product_attention",
+                               {"q": seen["q"], "k": seen["k"], "v": seen["v"], "mask": mask, "fully_masked": policy(case, "fully_masked")},
+                               lambda dt: total_budget(lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p), dt, expected))
     return got, expected, budget
 
 
@@ -188,9 +195,13 @@ def _mha(case: Case, query: np.ndarray, key: np.ndarray, value: np.ndarray, para
     native_mask = None if mask is None else case.native(mask)
     got = case.run("multi_head_attention", [nat["query"], nat["key"], nat["value"], nat["params"], num_heads, native_mask])
     expected = oracle(seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, fully_masked=policy(case, "fully_masked"))
-    budget = total_budget(
-        lambda p: B.multi_head_attention(seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, p), case.dtype, expected
-    )
+    def bound(p: Any) -> np.ndarray:
+        return B.multi_head_attention(seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, p)
+
+    budget = total_budget(bound, case.dtype, expected)
+    case.diagnosis = Diagnosis("multi_head_attention", {"query": seen["query"], "key": seen["key"], "value": seen["value"], "params": seen["params"],
+                                                        "num_heads": num_heads, "mask": mask, "fully_masked": policy(case, "fully_masked")},
+                               lambda dt: total_budget(bound, dt, expected))
     return got, expected, budget
 
 

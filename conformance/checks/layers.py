@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from aiayn.conformance import budgets as B
 from aiayn.conformance.checks._common import prepare
-from aiayn.conformance.harness import Case, check, compare, total_budget
+from aiayn.conformance.harness import Case, Diagnosis, check, compare, total_budget
 from aiayn.conformance.numerics import is_representable
 
 
@@ -17,6 +19,8 @@ def _layer_norm(case: Case, x: np.ndarray, gain: np.ndarray, bias: np.ndarray, e
     got = case.run("layer_norm", [nat["x"], nat["gain"], nat["bias"], eps])
     expected = oracle(seen["x"], seen["gain"], seen["bias"], eps)
     budget = total_budget(lambda p: B.layer_norm(seen["x"], seen["gain"], seen["bias"], eps, p), case.dtype, expected)
+    case.diagnosis = Diagnosis("layer_norm", {"x": seen["x"], "gain": seen["gain"], "bias": seen["bias"], "eps": eps},
+                               lambda dt: total_budget(lambda p: B.layer_norm(seen["x"], seen["gain"], seen["bias"], eps, p), dt, expected))
     return got, expected, budget
 
 
@@ -45,5 +49,9 @@ def ffn_agreement(case: Case, x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2:
     nat, seen = prepare(case, x=x, w1=w1, b1=b1, w2=w2, b2=b2)
     got = case.run("feed_forward", [nat["x"], nat["w1"], nat["b1"], nat["w2"], nat["b2"]])
     expected = oracle(seen["x"], seen["w1"], seen["b1"], seen["w2"], seen["b2"])
-    budget = total_budget(lambda p: B.feed_forward(seen["x"], seen["w1"], seen["b1"], seen["w2"], seen["b2"], p), case.dtype, expected)
+    def bound(p: Any) -> np.ndarray:
+        return B.feed_forward(seen["x"], seen["w1"], seen["b1"], seen["w2"], seen["b2"], p)
+
+    budget = total_budget(bound, case.dtype, expected)
+    case.diagnosis = Diagnosis("feed_forward", dict(seen), lambda dt: total_budget(bound, dt, expected))
     compare(case, got, expected, budget, budget_name="Eq. (2) bound, budgets.feed_forward")

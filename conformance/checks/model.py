@@ -14,13 +14,8 @@ import numpy as np
 
 from aiayn.conformance import propagation as PR
 from aiayn.conformance.checks._common import policy, prepare
-from aiayn.conformance.harness import Case, check, compare, floored
+from aiayn.conformance.harness import Case, Diagnosis, check, compare, floored
 from aiayn.conformance.numerics import precision
-
-
-def _precisions(case: Case) -> list:
-    """The implementation's precision and the oracle's (float64): their local bounds add (conformance/propagation.py)."""
-    return [precision(case.dtype), precision("float64")]
 
 
 def _eps(case: Case) -> float:
@@ -35,7 +30,12 @@ def _encoder(case: Case, x: np.ndarray, params: dict[str, Any], num_heads: int, 
     native_mask = None if mask is None else case.native(mask)
     got = case.run("encoder_layer", [nat["x"], nat["params"], num_heads, native_mask])
     expected = oracle(seen["x"], seen["params"], num_heads, mask, eps=eps)
-    budget = floored(PR.encoder_layer(seen["x"], seen["params"], num_heads, mask, eps, _precisions(case)), case.dtype, expected)
+    def budget_at(dtype: str) -> np.ndarray:
+        return floored(PR.encoder_layer(seen["x"], seen["params"], num_heads, mask, eps, [precision(dtype), precision("float64")]), dtype, expected)
+
+    budget = budget_at(case.dtype)
+    case.diagnosis = Diagnosis("encoder_layer", {"x": seen["x"], "params": seen["params"], "num_heads": num_heads, "mask": mask, "eps": eps,
+                                                 "fully_masked": policy(case, "fully_masked")}, budget_at)
     return got, expected, budget
 
 
@@ -55,8 +55,14 @@ def _decoder(case: Case, y: np.ndarray, memory: np.ndarray, params: dict[str, An
     masks = [None if m is None else case.native(m) for m in (self_mask, memory_mask)]
     got = case.run("decoder_layer", [nat["y"], nat["memory"], nat["params"], num_heads, *masks])
     expected = oracle(seen["y"], seen["memory"], seen["params"], num_heads, self_mask, memory_mask, eps=eps)
-    budget = floored(PR.decoder_layer(seen["y"], seen["memory"], seen["params"], num_heads, self_mask, memory_mask, eps, _precisions(case)),
-                     case.dtype, expected)
+    def budget_at(dtype: str) -> np.ndarray:
+        bound = PR.decoder_layer(seen["y"], seen["memory"], seen["params"], num_heads, self_mask, memory_mask, eps, [precision(dtype), precision("float64")])
+        return floored(bound, dtype, expected)
+
+    budget = budget_at(case.dtype)
+    case.diagnosis = Diagnosis("decoder_layer", {"y": seen["y"], "memory": seen["memory"], "params": seen["params"], "num_heads": num_heads,
+                                                 "self_mask": self_mask, "memory_mask": memory_mask, "eps": eps,
+                                                 "fully_masked": policy(case, "fully_masked")}, budget_at)
     return got, expected, budget
 
 
@@ -92,8 +98,14 @@ def _forward(case: Case, src: np.ndarray, tgt: np.ndarray, params: dict[str, Any
     lengths = [None if n is None else case.native(n) for n in (src_lengths, tgt_lengths)]
     got = case.run("transformer_forward", [nat["src"], nat["tgt"], nat["params"], num_heads, *lengths])
     expected = oracle(src, tgt, seen["params"], num_heads, src_lengths=src_lengths, tgt_lengths=tgt_lengths, eps=eps)
-    budget = floored(PR.transformer_forward(src, tgt, seen["params"], num_heads, src_lengths, tgt_lengths, eps, _precisions(case)),
-                     case.dtype, expected)
+    def budget_at(dtype: str) -> np.ndarray:
+        bound = PR.transformer_forward(src, tgt, seen["params"], num_heads, src_lengths, tgt_lengths, eps, [precision(dtype), precision("float64")])
+        return floored(bound, dtype, expected)
+
+    budget = budget_at(case.dtype)
+    case.diagnosis = Diagnosis("transformer_forward", {"src": src, "tgt": tgt, "params": seen["params"], "num_heads": num_heads,
+                                                       "src_lengths": src_lengths, "tgt_lengths": tgt_lengths, "eps": eps,
+                                                       "fully_masked": policy(case, "fully_masked")}, budget_at)
     return got, expected, budget
 
 

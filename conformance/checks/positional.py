@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from aiayn.conformance import budgets as B
-from aiayn.conformance.harness import Case, check, compare, total_budget
+from aiayn.conformance.harness import Case, Diagnosis, check, compare, total_budget
 from aiayn.conformance.numerics import gamma, precision
 
 
@@ -16,6 +16,8 @@ def _pe(case: Case, length: int, d_model: int) -> tuple[np.ndarray, np.ndarray, 
     got = case.run("positional_encoding", [length, d_model, case.dtype])
     expected = oracle(length, d_model)
     budget = total_budget(lambda p: B.positional_encoding(length, d_model, p), case.dtype, expected)
+    case.diagnosis = Diagnosis("positional_encoding", {"length": length, "d_model": d_model},
+                               lambda dt: total_budget(lambda p: B.positional_encoding(length, d_model, p), dt, expected))
     return got, expected, budget
 
 

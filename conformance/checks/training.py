@@ -9,7 +9,7 @@ import numpy as np
 
 from aiayn.conformance import budgets as B
 from aiayn.conformance.checks._common import policy, prepare
-from aiayn.conformance.harness import Case, check, compare, total_budget
+from aiayn.conformance.harness import Case, Diagnosis, check, compare, total_budget
 from aiayn.conformance.numerics import gamma
 
 U64 = 2.0**-53
@@ -36,7 +36,12 @@ def _lrates(case: Case, steps: list[int], d_model: int, warmup_steps: int) -> tu
 
     got = np.array([_lrate_value(case, s, d_model, warmup_steps) for s in steps], dtype=np.float64)
     expected = np.asarray(oracle(np.array(steps, dtype=np.int64), d_model, warmup_steps), dtype=np.float64)
-    budget = total_budget(lambda p: B.lrate(expected, p, np.array(steps, dtype=np.float64), d_model), case.dtype, expected)
+    def bound(p: Any) -> np.ndarray:
+        return B.lrate(expected, p, np.array(steps, dtype=np.float64), d_model)
+
+    budget = total_budget(bound, case.dtype, expected)
+    case.diagnosis = Diagnosis("lrate", {"steps": list(steps), "d_model": d_model, "warmup_steps": warmup_steps,
+                                         "step_zero": policy(case, "step_zero")}, lambda dt: total_budget(bound, dt, expected))
     return got, expected, budget
 
 
@@ -115,12 +120,19 @@ def smoothing(case: Case) -> dict[str, Any]:
     return {"variant": declared, "padding_id": None}
 
 
+def _declared(case: Case) -> dict[str, Any]:
+    """The declared smoothing policy as the diagnoses take it."""
+    return {"declared": policy(case, "label_smoothing"), "padding_id": int(case.impl.policies.get("padding_id", 0))}
+
+
 def _smoothed(case: Case, targets: np.ndarray, vocab_size: int, eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     from aiayn.reference.training import label_smoothing as oracle
 
     got = case.run("label_smoothing", [case.native(targets), vocab_size, eps])
     expected = oracle(targets, vocab_size, eps, **smoothing(case))
     budget = total_budget(lambda p: B.label_smoothing(expected, p), case.dtype, expected)
+    case.diagnosis = Diagnosis("label_smoothing", {"targets": targets, "vocab_size": vocab_size, "eps": eps, **_declared(case)},
+                               lambda dt: total_budget(lambda p: B.label_smoothing(expected, p), dt, expected))
     return got, expected, budget
 
 
@@ -151,6 +163,8 @@ def _cross_entropy(case: Case, logits: np.ndarray, targets: np.ndarray, eps: flo
     expected = smoothed_cross_entropy(seen["logits"], targets, eps, **smooth)
     q = label_smoothing(targets, logits.shape[-1], eps, **smooth)
     budget = total_budget(lambda p: B.smoothed_cross_entropy(seen["logits"], q, p), case.dtype, np.asarray(expected))
+    case.diagnosis = Diagnosis("smoothed_cross_entropy", {"logits": seen["logits"], "targets": targets, "eps": eps, **_declared(case)},
+                               lambda dt: total_budget(lambda p: B.smoothed_cross_entropy(seen["logits"], q, p), dt, np.asarray(expected)))
     return got, np.asarray(expected, dtype=np.float64), budget
 
 

@@ -1,0 +1,197 @@
+"""Named diagnoses (conformance/diagnoses.py): the catalogue's paper is the oracle, its departures are real, and failures name them.
+
+- the catalogue's model with the paper's operations equals the oracle (``aiayn.reference``) on every
+  equation, so a variant is the oracle with exactly one thing changed;
+- every departure differs from the paper somewhere (no entry that could match a correct output);
+- failing implementations are diagnosed by name in the failure message: a tutorial's LayerNorm
+  ("unbiased variance, eps added to the std", on the NaN at d = 1 and on the miss at d = 4), GELU,
+  a -1e9 masked_fill, float32 arithmetic behind a float64 claim;
+- a correct output is never diagnosed (the diagnosis runs only when the check fails).
+
+(Every project mutant diagnosed as itself: tests/test_conformance_mutants.py.)
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from aiayn import reference as R
+from aiayn.conformance import diagnoses as D
+from aiayn.conformance.checks import attention as A
+from aiayn.conformance.checks import layers as L
+from aiayn.conformance.checks import model as M
+from aiayn.conformance.harness import ConformanceFailure, Stats, current_stats
+from aiayn.implementations.numpy_impl import NumpyImplementation
+from aiayn.reference import model as RM
+from aiayn.reference import training as RT
+
+RNG = np.random.default_rng(20170612)
+
+
+def _params(n_layers: int = 1, d: int = 4, h: int = 2, vocab: int = 7) -> dict[str, Any]:
+    cfg = types.SimpleNamespace(n_layers=n_layers, d_model=d, d_ff=2 * d, num_heads=h, d_k=d // h, d_v=d // h)
+    return RM.init_params(cfg, vocab, np.random.default_rng(3), biases=True)
+
+
+def _paper_cases() -> list[tuple[str, dict[str, Any], Any]]:
+    x = RNG.normal(size=(2, 3, 4))
+    q, k, v = RNG.normal(size=(2, 3, 4)), RNG.normal(size=(2, 5, 4)), RNG.normal(size=(2, 5, 3))
+    mask = RNG.random((2, 3, 5)) < 0.6
+    mask[1, 1] = False
+    p = _params(2)
+    mha = {n: RNG.normal(size=(4, 4)) for n in ("w_q", "w_k", "w_v", "w_o")} | {n: RNG.normal(size=4) for n in ("b_q", "b_k", "b_v", "b_o")}
+    g, b = RNG.normal(size=4), RNG.normal(size=4)
+    w1, b1, w2, b2 = RNG.normal(size=(4, 8)), RNG.normal(size=8), RNG.normal(size=(8, 4)), RNG.normal(size=4)
+    targets, logits = np.array([[0, 3, 6], [2, 2, 5]]), RNG.normal(size=(2, 3, 7))
+    src, tgt = np.array([[1, 2, 3], [4, 5, 6]]), np.array([[0, 1], [2, 3]])
+    return [
+        ("softmax", {"x": x, "axis": 1}, lambda: R.softmax(x, 1)),
+        *[("scaled_dot_product_attention", {"q": q, "k": k, "v": v, "mask": mask, "fully_masked": fm},
+           lambda fm=fm: R.scaled_dot_product_attention(q, k, v, mask, fully_masked=fm)) for fm in ("nan", "zeros", "uniform")],
+        ("multi_head_attention", {"query": x, "key": x, "value": x, "params": mha, "num_heads": 2, "mask": None, "fully_masked": "nan"},
+         lambda: R.multi_head_attention(x, x, x, mha, 2)),
+        ("positional_encoding", {"length": 30, "d_model": 12}, lambda: R.positional_encoding(30, 12)),
+        ("layer_norm", {"x": x, "gain": g, "bias": b, "eps": 1e-6}, lambda: R.layer_norm(x, g, b, 1e-6)),
+        ("feed_forward", {"x": x, "w1": w1, "b1": b1, "w2": w2, "b2": b2}, lambda: R.feed_forward(x, w1, b1, w2, b2)),
+        ("lrate", {"steps": [1, 10, 4000, 9000], "d_model": 512, "warmup_steps": 4000, "step_zero": "zero"},
+         lambda: RT.lrate(np.array([1, 10, 4000, 9000]), 512, 4000)),
+        ("label_smoothing", {"targets": targets, "vocab_size": 7, "eps": 0.1, "declared": "K-2", "padding_id": 0},
+         lambda: RT.label_smoothing(targets, 7, 0.1, variant="K-1", padding_id=0)),
+        ("smoothed_cross_entropy", {"logits": logits, "targets": targets, "eps": 0.1, "declared": "K", "padding_id": 0},
+         lambda: RT.smoothed_cross_entropy(logits, targets, 0.1)),
+        ("encoder_layer", {"x": x, "params": p["encoder"][0], "num_heads": 2, "mask": None, "eps": 1e-6, "fully_masked": "nan"},
+         lambda: RM.encoder_layer(x, p["encoder"][0], 2, None, eps=1e-6)),
+        ("decoder_layer", {"y": x[:, :2], "memory": x, "params": p["decoder"][0], "num_heads": 2, "self_mask": None, "memory_mask": None,
+                           "eps": 1e-6, "fully_masked": "nan"}, lambda: RM.decoder_layer(x[:, :2], x, p["decoder"][0], 2, None, None, eps=1e-6)),
+        ("transformer_forward", {"src": src, "tgt": tgt, "params": p, "num_heads": 2, "src_lengths": np.array([3, 2]),
+                                 "tgt_lengths": np.array([2, 1]), "eps": 1e-6, "fully_masked": "nan"},
+         lambda: RM.transformer_forward(src, tgt, p, 2, src_lengths=np.array([3, 2]), tgt_lengths=np.array([2, 1]), eps=1e-6)),
+    ]
+
+
+PAPER_CASES = _paper_cases()
+
+
+@pytest.mark.parametrize(("equation", "args", "oracle"), PAPER_CASES, ids=[c[0] for c in PAPER_CASES])
+def test_the_catalogues_paper_is_the_oracle(equation: str, args: dict[str, Any], oracle: Any) -> None:
+    ours, theirs = D.evaluate(equation, args), np.asarray(oracle(), dtype=np.float64)
+    assert np.array_equal(np.isnan(ours), np.isnan(theirs))
+    # both compute in longdouble (64-bit significand) and round to float64; their orders of operations
+    # differ, so they agree to a few units of longdouble's roundoff times the magnitudes involved
+    scale = float(np.nanmax(np.abs(theirs))) if theirs.size else 0.0
+    assert np.allclose(np.nan_to_num(ours), np.nan_to_num(theirs), rtol=2.0**-48, atol=2.0**-48 * scale), f"{equation}: {np.nanmax(np.abs(ours - theirs))}"
+
+
+@pytest.mark.parametrize("departure", [d for d in D.CATALOGUE if d.precision is None], ids=lambda d: d.name)
+def test_every_departure_changes_some_output(departure: D.Departure) -> None:
+    """On these inputs (chosen to exercise every operation: masks with a fully masked row, large logits) each departure differs from the paper."""
+    for equation, args, _ in PAPER_CASES:
+        if equation not in departure.equations:
+            continue
+        args = dict(args)
+        if equation == "softmax":
+            args["x"] = np.concatenate([args["x"], 1e4 * np.ones((2, 3, 1))], axis=-1)  # overflow for the unshifted form
+        if equation == "lrate":
+            args["step_zero"] = "zero"
+        if equation == "label_smoothing" or equation == "smoothed_cross_entropy":
+            args["declared"] = "K-1" if departure.ops.smoothing == "K" else "K"
+        for fm in ("nan", "zeros"):
+            if "fully_masked" in args:
+                args["fully_masked"] = fm
+            paper, variant = D.evaluate(equation, args), departure.output(equation, args, "float32")
+            if paper.shape != variant.shape or not np.array_equal(np.isnan(paper), np.isnan(variant)) or not np.allclose(
+                    np.nan_to_num(paper), np.nan_to_num(variant), rtol=1e-9, atol=1e-12):
+                return
+    pytest.fail(f"{departure.name!r} gives the paper's output on every test input: it could match a correct implementation")
+
+
+# --------------------------------------------------------------------------------------------
+# failures name their departure
+
+
+@pytest.fixture
+def stats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("AIAYN_FAILURES", str(tmp_path / "failures"))
+    s = Stats()
+    token = current_stats().set(s)
+    yield s
+    current_stats().reset(token)
+
+
+class TutorialLayerNorm(NumpyImplementation):
+    def layer_norm(self, x, gain, bias, eps):  # type: ignore[no-untyped-def]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (gain * (x - x.mean(-1, keepdims=True)) / (x.std(-1, keepdims=True, ddof=1) + eps) + bias).astype(x.dtype)
+
+
+class GeluFFN(NumpyImplementation):
+    def feed_forward(self, x, w1, b1, w2, b2):  # type: ignore[no-untyped-def]
+        import math
+
+        h = x @ w1 + b1
+        return ((h * 0.5 * (1 + np.vectorize(math.erf)(h / math.sqrt(2)))) @ w2 + b2).astype(x.dtype)
+
+
+class MaskedFill(NumpyImplementation):
+    def scaled_dot_product_attention(self, q, k, v, mask=None):  # type: ignore[no-untyped-def]
+        s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+        if mask is not None:
+            s = np.where(mask, s, -1e9)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return ((e / e.sum(-1, keepdims=True)) @ v).astype(q.dtype)
+
+
+class Float32Inside(NumpyImplementation):
+    def layer_norm(self, x, gain, bias, eps):  # type: ignore[no-untyped-def]
+        return super().layer_norm(x.astype(np.float32), gain.astype(np.float32), bias.astype(np.float32), eps).astype(x.dtype)
+
+
+def _message(check: Any, impl: Any, dtype: str, **args: Any) -> str:
+    with pytest.raises(ConformanceFailure) as failure:
+        check(impl, dtype, **args)
+    return str(failure.value)
+
+
+def test_a_tutorial_layer_norm_is_named_on_the_nan_and_on_the_miss(stats: Stats) -> None:
+    gain, bias = np.ones(1), np.zeros(1)
+    nan = _message(L.layer_norm_agreement, TutorialLayerNorm(), "float64", x=np.array([[3.0]]), gain=gain, bias=bias, eps=1e-6)
+    assert "NaN at index" in nan and "'unbiased variance, eps added to the std'" in nan, nan
+    x = np.array([[1.0, 2.0, 4.0, 8.0]])
+    miss = _message(L.layer_norm_agreement, TutorialLayerNorm(), "float64", x=x, gain=np.ones(4), bias=np.zeros(4), eps=1e-6)
+    assert "'unbiased variance, eps added to the std'" in miss and "x budget" in miss, miss
+    assert "unbiased variance, eps added to the std" in stats.departures
+
+
+def test_gelu_masked_fill_and_float32_inside_are_named(stats: Stats) -> None:
+    x = RNG.normal(size=(2, 3))
+    ffn = {"w1": RNG.normal(size=(3, 5)), "b1": RNG.normal(size=5), "w2": RNG.normal(size=(5, 3)), "b2": RNG.normal(size=3)}
+    assert "'GELU instead of ReLU'" in _message(L.ffn_agreement, GeluFFN(), "float64", x=x, **ffn)
+    q, k, v = RNG.normal(size=(3, 4)), RNG.normal(size=(3, 4)), RNG.normal(size=(3, 2))
+    mask = np.array([[True, False, True], [False, False, False], [True, True, False]])
+    filled = _message(A.attention_agreement, MaskedFill(), "float64", q=q, k=k, v=v, mask=mask)
+    assert "'masked scores set to -1e9 (masked_fill)'" in filled and "'fully masked rows give the mean of the values'" in filled, filled
+    rows = RNG.normal(size=(3, 16)) + 1.0
+    inside = _message(L.layer_norm_agreement, Float32Inside(), "float64", x=rows, gain=np.ones(16), bias=np.zeros(16), eps=1e-6)
+    assert "'float32 inside a float64 claim'" in inside, inside
+
+
+def test_a_pre_norm_encoder_is_named(stats: Stats) -> None:
+    from aiayn.conformance.mutants import PreNormEncoder
+
+    p = _params(1)["encoder"][0]
+    message = _message(M.encoder_layer_agreement, PreNormEncoder(), "float64", x=RNG.normal(size=(1, 3, 4)), params=p, num_heads=2, mask=None)
+    assert "'pre-norm sub-layers x + Sublayer(LayerNorm(x))'" in message, message
+
+
+def test_no_known_departure_says_so(stats: Stats) -> None:
+    class Doubled(NumpyImplementation):
+        def softmax(self, x, axis=-1):  # type: ignore[no-untyped-def]
+            return 2 * super().softmax(x, axis)
+
+    message = _message(A.softmax_agreement, Doubled(), "float64", x=np.array([[1.0, 2.0]]), axis=-1)
+    assert "no known departure matches" in message
