@@ -31,6 +31,14 @@ EXTRAS: dict[str, str] = {
     "pytest_benchmark": "bench",
     "threadpoolctl": "bench",
     "scipy": "test",
+    "transformers": "zoo",
+    "x_transformers": "zoo",
+    "keras": "zoo",
+    "jax": "zoo",
+    "jaxlib": "zoo",
+    "flax": "zoo",
+    "onnx": "zoo",
+    "onnxruntime": "zoo",
 }
 
 

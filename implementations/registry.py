@@ -39,6 +39,7 @@ __all__ = [
     "entry_points",
     "known_names",
     "load",
+    "zoo",
 ]
 
 #: Built-in implementation names → ``"module:attr"``, imported only by :func:`load`.
@@ -80,12 +81,19 @@ def entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     return found
 
 
-def known_names() -> list[str]:
-    """Return every name :func:`load` accepts without a ``":"``: built-ins first, then entry points.
+def zoo() -> Mapping[str, str]:
+    """The zoo's adapters (``aiayn.implementations.zoo``) by name -> ``"module:attr"``, built-ins left out."""
+    from aiayn.implementations.zoo import ZOO
 
-    A built-in name shadows an entry point of the same name.
+    return {name: entry.target for name, entry in ZOO.items() if name not in BUILTINS}
+
+
+def known_names() -> list[str]:
+    """Return every name :func:`load` accepts without a ``":"``: built-ins first, then the zoo, then entry points.
+
+    A built-in name shadows a zoo name, and both shadow an entry point of the same name.
     """
-    return list(BUILTINS) + sorted(n for n in entry_points() if n not in BUILTINS)
+    return list(BUILTINS) + list(zoo()) + sorted(n for n in entry_points() if n not in BUILTINS and n not in zoo())
 
 
 def _not_found(spec: str, reason: str, cls: type[ImplementationNotFound] = ImplementationNotFound) -> ImplementationNotFound:
@@ -139,6 +147,8 @@ def _resolve(spec: str) -> tuple[Any, str]:
         return _import_target(spec), spec
     if spec in BUILTINS:
         return _import_target(BUILTINS[spec]), f"built-in {BUILTINS[spec]}"
+    if spec in zoo():
+        return _import_target(zoo()[spec]), f"zoo adapter {zoo()[spec]}"
     registered = entry_points()
     if spec in registered:
         ep = registered[spec]
