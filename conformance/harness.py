@@ -129,11 +129,13 @@ class Stats:
     nan_mismatches: int = 0
     largest: dict[str, Any] | None = None
     departures: set[str] = field(default_factory=set)
+    violations: set[str] = field(default_factory=set)
     files: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"examples": self.examples, "unsupported": self.unsupported, "unsupported_why": self.unsupported_why, "checked": self.checked, "unchecked": dict(self.unchecked), "exact": self.exact,
                 "worst": self.worst, "nan_mismatches": self.nan_mismatches, "departures": sorted(self.departures),
+                "violations": sorted(self.violations),
                 "largest": None if self.largest is None else {k: v for k, v in self.largest.items() if k != "lines"}}
 
 
@@ -191,6 +193,7 @@ class Case:
     args: dict[str, Any]
     kind: str  # "agreement" (counts towards the report's headroom), "property" or "contract"
     diagnosis: Diagnosis | None = None  # set by the check's helper: what the diagnoses need if an agreement check fails
+    violates: str = ""  # a property check: the statement of the paper its failure breaks (the check's own name for it)
 
     @property
     def title(self) -> str:
@@ -324,8 +327,11 @@ class Case:
         return path
 
     def fail(self, problem: str, details: list[str] | None = None, kind: type[ConformanceFailure] = BrokenContract,
-             ratio: float | None = None) -> None:
+             ratio: float | None = None, breaks_property: bool | None = None) -> None:
         """Save the inputs for replay and raise the failure message (of class ``kind``).
+
+        In a property check, a failure of the property itself (``breaks_property``; default: an
+        over-budget or NaN mismatch, not a crash or a broken contract) names what it breaks.
 
         When this test found a larger over-budget discrepancy on other inputs than the one failing
         now (Hypothesis reports the smallest failing example, not the worst), the message leads
@@ -334,8 +340,14 @@ class Case:
         __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         path = self.save()
         impl = self.impl
-        lines = [f"{self.title}: {problem}"]
         stats = _STATS.get()
+        if breaks_property is None:
+            breaks_property = kind in (OverBudget, NaNMismatch)
+        if self.kind == "property" and self.violates and breaks_property:  # the property's own name for what failed
+            problem += f"; this breaks what the paper states: '{self.violates}'"
+            if stats is not None:
+                stats.violations.add(self.violates)
+        lines = [f"{self.title}: {problem}"]
         largest = None if stats is None else stats.largest
         if largest is not None and largest["replay"] != str(path) and (ratio is None or largest["ratio"] > ratio):
             lines += [f"  largest discrepancy found for this check: {largest['ratio']:.3g} x budget, {largest['where']}; "
@@ -368,8 +380,16 @@ class Case:
         self.tally(checked=n, exact=n)
 
 
-def check(name: str, equation: str, kind: str = "agreement") -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Register a check function ``fn(case, **args)`` under ``name`` as ``check(impl, dtype, **args)``."""
+def check(name: str, equation: str, kind: str = "agreement", violates: str = "") -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register a check function ``fn(case, **args)`` under ``name`` as ``check(impl, dtype, **args)``.
+
+    ``violates`` (property checks, required there): what the paper states that a failure of the
+    property breaks, with its section, e.g. "a masked key is as if removed (§3.2.3)". A failing
+    property check names it, in its message and in the report, as an agreement check names the
+    catalogued departure its output matches.
+    """
+    if kind == "property" and not violates:
+        raise ValueError(f"check {name!r}: a property check states what the paper says that its failure breaks (violates=)")
 
     def decorate(fn: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(fn)
@@ -378,7 +398,7 @@ def check(name: str, equation: str, kind: str = "agreement") -> Callable[[Callab
             if stats is not None:
                 stats.examples += 1
             try:
-                fn(Case(impl, dtype, name, equation, args, kind), **args)
+                fn(Case(impl, dtype, name, equation, args, kind, violates=violates), **args)
             except UnsupportedInput as exc:  # outside what the implementation supports: counted, not a failure
                 if stats is not None:
                     stats.unsupported += 1
@@ -494,12 +514,12 @@ def _diagnose(case: Case, got: np.ndarray) -> str:
     names are kept in the test's stats for the report.
     """
     if case.kind != "agreement" or case.diagnosis is None:
-        return ""
+        return ""  # a property check names what it breaks itself (Case.fail)
+    stats = _STATS.get()
     try:
         names = case.diagnosis.explain(got, case.dtype)
     except Exception as exc:  # a diagnosis that cannot be computed must not hide the failure itself
         return f" (no diagnosis: {type(exc).__name__}: {exc})"
-    stats = _STATS.get()
     if stats is not None:
         stats.departures.update(names)
     if not names:

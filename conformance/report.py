@@ -33,7 +33,7 @@ FIRST_DTYPE_ONLY = ("lrate", "label_smoothing")
 def _empty(status: str) -> dict[str, Any]:
     return {"status": status, "scope": "", "examples": 0, "unsupported": 0, "unsupported_why": "", "out_of_scope_tests": [], "checked": 0,
             "not_checked": 0, "not_checked_reasons": {}, "fraction_checked": None, "worst_error_to_budget": None, "headroom": None,
-            "measure": "", "departures": [], "failed_tests": [], "tests": []}
+            "measure": "", "departures": [], "violations": [], "unnamed_failures": [], "failed_tests": [], "tests": []}
 
 
 def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -> dict[str, Any]:
@@ -92,6 +92,8 @@ def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -
         measure = ""
     largest = [r["largest"] for r in results if r.get("largest")]
     departures = sorted({d for r in results if r["outcome"] == "failed" for d in (r.get("departures") or [])})
+    violations = sorted({v for r in results if r["outcome"] == "failed" for v in (r.get("violations") or [])})
+    unnamed = sorted({r["test"] for r in results if r["outcome"] == "failed" and not r.get("departures") and not r.get("violations")})
     return {
         "status": status,
         "scope": scope,
@@ -110,6 +112,8 @@ def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -
         "measure": measure,
         "largest_failure": max(largest, key=lambda x: x["ratio"]) if largest else None,
         "departures": departures,
+        "violations": violations,
+        "unnamed_failures": unnamed,
         "failed_tests": failed,
         "known_deviations": deviations,
         "tests": sorted({r["test"] for r in results}),
@@ -234,6 +238,8 @@ def _fmt_notes(row: Mapping[str, Any]) -> str:
     parts = list(row["failed_tests"])
     if row.get("departures"):
         parts.append("matches " + "; ".join(f"'{d}'" for d in row["departures"]))
+    if row.get("violations"):
+        parts.append("breaks " + "; ".join(f"'{v}'" for v in row["violations"]))
     if not parts:
         parts = list(row.get("known_deviations", {}))
     if row.get("out_of_scope_tests") and row["status"] != "out of scope":
@@ -296,6 +302,7 @@ def summary_lines(entry: Any, results: Iterable[dict[str, Any]]) -> list[str]:
                 notes.append(cell["measure"])
             notes += cell["failed_tests"]
             notes += [f"matches '{d}'" for d in cell.get("departures", [])]
+            notes += [f"breaks '{v}'" for v in cell.get("violations", [])]
             if cell["status"] == "pass within scope":
                 notes.append(f"scope: {cell['scope']}")
             if notes:

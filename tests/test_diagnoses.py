@@ -195,3 +195,37 @@ def test_no_known_departure_says_so(stats: Stats) -> None:
 
     message = _message(A.softmax_agreement, Doubled(), "float64", x=np.array([[1.0, 2.0]]), axis=-1)
     assert "no known departure matches" in message
+
+
+def test_a_failing_property_names_what_the_paper_states(stats: Stats) -> None:
+    """A property check has no oracle value to match departures against: its failure names the statement of the paper it breaks."""
+    q, k, v = RNG.normal(size=(3, 4)), RNG.normal(size=(3, 4)), RNG.normal(size=(3, 2))
+    keep = np.array([True, False, True])
+    class AddedMask(NumpyImplementation):  # an additive -1e9 mask: a masked score of 1e300 outweighs it
+        def scaled_dot_product_attention(self, q, k, v, mask=None):  # type: ignore[no-untyped-def]
+            with np.errstate(over="ignore", invalid="ignore"):
+                s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1]) + np.where(mask, 0.0, -1e9)
+                e = np.exp(s - s.max(-1, keepdims=True))
+                return (e / e.sum(-1, keepdims=True)) @ v
+
+    message = _message(A.attention_poison, AddedMask(), "float64", q=q, k=k, v=v, keep=keep, poison="huge")
+    statement = "masked scores are set to -inf: what a masked key or value holds cannot matter (§3.2.3)"
+    assert f"this breaks what the paper states: '{statement}'" in message, message
+    assert stats.violations == {statement} and not stats.departures
+
+
+def test_a_crash_in_a_property_check_names_no_statement(stats: Stats) -> None:
+    class Raises(NumpyImplementation):
+        def scaled_dot_product_attention(self, q, k, v, mask=None):  # type: ignore[no-untyped-def]
+            raise RuntimeError("kernel not available")
+
+    q = RNG.normal(size=(2, 4))
+    message = _message(A.attention_poison, Raises(), "float64", q=q, k=q, v=q, keep=np.array([True, False]), poison="nan_keys")
+    assert "raised RuntimeError" in message and "breaks what the paper states" not in message and not stats.violations
+
+
+def test_every_property_check_states_what_it_protects() -> None:
+    from aiayn.conformance.harness import check
+
+    with pytest.raises(ValueError, match="violates="):
+        check("a_property", "softmax", kind="property")

@@ -41,7 +41,8 @@ def softmax_agreement(case: Case, x: np.ndarray, axis: int) -> None:
     compare(case, got, expected, budget, budget_name="shifted-softmax bound, budgets.softmax")
 
 
-@check("softmax_rows_sum_to_one", "softmax", kind="property")
+@check("softmax_rows_sum_to_one", "softmax", kind="property",
+       violates="softmax weights sum to 1 (§3.2.1)")
 def softmax_rows_sum_to_one(case: Case, x: np.ndarray, axis: int) -> None:
     """Each slice along ``axis`` sums to 1 (rows that are all -inf excepted: they are NaN).
 
@@ -57,7 +58,8 @@ def softmax_rows_sum_to_one(case: Case, x: np.ndarray, axis: int) -> None:
             what=f"softmax slices along axis {axis} do not sum to 1", expected_name="the required sum")
 
 
-@check("softmax_shift_invariance", "softmax", kind="property")
+@check("softmax_shift_invariance", "softmax", kind="property",
+       violates="softmax is unchanged by adding a constant to its inputs (§3.2.1)")
 def softmax_shift_invariance(case: Case, x: np.ndarray, axis: int, shift: float) -> None:
     """softmax(x + c) = softmax(x) (§3.2.1): x and x + c are drawn so that both are exact in the dtype."""
     if not (np.all(is_representable(x, case.dtype)) and np.all(is_representable(x + shift, case.dtype))):
@@ -94,7 +96,8 @@ def attention_agreement(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray,
     compare(case, got, expected, budget, budget_name="Eq. (1) bound, budgets.attention_core")
 
 
-@check("attention_keys_values_permuted", "scaled_dot_product_attention", kind="property")
+@check("attention_keys_values_permuted", "scaled_dot_product_attention", kind="property",
+       violates="attention does not depend on the order of the key-value pairs (Eq. (1))")
 def attention_keys_values_permuted(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, perm: np.ndarray) -> None:
     """Permuting keys and values together (and the mask's key axis) leaves the output unchanged."""
     got, _, budget = _attention(case, q, k, v, mask)
@@ -104,7 +107,8 @@ def attention_keys_values_permuted(case: Case, q: np.ndarray, k: np.ndarray, v: 
             expected_name="the unpermuted call")
 
 
-@check("attention_queries_permuted", "scaled_dot_product_attention", kind="property")
+@check("attention_queries_permuted", "scaled_dot_product_attention", kind="property",
+       violates="each output row depends on its own query only (Eq. (1))")
 def attention_queries_permuted(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, perm: np.ndarray) -> None:
     """Permuting the queries (and the mask's query axis) permutes the output rows the same way."""
     got, _, budget = _attention(case, q, k, v, mask)
@@ -114,7 +118,8 @@ def attention_queries_permuted(case: Case, q: np.ndarray, k: np.ndarray, v: np.n
             what=f"permuting the queries by {perm.tolist()} did not permute the output rows the same way", expected_name="the permuted original")
 
 
-@check("attention_masked_equals_removed", "scaled_dot_product_attention", kind="property")
+@check("attention_masked_equals_removed", "scaled_dot_product_attention", kind="property",
+       violates="a masked key is as if removed: weight exactly 0 (§3.2.3)")
 def attention_masked_equals_removed(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray) -> None:
     """Masking keys out (§3.2.3) gives the output of deleting those keys and values."""
     got, _, budget = _attention(case, q, k, v, keep[None, :])
@@ -123,7 +128,8 @@ def attention_masked_equals_removed(case: Case, q: np.ndarray, k: np.ndarray, v:
             expected_name="the call without those keys")
 
 
-@check("attention_poison_at_masked_positions", "scaled_dot_product_attention", kind="property")
+@check("attention_poison_at_masked_positions", "scaled_dot_product_attention", kind="property",
+       violates="masked scores are set to -inf: what a masked key or value holds cannot matter (§3.2.3)")
 def attention_poison(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray, poison: str) -> None:
     """Garbage at masked key/value positions changes nothing: the largest finite values there, or NaN in keys.
 
@@ -154,7 +160,8 @@ def attention_poison(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, ke
             expected_name="the call with clean masked positions")
 
 
-@check("attention_causal_ignores_future", "scaled_dot_product_attention", kind="property")
+@check("attention_causal_ignores_future", "scaled_dot_product_attention", kind="property",
+       violates="with the causal mask, position i sees only positions j <= i (§3.2.3)")
 def attention_causal(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, upto: int, q2: np.ndarray, k2: np.ndarray, v2: np.ndarray) -> None:
     """With the causal mask (§3.2.3), the output at i does not depend on queries, keys or values at j > i.
 
@@ -172,7 +179,8 @@ def attention_causal(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, up
             expected_name="the call before the change")
 
 
-@check("attention_batch_independent", "scaled_dot_product_attention", kind="property")
+@check("attention_batch_independent", "scaled_dot_product_attention", kind="property",
+       violates="batch elements are computed independently")
 def attention_batch_independent(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, index: int) -> None:
     """Batch element ``index`` computed alone equals the same element computed in the batch."""
     got, _, budget = _attention(case, q, k, v, mask)
@@ -213,7 +221,8 @@ def mha_agreement(case: Case, query: np.ndarray, key: np.ndarray, value: np.ndar
     compare(case, got, expected, budget, budget_name="MHA bound, budgets.multi_head_attention")
 
 
-@check("mha_heads_independent", "multi_head_attention", kind="property")
+@check("mha_heads_independent", "multi_head_attention", kind="property",
+       violates="each head attends on its own projections only (§3.2.2)")
 def mha_heads_independent(case: Case, query: np.ndarray, key: np.ndarray, value: np.ndarray, params: dict[str, np.ndarray], num_heads: int,
                           mask: np.ndarray | None, head: int, replacement: dict[str, np.ndarray]) -> None:
     """Heads are independent: with head ``head``'s rows of W^O zeroed, its own Q/K/V weights cannot matter.

@@ -31,7 +31,8 @@ def layer_norm_agreement(case: Case, x: np.ndarray, gain: np.ndarray, bias: np.n
     compare(case, got, expected, budget, budget_name="LayerNorm bound (two-pass/Welford, Chan-Golub-LeVeque), budgets.layer_norm")
 
 
-@check("layer_norm_shift_invariance", "layer_norm", kind="property")
+@check("layer_norm_shift_invariance", "layer_norm", kind="property",
+       violates="LayerNorm is unchanged by adding a constant to a row (§3.1)")
 def layer_norm_shift_invariance(case: Case, x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, shift: float) -> None:
     """LayerNorm(x + c) = LayerNorm(x): the mean is subtracted. x and x + c are exact in the dtype."""
     if not (np.all(is_representable(x, case.dtype)) and np.all(is_representable(x + shift, case.dtype))):

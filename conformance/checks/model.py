@@ -74,7 +74,8 @@ def decoder_layer_agreement(case: Case, y: np.ndarray, memory: np.ndarray, param
     compare(case, got, expected, budget, budget_name="first-order bound, propagation.decoder_layer")
 
 
-@check("decoder_layer_causal", "decoder_layer", kind="property")
+@check("decoder_layer_causal", "decoder_layer", kind="property",
+       violates="the decoder's self-attention at position i sees only positions j <= i (§3.2.3)")
 def decoder_layer_causal(case: Case, y: np.ndarray, memory: np.ndarray, params: dict[str, Any], num_heads: int, upto: int, y2: np.ndarray) -> None:
     """With the default self-mask (causal, §3.2.3), the output at i ignores decoder inputs at j > i.
 
@@ -117,7 +118,8 @@ def forward_agreement(case: Case, src: np.ndarray, tgt: np.ndarray, params: dict
     compare(case, got, expected, budget, budget_name="first-order bound, propagation.transformer_forward")
 
 
-@check("transformer_forward_causal", "transformer_forward", kind="property")
+@check("transformer_forward_causal", "transformer_forward", kind="property",
+       violates="the model's logits at position i depend only on target positions j <= i (§3.2.3)")
 def forward_causal(case: Case, src: np.ndarray, tgt: np.ndarray, params: dict[str, Any], num_heads: int, upto: int, tgt2: np.ndarray) -> None:
     """The logits at target position i ignore the target tokens at j > i (the decoder is causal, §3.1)."""
     got, _, budget = _forward(case, src, tgt, params, num_heads, None, None)
@@ -127,7 +129,8 @@ def forward_causal(case: Case, src: np.ndarray, tgt: np.ndarray, params: dict[st
             what=f"changing target tokens after position {upto} changed the logits at positions <= {upto}", expected_name="the call before the change")
 
 
-@check("transformer_forward_batch_independent", "transformer_forward", kind="property")
+@check("transformer_forward_batch_independent", "transformer_forward", kind="property",
+       violates="batch elements are computed independently")
 def forward_batch_independent(case: Case, src: np.ndarray, tgt: np.ndarray, params: dict[str, Any], num_heads: int,
                               src_lengths: np.ndarray | None, tgt_lengths: np.ndarray | None, index: int) -> None:
     """Batch element ``index`` run alone gives the same logits as inside the batch."""

@@ -28,7 +28,8 @@ def pe_agreement(case: Case, length: int, d_model: int) -> None:
     compare(case, got, expected, budget, budget_name="PE argument-growth bound, budgets.positional_encoding")
 
 
-@check("pe_shift_is_linear", "positional_encoding", kind="property")
+@check("pe_shift_is_linear", "positional_encoding", kind="property",
+       violates="PE(pos + k) is a linear function of PE(pos) (§3.5)")
 def pe_shift(case: Case, length: int, d_model: int, offset: int) -> None:
     """PE(pos + k) = M_k PE(pos) for a fixed matrix M_k (§3.5: "PE_{pos+k} can be represented as a linear function of PE_pos").
 
@@ -47,7 +48,8 @@ def pe_shift(case: Case, length: int, d_model: int, offset: int) -> None:
     compare(case, shifted, got[offset:], bound, what=f"PE(pos + {offset}) is not M_{offset} PE(pos)", expected_name="PE(pos + k)")
 
 
-@check("pe_bounded_by_one", "positional_encoding", kind="property")
+@check("pe_bounded_by_one", "positional_encoding", kind="property",
+       violates="every sinusoid lies in [-1, 1] (§3.5)")
 def pe_bounded(case: Case, length: int, d_model: int) -> None:
     """|PE| <= 1 (sines and cosines), up to the allowed error of sin/cos (t relative, see aiayn.conformance.numerics)."""
     got = case.run("positional_encoding", [length, d_model, case.dtype])

@@ -52,7 +52,8 @@ def lrate_agreement(case: Case, steps: list[int], d_model: int, warmup_steps: in
     compare(case, got, expected, budget, budget_name="budgets.lrate", expected_name="the oracle")
 
 
-@check("lrate_warmup_then_decay", "lrate", kind="property")
+@check("lrate_warmup_then_decay", "lrate", kind="property",
+       violates="lrate rises linearly for warmup_steps, then decays as step^-0.5 (Eq. (3))")
 def lrate_shape(case: Case, rise: list[int], decay: list[int], d_model: int, warmup_steps: int) -> None:
     """The schedule rises linearly to its peak at warmup_steps, then decays as step^-0.5 (§5.3).
 
@@ -76,7 +77,8 @@ def lrate_shape(case: Case, rise: list[int], decay: list[int], d_model: int, war
             expected_name="the peak lrate(warmup)")
 
 
-@check("lrate_step_zero", "lrate", kind="property")
+@check("lrate_step_zero", "lrate", kind="property",
+       violates="step 0 follows the declared step_zero policy; a negative step raises ValueError (the contract)")
 def lrate_step_zero(case: Case, d_model: int, warmup_steps: int) -> None:
     """Step 0 follows the declared policy ("zero": exactly 0.0; "raise": ValueError; "one": exactly lrate(1)); a negative step raises ValueError."""
     declared = policy(case, "step_zero")
@@ -84,12 +86,13 @@ def lrate_step_zero(case: Case, d_model: int, warmup_steps: int) -> None:
         value = _lrate_value(case, 0, d_model, warmup_steps)
         case.exact_checks()
         if value != 0.0:
-            case.fail(f"lrate(0, ...) = {value!r}; declared step_zero='zero' means exactly 0.0 (min(inf, 0) = 0)")
+            case.fail(f"lrate(0, ...) = {value!r}; declared step_zero='zero' means exactly 0.0 (min(inf, 0) = 0)", breaks_property=True)
     elif declared == "one":
         value, one = _lrate_value(case, 0, d_model, warmup_steps), _lrate_value(case, 1, d_model, warmup_steps)
         case.exact_checks()
         if value != one:
-            case.fail(f"lrate(0, ...) = {value!r} but lrate(1, ...) = {one!r}; declared step_zero='one' means step 0 is computed as step 1")
+            case.fail(f"lrate(0, ...) = {value!r} but lrate(1, ...) = {one!r}; declared step_zero='one' means step 0 is computed as step 1",
+                      breaks_property=True)
     else:
         _expect_value_error(case, 0, d_model, warmup_steps, "declared step_zero='raise'")
     _expect_value_error(case, -1, d_model, warmup_steps, "the contract: a negative step raises ValueError")
@@ -103,7 +106,7 @@ def _expect_value_error(case: Case, step: int, d_model: int, warmup_steps: int, 
         return
     except Exception as exc:
         case.fail(f"lrate({step}, ...) raised {type(exc).__name__}: {exc}; expected ValueError ({why})")
-    case.fail(f"lrate({step}, ...) returned {value!r}; expected ValueError ({why})")
+    case.fail(f"lrate({step}, ...) returned {value!r}; expected ValueError ({why})", breaks_property=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,7 +146,8 @@ def label_smoothing_agreement(case: Case, targets: np.ndarray, vocab_size: int, 
     compare(case, got, expected, budget, budget_name=f"budgets.label_smoothing, variant {policy(case, 'label_smoothing')!r}")
 
 
-@check("label_smoothing_sums_to_one", "label_smoothing", kind="property")
+@check("label_smoothing_sums_to_one", "label_smoothing", kind="property",
+       violates="each smoothed target distribution sums to 1 (§5.4)")
 def label_smoothing_sums_to_one(case: Case, targets: np.ndarray, vocab_size: int, eps: float) -> None:
     """Each smoothed target distribution sums to 1 (0 for a padding row under "K-2"):
     |sum_c q_hat_c - 1| <= sum_c B_c + gamma_K(2^-53) sum_c q_hat_c."""
@@ -175,7 +179,8 @@ def cross_entropy_agreement(case: Case, logits: np.ndarray, targets: np.ndarray,
     compare(case, got, expected, budget, budget_name="budgets.smoothed_cross_entropy")
 
 
-@check("cross_entropy_minimum_is_target_entropy", "smoothed_cross_entropy", kind="property")
+@check("cross_entropy_minimum_is_target_entropy", "smoothed_cross_entropy", kind="property",
+       violates="the smoothed cross-entropy is smallest where softmax(logits) is the target distribution (§5.4)")
 def cross_entropy_minimum(case: Case, targets: np.ndarray, vocab_size: int, eps: float, shift: float, delta: np.ndarray) -> None:
     """The loss is smallest when softmax(logits) is the smoothed target q, and its value there is H(q).
 
