@@ -112,7 +112,7 @@ def _mha() -> list[Fixed]:
     check = "multi_head_attention"
 
     def case(label: str, key: np.ndarray, params: dict, h: int, mask: np.ndarray | None, mask_kind: str) -> Fixed:
-        needs = ("batchdims:1", f"masks:{mask_kind}") + (("cross-attention",) if key is not x else ())
+        needs = ("batchdims:1", f"masks:{mask_kind}") + (("cross-attention",) if key is not x else ()) + (("bias:attention",) if "b_q" in params else ())
         return Fixed(check, label, check, {"query": x, "key": key, "value": key, "params": params, "num_heads": h, "mask": mask}, needs)
 
     return [
@@ -134,13 +134,13 @@ def _layer_norm() -> list[Fixed]:
     x = np.stack([rng.normal(size=(4, d)), 3.0 + rng.normal(size=(4, d)), 0.01 * rng.normal(size=(4, d))])  # (3, 4, d)
     gain, bias = _norm(rng, d)["gain"], _norm(rng, d)["bias"]
     return [Fixed("layer_norm", f"N(0,1), 3+N(0,1), 0.01 N(0,1) rows; eps {eps}", "layer_norm", {"x": x, "gain": gain, "bias": bias, "eps": eps},
-                  ("batchdims:2", f"eps:{eps!r}")) for eps in (1e-6, 1e-5)]
+                  ("batchdims:2", f"eps:{eps!r}", "bias:layer_norm")) for eps in (1e-6, 1e-5)]
 
 
 def _feed_forward() -> list[Fixed]:
     rng = _rng(5)
     x = rng.normal(size=(2, 5, 16))
-    return [Fixed("feed_forward", "x (2,5,16), d_ff 32", "feed_forward", {"x": x, **_ffn(rng, 16, 32)}, ("batchdims:2", "d_ff:2"))]
+    return [Fixed("feed_forward", "x (2,5,16), d_ff 32", "feed_forward", {"x": x, **_ffn(rng, 16, 32)}, ("batchdims:2", "d_ff:2", "bias:ffn"))]
 
 
 def _training() -> list[Fixed]:
@@ -161,7 +161,7 @@ def _layers() -> list[Fixed]:
     rng = _rng(8)
     x, params = rng.normal(size=(2, 5, _D)), _encoder_params(rng)
     pad = (np.arange(5)[None, :] < np.array([5, 3])[:, None])[:, None, :]
-    layer = ("d_ff:2", "length:5")
+    layer = ("d_ff:2", "length:5", "bias:attention", "bias:layer_norm", "bias:ffn")
     out = [Fixed("encoder_layer", "x (2,5,8), h 2, d_ff 16, no mask", "encoder_layer", {"x": x, "params": params, "num_heads": _H, "mask": None},
                  (*layer, "masks:none")),
            Fixed("encoder_layer", "padding lengths [5, 3]", "encoder_layer", {"x": x, "params": params, "num_heads": _H, "mask": pad},

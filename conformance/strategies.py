@@ -273,7 +273,7 @@ def mha_inputs(draw: Any, dtype: str, *, min_heads: int = 1, fully_masked: bool 
     batch = _batch(draw, scope, [(), (2,)])
     w = 1.5 / np.sqrt(d_model)
     params = {name: _weights(draw, (d_model, d_model), w) for name in ("w_q", "w_k", "w_v", "w_o")}
-    if draw(st.booleans()):
+    if "attention" not in scope.no_bias and draw(st.booleans()):
         params.update({name: _weights(draw, (d_model,), 0.5) for name in ("b_q", "b_k", "b_v", "b_o")})
     # the projections q = query W^Q carry the inputs' scale times ~1.5 (the weights' sum): keep their
     # scores resolvable in the dtype (logit_scale_cap), at most the 3.0 of float32/float64
@@ -281,13 +281,13 @@ def mha_inputs(draw: Any, dtype: str, *, min_heads: int = 1, fully_masked: bool 
     query = _array(draw, (*batch, n_q, d_model), scale)
     self_attention = scope.self_attention_only or draw(st.booleans())
     key = query if self_attention and n_q == n_k else _array(draw, (*batch, n_k, d_model), scale)
-    value = key if scope.self_attention_only or draw(st.booleans()) else _array(draw, (*batch, n_k, d_model), scale)
+    value = key if scope.self_attention_only or scope.shared_key_value or draw(st.booleans()) else _array(draw, (*batch, n_k, d_model), scale)
     mask = draw(_mask(batch, n_q, n_k, allow_fully_masked=fully_masked and key is not query, scope=scope))
     return {"query": query, "key": key, "value": value, "params": params, "num_heads": h, "mask": mask}
 
 
 @st.composite
-def mha_fully_masked_self_attention(draw: Any, dtype: str) -> dict[str, Any]:
+def mha_fully_masked_self_attention(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """Self-attention (query is key is value) over a batch of 2 with 2 heads, one query row fully masked.
 
     The shape every fused self-attention kernel accepts (batched, an even number of heads, one
@@ -298,7 +298,7 @@ def mha_fully_masked_self_attention(draw: Any, dtype: str) -> dict[str, Any]:
     d_model = h * d_k
     w = 1.5 / np.sqrt(d_model)
     params = {name: _weights(draw, (d_model, d_model), w) for name in ("w_q", "w_k", "w_v", "w_o")}
-    if draw(st.booleans()):
+    if "attention" not in scope.no_bias and draw(st.booleans()):
         params.update({name: _weights(draw, (d_model,), 0.5) for name in ("b_q", "b_k", "b_v", "b_o")})
     x = _array(draw, (2, n, d_model), min(3.0, logit_scale_cap(dtype, d_k) / 1.5))
     mask = draw(hnp.arrays(np.bool_, (2, n, n)))
@@ -345,7 +345,7 @@ def layer_norm_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> di
         spread = abs(level) * max(2.0 ** (-prec.p / 2), 32 * d * prec.u)
         x = level + spread * z
     gain = 1.0 + _array(draw, (d,), 0.5)
-    bias = _array(draw, (d,), 1.0)
+    bias = np.zeros(d) if "layer_norm" in scope.no_bias else _array(draw, (d,), 1.0)
     eps = scope.layer_norm_eps if scope.layer_norm_eps is not None else draw(st.sampled_from([1e-6, 1e-5, 1e-3, 0.25]))
     if scope.batch_dims is not None:  # x is (rows, d): one batch dimension; give it as many as the scope accepts
         dims = draw(st.sampled_from(list(scope.batch_dims)))
@@ -359,12 +359,13 @@ def ffn_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str,
     batch = _batch(draw, scope, [(), (2,)])
     n, d = _length(draw, scope, 1, 4), draw(st.integers(1, 8))
     d_ff = scope.d_ff_ratio * d if scope.d_ff_ratio else draw(st.integers(1, 16))
+    biased = "ffn" not in scope.no_bias
     return {
         "x": _array(draw, (*batch, n, d), 3.0),
         "w1": _weights(draw, (d, d_ff), 1.5 / np.sqrt(d)),
-        "b1": _weights(draw, (d_ff,), 1.0),
+        "b1": _weights(draw, (d_ff,), 1.0) if biased else np.zeros(d_ff),
         "w2": _weights(draw, (d_ff, d), 1.5 / np.sqrt(d_ff)),
-        "b2": _weights(draw, (d,), 1.0),
+        "b2": _weights(draw, (d,), 1.0) if biased else np.zeros(d),
     }
 
 
@@ -446,17 +447,26 @@ def _sizes(draw: Any, dtype: str, scope: Scope = FULL_SCOPE) -> tuple[int, int, 
     return d_model, h, (scope.d_ff_ratio * d_model if scope.d_ff_ratio else draw(st.sampled_from([4, 8, 16])))
 
 
-def _params(seed: int, config: types.SimpleNamespace, vocab: int, biases: bool) -> dict[str, Any]:
+def _params(seed: int, config: types.SimpleNamespace, vocab: int, biases: bool, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """Canonical model weights (``init_params``); attention biases when ``biases`` (and the scope has them), other biases
+    zeroed where the scope declares none (``Scope.no_bias``)."""
     from aiayn.reference.model import init_params
 
-    return init_params(config, vocab, np.random.default_rng(seed), biases=biases)
+    params = init_params(config, vocab, np.random.default_rng(seed), biases=biases and "attention" not in scope.no_bias)
+    for layer in (*params["encoder"], *params["decoder"]):
+        for name, group in layer.items():
+            if name.startswith("norm") and "layer_norm" in scope.no_bias:
+                group["bias"] = np.zeros_like(group["bias"])
+            if name == "ffn" and "ffn" in scope.no_bias:
+                group["b1"], group["b2"] = np.zeros_like(group["b1"]), np.zeros_like(group["b2"])
+    return params
 
 
 @st.composite
 def encoder_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """x (B, n, d_model), one encoder layer's canonical weights, an optional padding mask (lengths >= 1; if the scope accepts padding)."""
     d_model, h, d_ff = draw(_sizes(dtype, scope))
-    layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()))["encoder"][0]
+    layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()), scope)["encoder"][0]
     b, n = draw(st.integers(1, 2)), _length(draw, scope, 1, 5)
     x = _array(draw, (b, n, d_model), 2.0)
     mask = None
@@ -470,7 +480,7 @@ def encoder_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[
 def decoder_inputs(draw: Any, dtype: str, *, causal_check: bool = False, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """y (B, n_tgt, d), memory (B, n_src, d), one decoder layer's weights; masks None or causal & padding (if the scope accepts padding)."""
     d_model, h, d_ff = draw(_sizes(dtype, scope))
-    layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()))["decoder"][0]
+    layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()), scope)["decoder"][0]
     b = draw(st.integers(1, 2))
     n_tgt, n_src = _length(draw, scope, 2 if causal_check else 1, 5), _length(draw, scope, 1, 5)
     y, memory = _array(draw, (b, n_tgt, d_model), 2.0), _array(draw, (b, n_src, d_model), 2.0)
@@ -498,7 +508,7 @@ def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement", scope: Sco
     """
     d_model, h, d_ff = draw(_sizes(dtype, scope))
     vocab = draw(st.integers(2, 11))
-    params = _params(draw(st.integers(0, 2**32 - 1)), _config(draw(st.integers(1, 2)), d_model, h, d_ff), vocab, draw(st.booleans()))
+    params = _params(draw(st.integers(0, 2**32 - 1)), _config(draw(st.integers(1, 2)), d_model, h, d_ff), vocab, draw(st.booleans()), scope)
     b = 2 if kind == "batch" else draw(st.integers(1, 2))
     n_src, n_tgt = _length(draw, scope, 1, 4), _length(draw, scope, 2 if kind == "causal" else 1, 4)
     src = draw(hnp.arrays(np.int64, (b, n_src), elements=st.integers(0, vocab - 1)))

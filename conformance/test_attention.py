@@ -124,7 +124,7 @@ def test_multi_head_attention(impl: Any, dtype: str, data: st.DataObject) -> Non
 @profile(0.5)
 @given(data=st.data())
 def test_multi_head_attention_fully_masked_self_attention_row(impl: Any, dtype: str, data: st.DataObject) -> None:
-    A.mha_agreement(impl, dtype, **data.draw(S.mha_fully_masked_self_attention(dtype)))
+    A.mha_agreement(impl, dtype, **data.draw(S.mha_fully_masked_self_attention(dtype, scope=S.scope(impl, "multi_head_attention"))))
 
 
 @pytest.mark.aiayn_equation("multi_head_attention")

@@ -55,6 +55,7 @@ __all__ = [
     "ARRAY_DTYPES",
     "EQUATIONS",
     "MASK_KINDS",
+    "BIAS_GROUPS",
     "POLICY_CHOICES",
     "DEFAULT_POLICIES",
     "Implementation",
@@ -137,6 +138,10 @@ DEFAULT_POLICIES: Mapping[str, object] = MappingProxyType(
 MASK_KINDS: tuple[str, ...] = ("none", "causal", "padding", "random")
 
 
+#: The parameter groups a :class:`Scope` can declare without bias terms (``Scope.no_bias``).
+BIAS_GROUPS: tuple[str, ...] = ("attention", "layer_norm", "ffn")
+
+
 class Unsupported(Exception):
     """Raise it from an equation for an input outside what the implementation supports.
 
@@ -165,6 +170,11 @@ class Scope:
     - ``d_ff_ratio``: the feed-forward width is this multiple of d_model (e.g. 4);
     - ``max_length``: the longest sequence (queries, keys, positions);
     - ``dtypes``: the dtypes of this equation, a subset of the implementation's;
+    - ``no_bias``: parameter groups the code has no bias terms for (:data:`BIAS_GROUPS`):
+      ``"attention"`` (b_q, b_k, b_v, b_o absent: the paper's §3.2.2 has none), ``"layer_norm"``
+      (LayerNorm's additive bias is 0), ``"ffn"`` (b1 = b2 = 0);
+    - ``shared_key_value``: multi-head attention's key and value are one array (code whose
+      cross-attention takes a single memory tensor, e.g. Hugging Face's ``key_value_states``);
     - ``note``: anything else a reader must know (what ``Unsupported`` is raised for).
     """
 
@@ -175,6 +185,8 @@ class Scope:
     d_ff_ratio: int | None = None
     max_length: int | None = None
     dtypes: tuple[str, ...] | None = None
+    no_bias: tuple[str, ...] = ()
+    shared_key_value: bool = False
     note: str = ""
 
     def describe(self) -> str:
@@ -194,6 +206,10 @@ class Scope:
             parts.append(f"length <= {self.max_length}")
         if self.dtypes is not None:
             parts.append("dtypes " + ", ".join(self.dtypes))
+        if self.no_bias:
+            parts.append("no " + ", ".join(g.replace("_", " ") for g in self.no_bias) + " biases")
+        if self.shared_key_value:
+            parts.append("key = value")
         if self.note:
             parts.append(self.note)
         return "; ".join(parts) or "full domain"
@@ -203,8 +219,9 @@ class Scope:
 
         A need is ``"masks:KIND"`` (a mask kind of :data:`MASK_KINDS`), ``"cross-attention"``
         (n_q != n_k, or distinct query and key), ``"batch:N"`` (at least N batch dimensions),
-        ``"batchdims:N"`` (exactly N), ``"eps:V"`` (LayerNorm eps V), ``"d_ff:R"`` (d_ff = R d_model)
-        or ``"length:N"`` (sequences of N).
+        ``"batchdims:N"`` (exactly N), ``"eps:V"`` (LayerNorm eps V), ``"d_ff:R"`` (d_ff = R d_model),
+        ``"length:N"`` (sequences of N), ``"bias:GROUP"`` (non-zero biases of a :data:`BIAS_GROUPS`
+        group) or ``"distinct-kv"`` (key and value different arrays).
         """
         out = []
         for need in needs:
@@ -217,6 +234,8 @@ class Scope:
                 "eps": lambda: self.layer_norm_eps is not None and float(value) != self.layer_norm_eps,
                 "d_ff": lambda: self.d_ff_ratio is not None and int(value) != self.d_ff_ratio,
                 "length": lambda: self.max_length is not None and int(value) > self.max_length,
+                "bias": lambda: value in self.no_bias,
+                "distinct-kv": lambda: self.shared_key_value,
             }.get(kind)
             if excluded is None:
                 raise ValueError(f"need {need!r}: unknown kind {kind!r}")
@@ -237,6 +256,7 @@ class Scope:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 out.append(f"{name}: expected a positive int, got {value!r}")
+        out += [f"no_bias: {g!r} is not one of {BIAS_GROUPS}" for g in self.no_bias if g not in BIAS_GROUPS]
         if self.dtypes is not None and any(d not in DTYPES for d in self.dtypes):
             out.append(f"dtypes: expected a subset of {DTYPES}, got {self.dtypes!r}")
         return out

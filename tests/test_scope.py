@@ -6,6 +6,8 @@
   "pass within scope" with the scope;
 - ``Unsupported`` raised by an implementation is counted, never a failure; a row whose examples
   were mostly unsupported is inconclusive;
+- code without bias terms and with one memory tensor for key and value (``Scope.no_bias``,
+  ``shared_key_value``) passes within that scope, its fixed cases with biases out of scope;
 - an invalid scope is a contract problem.
 """
 
@@ -74,6 +76,47 @@ class MostlyUnsupported(NumpyImplementation):
         return super().softmax(x, axis)
 
 
+BIASLESS_SCOPE = Scope(no_bias=("attention", "layer_norm", "ffn"), shared_key_value=True)
+
+
+class Biasless(NumpyImplementation):
+    """Attention projections, LayerNorm and FFN without bias terms, and one memory tensor for key and value (x-transformers,
+    Hugging Face cross-attention): anything else raises ValueError."""
+
+    name = "biasless"
+    scope = {equation: BIASLESS_SCOPE for equation in ("multi_head_attention", "layer_norm", "feed_forward", "encoder_layer", "decoder_layer")}
+
+    def provides(self) -> frozenset[str]:
+        return frozenset(self.scope)
+
+    @staticmethod
+    def _no_bias(*biases) -> None:  # type: ignore[no-untyped-def]
+        if any(b is not None and np.any(b != 0) for b in biases):
+            raise ValueError("this code has no bias terms")
+
+    def multi_head_attention(self, query, key, value, params, num_heads, mask=None):  # type: ignore[no-untyped-def]
+        self._no_bias(*(params.get(n) for n in ("b_q", "b_k", "b_v", "b_o")))
+        if key is not value:
+            raise ValueError("one memory tensor for key and value")
+        return super().multi_head_attention(query, key, value, params, num_heads, mask)
+
+    def layer_norm(self, x, gain, bias, eps):  # type: ignore[no-untyped-def]
+        self._no_bias(bias)
+        return super().layer_norm(x, gain, bias, eps)
+
+    def feed_forward(self, x, w1, b1, w2, b2):  # type: ignore[no-untyped-def]
+        self._no_bias(b1, b2)
+        return super().feed_forward(x, w1, b1, w2, b2)
+
+    def encoder_layer(self, x, params, num_heads, mask=None):  # type: ignore[no-untyped-def]
+        self._no_bias(*(g.get(n) for g in params.values() for n in ("b_q", "b_k", "b_v", "b_o", "bias", "b1", "b2")))
+        return super().encoder_layer(x, params, num_heads, mask)
+
+    def decoder_layer(self, y, memory, params, num_heads, self_mask=None, memory_mask=None):  # type: ignore[no-untyped-def]
+        self._no_bias(*(g.get(n) for g in params.values() for n in ("b_q", "b_k", "b_v", "b_o", "bias", "b1", "b2")))
+        return super().decoder_layer(y, memory, params, num_heads, self_mask, memory_mask)
+
+
 def _suite(tmp_path: Path, spec: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
     env |= {"PYTHONPATH": os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]), "AIAYN_FAILURES": str(tmp_path / "failures"),
@@ -115,3 +158,13 @@ def test_an_invalid_scope_is_a_contract_problem() -> None:
 
     problems = " ".join(contract_problems(Bad()))
     assert "sideways" in problems and "'nonsense' is not one of EQUATIONS" in problems and "not all among the declared dtypes" in problems
+
+
+def test_code_without_biases_and_with_one_memory_tensor_passes_within_its_scope(tmp_path: Path) -> None:
+    proc, data = _suite(tmp_path, "test_scope:Biasless")
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout[-4000:]}"
+    for row in (r for r in data["rows"] if r["equation"] in Biasless.scope):
+        assert row["status"] == "pass within scope" and row["checked"] > 0 and not row["unsupported"], row
+        assert row["scope"] == "no attention, layer norm, ffn biases; key = value"
+    fixed = {t for r in data["rows"] if r["equation"] == "layer_norm" for t in r["out_of_scope_tests"]}
+    assert any("fixed" in t for t in fixed), "the fixed LayerNorm cases carry biases: out of this scope"
