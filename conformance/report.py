@@ -91,8 +91,9 @@ def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -
     else:
         measure = ""
     largest = [r["largest"] for r in results if r.get("largest")]
-    departures = sorted({d for r in results if r["outcome"] == "failed" for d in (r.get("departures") or [])})
-    violations = sorted({v for r in results if r["outcome"] == "failed" for v in (r.get("violations") or [])})
+    # named for failures and for known deviations alike (a declared deviation is still diagnosed: the name says what it is)
+    departures = sorted({d for r in results if r["outcome"] in ("failed", "known deviation") for d in (r.get("departures") or [])})
+    violations = sorted({v for r in results if r["outcome"] in ("failed", "known deviation") for v in (r.get("violations") or [])})
     unnamed = sorted({r["test"] for r in results if r["outcome"] == "failed" and not r.get("departures") and not r.get("violations")})
     return {
         "status": status,
@@ -235,13 +236,11 @@ def _fmt_examples(row: Mapping[str, Any]) -> str:
 
 
 def _fmt_notes(row: Mapping[str, Any]) -> str:
-    parts = list(row["failed_tests"])
+    parts = list(row["failed_tests"]) or list(row.get("known_deviations", {}))
     if row.get("departures"):
         parts.append("matches " + "; ".join(f"'{d}'" for d in row["departures"]))
     if row.get("violations"):
         parts.append("breaks " + "; ".join(f"'{v}'" for v in row["violations"]))
-    if not parts:
-        parts = list(row.get("known_deviations", {}))
     if row.get("out_of_scope_tests") and row["status"] != "out of scope":
         parts.append(f"{len(row['out_of_scope_tests'])} tests out of scope")
     return ", ".join(parts)

@@ -105,7 +105,8 @@ def cell(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         text = "UNNAMED failure" + (f" ({', '.join(what)})" if what else "") + qualifier
         notes += sorted({t for r in mine for t in r.get("unnamed_failures", r.get("failed_tests", []))})
     elif kind == "known deviation":
-        text = "known deviation" + qualifier
+        names = [*(f"'{d}'" for d in departures), *(f"breaks '{v}'" for v in violations)]
+        text = "known deviation" + (f": {'; '.join(names)}" if names else "") + qualifier
         notes += sorted({w.removeprefix("known deviation declared by ").split(": ", 1)[-1] for r in mine for w in r.get("known_deviations", {}).values()})
     elif kind == "inconclusive":
         text = "inconclusive" + qualifier

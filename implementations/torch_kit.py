@@ -15,7 +15,9 @@ calls it; it never repairs the module's behaviour. What every such adapter needs
 - :func:`attention_mask`: the contract's mask (True = may attend, broadcastable) as the library
   wants it: inverted (PyTorch's True = may not attend), additive (0 / -inf), expanded to exactly
   (B, n_q, n_k), (B*h, n_q, n_k) or (B, h, n_q, n_k);
-- :func:`padding_from_mask`: a (B, 1, n_k) mask as the key-padding vector (B, n_k) modules take.
+- :func:`padding_from_mask`: a (B, 1, n_k) mask as the key-padding vector (B, n_k) modules take;
+- :func:`batched`: (..., n, d) broadcast and flattened to the (B, n, d) most modules take;
+- :func:`copy_layer_norm`: canonical {"gain", "bias"} into an ``nn.LayerNorm``.
 
 Example (``nn.MultiheadAttention`` as §3.2.2)::
 
@@ -47,7 +49,8 @@ from torch import nn
 from aiayn.implementations.protocol import ImplementationBase
 from aiayn.implementations.torch_impl import TORCH_DTYPES, default_device, round_from_float64
 
-__all__ = ["TorchAdapter", "attention_mask", "build", "copy_linear", "fused_qkv", "linear_weight", "padding_from_mask"]
+__all__ = ["TorchAdapter", "attention_mask", "batched", "build", "copy_layer_norm", "copy_linear", "fused_qkv", "linear_weight",
+           "padding_from_mask"]
 
 
 class TorchAdapter(ImplementationBase):
@@ -144,3 +147,18 @@ def padding_from_mask(mask: torch.Tensor | None, batch: int) -> torch.Tensor | N
     if mask is None:
         return None
     return mask.reshape(-1, mask.shape[-1]).expand(batch, -1) if mask.shape[-2] == 1 else None
+
+
+def batched(t: torch.Tensor, batch: tuple[int, ...]) -> torch.Tensor:
+    """(..., n, d) broadcast to ``batch`` + (n, d) and flattened to (B, n, d), B the product of ``batch``."""
+    return t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:])
+
+
+def copy_layer_norm(norm: nn.Module, params: Mapping[str, Any]) -> None:
+    """Load the canonical LayerNorm {"gain", "bias"} (d_model,) into ``norm`` (``weight``, and ``bias`` where it has one)."""
+    with torch.no_grad():
+        norm.weight.copy_(params["gain"])
+        if getattr(norm, "bias", None) is not None:
+            norm.bias.copy_(params["bias"])
+        elif bool(torch.any(params["bias"] != 0)):
+            raise ValueError("the module's LayerNorm has no bias, but the canonical parameters give a non-zero one")

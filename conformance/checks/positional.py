@@ -29,7 +29,7 @@ def pe_agreement(case: Case, length: int, d_model: int) -> None:
 
 
 @check("pe_shift_is_linear", "positional_encoding", kind="property",
-       violates="PE(pos + k) is a linear function of PE(pos) (§3.5)")
+       violates="PE(pos + k) = M_k PE(pos), M_k rotating each interleaved (sin, cos) pair by k / 10000^(2i/d_model) (§3.5)")
 def pe_shift(case: Case, length: int, d_model: int, offset: int) -> None:
     """PE(pos + k) = M_k PE(pos) for a fixed matrix M_k (§3.5: "PE_{pos+k} can be represented as a linear function of PE_pos").
 

@@ -10,9 +10,9 @@ downloaded), then the canonical weights are copied in:
   w_k^T, w_v^T; ``nn.Linear`` stores (out, in)) followed by W^O, which BERT keeps in
   ``BertSelfOutput.dense`` (w_o^T): only that projection is called, since ``BertSelfOutput``'s
   forward goes on with the residual and the LayerNorm of §3.1, which are not part of §3.2.2.
-  Keys other than the queries go through ``BertCrossAttention`` (BERT as a decoder); both take
-  keys and values from one tensor, so a value different from the key is ``Unsupported``. Absent
-  biases are zero; h d_k = h d_v = d_model (``hidden_size``), else ``Unsupported``.
+  Keys other than the queries go through BERT's cross-attention (BERT as a decoder); both take
+  keys and values from one tensor: declared as ``Scope(shared_key_value=True)``. Absent biases are
+  zero.
 - LayerNorm: BERT's is ``nn.LayerNorm`` itself (``torch-nn`` checks it), so it is not provided here.
 - encoder layer (§3.1) -> ``BertLayer`` (``hidden_act="relu"``, dropouts 0,
   ``layer_norm_eps = policies["layer_norm_eps"]`` = 1e-6): ``attention.self`` and
@@ -37,22 +37,18 @@ import transformers
 from transformers import BertConfig
 from transformers.models.bert import modeling_bert as mb
 
-from aiayn.implementations.protocol import DEFAULT_POLICIES, Unsupported
-from aiayn.implementations.torch_kit import TorchAdapter, build, copy_linear
+from aiayn.implementations.protocol import DEFAULT_POLICIES, Scope
+from aiayn.implementations.torch_kit import TorchAdapter, batched, build, copy_layer_norm, copy_linear
 from aiayn.implementations.zoo.hf_marian import hf_mask
 
 __all__ = ["Bert"]
-
-
-def _flat(t: torch.Tensor, batch: tuple[int, ...]) -> torch.Tensor:
-    """(..., n, d) broadcast to batch + (n, d), as the (B, n, d) HF modules take."""
-    return t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:])
 
 
 class Bert(TorchAdapter):
     name = "bert"
     library = f"transformers {transformers.__version__}"
     policies: Mapping[str, object] = MappingProxyType({**DEFAULT_POLICIES, "fully_masked": "zeros"})
+    scope = MappingProxyType({"multi_head_attention": Scope(shared_key_value=True)})
 
     def __init__(self, device: str | None = None, *, attention: str = "sdpa") -> None:
         super().__init__(device)
@@ -61,8 +57,6 @@ class Bert(TorchAdapter):
             self.name, self.policies = f"bert-{attention}", MappingProxyType({**self.policies, "fully_masked": "uniform"})
 
     def _config(self, d_model: int, heads: int, d_ff: int = 1) -> BertConfig:
-        if d_model % heads:
-            raise Unsupported(f"BERT needs num_heads to divide hidden_size; got {heads} and {d_model}")
         return BertConfig(vocab_size=1, hidden_size=d_model, num_hidden_layers=1, num_attention_heads=heads, intermediate_size=d_ff,
                           hidden_act="relu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=1,
                           layer_norm_eps=float(self.policies["layer_norm_eps"]), pad_token_id=0, attn_implementation=self.attention)
@@ -70,23 +64,19 @@ class Bert(TorchAdapter):
     @staticmethod
     def _load_attention(attn: Any, p: Mapping[str, Any]) -> None:
         """Canonical MHA params -> a ``BertAttention`` (its ``self`` projections and ``output.dense``)."""
-        if p["w_q"].shape[-1] != p["w_q"].shape[0] or p["w_v"].shape[-1] != p["w_v"].shape[0]:
-            raise Unsupported("BERT projects hidden_size -> hidden_size (h d_k = h d_v = d_model)")
         for proj, w, b in (("query", "w_q", "b_q"), ("key", "w_k", "b_k"), ("value", "w_v", "b_v")):
             copy_linear(getattr(attn.self, proj), p[w], p.get(b))
         copy_linear(attn.output.dense, p["w_o"], p.get("b_o"))
 
     @torch.no_grad()
     def multi_head_attention(self, query, key, value, params, num_heads, mask=None):
-        if not torch.equal(key, value):
-            raise Unsupported("BERT's attention takes keys and values from one tensor")
         batch = tuple(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]))
         config = self._config(query.shape[-1], num_heads)
-        cross = not (query.shape == key.shape and torch.equal(query, key))
+        cross = key is not query  # self-attention: one tensor
         attn = build(self, mb.BertAttention, config, layer_idx=0, is_cross_attention=cross, dtype=query.dtype)
         self._load_attention(attn, params)
-        q = _flat(query, batch)  # (B, n_q, d)
-        kv = _flat(key, batch) if cross else None  # (B, n_k, d)
+        q = batched(query, batch)  # (B, n_q, d)
+        kv = batched(key, batch) if cross else None  # (B, n_k, d)
         heads, _ = attn.self(q, encoder_hidden_states=kv, attention_mask=hf_mask(config, mask, batch, q, kv)) if cross else \
             attn.self(q, attention_mask=hf_mask(config, mask, batch, q))  # Concat(head_1..h): (B, n_q, d)
         return attn.output.dense(heads).reshape(*batch, query.shape[-2], -1)  # W^O only, not BertSelfOutput's residual + LayerNorm
@@ -97,11 +87,10 @@ class Bert(TorchAdapter):
         config = self._config(x.shape[-1], num_heads, ffn["w1"].shape[1])
         layer = build(self, mb.BertLayer, config, layer_idx=0, dtype=x.dtype)
         self._load_attention(layer.attention, params["self_attn"])
-        for norm, p in ((layer.attention.output.LayerNorm, params["norm1"]), (layer.output.LayerNorm, params["norm2"])):
-            norm.weight.copy_(p["gain"])
-            norm.bias.copy_(p["bias"])
+        copy_layer_norm(layer.attention.output.LayerNorm, params["norm1"])
+        copy_layer_norm(layer.output.LayerNorm, params["norm2"])
         copy_linear(layer.intermediate.dense, ffn["w1"], ffn["b1"])  # (d_ff, d_model)
         copy_linear(layer.output.dense, ffn["w2"], ffn["b2"])  # (d_model, d_ff)
         batch = tuple(x.shape[:-2])
-        h = _flat(x, batch)  # (B, n, d)
+        h = batched(x, batch)  # (B, n, d)
         return layer(h, attention_mask=hf_mask(config, mask, batch, h)).reshape(x.shape)
