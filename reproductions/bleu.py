@@ -537,9 +537,10 @@ def main(out_dir: Path, *, measure: bool = True) -> str:
     """Measure the WMT17 part (data from the cache or PyPI; ``measure=False``: the cache only) and write bleu.{md,json}."""
     from aiayn.reproductions import bleu_wmt17
 
+    measurement = {"codes": [code_hash(MEASUREMENT)], "commits": [aiayn_commit()]}  # before measuring
     progress(NAME, "WMT17: fetching (cache first) and scoring sixteen systems seven ways (about a minute)")
     wmt = bleu_wmt17.measure(network=measure)
-    return _render(Path(out_dir), wmt, {"codes": [code_hash(MEASUREMENT)], "commits": [aiayn_commit()]})
+    return _render(Path(out_dir), wmt, measurement)
 
 
 def rerender(data: dict, out_dir: Path) -> str:

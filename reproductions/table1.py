@@ -403,9 +403,10 @@ MEASUREMENT = "aiayn.reproductions._layers"  # the code that times (registry: ta
 
 def write_measured(out_dir: Path) -> str:
     """Time our NumPy layers, write table1-measured.{md,json,png}; return a one-line summary."""
+    measurement = {"codes": [code_hash(MEASUREMENT)], "commits": [aiayn_commit()]}  # before measuring
     progress(NAME, "timing our NumPy layers on one thread (about 15 s)")
     sweep = dict(run_sweep(), cpu=_cpu())
-    return _write_measured(Path(out_dir), sweep, {"codes": [code_hash(MEASUREMENT)], "commits": [aiayn_commit()]})
+    return _write_measured(Path(out_dir), sweep, measurement)
 
 
 def rerender_measured(data: dict, out_dir: Path) -> str:

@@ -80,6 +80,7 @@ def run_one(row: str, seed: int, args: argparse.Namespace, vocab: D.Vocab, train
         log(f"[{row} seed {seed}] already done: {done}")
         return json.loads(done.read_text(encoding="utf-8"))
     config = SCALES[getattr(args, "scale", "cpu")][row]
+    measurement = getattr(args, "measurement", None) or measurement_code(__name__)  # the code as imported at the start
     started = time.time()
     torch.manual_seed(seed)
     model = Transformer(config, vocab.size, max_positions=D.max_positions(train_x, dev_x), device=getattr(args, "device", "cpu"))
@@ -96,7 +97,7 @@ def run_one(row: str, seed: int, args: argparse.Namespace, vocab: D.Vocab, train
     result = {"row": row, "seed": seed, "config": asdict(config), "parameters": parameter_total(model), "steps": summary["steps"],
               "tokens": summary["tokens"], "train_seconds": seconds, "decode_seconds": time.perf_counter() - t1,
               "dev": dev, "dev_bleu": score(hyps, dev_refs), "threads": torch.get_num_threads(), "jobs": args.jobs, "started": started,
-              "finished": time.time(), "measurement": measurement_code(__name__),
+              "finished": time.time(), "measurement": measurement,
               "loadavg": {"start": list(load_start), "end": list(os.getloadavg())}}  # fmt: skip
     log(f"[{row} seed {seed}] dev perplexity {dev['ppl']:.2f}, dev sacreBLEU {result['dev_bleu']['sacrebleu']:.2f} "
         f"({seconds:.0f} s training)")  # fmt: skip
@@ -124,6 +125,7 @@ def run_all(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, A
     """Train and score every (row, seed) not done yet (options checked by ``cli.check_ablation_arguments``);
     return the runs' results and the settings, from which ``ablation_report.make_report`` renders the report."""
     t0 = time.perf_counter()
+    args.measurement = measurement_code(__name__)  # once, before any run or worker starts
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     vocab, train_x, dev_x, refs = _data(args)

@@ -161,6 +161,7 @@ def run(args: Any) -> dict[str, Any]:
     """The whole recipe; returns the results (rank 0 also writes the report when asked)."""
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
+    measurement = measurement_code()  # the code as imported now, before anything can change on disk during the run
     preset = PRESETS[args.preset]
     config = TABLE3[args.config] if args.config else preset.config
     tcfg = replace(preset.train, seed=args.seed, **{k: v for k, v in (("steps", args.steps), ("minutes", args.minutes),
@@ -217,7 +218,7 @@ def run(args: Any) -> dict[str, Any]:
                    pairs={"train": len(train_x), "dev": len(dev_x), "test": len(test_x)}, preset=args.preset,
                    train_target_tokens=sum(len(e.tgt) + 1 for e in train_x),
                    beam=args.beam, alpha=args.alpha, seed=args.seed, langs=[args.src_lang, args.tgt_lang], cpu=platform.processor() or platform.machine(),
-                   threads=torch.get_num_threads(), lang=lang, measurement=measurement_code(),
+                   threads=torch.get_num_threads(), lang=lang, measurement=measurement,
                    examples=[{"src": test_p[i].src, "ref": refs[i], "hyp": hyps[i]} for i in range(min(3, len(refs)))])  # fmt: skip
     log(f"test: sacreBLEU {results['test']['sacrebleu']:.2f}, tokenized BLEU {results['test']['tokenized_bleu']:.2f}, chrF {results['test']['chrf']:.2f}")
     D.write_atomic(work / "results.json", results)
