@@ -133,5 +133,5 @@ def staleness_line(reproduction: Reproduction, measurement: dict[str, Any]) -> s
     where = f"commit {', '.join(commits) or 'unknown'}, code {', '.join(codes) or 'unknown'} (`{reproduction.measurement}`)"
     if codes and all(c == now for c in codes):
         return f"Results measured at {where}: the measurement code is unchanged since (current)."
-    return (f"**STALE:** results measured at {where}; that code now hashes to {now}, so the numbers may no longer be what it "
+    return (f"**STALE:** results measured at {where}; that code has changed since, so the numbers may no longer be what it "
             f"measures: rerun `{reproduction.command}`.")

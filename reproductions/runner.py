@@ -81,7 +81,7 @@ def _state(out: Path, name: str) -> str:
     where = f"commit {', '.join(s['commits']) or '?'}, code {', '.join(s['codes']) or '?'}"
     if s["state"] == "current":
         return f"measured at {where}: current"
-    return f"**STALE**: measured at {where}; the measurement code is now {s['now']}: rerun `{r.command}`"
+    return f"**STALE**: measured at {where}; the measurement code has changed since: rerun `{r.command}`"
 
 
 def write_index(out: Path, verdicts: dict[str, str]) -> None:
