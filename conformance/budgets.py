@@ -153,6 +153,7 @@ def attention_core(
     e_q: Any = 0.0,
     e_k: Any = 0.0,
     e_v: Any = 0.0,
+    fully_masked: str = "nan",
 ) -> tuple[np.ndarray, np.ndarray]:
     """(error bound, magnitude bound) for softmax(q k^T / sqrt(d_k)) v with inputs known to within e_q, e_k, e_v.
 
@@ -174,8 +175,11 @@ def attention_core(
       and the n_k + 2 products and sums may each underflow: (n_k + 2) eta.
     (Every ``eta`` term in this module is the subnormal spacing of the dtype: the absolute error
     of an operation whose result is below the normal range, [H, §2.1].)
-    Fully masked rows (no visible key) get bound 0: their output is the declared policy's NaN or
-    exact 0, compared separately.
+    Fully masked rows (no visible key) get bound 0 under the policies "nan" and "zeros": their output
+    is NaN or exactly 0, compared separately. Under "uniform" (what a finite mask value gives: every
+    masked score the same finite number) the row is Eq. (1) with equal scores, every weight 1/n_k:
+    it is bounded as a row whose every key is visible with score 0 (no score error: the scores do
+    not matter), by the same softmax and P V analysis.
 
     Shapes: q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), visible broadcastable to
     (..., n_q, n_k); e_* broadcastable to their inputs. Returns two arrays (..., n_q, d_v): the
@@ -189,6 +193,9 @@ def attention_core(
     delta = (np.matmul(e_q, np.abs(kt)) + np.matmul(np.abs(q), ekt) + np.matmul(e_q, ekt)
              + gamma(d_k + 4, prec.op) * np.matmul(np.abs(q) + e_q, np.abs(kt) + ekt) + (d_k + 4) * prec.eta) / root
     vis = np.ones(s.shape, dtype=bool) if visible is None else np.broadcast_to(visible, s.shape)
+    if fully_masked == "uniform":  # a fully masked row: equal scores over every key (see above)
+        dead = ~np.any(vis, axis=-1, keepdims=True)
+        s, delta, vis = np.where(dead, 0.0, s), np.where(dead, 0.0, delta), vis | dead
     s = np.where(vis, s, -np.inf)
     delta = np.where(vis, delta, 0.0)
     p = _softmax64(s)  # (..., n_q, n_k); fully masked rows all 0
@@ -207,9 +214,10 @@ def attention_core(
     return err, np.matmul(p, av) + err
 
 
-def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, prec: Precision) -> np.ndarray:
-    """Bound for Eq. (1) on exact inputs: :func:`attention_core` with no input error."""
-    return attention_core(q, k, v, mask, prec)[0]
+def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, prec: Precision,
+                                 fully_masked: str = "nan") -> np.ndarray:
+    """Bound for Eq. (1) on exact inputs: :func:`attention_core` with no input error (``fully_masked``: the declared policy)."""
+    return attention_core(q, k, v, mask, prec, fully_masked=fully_masked)[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,8 +257,9 @@ def multi_head_attention(
     num_heads: int,
     mask: np.ndarray | None,
     prec: Precision,
+    fully_masked: str = "nan",
 ) -> np.ndarray:
-    """Bound for MultiHead(Q, K, V) (§3.2.2).
+    """Bound for MultiHead(Q, K, V) (§3.2.2); ``fully_masked``: the declared policy (see :func:`attention_core`).
 
     Derivation. The projections Q = query W^Q + b_Q etc. are affine maps (see ``_affine``:
     e_Q = gamma_{d_model+2} (|query||W^Q| + |b_Q|)); each head is
@@ -263,7 +272,8 @@ def multi_head_attention(
     k, e_k = _affine(key, params["w_k"], params.get("b_k"), prec)
     v, e_v = _affine(value, params["w_v"], params.get("b_v"), prec)
     vis = None if mask is None else np.asarray(mask)[..., None, :, :]  # (..., 1, n_q, n_k): every head
-    e_h, mag_h = attention_core(_split(q, h), _split(k, h), _split(v, h), vis, prec, _split(e_q, h), _split(e_k, h), _split(e_v, h))
+    e_h, mag_h = attention_core(_split(q, h), _split(k, h), _split(v, h), vis, prec, _split(e_q, h), _split(e_k, h), _split(e_v, h),
+                                fully_masked=fully_masked)
     e_h, mag_h = _finite(_merge(e_h)), _finite(_merge(mag_h))  # (..., n_q, h*d_v)
     w_o, b_o = params["w_o"], params.get("b_o")
     ab = 0.0 if b_o is None else np.abs(b_o)

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from aiayn.conformance.numerics import round_to
-from aiayn.implementations.protocol import DTYPES, ImplementationBase
+from aiayn.conformance.numerics import precision, round_to
+from aiayn.implementations.protocol import DEFAULT_POLICIES, DTYPES, ImplementationBase
 
 __all__ = ["OnePassVariance", "Sim", "Simulated", "bfloat16", "float16", "float32", "float64", "one_pass_float16"]
 
@@ -137,9 +138,13 @@ class Simulated(ImplementationBase):
         with np.errstate(invalid="ignore", over="ignore"):
             s = round_to(self._dot(q, np.swapaxes(k, -1, -2), dtype) / root, dtype)  # (..., n_q, n_k)
         if mask is not None:
-            s = np.where(np.asarray(mask, dtype=bool), s, -np.inf)
-        p = self._softmax_last(s, dtype)  # a fully masked row: NaN (policy "nan")
+            s = np.where(np.asarray(mask, dtype=bool), s, self.masked_score(dtype))
+        p = self._softmax_last(s, dtype)  # a fully masked row: NaN (policy "nan"), or 1/n_k each (a finite masked score)
         return self._dot(p, v, dtype)  # (..., n_q, d_v)
+
+    def masked_score(self, dtype: str) -> float:
+        """What a masked score becomes: -inf (§3.2.3)."""
+        return -np.inf
 
     def scaled_dot_product_attention(self, q: Sim, k: Sim, v: Sim, mask: np.ndarray | None = None) -> Sim:
         dtype = self._dtype(q, k, v)
@@ -312,8 +317,22 @@ class OnePassVariance(Simulated):
         return round_to(mean_sq - round_to(mean * mean, dtype), dtype)
 
 
+class FiniteMask(Simulated):
+    """The simulated implementation with masked scores *replaced* by a finite value, -0.7 x the dtype's largest (JAX's
+    ``dot_product_attention`` uses that value): a fully masked row weighs every key 1/n_k, the declared policy "uniform"."""
+
+    name = "simulated-finite-mask"
+    policies = MappingProxyType({**DEFAULT_POLICIES, "fully_masked": "uniform"})
+
+    def masked_score(self, dtype: str) -> float:
+        return float(round_to(np.array(-0.7 * precision(dtype).max), dtype))
+
+
 float64 = Simulated(("float64",), "simulated-float64")
 float32 = Simulated(("float32",), "simulated-float32")
 float16 = Simulated(("float16",), "simulated-float16")
 bfloat16 = Simulated(("bfloat16",), "simulated-bfloat16")
 one_pass_float16 = OnePassVariance(("float16",), "simulated-one-pass-variance-float16")
+finite_mask_float32 = FiniteMask(("float32",), "simulated-finite-mask-float32")
+finite_mask_float16 = FiniteMask(("float16",), "simulated-finite-mask-float16")
+finite_mask_bfloat16 = FiniteMask(("bfloat16",), "simulated-finite-mask-bfloat16")

@@ -9,7 +9,9 @@ The budgets (``conformance/budgets.py``, ``conformance/propagation.py``) and the
    every intermediate rounded to the dtype, sums accumulated in the dtype left to right) passes
    every equation in every dtype;
 3. catch a numerical defect: the same implementation with LayerNorm's variance as E[x^2] - E[x]^2
-   in float16 fails (and the project's mutants still fail: ``tests/test_conformance_mutants.py``).
+   in float16 fails (and the project's mutants still fail: ``tests/test_conformance_mutants.py``);
+4. bound the declared "uniform" policy too: the same implementation with masked scores replaced by a
+   finite value (a fully masked row weighs every key 1/n_k, rounded like any row) passes attention.
 
 Each runs the real suite (the plugin, the ``ci`` profile) in a subprocess and reads its reports.
 About a minute on two cores.
@@ -78,3 +80,14 @@ def test_one_pass_variance_in_float16_fails(tmp_path: Path) -> None:
     data = json.loads((reports / "conformance-simulated-one-pass-variance-float16.json").read_text())
     row = next(r for r in data["rows"] if r["equation"] == "layer_norm")
     assert row["status"] == "fail", row
+
+
+def test_a_finite_masked_score_passes_under_the_uniform_policy(tmp_path: Path) -> None:
+    """A fully masked row under "uniform" is the mean of the values, computed with rounding: its budget is a row's, not 0."""
+    specs = [f"aiayn.conformance.simulated:finite_mask_{dtype}" for dtype in ("float32", "float16", "bfloat16")]
+    proc, reports = _suite(tmp_path, specs, "-k", "attention")
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout[-4000:]}"
+    for spec in specs:
+        data = json.loads((reports / f"conformance-{spec.split(':')[1].replace('_', '-').replace('finite-mask', 'simulated-finite-mask')}.json").read_text())
+        rows = [r for r in data["rows"] if r["equation"] in ("scaled_dot_product_attention", "multi_head_attention")]
+        assert rows and all(r["status"] == "pass" and r["checked"] > 0 for r in rows), rows

@@ -81,11 +81,14 @@ def _attention(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np
     nat, seen = prepare(case, q=q, k=k, v=v)
     native_mask = None if mask is None else case.native(mask)
     got = case.run("scaled_dot_product_attention", [nat["q"], nat["k"], nat["v"], native_mask])
-    expected = oracle(seen["q"], seen["k"], seen["v"], mask, fully_masked=policy(case, "fully_masked"))
-    budget = total_budget(lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p), case.dtype, expected)
+    declared = policy(case, "fully_masked")
+    expected = oracle(seen["q"], seen["k"], seen["v"], mask, fully_masked=declared)
+    budget = total_budget(lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p, declared), case.dtype, expected)
+    # the diagnoses compare variants under every policy: fully masked rows get the widest bound, the "uniform" row's
     case.diagnosis = Diagnosis("scaled_dot_product_attention",
-                               {"q": seen["q"], "k": seen["k"], "v": seen["v"], "mask": mask, "fully_masked": policy(case, "fully_masked")},
-                               lambda dt: total_budget(lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p), dt, expected))
+                               {"q": seen["q"], "k": seen["k"], "v": seen["v"], "mask": mask, "fully_masked": declared},
+                               lambda dt: total_budget(lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p, "uniform"),
+                                                       dt, expected))
     return got, expected, budget
 
 
@@ -202,14 +205,17 @@ def _mha(case: Case, query: np.ndarray, key: np.ndarray, value: np.ndarray, para
     nat, seen = prepare(case, query=query, key=key, value=value, params=params)
     native_mask = None if mask is None else case.native(mask)
     got = case.run("multi_head_attention", [nat["query"], nat["key"], nat["value"], nat["params"], num_heads, native_mask])
-    expected = oracle(seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, fully_masked=policy(case, "fully_masked"))
-    def bound(p: Any) -> np.ndarray:
-        return B.multi_head_attention(seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, p)
+    declared = policy(case, "fully_masked")
+    expected = oracle(seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, fully_masked=declared)
+
+    def bound(p: Any, fully_masked: str = declared) -> np.ndarray:
+        return B.multi_head_attention(seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, p, fully_masked)
 
     budget = total_budget(bound, case.dtype, expected)
+    # the diagnoses compare variants under every policy: fully masked rows get the widest bound, the "uniform" row's
     case.diagnosis = Diagnosis("multi_head_attention", {"query": seen["query"], "key": seen["key"], "value": seen["value"], "params": seen["params"],
-                                                        "num_heads": num_heads, "mask": mask, "fully_masked": policy(case, "fully_masked")},
-                               lambda dt: total_budget(bound, dt, expected))
+                                                        "num_heads": num_heads, "mask": mask, "fully_masked": declared},
+                               lambda dt: total_budget(lambda p: bound(p, "uniform"), dt, expected))
     return got, expected, budget
 
 
