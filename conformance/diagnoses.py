@@ -48,7 +48,7 @@ class Ops:
     softmax_last_axis: bool = False
     heads: str = "blocks"  # blocks | strided | reversed
     pe: str = "interleaved"  # interleaved | swapped | halves | exponent_i | from_one | base_1000
-    layer_norm: str = "biased"  # biased | unbiased | eps_std | unbiased_eps_std | one_pass
+    layer_norm: str = "biased"  # biased | unbiased | eps_std | unbiased_eps_std | one_pass | scale_shift
     activation: str = "relu"  # relu | none | gelu | bias_after_relu
     residual: str = "post"  # post | pre
     embed_scale: bool = True
@@ -160,6 +160,13 @@ def layer_norm(x: np.ndarray, gain: Any, bias: Any, eps: float, ops: Ops = PAPER
         mean = np.mean(xd, axis=-1, keepdims=True)
         var = np.maximum(np.mean(xd * xd, axis=-1, keepdims=True) - mean * mean, 0)
         return ((xd - mean) / np.sqrt(var + xd.dtype.type(eps))).astype(LD) * g + b
+    if ops.layer_norm == "scale_shift":  # numerical: every step in the dtype, as Keras' LayerNormalization computes it
+        t = _compute_type(dtype)
+        xt = np.asarray(x).astype(t)
+        mean = np.mean(xt, axis=-1, keepdims=True)
+        var = np.mean(np.square(xt - mean), axis=-1, keepdims=True)
+        r = (t(1) / np.sqrt(var + t(eps))) * g.astype(t)
+        return (xt * r + (b.astype(t) - mean * r)).astype(LD)
     x = np.asarray(x, dtype=LD)
     d = x.shape[-1]
     c = x - np.mean(x, axis=-1, keepdims=True)
@@ -301,7 +308,8 @@ class Departure:
     note: str
     equations: frozenset[str]
     ops: Ops = PAPER
-    precision: str | None = None  # compare within this dtype's budget (the float32-inside-float64 departure)
+    precision: str | None = None  # compare within this dtype's budget ("float32": float32 inside float64), or "ftz": the check's dtype
+    # with subnormal results flushed to zero (numerics.PRECISIONS "<dtype>-ftz": every underflow errs by up to 2^emin, not eta)
     numerical: bool = False  # computed in the check's dtype
 
     def output(self, equation: str, args: Mapping[str, Any], dtype: str) -> np.ndarray:
@@ -370,6 +378,11 @@ CATALOGUE: tuple[Departure, ...] = (
     _d("no label smoothing (one-hot targets)", "eps ignored", _SMOOTH, smoothing="none"),
     _d("float32 inside a float64 claim", "computed in float32 while declaring float64: agrees with the paper within float32's budget only", _ALL,
        precision="float32"),
+    _d("subnormal results flushed to zero", "FTZ/DAZ arithmetic (XLA's CPU backend, fast-math builds): agrees with the paper within the "
+       "budget whose underflow unit is 2^emin, the smallest normal, instead of the subnormal spacing", _ALL, precision="ftz"),
+    _d("LayerNorm as x r + (beta - mean r), r = gain / sqrt(var + eps)", "one multiply-add per element (Keras' LayerNormalization): x r and "
+       "mean r cancel on rows whose mean is large beside their spread (numerical, in the dtype)", _LN, layer_norm="scale_shift",
+       numerical=True),
 )
 
 
@@ -386,11 +399,12 @@ def explain(equation: str, args: Mapping[str, Any], got: np.ndarray, budget_at: 
     undefined = np.isnan(evaluate(equation, args))  # the paper's NaN (fully masked rows): the check's budget is a bare floor there
     names = []
     for departure in CATALOGUE:
-        if equation not in departure.equations or (departure.precision is not None and dtype != "float64"):
+        if equation not in departure.equations or (departure.precision not in (None, "ftz") and dtype != "float64"):
             continue
+        target = f"{dtype}-ftz" if departure.precision == "ftz" else departure.precision or dtype
         try:
             variant = departure.output(equation, args, dtype)
-            budget = np.asarray(budget_at(departure.precision or dtype), dtype=np.float64)
+            budget = np.asarray(budget_at(target), dtype=np.float64)
         except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
             continue  # this departure has no meaning for these inputs (e.g. a d - 1 of 0)
         if variant.shape == got.shape and _agrees(got, variant, _where_undefined(budget, undefined, got, variant, precision(dtype).u)):

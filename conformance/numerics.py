@@ -55,6 +55,7 @@ class Precision:
     p: int  # significand bits, the implicit leading bit included
     emin: int  # exponent of the smallest normal number, 2^emin
     emax: int  # exponent of the largest finite number's leading bit
+    flush: bool = False  # subnormal results flushed to zero (FTZ, as XLA's CPU backend does): an underflow errs by up to 2^emin
 
     @property
     def u(self) -> float:
@@ -73,8 +74,8 @@ class Precision:
 
     @property
     def eta(self) -> float:
-        """Subnormal spacing 2^(emin - p + 1): the absolute error unit below the normal range."""
-        return 2.0 ** (self.emin - self.p + 1)
+        """Subnormal spacing 2^(emin - p + 1): the absolute error unit below the normal range (2^emin when subnormals are flushed)."""
+        return 2.0**self.emin if self.flush else 2.0 ** (self.emin - self.p + 1)
 
     @property
     def max(self) -> float:
@@ -88,6 +89,9 @@ PRECISIONS: dict[str, Precision] = {
     "float16": Precision("float16", 11, -14, 15),
     "bfloat16": Precision("bfloat16", 8, -126, 127),
 }
+# The same formats with subnormal results flushed to zero ("<dtype>-ftz"): only the diagnosis
+# "subnormal results flushed to zero" uses them (conformance/diagnoses.py), never a check's budget.
+PRECISIONS.update({f"{name}-ftz": Precision(f"{name}-ftz", q.p, q.emin, q.emax, flush=True) for name, q in list(PRECISIONS.items())})
 
 
 def precision(dtype: str) -> Precision:
@@ -116,6 +120,8 @@ def ulp(x: np.ndarray | float, dtype: str) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         e = np.floor(np.log2(np.where(a > 0, a, 2.0**prec.emin)))  # 0 and subnormals: the subnormal spacing
     spacing = np.ldexp(1.0, (np.maximum(e, prec.emin) - prec.p + 1).astype(int))
+    if prec.flush:  # below the normal range a flushed result errs by up to 2^emin
+        spacing = np.where(a < 2.0**prec.emin, 2.0**prec.emin, spacing)
     return np.where(np.isfinite(a), spacing, a)
 
 

@@ -229,3 +229,32 @@ def test_every_property_check_states_what_it_protects() -> None:
 
     with pytest.raises(ValueError, match="violates="):
         check("a_property", "softmax", kind="property")
+
+
+class FlushToZero(NumpyImplementation):
+    """Softmax with subnormal results flushed to zero (FTZ), as XLA's CPU backend does."""
+
+    def softmax(self, x, axis=-1):  # type: ignore[no-untyped-def]
+        out = super().softmax(x, axis)
+        return np.where(np.abs(out) < np.finfo(out.dtype).tiny, 0, out).astype(out.dtype)
+
+
+class ScaleShiftLayerNorm(NumpyImplementation):
+    """LayerNorm as x r + (beta - mean r), r = gain / sqrt(var + eps), every step in the dtype (Keras' LayerNormalization)."""
+
+    def layer_norm(self, x, gain, bias, eps):  # type: ignore[no-untyped-def]
+        mean = x.mean(-1, keepdims=True)
+        r = (x.dtype.type(1) / np.sqrt(np.square(x - mean).mean(-1, keepdims=True) + x.dtype.type(eps))) * gain
+        return x * r + (bias - mean * r)
+
+
+def test_flush_to_zero_is_named(stats: Stats) -> None:
+    x = np.array([[0.0, -95.0, -1.0]])  # exp(-95) = 5.5e-42: a float32 subnormal, flushed to 0
+    message = _message(A.softmax_agreement, FlushToZero(), "float32", x=x, axis=-1)
+    assert "'subnormal results flushed to zero'" in message, message
+
+
+def test_a_cancelling_scale_shift_layer_norm_is_named(stats: Stats) -> None:
+    x, gain, bias = np.array([[10.0]]), np.array([0.7]), np.array([0.92567])  # d = 1: the paper's output is the bias
+    message = _message(L.layer_norm_agreement, ScaleShiftLayerNorm(), "float32", x=x, gain=gain, bias=bias, eps=1e-6)
+    assert "'LayerNorm as x r + (beta - mean r), r = gain / sqrt(var + eps)'" in message, message
