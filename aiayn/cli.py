@@ -262,6 +262,8 @@ def _add_zoo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=default_workers(), help="worker processes of the suite")
     p.add_argument("--timeout", type=float, default=DEFAULT_LIMIT_S, help="time limit of one call into an implementation, seconds (0: none)")
     p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
+    p.add_argument("--quick", action="store_true",
+                   help="float32 only, each equation's agreement test with the oracle and the contract only (what CI runs)")
 
 
 def _zoo(args: argparse.Namespace) -> int:
@@ -273,7 +275,7 @@ def _zoo(args: argparse.Namespace) -> int:
         raise UsageError(f"NAME: {', '.join(map(repr, unknown))} not in the zoo; expected some of {', '.join(ZOO)}")
     if args.workers < 0:
         raise UsageError(f"--workers: expected 0 or more, got {args.workers}")
-    return run(args.names, profile=args.profile, workers=args.workers, out=args.out or reports_dir(), timeout=args.timeout)
+    return run(args.names, profile=args.profile, workers=args.workers, out=args.out or reports_dir(), timeout=args.timeout, quick=args.quick)
 
 
 def _add_mutants(p: argparse.ArgumentParser) -> None:

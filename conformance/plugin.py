@@ -30,6 +30,7 @@ Options:
   0 = none). In worker processes (``-n N``) a call past it, a segfault or an abort becomes that
   check's failure and the run goes on (``isolation.py``).
 - ``--aiayn-report DIR``: write ``conformance-<impl>.md`` and ``.json`` there at the end.
+- ``--aiayn-agreement-only``: only each equation's agreement test and the contract (a smoke selection).
 
 Exit status, by pytest's conventions: 0 every check passed; 1 a check failed; 4 a usage error
 (an implementation that cannot be loaded, an undeclared ``--dtype``, or a selection in which no
@@ -119,6 +120,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "past it fails that check and the run goes on")
     group.addoption("--aiayn-report", metavar="DIR", default=None,
                     help="write conformance-<impl>.md and .json (per equation x dtype) into DIR")
+    group.addoption("--aiayn-agreement-only", action="store_true", default=False,
+                    help="run only each equation's agreement test with the oracle (test_<equation>) and the contract: a quick "
+                         "smoke selection (aiayn zoo --quick); the property tests and fixed cases are deselected")
     group.addoption("--aiayn-own-session", action="store_true", default=False,
                     help="(set by aiayn check) this session runs only aiayn's suite: Hypothesis keeps its files in aiayn's cache, "
                          "not in ./.hypothesis")
@@ -292,6 +296,18 @@ def _is_aiayn(item: pytest.Item) -> bool:
     return item.get_closest_marker(_MARK) is not None
 
 
+def _agreement_only(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--aiayn-agreement-only``: keep the aiayn tests named test_<equation> and the contract's; deselect the rest of the suite."""
+    from aiayn.implementations.protocol import EQUATIONS
+
+    keep = {f"test_{e}" for e in EQUATIONS}
+    dropped = [i for i in items if _is_aiayn(i) and getattr(i, "originalname", i.name) not in keep
+               and i.get_closest_marker(_MARK).args[:1] != ("contract",)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [i for i in items if i not in set(dropped)]
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A failure the implementation declares in ``known_deviations`` is expected, strictly.
@@ -301,6 +317,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     known deviation (with the declared reason), and if it passes the run fails (strict), so a
     declaration cannot outlive the deviation it explains.
     """
+    if config.getoption("--aiayn-agreement-only"):
+        _agreement_only(config, items)
     for item in items:
         if not _is_aiayn(item):
             continue

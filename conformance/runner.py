@@ -39,7 +39,7 @@ def _empty_ini() -> Path:
 
 def pytest_arguments(specs: Sequence[str], *, dtypes: Sequence[str] = (), profile: str | None = None, report: str | Path | None = None,
                      workers: int = 1, timeout: float | None = None, keyword: str | None = None, seed: int | None = None,
-                     device: str | None = None, quiet: bool = True, extra: Sequence[str] = ()) -> list[str]:
+                     device: str | None = None, quiet: bool = True, agreement_only: bool = False, extra: Sequence[str] = ()) -> list[str]:
     """The pytest command line (without ``pytest`` itself) that checks ``specs``."""
     root = Path(__file__).resolve().parent.parent  # the folder holding the suite's folder: test ids read conformance/test_*.py
     args = ["--pyargs", "aiayn.conformance", "-c", str(_empty_ini()), "--rootdir", str(root), "-p", "no:cacheprovider",
@@ -57,6 +57,8 @@ def pytest_arguments(specs: Sequence[str], *, dtypes: Sequence[str] = (), profil
         args.append(f"--aiayn-timeout={timeout:g}")
     if keyword:
         args += ["-k", keyword]
+    if agreement_only:
+        args.append("--aiayn-agreement-only")
     if seed is not None:
         args.append(f"--hypothesis-seed={seed}")
     if workers > 0:

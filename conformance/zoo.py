@@ -68,7 +68,11 @@ def installed(library: str) -> str | None:
 
 def cell(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One zoo cell from the conformance report rows of one equation (one per dtype)."""
-    rows = [r for r in rows if r["status"] != "n/a"]
+    statuses = {r["status"] for r in rows}
+    rows = [r for r in rows if r["status"] not in ("n/a", "not run")]  # dtypes not selected (--quick) or not applicable
+    if not rows:
+        kind = "not run" if "not run" in statuses else "not provided"
+        return {"kind": kind, "text": kind, "dtypes": [], "departures": [], "violations": [], "headroom": None, "notes": []}
     by_kind: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
         status = r["status"]
@@ -135,9 +139,10 @@ def summarise(name: str, data: Mapping[str, Any] | None, library: str, what: str
             "policies": data.get("policies", {}), "load_error": data.get("load_error")}
 
 
-def _session(names: Sequence[str], profile: str, workers: int, timeout: float | None, folder: Path) -> tuple[int, float]:
+def _session(names: Sequence[str], profile: str, workers: int, timeout: float | None, folder: Path, quick: bool) -> tuple[int, float]:
     """One pytest session checking ``names`` (output streamed: progress), each report into ``folder``."""
     cmd = [sys.executable, "-m", "pytest", *pytest_arguments(names, profile=profile, workers=workers, timeout=timeout, report=folder,
+                                                             dtypes=["float32"] if quick else (), agreement_only=quick,
                                                              extra=["--tb=line", "-rN"])]
     print(f"aiayn zoo: {' '.join(names)} (profile {profile}, {workers} workers)", flush=True)
     start = time.perf_counter()
@@ -145,8 +150,13 @@ def _session(names: Sequence[str], profile: str, workers: int, timeout: float | 
     return code, time.perf_counter() - start
 
 
-def run(names: Sequence[str], *, profile: str, workers: int, out: Path, timeout: float | None = None) -> int:
-    """Check the zoo adapters ``names`` whose library is installed; write the zoo report; return the exit status."""
+def run(names: Sequence[str], *, profile: str, workers: int, out: Path, timeout: float | None = None, quick: bool = False) -> int:
+    """Check the zoo adapters ``names`` whose library is installed; write the zoo report; return the exit status.
+
+    ``quick``: float32 only, and only each equation's agreement test with the oracle and the
+    contract (``--aiayn-agreement-only``): the smoke selection CI runs (JAX compiles a kernel for
+    every new input shape, which makes the whole suite over every dtype take tens of minutes).
+    """
     unknown = [n for n in names if n not in ZOO]
     if unknown:
         raise ValueError(f"not in the zoo: {', '.join(unknown)}; the zoo has {', '.join(ZOO)}")
@@ -156,7 +166,7 @@ def run(names: Sequence[str], *, profile: str, workers: int, out: Path, timeout:
         print(f"aiayn zoo: {n}: {ZOO[n].library} is not installed (pip install 'aiayn[zoo]'); reported as such", flush=True)
     folder = Path(out) / "zoo"
     folder.mkdir(parents=True, exist_ok=True)
-    code, seconds = _session(present, profile, workers, timeout, folder) if present else (0, 0.0)
+    code, seconds = _session(present, profile, workers, timeout, folder, quick) if present else (0, 0.0)
     rows = []
     for n in names:
         js = paths(folder, n)[1]
@@ -167,7 +177,8 @@ def run(names: Sequence[str], *, profile: str, workers: int, out: Path, timeout:
         rows.append(row)
     unnamed = [(r["name"], eq) for r in rows for eq, c in r["cells"].items() if c["kind"] == "UNNAMED"]
     broken = [r["name"] for r in rows if r["name"] in present and (r.get("load_error") or not r["cells"])]
-    _write(rows, out, profile=profile, seconds=seconds, session_exit=code, unnamed=unnamed, broken=broken)
+    _write(rows, out, profile=profile + (" (quick: float32, agreement tests only)" if quick else ""), seconds=seconds, session_exit=code,
+           unnamed=unnamed, broken=broken)
     return 1 if unnamed or broken else 0
 
 

@@ -1,0 +1,128 @@
+"""The zoo: its cells are computed from the conformance rows, and a smoke-sized run of the installed adapters names every failure.
+
+The smoke run checks the third-party adapters only (the PyTorch rows are built-ins the suite
+already checks in full in ``make test``), at the ``smoke`` profile, ``--quick`` (float32, each
+equation's agreement test and the contract: ``make zoo`` runs everything). With ``AIAYN_REQUIRE_ZOO=1``
+(``make test``) a missing zoo library fails the test instead of narrowing it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiayn.conformance.zoo import cell, installed
+from aiayn.implementations import registry
+from aiayn.implementations.protocol import EQUATIONS, contract_problems
+from aiayn.implementations.zoo import ZOO
+
+THIRD_PARTY = [name for name, entry in ZOO.items() if entry.library != "torch"]
+
+
+def _row(dtype: str, status: str, **kw) -> dict:
+    base = {"dtype": dtype, "status": status, "scope": "full domain", "departures": [], "headroom": None, "worst_error_to_budget": None,
+            "measure": "", "failed_tests": [], "unnamed_failures": [], "violations": [], "known_deviations": {}, "checked": 10, "not_checked": 0, "examples": 5, "unsupported": 0}
+    return {**base, **kw}
+
+
+def test_cell_passes_with_the_smallest_headroom():
+    c = cell([_row("float64", "pass", headroom=20.0, worst_error_to_budget=0.05), _row("float32", "pass", headroom=3.0, worst_error_to_budget=0.33)])
+    assert (c["kind"], c["text"], c["headroom"]) == ("pass", "pass (3x)", 3.0)
+
+
+def test_cell_names_the_departure_and_the_dtypes_it_shows_in():
+    c = cell([_row("float64", "pass", headroom=9.0), _row("float32", "fail", departures=["sin and cos in two halves"], measure="412")])
+    assert c["kind"] == "departs" and c["text"] == "'sin and cos in two halves' [float32]"
+
+
+@pytest.mark.parametrize("measure", ["7.5", "crash (signal 11)", "hang (time limit)"])
+def test_a_failure_without_a_departure_or_a_crash_is_unnamed(measure):
+    departures = ["no ReLU"] if measure != "7.5" else []
+    c = cell([_row("float64", "fail", departures=departures, measure=measure, failed_tests=["test_x", "test_y"], unnamed_failures=["test_x"])])
+    assert c["kind"] == "UNNAMED" and c["notes"] == ["test_x"]
+
+
+def test_a_property_failure_is_named_by_the_statement_it_breaks():
+    c = cell([_row("float32", "fail", violations=["a masked key is as if removed: weight exactly 0 (§3.2.3)"], failed_tests=["test_p"])])
+    assert c["kind"] == "departs" and c["text"] == "breaks 'a masked key is as if removed: weight exactly 0 (§3.2.3)'"
+
+
+def test_cell_other_kinds():
+    assert cell([_row("float64", "not provided")])["text"] == "not provided"
+    assert cell([_row("float64", "n/a")])["kind"] == "not provided"
+    scoped = cell([_row("float64", "pass within scope", scope="self-attention only", headroom=4.0)])
+    assert scoped["kind"] == "pass within scope" and scoped["notes"] == ["scope: self-attention only"]
+    known = cell([_row("float64", "known deviation", known_deviations={"t": "known deviation declared by lib: documented X"})])
+    assert known["kind"] == "known deviation" and known["notes"] == ["documented X"]
+    assert cell([_row("float64", "inconclusive", examples=10, unsupported=8)])["kind"] == "inconclusive"
+    assert cell([_row("float64", "out of scope", scope="masks causal only")])["text"] == "out of scope"
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_zoo_names_resolve_and_adapters_keep_the_contract(name):
+    entry = ZOO[name]
+    if not installed(entry.library):
+        if os.environ.get("AIAYN_REQUIRE_ZOO") == "1":
+            pytest.fail(f"{entry.library} is not installed, and AIAYN_REQUIRE_ZOO=1 (make test installs the zoo extra)")
+        pytest.skip(f"{entry.library} not installed (pip install 'aiayn[zoo]')")
+    impl = registry.load(name)
+    assert contract_problems(impl) == []
+    assert impl.provides(), f"{name} provides no equation"
+
+
+def test_zoo_adapters_are_thin():
+    """Issue 13: an adapter maps weights and arguments, about 80 lines of code (docstrings and comments not counted)."""
+    folder = Path(registry.__file__).parent / "zoo"
+    for path in sorted(folder.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        code = _code_lines(path.read_text(encoding="utf-8"))
+        classes = max(1, sum(1 for line in code if line.startswith("class ")))
+        assert len(code) / classes <= 100, f"{path.name}: {len(code)} code lines for {classes} adapters (issue 13: about 80 each)"
+
+
+def _code_lines(source: str) -> list[str]:
+    import ast
+    import io
+    import tokenize
+
+    doc_lines: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and ast.get_docstring(node, clean=False) is not None:
+            first = node.body[0]
+            doc_lines.update(range(first.lineno, first.end_lineno + 1))
+    comments = {tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+    return [line for k, line in enumerate(source.splitlines(), 1)
+            if line.strip() and k not in doc_lines and not (k in comments and line.strip().startswith("#"))]
+
+
+def test_zoo_smoke_names_every_failure(tmp_path):
+    """`aiayn zoo --quick` at the smoke profile on the installed third-party adapters: a report row each, every failure named, exit 0."""
+    present = [n for n in THIRD_PARTY if installed(ZOO[n].library)]
+    if os.environ.get("AIAYN_REQUIRE_ZOO") == "1":
+        assert present == THIRD_PARTY, f"missing zoo libraries: {sorted(set(THIRD_PARTY) - set(present))}"
+    if not present:
+        pytest.skip("no zoo library installed (pip install 'aiayn[zoo]')")
+    proc = subprocess.run([sys.executable, "-m", "aiayn", "zoo", *present, "--profile", "smoke", "--quick", "--workers", "2", "--out", str(tmp_path)],
+                          capture_output=True, text=True, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    data = json.loads((tmp_path / "zoo.json").read_text(encoding="utf-8"))
+    assert data["unnamed"] == [] and data["not_loaded"] == [], data["unnamed"] or data["not_loaded"]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {r["name"]: r for r in data["rows"]}
+    assert set(rows) == set(present)
+    for name, row in rows.items():
+        assert row["cells"] and any(c["kind"] != "not provided" for c in row["cells"].values()), f"{name}: nothing checked"
+    libraries = {ZOO[n].library for n in present}
+    assert set(data["libraries_beyond_torch"]) == libraries
+    if present == THIRD_PARTY:
+        assert len(libraries) >= 6, f"the zoo covers {sorted(libraries)}: issue 13 asks for at least 6 libraries beyond PyTorch"
+    assert (tmp_path / "zoo.md").exists() and (tmp_path / "zoo.png").exists()
+    for name in present:  # --quick: each equation's agreement test (and the contract) only
+        report = json.loads((tmp_path / "zoo" / f"conformance-{name}.json").read_text(encoding="utf-8"))
+        ran = {t for r in report["rows"] if r["equation"] != "contract" for t in r["tests"]}
+        assert ran <= {f"test_{e}" for e in EQUATIONS}, f"{name}: {sorted(ran)}"
