@@ -397,6 +397,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     from aiayn.conformance import harness
 
     impl = callspec.params["impl"]
+    if impl is None:  # the placeholder of a selection with no implementation for this test: nothing to attribute
+        return rep
     stats = item.stash.get(_STATS, None) or harness.Stats()
     reason, outcome = "", rep.outcome
     if hasattr(rep, "wasxfail"):  # a declared known deviation that did deviate

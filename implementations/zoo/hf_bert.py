@@ -39,7 +39,7 @@ from transformers.models.bert import modeling_bert as mb
 
 from aiayn.implementations.protocol import DEFAULT_POLICIES, Scope
 from aiayn.implementations.torch_kit import TorchAdapter, batched, build, copy_layer_norm, copy_linear
-from aiayn.implementations.zoo.hf_marian import hf_mask
+from aiayn.implementations.zoo._hf import hf_mask
 
 __all__ = ["Bert"]
 
@@ -50,16 +50,10 @@ class Bert(TorchAdapter):
     policies: Mapping[str, object] = MappingProxyType({**DEFAULT_POLICIES, "fully_masked": "zeros"})
     scope = MappingProxyType({"multi_head_attention": Scope(shared_key_value=True)})
 
-    def __init__(self, device: str | None = None, *, attention: str = "sdpa") -> None:
-        super().__init__(device)
-        self.attention = attention  # transformers' attn_implementation: "sdpa" (BertModel's default) or "eager"
-        if attention != "sdpa":
-            self.name, self.policies = f"bert-{attention}", MappingProxyType({**self.policies, "fully_masked": "uniform"})
-
     def _config(self, d_model: int, heads: int, d_ff: int = 1) -> BertConfig:
         return BertConfig(vocab_size=1, hidden_size=d_model, num_hidden_layers=1, num_attention_heads=heads, intermediate_size=d_ff,
                           hidden_act="relu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=1,
-                          layer_norm_eps=float(self.policies["layer_norm_eps"]), pad_token_id=0, attn_implementation=self.attention)
+                          layer_norm_eps=float(self.policies["layer_norm_eps"]), pad_token_id=0, attn_implementation="sdpa")  # BertModel's default
 
     @staticmethod
     def _load_attention(attn: Any, p: Mapping[str, Any]) -> None:

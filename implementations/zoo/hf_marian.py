@@ -45,26 +45,18 @@ from typing import Any
 import torch
 import transformers
 from transformers import MarianConfig, MarianMTModel
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.masking_utils import create_causal_mask
 from transformers.models.marian import modeling_marian as mm
 
 from aiayn.implementations.protocol import DEFAULT_POLICIES, Scope
 from aiayn.implementations.torch_impl import TORCH_DTYPES
-from aiayn.implementations.torch_kit import TorchAdapter, attention_mask, batched, build, copy_layer_norm, copy_linear
+from aiayn.implementations.torch_kit import TorchAdapter, batched, build, copy_layer_norm, copy_linear
+from aiayn.implementations.zoo._hf import hf_mask
 
 __all__ = ["Marian"]
 
 _HALVES = ("transformers documents MarianSinusoidalPositionalEmbedding.create_weight: 'features are not interleaved. The cos features "
            "are in the 2nd half of the vector' (§3.5 interleaves sin and cos)")
-
-
-def hf_mask(config: Any, mask: torch.Tensor | None, batch: tuple[int, ...], q: torch.Tensor, kv: torch.Tensor | None = None) -> Any:
-    """The contract's mask (broadcastable to batch + (n_q, n_k)) as transformers prepares it for ``config``'s attention."""
-    if mask is None:
-        return None
-    full = attention_mask(mask, batch, q.shape[-2], (q if kv is None else kv).shape[-2], kind="allow")  # (B, n_q, n_k)
-    return create_bidirectional_mask(config=config, inputs_embeds=q, attention_mask=None, encoder_hidden_states=kv,
-                                     and_mask_function=lambda b, h, i, j: full[b, i, j])
 
 
 class Marian(TorchAdapter):
@@ -77,18 +69,12 @@ class Marian(TorchAdapter):
         "positional_encoding_on_fixed_inputs[length 2048, d_model 64]", "transformer_forward",
         "transformer_forward_on_fixed_inputs[N=1, d 8, h 2, vocab 11, no padding]", "transformer_forward_on_fixed_inputs[padding: src [5, 3], tgt [4, 2]]")})
 
-    def __init__(self, device: str | None = None, *, attention: str = "sdpa") -> None:
-        super().__init__(device)
-        self.attention = attention  # transformers' attn_implementation: "sdpa" (MarianMTModel's default) or "eager"
-        if attention != "sdpa":
-            self.name, self.policies = f"marian-{attention}", MappingProxyType({**self.policies, "fully_masked": "uniform"})
-
     def _config(self, d_model: int, heads: int, d_ff: int = 1, vocab: int = 1, enc: int = 1, dec: int = 1, positions: int = 1) -> MarianConfig:
         return MarianConfig(vocab_size=vocab, d_model=d_model, encoder_layers=enc, decoder_layers=dec, encoder_attention_heads=heads,
                             decoder_attention_heads=heads, encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff, max_position_embeddings=positions,
                             activation_function="relu", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=True,
                             pad_token_id=0, decoder_start_token_id=0, eos_token_id=0, forced_eos_token_id=None, use_cache=False,
-                            attn_implementation=self.attention)
+                            attn_implementation="sdpa")  # MarianMTModel's default
 
     @staticmethod
     def _load_attention(m: Any, p: Mapping[str, Any]) -> None:
