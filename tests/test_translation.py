@@ -631,3 +631,14 @@ def test_paper_scale_rows_are_table_3s_and_named_for_the_command_line() -> None:
 
     assert tuple(PAPER_ROWS) == PAPER_ROW_NAMES and all(PAPER_ROWS[r] == TABLE3[r] for r in PAPER_ROWS)
     assert all(ROW_INFO[r][1] in TABLE3 for r in PAPER_ROWS)
+
+
+def test_looping_trend_is_a_stated_test_not_a_word() -> None:
+    """A change in looping lines between two α is claimed only through McNemar's exact test (paired
+    decodes of the same lines); with counts alone, a small change is 'not separable', a large one 'not checked'."""
+    from aiayn.reproductions.translation.report import looping_trend
+
+    assert "not separable" in looping_trend((0.0, 4), (1.0, 5))  # p >= 2 * 0.5 = 1
+    assert "p = 0.125" in looping_trend((0.0, 3), (1.0, 7))  # 2 * 0.5^4
+    assert "not checked" in looping_trend((0.0, 0), (1.0, 10))  # 2 * 0.5^10 < 0.05: counts cannot decide
+    assert "no change" in looping_trend((0.0, 4), (1.0, 4))

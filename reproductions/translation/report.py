@@ -54,6 +54,31 @@ def _rep(score: dict[str, Any]) -> str:
     return f"{score['repetition_rate']:.1%} ({score['looping_lines']} looping)"
 
 
+#: Level of the two-sided test behind a claimed change in looping lines.
+LEVEL = 0.05
+
+
+def looping_trend(low: tuple[float, int], high: tuple[float, int]) -> str:
+    """Whether looping lines change from the smallest α to the largest, as a stated test.
+
+    The same sentences are decoded at both α, so the comparison is paired: McNemar's exact test on
+    the lines that loop under one α only. Only the counts are stored, not which lines loop; the
+    discordant lines are at least |n_high - n_low|, and the smallest p any pairing can give is
+    2 * 0.5^|n_high - n_low| (all discordant lines one way). If even that exceeds :data:`LEVEL`, the
+    change is not separable from chance; otherwise a change is possible but the counts cannot show it.
+    """
+    (a0, n0), (a1, n1) = low, high
+    k = abs(n1 - n0)
+    p_min = min(1.0, 2.0 * 0.5**k)
+    if k == 0:
+        return f"no change from α = {a0:g} to α = {a1:g}"
+    if p_min > LEVEL:
+        return (f"{n0} to {n1} from α = {a0:g} to α = {a1:g} is not separable from chance "
+                f"(McNemar's exact test: even the most favourable pairing of the lines gives p = {p_min:.3g} > {LEVEL})")
+    return (f"{n0} to {n1} from α = {a0:g} to α = {a1:g}: McNemar's exact p could be as low as {p_min:.2g}, but the "
+            "stored counts do not say which lines loop, so the paired test cannot be completed (not checked)")
+
+
 def diagnosis_verdict(d: dict[str, Any]) -> dict[str, str]:
     """What the diagnosis supports, each part a comparison with its criterion (see ``diagnose.py``).
 
@@ -69,9 +94,8 @@ def diagnosis_verdict(d: dict[str, Any]) -> dict[str, str]:
            f"POSSIBLE BUG: the search's log-probabilities differ from the rescoring by up to {res['max_abs_nats']:.3g} nats")  # fmt: skip
     by_alpha = sorted(((v["alpha"], v["looping_lines"]) for v in d["decodes"].values() if v["alpha"] is not None))
     loops = ", ".join(f"{n} at α = {a:g}" for a, n in by_alpha)
-    trend = "rise" if by_alpha[-1][1] > by_alpha[0][1] else "fall" if by_alpha[-1][1] < by_alpha[0][1] else "stay"
     greedy = d["decodes"].get("greedy", {}).get("looping_lines")
-    penalty = f"looping lines {trend} with α ({loops}; greedy {greedy})"
+    penalty = f"looping lines by α: {loops}; greedy {greedy}; {looping_trend(by_alpha[0], by_alpha[-1])}"
     looping, preferred = d["looping_outputs"], d["model_prefers_looping_output_over_reference"]
     if looping == 0:
         model = "no looping output to judge"
