@@ -236,6 +236,9 @@ def _add_false_alarms(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", default="1,2,3", help="comma-separated Hypothesis seeds, one run each")
     p.add_argument("--workers", type=int, default=default_workers(), help="worker processes of each run")
     p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
+    p.add_argument("--work", type=Path, default=None,
+                   help="where each finished (seed, implementation) unit is stored and found again by a later call "
+                        "(default: aiayn's cache folder, false-alarms/<profile>)")
 
 
 def _false_alarms(args: argparse.Namespace) -> int:
@@ -247,7 +250,7 @@ def _false_alarms(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds: expected comma-separated integers, got {args.seeds!r}") from None
     if not seeds:
         raise UsageError("--seeds: give at least one seed")
-    alarmed = run(args.specs, profile=args.profile, seeds=seeds, workers=args.workers, out=args.out or reports_dir())
+    alarmed = run(args.specs, profile=args.profile, seeds=seeds, workers=args.workers, out=args.out or reports_dir(), work=args.work)
     return EXIT_FAILED if alarmed else EXIT_OK
 
 

@@ -8,6 +8,13 @@ with the count, every alarm's test and message head, and the wall time of each r
 
 Known deviations that still deviate are expected results, not alarms; one that no longer deviates
 fails its run (strict) and is counted.
+
+Resumable: the work is cut into units, one implementation under one seed, each stored when it
+ends (``--work``, by default ``aiayn.environment.cache_dir()/false-alarms/<profile>``). A later
+call skips a unit already stored for the same profile, seed, implementation and code (the hash of
+the conformance package and of the implementation's module, :func:`aiayn.kit.code_hash`), so a
+count that takes longer than one sitting accumulates over several; a unit stored for other code
+is run again. The report counts only seeds whose every unit is stored for the current code.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.conformance.runner import pytest_arguments
-from aiayn.kit import Report, write_report
+from aiayn.kit import Report, code_hash, write_json, write_report
 
 __all__ = ["run"]
 
@@ -43,25 +50,77 @@ def _one(specs: Sequence[str], profile: str, seed: int, workers: int, folder: Pa
             "summary": proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""}
 
 
-def run(specs: Sequence[str], *, profile: str, seeds: Sequence[int], workers: int, out: Path) -> int:
-    """Run the suite once per seed; write the report; return the number of runs with an alarm."""
+def suite_code(spec: str) -> str:
+    """The hash of the code a unit runs: every module of the conformance package, plus the
+    implementation's own module when it is one of aiayn's (a built-in or ``aiayn.…:attr``)."""
+    from aiayn.implementations.registry import BUILTINS
+
+    folder = Path(__file__).resolve().parent
+    modules = [f"aiayn.conformance.{path.stem}" for path in sorted(folder.glob("*.py")) if path.stem != "__init__"]
+    target = BUILTINS.get(spec, spec)
+    if ":" in target and target.startswith("aiayn."):
+        modules.append(target.split(":", 1)[0])
+    return code_hash(*modules)
+
+
+def _unit_path(work: Path, seed: int, spec: str) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in spec)
+    return work / f"seed{seed}-{safe}.json"
+
+
+def _stored(path: Path, profile: str, code: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if data.get("profile") == profile and data.get("code") == code else None
+
+
+def run(specs: Sequence[str], *, profile: str, seeds: Sequence[int], workers: int, out: Path, work: Path | None = None,
+        one: Any = None) -> int:
+    """Run the suite once per seed and implementation, resuming from ``work``; write the report;
+    return the number of seeds with an alarm. ``one`` replaces the unit runner (tests)."""
+    from aiayn.environment import cache_dir
+
+    one = one or _one
+    work = Path(work) if work is not None else cache_dir() / "false-alarms" / profile
+    codes = {spec: suite_code(spec) for spec in specs}
+    units = [(seed, spec) for seed in seeds for spec in specs]
+    done: dict[tuple[int, str], dict[str, Any]] = {}
+    reused = 0
+    for k, (seed, spec) in enumerate(units, 1):
+        path = _unit_path(work, seed, spec)
+        result = _stored(path, profile, codes[spec])
+        if result is not None:
+            reused += 1
+            print(f"[{k}/{len(units)}] seed {seed}, {spec}: stored ({path}): exit {result['exit']}, "
+                  f"{len(result['alarms'])} alarm rows", flush=True)
+        else:
+            print(f"[{k}/{len(units)}] profile {profile}, seed {seed}, {spec} ...", flush=True)
+            with tempfile.TemporaryDirectory() as tmp:
+                result = {**one([spec], profile, seed, workers, Path(tmp)), "spec": spec, "profile": profile, "code": codes[spec]}
+            write_json(path, result, quiet=True)
+            print(f"[{k}/{len(units)}] seed {seed}, {spec}: exit {result['exit']}, {len(result['alarms'])} alarm rows, "
+                  f"{result['seconds']:.0f} s ({result['summary']}); stored in {path}", flush=True)
+        done[(seed, spec)] = result
     runs = []
-    for k, seed in enumerate(seeds, 1):
-        print(f"[{k}/{len(seeds)}] profile {profile}, seed {seed}: {' '.join(specs)} ...", flush=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            result = _one(specs, profile, seed, workers, Path(tmp))
-        runs.append(result)
-        print(f"[{k}/{len(seeds)}] seed {seed}: exit {result['exit']}, {len(result['alarms'])} alarm rows, {result['seconds']:.0f} s "
-              f"({result['summary']})", flush=True)
+    for seed in seeds:
+        parts = [done[(seed, spec)] for spec in specs]
+        runs.append({"seed": seed, "seconds": sum(r["seconds"] for r in parts), "exit": max(r["exit"] for r in parts),
+                     "alarms": [a for r in parts for a in r["alarms"]], "failed_lines": [x for r in parts for x in r["failed_lines"]][:20],
+                     "summary": "; ".join(f"{r['spec']}: {r['summary']}" for r in parts)})
     alarmed = sum(1 for r in runs if r["exit"] != 0 or r["alarms"])
     total = sum(r["seconds"] for r in runs)
     rep = Report(f"conformance-false-alarms-{profile}", f"False alarms: the suite on correct implementations, profile {profile}",
                  precision="per dtype", seed=",".join(map(str, seeds)), packages=("numpy", "hypothesis", "torch"))
     rep.verdict = (f"{alarmed} of {len(runs)} runs raised an alarm on {len(specs)} implementations believed correct "
-                   f"(goal 0); {total / 60:.1f} minutes in all")
-    rep.add("", f"Implementations: {', '.join(f'`{s}`' for s in specs)}. Each run is `aiayn check ... --profile {profile} "
-            f"--seed S --workers {workers}` (the per-call time limit and worker processes of `aiayn check`). An alarm is a failed "
-            "check, an inconclusive row, or a run that did not end with exit 0.", "")
+                   f"(goal 0); {total / 60:.1f} minutes of runs in all")
+    rep.add("", f"Implementations: {', '.join(f'`{s}`' for s in specs)}. Each run is `aiayn check SPEC --profile {profile} "
+            f"--seed S --workers {workers}`, one implementation at a time (the per-call time limit and worker processes of "
+            "`aiayn check`); a run of the table is one seed over every implementation. An alarm is a failed check, an "
+            "inconclusive row, or a run that did not end with exit 0.",
+            "", f"Units (seed x implementation): {len(units)}, of which {reused} were stored by an earlier call for the same "
+            f"code (`{work}`); code hashes: {', '.join(f'{s} {c}' for s, c in codes.items())}.", "")
     rep.table(["seed", "exit", "alarm rows", "wall time (s)", "pytest summary"],
               [[r["seed"], r["exit"], "; ".join(f"{a['impl']} {a['equation']} [{a['dtype']}]: {a['status']} {', '.join(a['tests'])}"
                                                  for a in r["alarms"]) or "none", f"{r['seconds']:.0f}", r["summary"]] for r in runs],
@@ -70,6 +129,6 @@ def run(specs: Sequence[str], *, profile: str, seeds: Sequence[int], workers: in
     if failed:
         rep.section("Failed tests", *[f"- `{line}`" for line in failed])
     rep.data = {"profile": profile, "specs": list(specs), "seeds": list(seeds), "workers": workers, "runs": runs, "alarmed_runs": alarmed,
-                "total_seconds": total}
+                "total_seconds": total, "codes": codes, "reused_units": reused}
     write_report(out, rep)
     return alarmed
