@@ -165,7 +165,7 @@ def layer_norm(x: np.ndarray, gain: Any, bias: Any, eps: float, ops: Ops = PAPER
         xt = np.asarray(x).astype(t)
         mean = np.mean(xt, axis=-1, keepdims=True)
         var = np.mean(np.square(xt - mean), axis=-1, keepdims=True)
-        r = (t(1) / np.sqrt(var + t(eps))) * g.astype(t)
+        r = (1 / np.sqrt((var + t(eps)).astype(np.float64))).astype(t) * g.astype(t)  # rsqrt, one rounding (Keras: ops.rsqrt)
         return (xt * r + (b.astype(t) - mean * r)).astype(LD)
     x = np.asarray(x, dtype=LD)
     d = x.shape[-1]
@@ -311,9 +311,10 @@ class Departure:
     precision: str | None = None  # compare within this dtype's budget ("float32": float32 inside float64), or "ftz": the check's dtype
     # with subnormal results flushed to zero (numerics.PRECISIONS "<dtype>-ftz": every underflow errs by up to 2^emin, not eta)
     numerical: bool = False  # computed in the check's dtype
+    compute: str | None = None  # numerical, computed in this dtype whatever the check's (a narrower one: code that upcasts)
 
     def output(self, equation: str, args: Mapping[str, Any], dtype: str) -> np.ndarray:
-        return evaluate(equation, args, self.ops, dtype if self.numerical else None)
+        return evaluate(equation, args, self.ops, self.compute or (dtype if self.numerical else None))
 
 
 _ATTENTION = frozenset({"scaled_dot_product_attention", "multi_head_attention", "encoder_layer", "decoder_layer", "transformer_forward"})
@@ -327,7 +328,7 @@ _ALL = frozenset(_MODEL)
 
 
 def _d(name: str, note: str, equations: frozenset[str], **ops: Any) -> Departure:
-    flags = {k: ops.pop(k) for k in ("precision", "numerical") if k in ops}
+    flags = {k: ops.pop(k) for k in ("precision", "numerical", "compute") if k in ops}
     return Departure(name, note, equations, replace(PAPER, **ops), **flags)
 
 
@@ -383,6 +384,9 @@ CATALOGUE: tuple[Departure, ...] = (
     _d("LayerNorm as x r + (beta - mean r), r = gain / sqrt(var + eps)", "one multiply-add per element (Keras' LayerNormalization): x r and "
        "mean r cancel on rows whose mean is large beside their spread (numerical, in the dtype)", _LN, layer_norm="scale_shift",
        numerical=True),
+    _d("LayerNorm as x r + (beta - mean r), computed in float32", "the same one multiply-add form computed in float32 on float16 or "
+       "bfloat16 inputs and rounded at the end (Keras' LayerNormalization under JAX): the cancellation of float32, not the "
+       "overflow of float16", _LN, layer_norm="scale_shift", numerical=True, compute="float32"),
 )
 
 
@@ -401,6 +405,8 @@ def explain(equation: str, args: Mapping[str, Any], got: np.ndarray, budget_at: 
     for departure in CATALOGUE:
         if equation not in departure.equations or (departure.precision not in (None, "ftz") and dtype != "float64"):
             continue
+        if departure.compute is not None and dtype not in ("float16", "bfloat16"):
+            continue  # an upcast to float32 concerns only the narrower dtypes
         target = f"{dtype}-ftz" if departure.precision == "ftz" else departure.precision or dtype
         try:
             variant = departure.output(equation, args, dtype)

@@ -107,5 +107,9 @@ def write_index(out: Path, verdicts: dict[str, str]) -> None:
               "- `conformance-<impl>.md/.json`: `aiayn check <impl> --report reports` (the conformance suite, one report per "
               "implementation; `conformance-mutants.md`: `aiayn mutants`);",
               "- `benchmarks.md/.json/.png`: `make bench` / `aiayn bench` (attention and training throughput as a fraction of the "
-              "GEMM ceiling, against PyTorch's own peer)."]
+              "GEMM ceiling, against PyTorch's own peer);",
+              "- `zoo.md/.json/.png` and `zoo/conformance-<name>.md/.json`: `make zoo` / `aiayn zoo` (popular libraries' code "
+              "checked through thin adapters, one row per library, every failure named);",
+              "- `conformance-false-alarms-<profile>.md/.json`: `aiayn false-alarms` (the suite on correct implementations over "
+              "many seeds; resumable)."]
     write_text(out / "README.md", "\n".join(lines) + "\n")

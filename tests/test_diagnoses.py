@@ -258,3 +258,22 @@ def test_a_cancelling_scale_shift_layer_norm_is_named(stats: Stats) -> None:
     x, gain, bias = np.array([[10.0]]), np.array([0.7]), np.array([0.92567])  # d = 1: the paper's output is the bias
     message = _message(L.layer_norm_agreement, ScaleShiftLayerNorm(), "float32", x=x, gain=gain, bias=bias, eps=1e-6)
     assert "'LayerNorm as x r + (beta - mean r), r = gain / sqrt(var + eps)'" in message, message
+
+
+def test_a_scale_shift_layer_norm_upcast_to_float32_is_named_in_float16(stats: Stats) -> None:
+    """Keras under JAX on float16: x r + (beta - mean r) in float32, rounded at the end. d = 1 and
+    x = -181: x r = -181000 overflows float16 but not float32, where beta - mean r loses beta's low bits."""
+
+    class Upcast(NumpyImplementation):
+        dtypes = ("float64", "float32", "float16")
+
+        def layer_norm(self, x, gain, bias, eps):  # type: ignore[no-untyped-def]
+            x32, g32, b32 = (np.asarray(a, dtype=np.float32) for a in (x, gain, bias))
+            mean = x32.mean(-1, keepdims=True)
+            var = np.square(x32 - mean).mean(-1, keepdims=True) + np.float32(eps)
+            r = (1 / np.sqrt(var.astype(np.float64))).astype(np.float32) * g32  # rsqrt, one rounding
+            return (x32 * r + (b32 - mean * r)).astype(x.dtype)
+
+    x, gain, bias = np.array([[-181.0]]), np.array([1.0]), np.array([0.0390625])
+    message = _message(L.layer_norm_agreement, Upcast(), "float16", x=x, gain=gain, bias=bias, eps=1e-6)
+    assert "'LayerNorm as x r + (beta - mean r), computed in float32'" in message, message
