@@ -267,6 +267,9 @@ def _add_zoo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
     p.add_argument("--quick", action="store_true",
                    help="float32 only, each equation's agreement test with the oracle and the contract only (what CI runs)")
+    p.add_argument("--no-run", action="store_true",
+                   help="check nothing: write zoo.md again from the adapters' stored reports (OUT/zoo/*.json) and the stored "
+                        "session (OUT/zoo.json), e.g. after a change to how cells are summarised")
 
 
 def _zoo(args: argparse.Namespace) -> int:
@@ -278,6 +281,13 @@ def _zoo(args: argparse.Namespace) -> int:
         raise UsageError(f"NAME: {', '.join(map(repr, unknown))} not in the zoo; expected some of {', '.join(ZOO)}")
     if args.workers < 0:
         raise UsageError(f"--workers: expected 0 or more, got {args.workers}")
+    if args.no_run:
+        from aiayn.conformance.zoo import rerender
+
+        try:
+            return rerender(args.names, out=args.out or reports_dir())
+        except FileNotFoundError as e:
+            raise UsageError(f"--no-run: {e}") from None
     return run(args.names, profile=args.profile, workers=args.workers, out=args.out or reports_dir(), timeout=args.timeout, quick=args.quick)
 
 

@@ -121,6 +121,8 @@ def cell(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         notes.append("scope: " + mine[0]["scope"])
     else:
         text = kind
+    if kind not in ("pass within scope", "out of scope"):  # a declared scope is always shown (e.g. dtypes left out, and why)
+        notes += sorted({"scope: " + r["scope"] for r in rows if r.get("scope") not in (None, "", "full domain")})
     return {"kind": kind, "text": text, "dtypes": dtypes, "departures": departures, "violations": violations, "headroom": headroom,
             "notes": notes}
 
@@ -167,6 +169,23 @@ def run(names: Sequence[str], *, profile: str, workers: int, out: Path, timeout:
     folder = Path(out) / "zoo"
     folder.mkdir(parents=True, exist_ok=True)
     code, seconds = _session(present, profile, workers, timeout, folder, quick) if present else (0, 0.0)
+    return _summarise_and_write(names, present, out, profile=profile + (" (quick: float32, agreement tests only)" if quick else ""),
+                                seconds=seconds, code=code)
+
+
+def rerender(names: Sequence[str], *, out: Path) -> int:
+    """Write the zoo report again from the stored reports of a finished run (``aiayn zoo --no-run``): the
+    adapters' ``zoo/conformance-<name>.json`` and the session's profile, time and exit in ``zoo.json``."""
+    stored = Path(out) / "zoo.json"
+    if not stored.exists():
+        raise FileNotFoundError(f"{stored}: no stored zoo run to write again (run `aiayn zoo` first)")
+    session = json.loads(stored.read_text(encoding="utf-8"))
+    present = [n for n in names if n in ZOO and paths(Path(out) / "zoo", n)[1].exists()]
+    return _summarise_and_write(names, present, out, profile=session["profile"], seconds=session["seconds"], code=session["session_exit"])
+
+
+def _summarise_and_write(names: Sequence[str], present: Sequence[str], out: Path, *, profile: str, seconds: float, code: int) -> int:
+    folder = Path(out) / "zoo"
     rows = []
     for n in names:
         js = paths(folder, n)[1]
@@ -177,8 +196,7 @@ def run(names: Sequence[str], *, profile: str, workers: int, out: Path, timeout:
         rows.append(row)
     unnamed = [(r["name"], eq) for r in rows for eq, c in r["cells"].items() if c["kind"] == "UNNAMED"]
     broken = [r["name"] for r in rows if r["name"] in present and (r.get("load_error") or not r["cells"])]
-    _write(rows, out, profile=profile + (" (quick: float32, agreement tests only)" if quick else ""), seconds=seconds, session_exit=code,
-           unnamed=unnamed, broken=broken)
+    _write(rows, out, profile=profile, seconds=seconds, session_exit=code, unnamed=unnamed, broken=broken)
     return 1 if unnamed or broken else 0
 
 

@@ -61,6 +61,8 @@ def test_cell_other_kinds():
     assert known["kind"] == "known deviation" and known["notes"] == ["documented X"]
     assert cell([_row("float64", "inconclusive", examples=10, unsupported=8)])["kind"] == "inconclusive"
     assert cell([_row("float64", "out of scope", scope="masks causal only")])["text"] == "out of scope"
+    narrowed = cell([_row("float32", "known deviation", scope="dtypes float32; why", known_deviations={"t": "by lib: documented X"})])
+    assert narrowed["notes"] == ["documented X", "scope: dtypes float32; why"]  # a declared scope is shown whatever the cell
 
 
 @pytest.mark.parametrize("name", list(ZOO))
@@ -126,3 +128,8 @@ def test_zoo_smoke_names_every_failure(tmp_path):
         report = json.loads((tmp_path / "zoo" / f"conformance-{name}.json").read_text(encoding="utf-8"))
         ran = {t for r in report["rows"] if r["equation"] != "contract" for t in r["tests"]}
         assert ran <= {f"test_{e}" for e in EQUATIONS}, f"{name}: {sorted(ran)}"
+    again = subprocess.run([sys.executable, "-m", "aiayn", "zoo", *present, "--no-run", "--out", str(tmp_path)], capture_output=True, text=True,
+                           check=False)
+    assert again.returncode == 0, again.stderr[-2000:]
+    redone = json.loads((tmp_path / "zoo.json").read_text(encoding="utf-8"))
+    assert redone["rows"] == data["rows"] and redone["seconds"] == data["seconds"]  # written again from the stored reports alone
