@@ -30,7 +30,6 @@ what is left undeclared: a float32 softmax under float64, subnormals flushed to 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
 import flax
@@ -39,8 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from aiayn.implementations.protocol import DEFAULT_POLICIES, ImplementationBase, Unsupported
-from aiayn.implementations.zoo.jax_nn import as_heads, jax_array, numpy_array, x64_for
+from aiayn.implementations.protocol import Unsupported
+from aiayn.implementations.zoo.jax_nn import JaxAdapter, as_heads, x64_for
 
 __all__ = ["FlaxMHA"]
 
@@ -50,20 +49,11 @@ def _set(variable: nnx.Variable, value: jax.Array | None, shape: tuple[int, ...]
     variable[...] = jnp.zeros(shape, variable[...].dtype) if value is None else value.reshape(shape)
 
 
-class FlaxMHA(ImplementationBase):
+class FlaxMHA(JaxAdapter):
     """``flax.nnx.MultiHeadAttention`` and ``flax.nnx.dot_product_attention`` (registry name ``"flax-nnx-mha"``)."""
 
     name = "flax-nnx-mha"
     version = f"flax {flax.__version__} (jax {jax.__version__})"
-    device = "cpu"
-    dtypes = ("float64", "float32", "float16", "bfloat16")
-    policies: Mapping[str, object] = MappingProxyType({**DEFAULT_POLICIES, "fully_masked": "uniform"})
-
-    def from_numpy(self, array: np.ndarray, dtype: str) -> jax.Array:
-        return jax_array(array, self.check_dtype(dtype, allow_index=True))
-
-    def to_numpy(self, x: Any) -> np.ndarray:
-        return numpy_array(x)
 
     def scaled_dot_product_attention(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None = None) -> jax.Array:
         """Eq. (1); q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v)."""

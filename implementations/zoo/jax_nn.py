@@ -90,11 +90,10 @@ def as_heads(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None) -
     return q4, k4, v4, m4, back
 
 
-class JaxAttention(ImplementationBase):
-    """``jax.nn.softmax`` and ``jax.nn.dot_product_attention`` (registry name ``"jax-sdpa"``); see the module docstring."""
+class JaxAdapter(ImplementationBase):
+    """What the JAX-based adapters share: the array boundary, the four dtypes, and fully masked rows
+    'uniform' (measured: XLA's attention masks with a finite value)."""
 
-    name = "jax-sdpa"
-    version = f"jax {jax.__version__}"
     device = "cpu"
     dtypes = ("float64", "float32", "float16", "bfloat16")
     policies: Mapping[str, object] = MappingProxyType({**DEFAULT_POLICIES, "fully_masked": "uniform"})
@@ -104,6 +103,13 @@ class JaxAttention(ImplementationBase):
 
     def to_numpy(self, x: Any) -> np.ndarray:
         return numpy_array(x)
+
+
+class JaxAttention(JaxAdapter):
+    """``jax.nn.softmax`` and ``jax.nn.dot_product_attention`` (registry name ``"jax-sdpa"``); see the module docstring."""
+
+    name = "jax-sdpa"
+    version = f"jax {jax.__version__}"
 
     def softmax(self, x: jax.Array, axis: int = -1) -> jax.Array:
         with x64_for(x):
