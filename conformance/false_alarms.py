@@ -122,7 +122,7 @@ def run(specs: Sequence[str], *, profile: str, seeds: Sequence[int], workers: in
             "", f"Units (seed x implementation): {len(units)}, of which {reused} were stored by an earlier call for the same "
             f"code (`{work}`); code hashes: {', '.join(f'{s} {c}' for s, c in codes.items())}.", "")
     rep.table(["seed", "exit", "alarm rows", "wall time (s)", "pytest summary"],
-              [[r["seed"], r["exit"], "; ".join(f"{a['impl']} {a['equation']} [{a['dtype']}]: {a['status']} {', '.join(a['tests'])}"
+              [[r["seed"], r["exit"], "; ".join(f"{a['impl']} {a['equation']} [{a['dtype']}]: " + " ".join([a["status"], ", ".join(a["tests"])]).strip()
                                                  for a in r["alarms"]) or "none", f"{r['seconds']:.0f}", r["summary"]] for r in runs],
               "rrlrl")
     failed = [line for r in runs for line in r["failed_lines"]]

@@ -143,14 +143,25 @@ def attention_poison(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, ke
     forms P V, and IEEE arithmetic gives 0 x NaN = NaN in every matrix-product implementation.)
     An implementation that adds a large negative number instead of masking (-1e4, -1e9) fails
     both poisons: the huge score outweighs the penalty, and NaN + penalty is NaN.
+    Overflow, every example: under "huge", the first query row's elements get the magnitude
+    floor 2 / sqrt(d_k) with the signs of the poison's pattern, so that row's masked scores are
+    +-big x sum_c |q_0c| / sqrt(d_k) >= 2 big: +inf in every dtype whose largest value is that of
+    float32 or above (any order of the sum: its terms have one sign; pre-scaling q and k by
+    d_k^(-1/4) each changes nothing), and finite in float16 (65504 x 2 x 6 is far from float32's
+    limit). A masked score that overflows must be ignored like any other. The floor keeps the row
+    inside what the dtype resolves: its score error is at most gamma_{d_k+4} x 2 x scale, below the
+    1/4 of ``strategies.logit_scale_cap``'s derivation in every dtype.
     Bound: both calls compute the same exact value, and the budget of the clean call covers the
     poisoned one (the analysis never looks at masked entries), so 2 x budget.
     """
-    got, _, budget = _attention(case, q, k, v, keep[None, :])
     big = precision(case.dtype).max
+    sign = np.where(np.arange(k.shape[-1]) % 2 == 0, 1.0, -1.0)
+    if poison == "huge" and q.shape[-2] > 0:
+        q = q.copy()
+        q[..., 0, :] = sign * np.maximum(np.abs(q[..., 0, :]), 2.0 / np.sqrt(q.shape[-1]))
+    got, _, budget = _attention(case, q, k, v, keep[None, :])
     k2, v2 = k.copy(), v.copy()
     if poison == "huge":
-        sign = np.where(np.arange(k.shape[-1]) % 2 == 0, 1.0, -1.0)
         k2[..., ~keep, :] = big * sign
         v2[..., ~keep, :] = -big
     elif poison == "nan_keys":

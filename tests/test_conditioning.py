@@ -1,0 +1,115 @@
+"""The composites' strategies keep their budgets applicable in float16 and bfloat16 (conformance/coverage.py).
+
+Two conditions (``conformance/strategies.py``): every attention's a-priori score error stays at
+most ``SCORE_ERROR_CAP`` (``condition_attention``), and a layer's input rows keep a spread in the
+half-precision dtypes (``_layer_rows``). Without them about 1 drawn bfloat16 decoder layer in 45
+had elements with no first-order bound, enough for a 40-example run to turn inconclusive by chance.
+These tests draw from the strategies directly and evaluate the propagation bound, the way the
+checks do (inputs rounded to the dtype), without running an implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aiayn.conformance import budgets as B
+from aiayn.conformance import propagation as PR
+from aiayn.conformance import strategies as S
+from aiayn.conformance.harness import applicable
+from aiayn.conformance.numerics import precision, round_to
+
+HALF = ["float16", "bfloat16"]
+EPS = 1e-6
+# 300 draws per composite and dtype (150 for the whole model), 20 s for the file: with the strategies
+# of before the two conditions, 3 runs of the bfloat16 layer and model tests here failed 1, 3 and 2 of 5.
+DRAWS = settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+
+
+def _rounded(value: Any, dtype: str) -> Any:
+    """What an implementation in ``dtype`` sees of the drawn arguments (the checks' ``prepare``)."""
+    if isinstance(value, dict):
+        return {k: _rounded(v, dtype) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v, dtype) for v in value]
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return round_to(value, dtype)
+    return value
+
+
+def _unchecked(bound: np.ndarray) -> int:
+    return int(np.sum(~applicable(bound)))
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_encoder_layer_budget_applies_to_every_drawn_element(dtype: str) -> None:
+    @DRAWS
+    @given(st.data())
+    def run(data: st.DataObject) -> None:
+        a = _rounded(data.draw(S.encoder_inputs(dtype)), dtype)
+        bound = PR.encoder_layer(a["x"], a["params"], a["num_heads"], a["mask"], EPS, [precision(dtype), precision("float64")])
+        assert _unchecked(bound) == 0, f"{_unchecked(bound)} of {bound.size} elements have no bound in {dtype}"
+    run()
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("causal_check", [False, True])
+def test_decoder_layer_budget_applies_to_every_drawn_element(dtype: str, causal_check: bool) -> None:
+    @DRAWS
+    @given(st.data())
+    def run(data: st.DataObject) -> None:
+        a = _rounded(data.draw(S.decoder_inputs(dtype, causal_check=causal_check)), dtype)
+        rows = slice(None)
+        if causal_check:  # the check compares the rows up to ``upto`` of the call on y2
+            a = {**a, "y": a["y2"], "self_mask": None, "memory_mask": None}
+            rows = slice(0, a["upto"] + 1)
+        bound = PR.decoder_layer(a["y"], a["memory"], a["params"], a["num_heads"], a["self_mask"], a["memory_mask"], EPS,
+                                 [precision(dtype), precision("float64")])[..., rows, :]
+        assert _unchecked(bound) == 0, f"{_unchecked(bound)} of {bound.size} elements have no bound in {dtype}"
+    run()
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_whole_model_budget_applies_to_every_drawn_element(dtype: str) -> None:
+    @settings(DRAWS, max_examples=150)
+    @given(st.data())
+    def run(data: st.DataObject) -> None:
+        a = data.draw(S.forward_inputs(dtype))
+        params = _rounded(a["params"], dtype)
+        bound = PR.transformer_forward(a["src"], a["tgt"], params, a["num_heads"], a["src_lengths"], a["tgt_lengths"], EPS,
+                                       [precision(dtype), precision("float64")])
+        assert _unchecked(bound) == 0, f"{_unchecked(bound)} of {bound.size} logits have no bound in {dtype}"
+    run()
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_score_error_bound_covers_the_worst_inputs_it_admits(dtype: str) -> None:
+    """Rows at the stated radius, aligned with W^Q's and W^K's columns (the Cauchy-Schwarz extreme): the bound holds
+    and the multi-head budget stays finite after conditioning."""
+    rng = np.random.default_rng(7)
+    d, h = 8, 2
+    attn = {name: rng.uniform(-1.2, 1.2, (d, d)) for name in ("w_q", "w_k", "w_v", "w_o")} | {
+        name: rng.uniform(-0.5, 0.5, d) for name in ("b_q", "b_k", "b_v", "b_o")}
+    radius = 2.0 * np.sqrt(d)
+    before = S.score_error_bound(attn, radius, radius, h, dtype)
+    conditioned = S.condition_attention(attn, radius, radius, h, dtype)
+    after = S.score_error_bound(conditioned, radius, radius, h, dtype)
+    assert before > S.SCORE_ERROR_CAP >= after, (before, after)
+    # inputs at the radius: each row along one column of W^Q or W^K (signs flipped), so |x W| reaches radius ||W[:, i]||
+    columns = np.concatenate([conditioned["w_q"].T, conditioned["w_k"].T, -conditioned["w_q"].T])
+    x = radius * columns / np.linalg.norm(columns, axis=-1, keepdims=True)  # (3d, d)
+    x = round_to(x[None] * (1 - precision(dtype).u), dtype)  # rounding stays inside the radius
+    budget = B.multi_head_attention(x, x, x, _rounded(conditioned, dtype), h, None, precision(dtype))
+    assert np.all(applicable(budget)), f"the conditioned attention's budget is not finite for inputs at the radius in {dtype}"
+
+
+def test_wide_dtypes_keep_the_drawn_weights() -> None:
+    """In float32 and float64 the cap never binds: the drawn weights and rows are used as drawn."""
+    rng = np.random.default_rng(3)
+    attn = {name: rng.uniform(-1.2, 1.2, (8, 8)) for name in ("w_q", "w_k", "w_v", "w_o")}
+    for dtype in ("float32", "float64"):
+        assert S.condition_attention(attn, 6.0, 6.0, 2, dtype) is attn
