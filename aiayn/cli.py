@@ -38,7 +38,11 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 4
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Descriptions as written; every option's default shown."""
+    """Descriptions as written; every option's default shown, once (a help that states its own default keeps it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        return text if "default:" in text else super()._get_help_string(action)
 
 
 class _Parser(argparse.ArgumentParser):

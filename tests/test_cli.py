@@ -6,6 +6,7 @@ no fresh environment.)
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aiayn.cli import COMMANDS, main
+from aiayn.cli import COMMANDS, build_parser, main
 
 
 def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -32,6 +33,10 @@ def test_every_command_has_help_with_defaults(command: str, capsys: pytest.Captu
     options = [line for line in out.splitlines() if line.strip().startswith("--") and "--help" not in line]
     if command not in ("list",):
         assert "(default:" in out, f"aiayn {command} --help shows no defaults:\n{out}"
+    sub = next(a for a in build_parser(command)._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    formatter = sub._get_formatter()
+    twice = [a.dest for a in sub._actions if (formatter._get_help_string(a) or "").count("default:") > 1]
+    assert not twice, f"aiayn {command} --help states the default of {twice} twice:\n{out}"
     assert options or command in ("replay",), f"aiayn {command} --help lists no options"
 
 
