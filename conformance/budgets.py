@@ -144,6 +144,19 @@ def softmax(x: np.ndarray, axis: int, prec: Precision) -> np.ndarray:
 # §3.2.1, Eq. (1): scaled dot-product attention
 
 
+def score_error(q: np.ndarray, e_q: np.ndarray, k: np.ndarray, e_k: np.ndarray, prec: Precision) -> np.ndarray:
+    """delta: a bound on |s_hat - s| for the scores s = q k^T / sqrt(d_k) of inputs known to within e_q, e_k.
+
+    (e_q |k|^T + |q| e_k^T + e_q e_k^T + gamma_{d_k + 4} (|q| + e_q)(|k| + e_k)^T + (d_k + 4) eta) / sqrt(d_k):
+    see :func:`attention_core`. q, e_q (..., n_q, d_k); k, e_k (..., n_k, d_k); only magnitudes matter,
+    so bounds on |q| and |k| give a bound (``strategies.score_error_bound``). Returns (..., n_q, n_k).
+    """
+    d_k = q.shape[-1]
+    kt, ekt = np.swapaxes(k, -1, -2), np.swapaxes(e_k, -1, -2)
+    return (np.matmul(e_q, np.abs(kt)) + np.matmul(np.abs(q), ekt) + np.matmul(e_q, ekt)
+            + gamma(d_k + 4, prec.op) * np.matmul(np.abs(q) + e_q, np.abs(kt) + ekt) + (d_k + 4) * prec.eta) / math.sqrt(d_k)
+
+
 def attention_core(
     q: np.ndarray,
     k: np.ndarray,
@@ -187,11 +200,8 @@ def attention_core(
     """
     d_k, n_k = q.shape[-1], k.shape[-2]
     e_q, e_k, e_v = (np.broadcast_to(_finite(e), a.shape) for e, a in ((e_q, q), (e_k, k), (e_v, v)))
-    kt, ekt = np.swapaxes(k, -1, -2), np.swapaxes(e_k, -1, -2)
-    root = math.sqrt(d_k)
-    s = np.matmul(q, kt) / root  # (..., n_q, n_k)
-    delta = (np.matmul(e_q, np.abs(kt)) + np.matmul(np.abs(q), ekt) + np.matmul(e_q, ekt)
-             + gamma(d_k + 4, prec.op) * np.matmul(np.abs(q) + e_q, np.abs(kt) + ekt) + (d_k + 4) * prec.eta) / root
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) / math.sqrt(d_k)  # (..., n_q, n_k)
+    delta = score_error(q, e_q, k, e_k, prec)
     vis = np.ones(s.shape, dtype=bool) if visible is None else np.broadcast_to(visible, s.shape)
     if fully_masked == "uniform":  # a fully masked row: equal scores over every key (see above)
         dead = ~np.any(vis, axis=-1, keepdims=True)

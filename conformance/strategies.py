@@ -19,6 +19,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from aiayn.conformance import budgets as B
 from aiayn.conformance.numerics import gamma, precision
 from aiayn.implementations.protocol import FULL_SCOPE, Scope, scope_of
 
@@ -136,9 +137,8 @@ def score_error_bound(attn: Mapping[str, Any], radius_q: float, radius_kv: float
     ``radius_q`` and ``radius_kv`` bound the 2-norm of every query and key row. By Cauchy-Schwarz,
     column i of Q = query W^Q + b_Q has |Q_i| <= radius ||W^Q[:, i]||_2 + |b_i| =: Q_i, and its
     rounding error (``budgets._affine``) at most gamma_{d+2} Q_i + (d + 2) eta =: eQ_i (the same
-    for K). The score error of head j is then at most (``budgets.attention_core``)
-        sum_{i in head j} (eQ_i K_i + Q_i eK_i + eQ_i eK_i + gamma_{d_k+4} (Q_i + eQ_i)(K_i + eK_i)) / sqrt(d_k)
-    plus (d_k + 4) eta / sqrt(d_k); the bound is the largest over the heads.
+    for K). The score error of head j is then at most ``budgets.score_error`` of those magnitudes
+    (the bound of ``budgets.attention_core``, monotone in them); the bound is the largest over the heads.
     """
     u = precision(dtype)
     d = attn["w_q"].shape[0]
@@ -150,16 +150,17 @@ def score_error_bound(attn: Mapping[str, Any], radius_q: float, radius_kv: float
 
     q, e_q = reach(attn["w_q"], attn.get("b_q"), radius_q)
     k, e_k = reach(attn["w_k"], attn.get("b_k"), radius_kv)
-    terms = e_q * k + q * e_k + e_q * e_k + gamma(d_k + 4, u.op) * (q + e_q) * (k + e_k)  # (d,)
-    return float(np.max(terms.reshape(int(num_heads), d_k).sum(axis=-1) + (d_k + 4) * u.eta) / np.sqrt(d_k))
+    heads = [a.reshape(int(num_heads), 1, d_k) for a in (q, e_q, k, e_k)]  # one query and one key row per head
+    return float(np.max(B.score_error(*heads, u)))
 
 
 def condition_attention(attn: dict[str, Any], radius_q: float, radius_kv: float, num_heads: int, dtype: str) -> dict[str, Any]:
     """``attn`` with W^Q, b_Q, W^K, b_K scaled by one factor c <= 1 so that :func:`score_error_bound` <= :data:`SCORE_ERROR_CAP`.
 
-    D scales with c^2 (every term is a product of a Q-side and a K-side factor; the eta terms are
-    below 1e-38); c = 0.99 sqrt(cap / D) leaves a margin for the rounding of the weights to the
-    dtype (norms move by a factor (1 + u)). A weight scale is a choice of the test (``init_params``
+    D scales with c^2 (every term is a product of a Q-side and a K-side factor) but for its eta
+    terms, which do not scale (below 1e-38 but in float16, where eta = 2^-24 makes them ~1e-6);
+    c = 0.99 sqrt(cap / D) leaves room for them and for the rounding of the weights to the dtype
+    (norms move by a factor (1 + u)). A weight scale is a choice of the test (``init_params``
     draws one); the model's equations are unchanged, only its scores are smaller in low precision.
     """
     bound = score_error_bound(attn, radius_q, radius_kv, num_heads, dtype)

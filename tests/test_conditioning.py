@@ -103,7 +103,14 @@ def test_score_error_bound_covers_the_worst_inputs_it_admits(dtype: str) -> None
     columns = np.concatenate([conditioned["w_q"].T, conditioned["w_k"].T, -conditioned["w_q"].T])
     x = radius * columns / np.linalg.norm(columns, axis=-1, keepdims=True)  # (3d, d)
     x = round_to(x[None] * (1 - precision(dtype).u), dtype)  # rounding stays inside the radius
-    budget = B.multi_head_attention(x, x, x, _rounded(conditioned, dtype), h, None, precision(dtype))
+    seen, prec = _rounded(conditioned, dtype), precision(dtype)
+    q, e_q = B._affine(x, seen["w_q"], seen["b_q"], prec)
+    k, e_k = B._affine(x, seen["w_k"], seen["b_k"], prec)
+    heads = [B._split(a, h) for a in (q, e_q, k, e_k)]
+    actual = float(np.max(B.score_error(*heads, prec)))  # D of budgets.attention_core on these inputs
+    assert actual <= after * (1 + 4 * prec.u), f"a-priori bound {after} below the D of the budget itself, {actual}"
+    assert actual > after / 4, f"the extreme inputs reach only {actual} of the a-priori {after}: not the extreme"
+    budget = B.multi_head_attention(x, x, x, seen, h, None, prec)
     assert np.all(applicable(budget)), f"the conditioned attention's budget is not finite for inputs at the radius in {dtype}"
 
 
