@@ -199,6 +199,14 @@ class Case:
     def title(self) -> str:
         return SECTIONS.get(self.equation, self.equation)
 
+    @property
+    def arithmetic(self) -> str:
+        """The precision the budgets assume: the dtype, or "<dtype>-ftz" where the implementation declares that it
+        flushes subnormal results to zero in this dtype (policy ``flush_subnormals``, ``implementations/protocol.py``)."""
+        policies = getattr(self.impl, "policies", None)
+        flushed = policies.get("flush_subnormals", ()) if isinstance(policies, Mapping) else ()
+        return f"{self.dtype}-ftz" if isinstance(flushed, (tuple, list, frozenset, set)) and self.dtype in flushed else self.dtype
+
     # ---- calling the implementation
 
     def native(self, value: Any, dtype: str | None = None) -> Any:

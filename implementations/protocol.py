@@ -119,6 +119,12 @@ EQUATIONS: tuple[str, ...] = (
 #: - ``"step_zero"`` — Eq. (3) at step 0, where step^-0.5 is infinite: ``"zero"`` (min(inf, 0) = 0,
 #:   the formula's own limit), ``"raise"`` (ValueError) or ``"one"`` (step 0 is computed as step 1:
 #:   the Annotated Transformer's ``rate()``, ``if step == 0: step = 1``).
+#: - ``"flush_subnormals"`` (optional, default none) — the dtypes in which the implementation's
+#:   arithmetic flushes subnormal results to zero (FTZ/DAZ: fast-math builds, XLA's CPU backend,
+#:   PyTorch's CPU flash-attention kernel in bfloat16) instead of IEEE gradual underflow. The paper
+#:   says nothing of arithmetic; the budgets of those dtypes then take 2^emin, the smallest normal
+#:   number, as the absolute error of an underflow instead of the subnormal spacing
+#:   (``conformance/numerics.py``, "<dtype>-ftz"), and every report row in them says so.
 POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "fully_masked": ("nan", "zeros", "uniform"),
@@ -603,6 +609,9 @@ def _policy_problems(policies: Any) -> list[str]:
     eps = policies.get("layer_norm_eps")
     if "layer_norm_eps" in policies and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0):
         problems.append(f"policies['layer_norm_eps']: expected a positive float, got {eps!r}")
+    flushed = policies.get("flush_subnormals", ())
+    if isinstance(flushed, str) or not isinstance(flushed, (tuple, list, frozenset, set)) or not set(flushed) <= set(DTYPES):
+        problems.append(f"policies['flush_subnormals']: expected a tuple of dtypes among {DTYPES}, got {flushed!r}")
     pad = policies.get("padding_id", 0)
     if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
         problems.append(f"policies['padding_id']: expected a non-negative int (the padding class of label smoothing 'K-2'), got {pad!r}")

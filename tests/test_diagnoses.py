@@ -254,6 +254,20 @@ def test_flush_to_zero_is_named(stats: Stats) -> None:
     assert "'subnormal results flushed to zero'" in message, message
 
 
+def test_declared_flush_to_zero_is_checked_within_its_own_budget(stats: Stats) -> None:
+    """Declared FTZ arithmetic (policy ``flush_subnormals``) is checked against the budget whose underflow unit is
+    2^emin (``harness.Case.arithmetic``): the same code that fails undeclared passes, only in the declared dtype."""
+    from aiayn.implementations.protocol import contract_problems
+
+    declared = FlushToZero(policies={"flush_subnormals": ("float32",)})
+    A.softmax_agreement(declared, "float32", x=np.array([[0.0, -95.0, -1.0]]), axis=-1)
+    message = _message(A.softmax_agreement, declared, "float64", x=np.array([[0.0, -720.0, -1.0]]), axis=-1)  # exp(-720): a float64 subnormal
+    assert "'subnormal results flushed to zero'" in message, message
+    assert not contract_problems(declared)
+    with pytest.raises(ValueError, match="flush_subnormals"):
+        FlushToZero(policies={"flush_subnormals": "float32"})
+
+
 def test_a_cancelling_scale_shift_layer_norm_is_named(stats: Stats) -> None:
     x, gain, bias = np.array([[10.0]]), np.array([0.7]), np.array([0.92567])  # d = 1: the paper's output is the bias
     message = _message(L.layer_norm_agreement, ScaleShiftLayerNorm(), "float32", x=x, gain=gain, bias=bias, eps=1e-6)

@@ -28,7 +28,7 @@ def _softmax(case: Case, x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarr
     nat, seen = prepare(case, x=x)
     got = case.run("softmax", [nat["x"], axis])
     expected = oracle(seen["x"], axis)
-    budget = total_budget(lambda p: B.softmax(seen["x"], axis, p), case.dtype, expected)
+    budget = total_budget(lambda p: B.softmax(seen["x"], axis, p), case.arithmetic, expected)
     case.diagnosis = Diagnosis("softmax", {"x": seen["x"], "axis": axis},
                                lambda dt: total_budget(lambda p: B.softmax(seen["x"], axis, p), dt, expected))
     return got, expected, budget
@@ -83,7 +83,7 @@ def _attention(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np
     got = case.run("scaled_dot_product_attention", [nat["q"], nat["k"], nat["v"], native_mask])
     declared = policy(case, "fully_masked")
     expected = oracle(seen["q"], seen["k"], seen["v"], mask, fully_masked=declared)
-    budget = total_budget(lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p, declared), case.dtype, expected)
+    budget = total_budget(lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p, declared), case.arithmetic, expected)
     # the diagnoses compare variants under every policy: fully masked rows get the widest bound, the "uniform" row's
     case.diagnosis = Diagnosis("scaled_dot_product_attention",
                                {"q": seen["q"], "k": seen["k"], "v": seen["v"], "mask": mask, "fully_masked": declared},
@@ -222,7 +222,7 @@ def _mha(case: Case, query: np.ndarray, key: np.ndarray, value: np.ndarray, para
     def bound(p: Any, fully_masked: str = declared) -> np.ndarray:
         return B.multi_head_attention(seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, p, fully_masked)
 
-    budget = total_budget(bound, case.dtype, expected)
+    budget = total_budget(bound, case.arithmetic, expected)
     # the diagnoses compare variants under every policy: fully masked rows get the widest bound, the "uniform" row's
     case.diagnosis = Diagnosis("multi_head_attention", {"query": seen["query"], "key": seen["key"], "value": seen["value"], "params": seen["params"],
                                                         "num_heads": num_heads, "mask": mask, "fully_masked": declared},

@@ -18,7 +18,7 @@ def _layer_norm(case: Case, x: np.ndarray, gain: np.ndarray, bias: np.ndarray, e
     nat, seen = prepare(case, x=x, gain=gain, bias=bias)
     got = case.run("layer_norm", [nat["x"], nat["gain"], nat["bias"], eps])
     expected = oracle(seen["x"], seen["gain"], seen["bias"], eps)
-    budget = total_budget(lambda p: B.layer_norm(seen["x"], seen["gain"], seen["bias"], eps, p), case.dtype, expected)
+    budget = total_budget(lambda p: B.layer_norm(seen["x"], seen["gain"], seen["bias"], eps, p), case.arithmetic, expected)
     case.diagnosis = Diagnosis("layer_norm", {"x": seen["x"], "gain": seen["gain"], "bias": seen["bias"], "eps": eps},
                                lambda dt: total_budget(lambda p: B.layer_norm(seen["x"], seen["gain"], seen["bias"], eps, p), dt, expected))
     return got, expected, budget
@@ -53,6 +53,6 @@ def ffn_agreement(case: Case, x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2:
     def bound(p: Any) -> np.ndarray:
         return B.feed_forward(seen["x"], seen["w1"], seen["b1"], seen["w2"], seen["b2"], p)
 
-    budget = total_budget(bound, case.dtype, expected)
+    budget = total_budget(bound, case.arithmetic, expected)
     case.diagnosis = Diagnosis("feed_forward", dict(seen), lambda dt: total_budget(bound, dt, expected))
     compare(case, got, expected, budget, budget_name="Eq. (2) bound, budgets.feed_forward")

@@ -33,7 +33,7 @@ def _encoder(case: Case, x: np.ndarray, params: dict[str, Any], num_heads: int, 
     def budget_at(dtype: str) -> np.ndarray:
         return floored(PR.encoder_layer(seen["x"], seen["params"], num_heads, mask, eps, [precision(dtype), precision("float64")]), dtype, expected)
 
-    budget = budget_at(case.dtype)
+    budget = budget_at(case.arithmetic)
     case.diagnosis = Diagnosis("encoder_layer", {"x": seen["x"], "params": seen["params"], "num_heads": num_heads, "mask": mask, "eps": eps,
                                                  "fully_masked": policy(case, "fully_masked")}, budget_at)
     return got, expected, budget
@@ -59,7 +59,7 @@ def _decoder(case: Case, y: np.ndarray, memory: np.ndarray, params: dict[str, An
         bound = PR.decoder_layer(seen["y"], seen["memory"], seen["params"], num_heads, self_mask, memory_mask, eps, [precision(dtype), precision("float64")])
         return floored(bound, dtype, expected)
 
-    budget = budget_at(case.dtype)
+    budget = budget_at(case.arithmetic)
     case.diagnosis = Diagnosis("decoder_layer", {"y": seen["y"], "memory": seen["memory"], "params": seen["params"], "num_heads": num_heads,
                                                  "self_mask": self_mask, "memory_mask": memory_mask, "eps": eps,
                                                  "fully_masked": policy(case, "fully_masked")}, budget_at)
@@ -103,7 +103,7 @@ def _forward(case: Case, src: np.ndarray, tgt: np.ndarray, params: dict[str, Any
         bound = PR.transformer_forward(src, tgt, seen["params"], num_heads, src_lengths, tgt_lengths, eps, [precision(dtype), precision("float64")])
         return floored(bound, dtype, expected)
 
-    budget = budget_at(case.dtype)
+    budget = budget_at(case.arithmetic)
     case.diagnosis = Diagnosis("transformer_forward", {"src": src, "tgt": tgt, "params": seen["params"], "num_heads": num_heads,
                                                        "src_lengths": src_lengths, "tgt_lengths": tgt_lengths, "eps": eps,
                                                        "fully_masked": policy(case, "fully_masked")}, budget_at)

@@ -15,7 +15,7 @@ def _pe(case: Case, length: int, d_model: int) -> tuple[np.ndarray, np.ndarray, 
 
     got = case.run("positional_encoding", [length, d_model, case.dtype])
     expected = oracle(length, d_model)
-    budget = total_budget(lambda p: B.positional_encoding(length, d_model, p), case.dtype, expected)
+    budget = total_budget(lambda p: B.positional_encoding(length, d_model, p), case.arithmetic, expected)
     case.diagnosis = Diagnosis("positional_encoding", {"length": length, "d_model": d_model},
                                lambda dt: total_budget(lambda p: B.positional_encoding(length, d_model, p), dt, expected))
     return got, expected, budget
@@ -55,5 +55,5 @@ def pe_bounded(case: Case, length: int, d_model: int) -> None:
     got = case.run("positional_encoding", [length, d_model, case.dtype])
     limit = 1.0 + precision(case.dtype).t
     clipped = np.clip(got, -limit, limit)
-    compare(case, got, clipped, np.full(got.shape, precision(case.dtype).eta), what=f"|PE| exceeds 1 (+ sin/cos's allowed error, limit {limit!r})",
+    compare(case, got, clipped, np.full(got.shape, precision(case.arithmetic).eta), what=f"|PE| exceeds 1 (+ sin/cos's allowed error, limit {limit!r})",
             expected_name="the limit")

@@ -39,7 +39,7 @@ def _lrates(case: Case, steps: list[int], d_model: int, warmup_steps: int) -> tu
     def bound(p: Any) -> np.ndarray:
         return B.lrate(expected, p, np.array(steps, dtype=np.float64), d_model)
 
-    budget = total_budget(bound, case.dtype, expected)
+    budget = total_budget(bound, case.arithmetic, expected)
     case.diagnosis = Diagnosis("lrate", {"steps": list(steps), "d_model": d_model, "warmup_steps": warmup_steps,
                                          "step_zero": policy(case, "step_zero")}, lambda dt: total_budget(bound, dt, expected))
     return got, expected, budget
@@ -133,7 +133,7 @@ def _smoothed(case: Case, targets: np.ndarray, vocab_size: int, eps: float) -> t
 
     got = case.run("label_smoothing", [case.native(targets), vocab_size, eps])
     expected = oracle(targets, vocab_size, eps, **smoothing(case))
-    budget = total_budget(lambda p: B.label_smoothing(expected, p), case.dtype, expected)
+    budget = total_budget(lambda p: B.label_smoothing(expected, p), case.arithmetic, expected)
     case.diagnosis = Diagnosis("label_smoothing", {"targets": targets, "vocab_size": vocab_size, "eps": eps, **_declared(case)},
                                lambda dt: total_budget(lambda p: B.label_smoothing(expected, p), dt, expected))
     return got, expected, budget
@@ -166,7 +166,7 @@ def _cross_entropy(case: Case, logits: np.ndarray, targets: np.ndarray, eps: flo
     got = case.run("smoothed_cross_entropy", [nat["logits"], nat["targets"], eps])
     expected = smoothed_cross_entropy(seen["logits"], targets, eps, **smooth)
     q = label_smoothing(targets, logits.shape[-1], eps, **smooth)
-    budget = total_budget(lambda p: B.smoothed_cross_entropy(seen["logits"], q, p), case.dtype, np.asarray(expected))
+    budget = total_budget(lambda p: B.smoothed_cross_entropy(seen["logits"], q, p), case.arithmetic, np.asarray(expected))
     case.diagnosis = Diagnosis("smoothed_cross_entropy", {"logits": seen["logits"], "targets": targets, "eps": eps, **_declared(case)},
                                lambda dt: total_budget(lambda p: B.smoothed_cross_entropy(seen["logits"], q, p), dt, np.asarray(expected)))
     return got, np.asarray(expected, dtype=np.float64), budget
