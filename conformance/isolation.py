@@ -68,8 +68,12 @@ class _Slot:
     def write(self, record: dict[str, Any]) -> None:
         data = json.dumps(record, default=str).encode("utf-8")
         if len(data) > self.SIZE - 8:
-            record = {**record, "inputs": str(record.get("inputs", ""))[: self.SIZE // 4] + " ... (cut)"}
-            data = json.dumps(record, default=str).encode("utf-8")[: self.SIZE - 8]
+            # Cut every key and value to an equal share of characters. json.dumps writes at most 12 bytes a
+            # character (a surrogate pair, escaped), so an entry takes at most 24 (share + 10) + 6 bytes: with
+            # share = SIZE / (32 n) - 16, n entries take at most 3/4 of the slot.
+            share = (self.SIZE - 8) // (32 * max(1, len(record))) - 16
+            record = {str(k)[:share]: (v if isinstance(v, (int, float, bool)) or v is None else _cut(str(v), share)) for k, v in record.items()}
+            data = json.dumps(record, default=str).encode("utf-8")
         self._map[8 : 8 + len(data)] = data
         self._map[:8] = len(data).to_bytes(8, "little")
 
@@ -81,6 +85,10 @@ class _Slot:
             return json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")].decode("utf-8"))
         except (OSError, ValueError):
             return None
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n] + " ... (cut)"
 
 
 class _State:
