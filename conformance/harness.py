@@ -32,7 +32,7 @@ import numpy as np
 from aiayn.conformance import isolation
 from aiayn.conformance.numerics import is_representable, precision, ulp
 from aiayn.environment import failure_dir
-from aiayn.implementations.protocol import Unsupported
+from aiayn.implementations.protocol import Unsupported, flushes_subnormals
 
 __all__ = [
     "CHECKS",
@@ -201,11 +201,10 @@ class Case:
 
     @property
     def arithmetic(self) -> str:
-        """The precision the budgets assume: the dtype, or "<dtype>-ftz" where the implementation declares that it
-        flushes subnormal results to zero in this dtype (policy ``flush_subnormals``, ``implementations/protocol.py``)."""
-        policies = getattr(self.impl, "policies", None)
-        flushed = policies.get("flush_subnormals", ()) if isinstance(policies, Mapping) else ()
-        return f"{self.dtype}-ftz" if isinstance(flushed, (tuple, list, frozenset, set)) and self.dtype in flushed else self.dtype
+        """The precision the budgets assume: the dtype, or "<dtype>-ftz" where the implementation declares that this
+        equation flushes subnormal results to zero in this dtype (policy ``flush_subnormals``, ``implementations/protocol.py``)."""
+        flushed = flushes_subnormals(getattr(self.impl, "policies", None), self.equation, self.dtype)
+        return f"{self.dtype}-ftz" if flushed else self.dtype
 
     # ---- calling the implementation
 

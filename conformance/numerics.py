@@ -89,8 +89,8 @@ PRECISIONS: dict[str, Precision] = {
     "float16": Precision("float16", 11, -14, 15),
     "bfloat16": Precision("bfloat16", 8, -126, 127),
 }
-# The same formats with subnormal results flushed to zero ("<dtype>-ftz"): the budgets of a dtype in
-# which an implementation declares FTZ arithmetic (policy "flush_subnormals", harness.Case.arithmetic),
+# The same formats with subnormal results flushed to zero ("<dtype>-ftz"): the budgets of an (equation,
+# dtype) for which an implementation declares FTZ arithmetic (policy "flush_subnormals", harness.Case.arithmetic),
 # and the diagnosis "subnormal results flushed to zero" (conformance/diagnoses.py) for one that does not.
 PRECISIONS.update({f"{name}-ftz": Precision(f"{name}-ftz", q.p, q.emin, q.emax, flush=True) for name, q in list(PRECISIONS.items())})
 

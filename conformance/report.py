@@ -24,7 +24,7 @@ from typing import Any
 
 from aiayn.conformance.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
 from aiayn.conformance.harness import SECTIONS
-from aiayn.implementations.protocol import DTYPES, EQUATIONS, scope_of
+from aiayn.implementations.protocol import DTYPES, EQUATIONS, flushes_subnormals, scope_of
 from aiayn.kit import md_table, signature, write_json, write_text
 
 FIRST_DTYPE_ONLY = ("lrate", "label_smoothing")
@@ -45,8 +45,7 @@ def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -
     ran = [r for r in results if r["outcome"] in ("passed", "failed")]
     out_of_scope = sorted({r["test"] for r in results if r["outcome"] == "skipped" and OUT_OF_SCOPE in r.get("reason", "")})
     scope = scope_of(impl, equation).describe() if impl is not None and equation != "contract" else "full domain"
-    flushed = getattr(impl, "policies", {}).get("flush_subnormals", ()) if isinstance(getattr(impl, "policies", None), Mapping) else ()
-    if equation != "contract" and dtype in flushed:  # the budgets assumed FTZ arithmetic (harness.Case.arithmetic): say so
+    if flushes_subnormals(getattr(impl, "policies", None), equation, dtype):  # the budgets assumed FTZ arithmetic (harness.Case.arithmetic): say so
         scope = f"{scope}; subnormals flushed to zero (declared)"
     counted = [r for r in results if r["outcome"] in ("passed", "failed", "known deviation")]
     not_provided = any("not provided" in r.get("reason", "") for r in results)
@@ -164,7 +163,7 @@ def build(entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str])
         "version": getattr(impl, "version", None),
         "device": getattr(impl, "device", None),
         "dtypes": list(dtypes),
-        "policies": {k: v for k, v in dict(getattr(impl, "policies", {}) or {}).items()},
+        "policies": {k: dict(v) if isinstance(v, Mapping) else v for k, v in dict(getattr(impl, "policies", {}) or {}).items()},
         "loaded": impl is not None,
         "load_error": entry.error or None,
         "verdict": verdict,

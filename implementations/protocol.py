@@ -66,6 +66,7 @@ __all__ = [
     "provided_equations",
     "contract_problems",
     "scope_of",
+    "flushes_subnormals",
 ]
 
 #: Floating-point dtypes an implementation may declare in :attr:`Implementation.dtypes`,
@@ -119,12 +120,16 @@ EQUATIONS: tuple[str, ...] = (
 #: - ``"step_zero"`` — Eq. (3) at step 0, where step^-0.5 is infinite: ``"zero"`` (min(inf, 0) = 0,
 #:   the formula's own limit), ``"raise"`` (ValueError) or ``"one"`` (step 0 is computed as step 1:
 #:   the Annotated Transformer's ``rate()``, ``if step == 0: step = 1``).
-#: - ``"flush_subnormals"`` (optional, default none) — the dtypes in which the implementation's
-#:   arithmetic flushes subnormal results to zero (FTZ/DAZ: fast-math builds, XLA's CPU backend,
-#:   PyTorch's CPU flash-attention kernel in bfloat16) instead of IEEE gradual underflow. The paper
-#:   says nothing of arithmetic; the budgets of those dtypes then take 2^emin, the smallest normal
-#:   number, as the absolute error of an underflow instead of the subnormal spacing
-#:   (``conformance/numerics.py``, "<dtype>-ftz"), and every report row in them says so.
+#: - ``"flush_subnormals"`` (optional, default none) — where the implementation's arithmetic
+#:   flushes subnormal results to zero (FTZ/DAZ: fast-math builds, XLA's CPU backend, PyTorch's CPU
+#:   flash-attention kernel in bfloat16) instead of IEEE gradual underflow: a mapping from dtype to
+#:   the equations (names in ``EQUATIONS``) computed that way in it, e.g.
+#:   ``{"bfloat16": ("scaled_dot_product_attention", "multi_head_attention", ...)}``. A composite
+#:   (layer, whole model) is listed when a part it calls flushes. The paper says nothing of
+#:   arithmetic; the budgets of a listed (equation, dtype) take 2^emin, the smallest normal number,
+#:   as the absolute error of an underflow instead of the subnormal spacing
+#:   (``conformance/numerics.py``, "<dtype>-ftz"), and its report row says so. Read it with
+#:   :func:`flushes_subnormals`.
 POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "fully_masked": ("nan", "zeros", "uniform"),
@@ -596,6 +601,18 @@ def _dtype_problems(dtypes: Any) -> list[str]:
     return problems
 
 
+def _is_names(names: Any) -> bool:
+    return isinstance(names, (tuple, list, frozenset, set)) and all(isinstance(n, str) for n in names)
+
+
+def flushes_subnormals(policies: Any, equation: str, dtype: str) -> bool:
+    """Whether ``policies`` declare that ``equation`` in ``dtype`` flushes subnormal results to zero
+    (policy ``"flush_subnormals"``): the budgets then assume FTZ arithmetic, "<dtype>-ftz"."""
+    flushed = policies.get("flush_subnormals", {}) if isinstance(policies, Mapping) else {}
+    names = flushed.get(dtype, ()) if isinstance(flushed, Mapping) else ()
+    return _is_names(names) and equation in names
+
+
 def _policy_problems(policies: Any) -> list[str]:
     if not isinstance(policies, Mapping):
         return [f"policies: expected a mapping with keys {sorted(DEFAULT_POLICIES)}, got {policies!r}"]
@@ -609,9 +626,14 @@ def _policy_problems(policies: Any) -> list[str]:
     eps = policies.get("layer_norm_eps")
     if "layer_norm_eps" in policies and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0):
         problems.append(f"policies['layer_norm_eps']: expected a positive float, got {eps!r}")
-    flushed = policies.get("flush_subnormals", ())
-    if isinstance(flushed, str) or not isinstance(flushed, (tuple, list, frozenset, set)) or not set(flushed) <= set(DTYPES):
-        problems.append(f"policies['flush_subnormals']: expected a tuple of dtypes among {DTYPES}, got {flushed!r}")
+    flushed = policies.get("flush_subnormals", {})
+    if not isinstance(flushed, Mapping) or not all(
+        dtype in DTYPES and _is_names(names) and set(names) <= set(EQUATIONS) for dtype, names in flushed.items()
+    ):
+        problems.append(
+            "policies['flush_subnormals']: expected a mapping from dtype (one of "
+            f"{DTYPES}) to a tuple of equation names (in EQUATIONS), got {flushed!r}"
+        )
     pad = policies.get("padding_id", 0)
     if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
         problems.append(f"policies['padding_id']: expected a non-negative int (the padding class of label smoothing 'K-2'), got {pad!r}")

@@ -453,9 +453,16 @@ class TorchSDPAImplementation(TorchImplementation):
     # PyTorch's CPU flash-attention kernel (4-d inputs) flushes subnormal results to zero in bfloat16:
     # F.scaled_dot_product_attention(q = k = 0, v = 2.02e-39) gives 0.0 for shape (2, 1, 1, 1), the value
     # itself for shape (2, 1, 1) (the math path), and keeps it in float16, float32 and float64 (torch
-    # 2.13.0 on the CPU). Found by `aiayn false-alarms --profile dev`, seed 12. Declared as arithmetic:
-    # the bfloat16 budgets take 2^-126 as an underflow's error (policy "flush_subnormals").
-    policies: Mapping[str, object] = MappingProxyType({**DEFAULT_POLICIES, "fully_masked": "zeros", "flush_subnormals": ("bfloat16",)})
+    # 2.13.0 on the CPU). Found by `aiayn false-alarms --profile dev`, seed 12. Declared as arithmetic
+    # (policy "flush_subnormals") for Eq. (1) and what calls it (multi-head attention, the layers, the
+    # whole model), in bfloat16 only: their budgets take 2^-126 as an underflow's error. LayerNorm, the
+    # FFN, softmax and the rest do not go through the kernel and keep the IEEE budgets.
+    policies: Mapping[str, object] = MappingProxyType({
+        **DEFAULT_POLICIES,
+        "fully_masked": "zeros",
+        "flush_subnormals": MappingProxyType({"bfloat16": (
+            "scaled_dot_product_attention", "multi_head_attention", "encoder_layer", "decoder_layer", "transformer_forward")}),
+    })
     # SDPA applies a boolean mask by *adding* -inf to the scores, where §3.2.3 *sets* masked scores
     # to -inf. The two differ only when a masked score is not finite: NaN in a masked key, or a key
     # so large that q.k overflows to inf, gives NaN + (-inf) or inf + (-inf) = NaN, and the query's

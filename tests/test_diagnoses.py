@@ -256,16 +256,37 @@ def test_flush_to_zero_is_named(stats: Stats) -> None:
 
 def test_declared_flush_to_zero_is_checked_within_its_own_budget(stats: Stats) -> None:
     """Declared FTZ arithmetic (policy ``flush_subnormals``) is checked against the budget whose underflow unit is
-    2^emin (``harness.Case.arithmetic``): the same code that fails undeclared passes, only in the declared dtype."""
-    from aiayn.implementations.protocol import contract_problems
+    2^emin (``harness.Case.arithmetic``): the same code that fails undeclared passes, only in the declared
+    (equation, dtype)."""
+    from aiayn.implementations.protocol import contract_problems, flushes_subnormals
 
-    declared = FlushToZero(policies={"flush_subnormals": ("float32",)})
+    declared = FlushToZero(policies={"flush_subnormals": {"float32": ("softmax",)}})
     A.softmax_agreement(declared, "float32", x=np.array([[0.0, -95.0, -1.0]]), axis=-1)
     message = _message(A.softmax_agreement, declared, "float64", x=np.array([[0.0, -720.0, -1.0]]), axis=-1)  # exp(-720): a float64 subnormal
     assert "'subnormal results flushed to zero'" in message, message
     assert not contract_problems(declared)
-    with pytest.raises(ValueError, match="flush_subnormals"):
-        FlushToZero(policies={"flush_subnormals": "float32"})
+    elsewhere = FlushToZero(policies={"flush_subnormals": {"float32": ("layer_norm",)}})  # declared, but not for softmax
+    message = _message(A.softmax_agreement, elsewhere, "float32", x=np.array([[0.0, -95.0, -1.0]]), axis=-1)
+    assert "'subnormal results flushed to zero'" in message, message
+    assert flushes_subnormals(declared.policies, "softmax", "float32")
+    assert not flushes_subnormals(declared.policies, "softmax", "bfloat16")
+    assert not flushes_subnormals(declared.policies, "layer_norm", "float32")
+    for bad in ("float32", ("float32",), {"float32": "softmax"}, {"float8": ("softmax",)}, {"float32": ("soft_max",)}):
+        with pytest.raises(ValueError, match="flush_subnormals"):
+            FlushToZero(policies={"flush_subnormals": bad})
+
+
+def test_torch_sdpa_declares_flush_to_zero_only_where_its_flash_kernel_runs() -> None:
+    """PyTorch's CPU flash-attention kernel flushes in bfloat16; LayerNorm, the FFN and the rest do not use it,
+    so their rows keep the IEEE budgets (and their report rows do not say "flushed")."""
+    pytest.importorskip("torch")
+    from aiayn.implementations.protocol import EQUATIONS, flushes_subnormals
+    from aiayn.implementations.torch_impl import TorchSDPAImplementation
+
+    policies = TorchSDPAImplementation().policies
+    flushed = {e for e in EQUATIONS if flushes_subnormals(policies, e, "bfloat16")}
+    assert flushed == {"scaled_dot_product_attention", "multi_head_attention", "encoder_layer", "decoder_layer", "transformer_forward"}
+    assert not any(flushes_subnormals(policies, e, d) for e in EQUATIONS for d in ("float64", "float32", "float16"))
 
 
 def test_a_cancelling_scale_shift_layer_norm_is_named(stats: Stats) -> None:
