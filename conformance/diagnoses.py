@@ -396,12 +396,19 @@ def explain(equation: str, args: Mapping[str, Any], got: np.ndarray, budget_at: 
     ``args``: the oracle's arguments for ``equation`` (as :func:`evaluate` takes them);
     ``budget_at(dtype)``: the check's budget computed for a dtype (the check's own for every
     departure, float32's for "float32 inside a float64 claim").
+
+    Where a departure of arithmetic (``precision``: the paper's own equations, compared within
+    another arithmetic's budget) matches, the departures of an equation that match too are not
+    named: the input does not tell them apart, and the paper's equations explain the output with
+    the smaller claim. (Scores so large that softmax is one-hot either way let "no 1/sqrt(d_k)
+    scaling" agree with an output whose subnormal terms were flushed to zero.) A departure of an
+    equation is named where no arithmetic explains the output.
     """
     from aiayn.conformance.numerics import precision
 
     got = np.asarray(got, dtype=np.float64)
     undefined = np.isnan(evaluate(equation, args))  # the paper's NaN (fully masked rows): the check's budget is a bare floor there
-    names = []
+    names, arithmetic = [], []
     for departure in CATALOGUE:
         if equation not in departure.equations or (departure.precision not in (None, "ftz") and dtype != "float64"):
             continue
@@ -413,9 +420,11 @@ def explain(equation: str, args: Mapping[str, Any], got: np.ndarray, budget_at: 
             budget = np.asarray(budget_at(target), dtype=np.float64)
         except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
             continue  # this departure has no meaning for these inputs (e.g. a d - 1 of 0)
-        if variant.shape == got.shape and _agrees(got, variant, _where_undefined(budget, undefined, got, variant, precision(dtype).u)):
-            names.append(departure.name)
-    return names
+        u = precision(dtype).u
+        budget = _where_undefined(budget, undefined, got, variant, u, _added_mask_rounding(departure, equation, args, u))
+        if variant.shape == got.shape and _agrees(got, variant, budget):
+            (arithmetic if departure.precision is not None else names).append(departure.name)
+    return arithmetic or names
 
 
 #: Where the paper's output is NaN (a fully masked row) the check's budget is only a floor of one
@@ -425,14 +434,37 @@ def explain(equation: str, args: Mapping[str, Any], got: np.ndarray, budget_at: 
 UNDEFINED_ROUNDOFFS = 64
 
 
-def _where_undefined(budget: np.ndarray, undefined: np.ndarray, got: np.ndarray, variant: np.ndarray, u: float) -> np.ndarray:
-    """The budget, with :data:`UNDEFINED_ROUNDOFFS` u |value| where the paper's output is NaN (its budget is a bare floor there)."""
+def _where_undefined(budget: np.ndarray, undefined: np.ndarray, got: np.ndarray, variant: np.ndarray, u: float,
+                     extra: float = 0.0) -> np.ndarray:
+    """The budget, with :data:`UNDEFINED_ROUNDOFFS` u |value| (plus ``extra``) where the paper's output is NaN (its budget
+    is a bare floor there)."""
     budget = np.broadcast_to(np.asarray(budget, dtype=np.float64), got.shape)
     if undefined.shape != got.shape or not np.any(undefined):
         return budget
     with np.errstate(invalid="ignore"):
-        relative = UNDEFINED_ROUNDOFFS * u * np.maximum(np.abs(np.nan_to_num(got)), np.abs(np.nan_to_num(variant)))
+        relative = UNDEFINED_ROUNDOFFS * u * np.maximum(np.abs(np.nan_to_num(got)), np.abs(np.nan_to_num(variant))) + extra
     return np.where(undefined, np.maximum(budget, relative), budget)
+
+
+def _added_mask_rounding(departure: Departure, equation: str, args: Mapping[str, Any], u: float) -> float:
+    """How far code that adds a finite mask value M to the scores (``mask="add:M"``) can be from the variant on a fully
+    masked row of Eq. (1), where every score is shifted by M and the paper's output is undefined.
+
+    In exact arithmetic M cancels in the softmax; in the dtype each shifted score s_j + M is rounded, an error
+    delta_j <= u (|M| + S) with S = max |s_j|. Softmax weights then change by a factor exp(delta_j - sum_i p_i delta_i),
+    relatively at most 2 max |delta| to first order, so the output sum_j p_j v_j moves by at most 2 u (|M| + S) V,
+    V = max |v_j|; a factor 2 covers the second order (the row's own roundoff is in UNDEFINED_ROUNDOFFS). Without it
+    the variant of "-1e4 added" missed float64 code that does exactly that by 5e-13 (a 1e4 shift costs 12 digits).
+    Only Eq. (1), where the scores and values are the check's inputs; 0 elsewhere.
+    """
+    if equation != "scaled_dot_product_attention" or not departure.ops.mask.startswith("add:"):
+        return 0.0
+    q, k, v = (np.asarray(args[n], dtype=np.float64) for n in ("q", "k", "v"))
+    with np.errstate(all="ignore"):
+        scores = np.abs(np.matmul(q, np.swapaxes(k, -1, -2))) / np.sqrt(q.shape[-1])
+        s_max = float(np.nanmax(scores)) if scores.size else 0.0
+        v_max = float(np.nanmax(np.abs(v))) if v.size else 0.0
+    return 4.0 * u * (abs(float(departure.ops.mask[4:])) + s_max) * v_max
 
 
 def _agrees(got: np.ndarray, variant: np.ndarray, budget: np.ndarray) -> bool:

@@ -517,8 +517,12 @@ def compare(case: Case, got: np.ndarray, expected: np.ndarray, budget: np.ndarra
 def _diagnose(case: Case, got: np.ndarray) -> str:
     """"; the output matches 'X'" for the known departures an agreement check's failing output agrees with (diagnoses.py).
 
-    Only agreement checks (an oracle variant is comparable with the implementation's output); the
-    names are kept in the test's stats for the report.
+    Only agreement checks (an oracle variant is comparable with the implementation's output). The
+    names go to the test's stats for the report only from the examples a failure message shows
+    (Hypothesis's final replay of each distinct failure, a fixed input, a replay): an example met
+    on the way can match a departure by coincidence (scores so large that softmax is one-hot
+    either way match "no 1/sqrt(d_k) scaling"), and the report must not name what no shown
+    example and replay file supports.
     """
     if case.kind != "agreement" or case.diagnosis is None:
         return ""  # a property check names what it breaks itself (Case.fail)
@@ -527,11 +531,20 @@ def _diagnose(case: Case, got: np.ndarray) -> str:
         names = case.diagnosis.explain(got, case.dtype)
     except Exception as exc:  # a diagnosis that cannot be computed must not hide the failure itself
         return f" (no diagnosis: {type(exc).__name__}: {exc})"
-    if stats is not None:
+    if stats is not None and _shown_example():
         stats.departures.update(names)
     if not names:
         return "; no known departure matches (conformance/diagnoses.py)"
     return "; the output matches " + " or ".join(f"'{n}'" for n in names)
+
+
+def _shown_example() -> bool:
+    """Whether the example running now is one a failure message shows: not inside a Hypothesis search, or
+    its final replay of a failing example (``BuildContext.is_final``)."""
+    import hypothesis
+    from hypothesis.control import current_build_context
+
+    return not hypothesis.currently_in_test_context() or bool(current_build_context().is_final)
 
 
 def _note_largest(case: Case, ratio: float, where: str) -> None:
