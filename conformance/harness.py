@@ -134,7 +134,8 @@ class Stats:
 
     def as_dict(self) -> dict[str, Any]:
         return {"examples": self.examples, "unsupported": self.unsupported, "unsupported_why": self.unsupported_why, "checked": self.checked, "unchecked": dict(self.unchecked), "exact": self.exact,
-                "worst": self.worst, "nan_mismatches": self.nan_mismatches, "departures": sorted(self.departures),
+                "worst": self.worst, "nan_mismatches": self.nan_mismatches,
+                "departures": sorted(self.departures | set((self.largest or {}).get("departures") or ())),
                 "violations": sorted(self.violations),
                 "largest": None if self.largest is None else {k: v for k, v in self.largest.items() if k != "lines"}}
 
@@ -357,8 +358,10 @@ class Case:
         lines = [f"{self.title}: {problem}"]
         largest = None if stats is None else stats.largest
         if largest is not None and largest["replay"] != str(path) and (ratio is None or largest["ratio"] > ratio):
-            lines += [f"  largest discrepancy found for this check: {largest['ratio']:.3g} x budget, {largest['where']}; "
-                      f"inputs {largest['inputs']}; replay: aiayn replay {largest['replay']}",
+            matches = " or ".join(f"'{n}'" for n in largest.get("departures") or [])
+            lines += [f"  largest discrepancy found for this check: {largest['ratio']:.3g} x budget, {largest['where']}"
+                      + (f", the output matches {matches}" if matches else "")
+                      + f"; inputs {largest['inputs']}; replay: aiayn replay {largest['replay']}",
                       "  the smallest failing example Hypothesis found:"]
         lines += [
             f"  implementation {getattr(impl, 'name', '?')} ({getattr(impl, 'version', '?')}) on {getattr(impl, 'device', '?')}, "
@@ -509,8 +512,9 @@ def compare(case: Case, got: np.ndarray, expected: np.ndarray, budget: np.ndarra
             + f"; {over} of {int(np.sum(usable))} checked elements over budget"
             + (f" ({skipped} not checked: {reason})" if skipped else ""),
         ]
-        _note_largest(case, r, where)
-        case.fail(f"{what}{_diagnose(case, got)}", details, kind=OverBudget, ratio=r)
+        matched, names = _matches(case, got)
+        _note_largest(case, r, where, names)
+        case.fail(f"{what}{matched}", details, kind=OverBudget, ratio=r)
     return r
 
 
@@ -519,23 +523,29 @@ def _diagnose(case: Case, got: np.ndarray) -> str:
 
     Only agreement checks (an oracle variant is comparable with the implementation's output). The
     names go to the test's stats for the report only from the examples a failure message shows
-    (Hypothesis's final replay of each distinct failure, a fixed input, a replay): an example met
+    (Hypothesis's final replay of each distinct failure, a fixed input, a replay; and the largest
+    discrepancy the message leads with, :func:`_note_largest`): an example met
     on the way can match a departure by coincidence (scores so large that softmax is one-hot
     either way match "no 1/sqrt(d_k) scaling"), and the report must not name what no shown
     example and replay file supports.
     """
+    return _matches(case, got)[0]
+
+
+def _matches(case: Case, got: np.ndarray) -> tuple[str, list[str]]:
+    """:func:`_diagnose`'s text and the departure names behind it (credited to the report from a shown example)."""
     if case.kind != "agreement" or case.diagnosis is None:
-        return ""  # a property check names what it breaks itself (Case.fail)
+        return "", []  # a property check names what it breaks itself (Case.fail)
     stats = _STATS.get()
     try:
         names = case.diagnosis.explain(got, case.dtype)
     except Exception as exc:  # a diagnosis that cannot be computed must not hide the failure itself
-        return f" (no diagnosis: {type(exc).__name__}: {exc})"
+        return f" (no diagnosis: {type(exc).__name__}: {exc})", []
     if stats is not None and _shown_example():
         stats.departures.update(names)
     if not names:
-        return "; no known departure matches (conformance/diagnoses.py)"
-    return "; the output matches " + " or ".join(f"'{n}'" for n in names)
+        return "; no known departure matches (conformance/diagnoses.py)", names
+    return "; the output matches " + " or ".join(f"'{n}'" for n in names), names
 
 
 def _shown_example() -> bool:
@@ -547,12 +557,14 @@ def _shown_example() -> bool:
     return not hypothesis.currently_in_test_context() or bool(current_build_context().is_final)
 
 
-def _note_largest(case: Case, ratio: float, where: str) -> None:
-    """Keep the largest over-budget discrepancy of this test (with its own replay file) for the failure message."""
+def _note_largest(case: Case, ratio: float, where: str, departures: list[str]) -> None:
+    """Keep the largest over-budget discrepancy of this test (with its own replay file and the departures its output
+    matches) for the failure message, which leads with it; the report credits those departures too (Stats.as_dict)."""
     stats = _STATS.get()
     if stats is None or (stats.largest is not None and stats.largest["ratio"] >= ratio):
         return
-    stats.largest = {"ratio": ratio, "where": where, "inputs": case.describe_inputs(), "replay": str(case.save()), "check": case.check}
+    stats.largest = {"ratio": ratio, "where": where, "inputs": case.describe_inputs(), "replay": str(case.save()), "check": case.check,
+                     "departures": list(departures)}
 
 
 # --------------------------------------------------------------------------------------------

@@ -191,3 +191,8 @@ def test_two_distinct_failures_get_their_own_messages_and_replay_files(tmp_path:
     data = json.loads((tmp_path / "r" / "conformance-unbiased-std-layer-norm.json").read_text())
     row = next(r for r in data["rows"] if r["equation"] == "layer_norm")
     assert row["status"] == "fail" and row["largest_failure"] and row["largest_failure"]["ratio"] > 1e3, row
+    # the message leads with the largest miss and names the defect on it, not only the shrunk symptom
+    lead = re.findall(r"largest discrepancy found for this check: [^\n]*", out)
+    assert lead and all("the output matches 'unbiased variance, eps added to the std'" in line for line in lead), lead
+    assert row["largest_failure"]["departures"] == ["unbiased variance, eps added to the std"], row["largest_failure"]
+    assert "unbiased variance, eps added to the std" in row["departures"], row
