@@ -63,20 +63,51 @@ def _add_check(p: argparse.ArgumentParser) -> None:
     from aiayn.conformance.runner import default_workers
     from aiayn.implementations.protocol import DTYPES
 
-    p.add_argument("specs", nargs="+", metavar="SPEC",
-                   help="implementation: a built-in or entry-point name (aiayn list), or module:attr of your own")
-    p.add_argument("--dtype", action="append", default=[], choices=DTYPES,
-                   help="check only this dtype (repeatable); default every dtype the implementation declares")
-    p.add_argument("--profile", choices=list(PROFILES), default=os.environ.get("AIAYN_PROFILE") or "dev",
-                   help="examples per check: " + ", ".join(f"{k} {n}{' derandomized' if d else ''}" for k, (n, d) in PROFILES.items()))
-    p.add_argument("--device", default=None, help="place the implementations on this device (e.g. cuda); reports then read "
-                                                   "conformance-<name>-<device>.*; default: each implementation's own")
+    p.add_argument(
+        "specs",
+        nargs="+",
+        metavar="SPEC",
+        help="implementation: a built-in or entry-point name (aiayn list), or module:attr of your own",
+    )
+    p.add_argument(
+        "--dtype",
+        action="append",
+        default=[],
+        choices=DTYPES,
+        help="check only this dtype (repeatable); default every dtype the implementation declares",
+    )
+    p.add_argument(
+        "--profile",
+        choices=list(PROFILES),
+        default=os.environ.get("AIAYN_PROFILE") or "dev",
+        help="examples per check: "
+        + ", ".join(f"{k} {n}{' derandomized' if d else ''}" for k, (n, d) in PROFILES.items()),
+    )
+    p.add_argument(
+        "--device",
+        default=None,
+        help="place the implementations on this device (e.g. cuda); reports then read "
+        "conformance-<name>-<device>.*; default: each implementation's own",
+    )
     p.add_argument("--report", metavar="DIR", default=None, help="also write conformance-<name>.md and .json into DIR")
-    p.add_argument("--workers", type=int, default=default_workers(),
-                   help="worker processes; a crash or hang in the implementation then fails one check and the run goes on (0: in this process)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_LIMIT_S, help="time limit of one call into the implementation, seconds (0: none)")
-    p.add_argument("-k", dest="keyword", default=None, metavar="EXPR", help="only the tests matching this pytest -k expression")
-    p.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: random, or fixed by a derandomized profile)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=default_workers(),
+        help="worker processes; a crash or hang in the implementation then fails one check and the run goes on (0: in this process)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_LIMIT_S,
+        help="time limit of one call into the implementation, seconds (0: none)",
+    )
+    p.add_argument(
+        "-k", dest="keyword", default=None, metavar="EXPR", help="only the tests matching this pytest -k expression"
+    )
+    p.add_argument(
+        "--seed", type=int, default=None, help="Hypothesis seed (default: random, or fixed by a derandomized profile)"
+    )
     p.epilog = "More pytest options go after --, e.g. aiayn check numpy -- -x -v"
 
 
@@ -88,9 +119,22 @@ def _check(args: argparse.Namespace) -> int:
     if args.workers < 0:
         raise UsageError(f"--workers: expected 0 or more, got {args.workers}")
     extra = args.pytest_args
-    return int(pytest.main(pytest_arguments(args.specs, dtypes=args.dtype, profile=args.profile, report=args.report,
-                                            workers=args.workers, timeout=args.timeout, keyword=args.keyword, seed=args.seed, device=args.device,
-                                            extra=extra)))
+    return int(
+        pytest.main(
+            pytest_arguments(
+                args.specs,
+                dtypes=args.dtype,
+                profile=args.profile,
+                report=args.report,
+                workers=args.workers,
+                timeout=args.timeout,
+                keyword=args.keyword,
+                seed=args.seed,
+                device=args.device,
+                extra=extra,
+            )
+        )
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -103,14 +147,16 @@ def _add_list(p: argparse.ArgumentParser) -> None:
 
 def _list(args: argparse.Namespace) -> int:
     from aiayn.implementations import registry
-
     from aiayn.implementations.zoo import ZOO
 
     rows = [(name, registry.BUILTINS[name], "built-in") for name in registry.BUILTINS]
     rows += [(name, target, f"zoo ({ZOO[name].library})") for name, target in registry.zoo().items()]
     entry_points = registry.entry_points()
-    rows += [(name, ep.value, f"entry point ({ep.dist.name if ep.dist else '?'})") for name, ep in sorted(entry_points.items())
-             if name not in registry.BUILTINS and name not in ZOO]
+    rows += [
+        (name, ep.value, f"entry point ({ep.dist.name if ep.dist else '?'})")
+        for name, ep in sorted(entry_points.items())
+        if name not in registry.BUILTINS and name not in ZOO
+    ]
     width = max(len(name) for name, _, _ in rows)
     for name, target, origin in rows:
         line = f"{name:<{width}}  {origin}: {target}"
@@ -121,11 +167,15 @@ def _list(args: argparse.Namespace) -> int:
                 extra = missing_extra(exc)
                 line += f"\n{'':<{width}}  not available: {extra or ' '.join(str(exc).split())[:200]}"
             else:
-                line += (f"\n{'':<{width}}  {impl.version} on {impl.device}; dtypes {', '.join(impl.dtypes)}; "
-                         f"{len(_provided(impl))} of 12 equations")
+                line += (
+                    f"\n{'':<{width}}  {impl.version} on {impl.device}; dtypes {', '.join(impl.dtypes)}; "
+                    f"{len(_provided(impl))} of 12 equations"
+                )
         print(line)
-    print(f"\nOr name any implementation as module:attr (aiayn check mypkg.attention:Mine); packages register names "
-          f"under the entry-point group {registry.ENTRY_POINT_GROUP!r}.")
+    print(
+        f"\nOr name any implementation as module:attr (aiayn check mypkg.attention:Mine); packages register names "
+        f"under the entry-point group {registry.ENTRY_POINT_GROUP!r}."
+    )
     return EXIT_OK
 
 
@@ -136,8 +186,15 @@ def _provided(impl: object) -> frozenset[str]:
 
 
 def _add_replay(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE", help="failure files (.npz) that a failed check saved (its message names the file)")
-    p.add_argument("--impl", default=None, metavar="SPEC", help="check this implementation instead of the one recorded in the file")
+    p.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="failure files (.npz) that a failed check saved (its message names the file)",
+    )
+    p.add_argument(
+        "--impl", default=None, metavar="SPEC", help="check this implementation instead of the one recorded in the file"
+    )
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -178,12 +235,23 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     from aiayn.benchmarks.report import DEFAULT_BASELINE
 
     p.add_argument("--smoke", action="store_true", help="the seconds-long CI subset (n = 128, one round)")
-    p.add_argument("--cuda", action="store_true", help="the CUDA cases: torch and torch-sdpa, float32 and bfloat16, n up to 8192, "
-                                                       "against a cuBLAS GEMM ceiling; writes benchmarks-cuda.*")
-    p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
+    p.add_argument(
+        "--cuda",
+        action="store_true",
+        help="the CUDA cases: torch and torch-sdpa, float32 and bfloat16, n up to 8192, "
+        "against a cuBLAS GEMM ceiling; writes benchmarks-cuda.*",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)"
+    )
     p.add_argument("--baseline", default=str(DEFAULT_BASELINE), help="stored run to compare ratios with, or 'none'")
-    p.add_argument("--from-run", type=Path, default=None, metavar="RUN.json",
-                   help="do not measure: write the report from this earlier run's pytest-benchmark JSON")
+    p.add_argument(
+        "--from-run",
+        type=Path,
+        default=None,
+        metavar="RUN.json",
+        help="do not measure: write the report from this earlier run's pytest-benchmark JSON",
+    )
     p.epilog = "More pytest options go after --, e.g. aiayn bench -- --bench-sizes 512,4096 --bench-impls numpy"
 
 
@@ -208,14 +276,33 @@ def _bench(args: argparse.Namespace) -> int:
             raise UsageError("--cuda: torch sees no CUDA device here")
     run_json = Path(out) / "tmp" / f"{stem}-run.json"
     run_json.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pytest", str(Path(benchmarks.__file__).resolve().parent), "-p", "no:cacheprovider",
-           f"--rootdir={Path(benchmarks.__file__).resolve().parent}", f"--benchmark-json={run_json}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(Path(benchmarks.__file__).resolve().parent),
+        "-p",
+        "no:cacheprovider",
+        f"--rootdir={Path(benchmarks.__file__).resolve().parent}",
+        f"--benchmark-json={run_json}",
+    ]
     cmd.append("--bench-training-step=aiayn.reproductions.translation.bench:training_step")  # our model, loaded by spec
     if args.smoke:
         cmd.append("--bench-smoke")
     if args.cuda:
-        cmd += ["--bench-impls", "torch,torch-sdpa", "--bench-dtypes", "float32,bfloat16", "--bench-big-impls", "torch,torch-sdpa",
-                "--bench-big-sizes", "8192", "--bench-gemm-n", "8192", "--bench-stages="]
+        cmd += [
+            "--bench-impls",
+            "torch,torch-sdpa",
+            "--bench-dtypes",
+            "float32,bfloat16",
+            "--bench-big-impls",
+            "torch,torch-sdpa",
+            "--bench-big-sizes",
+            "8192",
+            "--bench-gemm-n",
+            "8192",
+            "--bench-stages=",
+        ]
     elif baseline != "none" and Path(baseline).exists():
         cmd.append(f"--benchmark-compare={baseline}")
     cmd += args.pytest_args
@@ -235,14 +322,26 @@ def _add_false_alarms(p: argparse.ArgumentParser) -> None:
     from aiayn.conformance.runner import default_workers
     from aiayn.implementations.registry import BUILTINS
 
-    p.add_argument("specs", nargs="*", metavar="SPEC", default=list(BUILTINS), help="implementations believed correct (default: every built-in)")
+    p.add_argument(
+        "specs",
+        nargs="*",
+        metavar="SPEC",
+        default=list(BUILTINS),
+        help="implementations believed correct (default: every built-in)",
+    )
     p.add_argument("--profile", choices=list(PROFILES), default="dev", help="Hypothesis profile of every run")
     p.add_argument("--seeds", default="1,2,3", help="comma-separated Hypothesis seeds, one run each")
     p.add_argument("--workers", type=int, default=default_workers(), help="worker processes of each run")
-    p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
-    p.add_argument("--work", type=Path, default=None,
-                   help="where each finished (seed, implementation) unit is stored and found again by a later call "
-                        "(default: aiayn's cache folder, false-alarms/<profile>)")
+    p.add_argument(
+        "--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)"
+    )
+    p.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="where each finished (seed, implementation) unit is stored and found again by a later call "
+        "(default: aiayn's cache folder, false-alarms/<profile>)",
+    )
 
 
 def _false_alarms(args: argparse.Namespace) -> int:
@@ -254,7 +353,14 @@ def _false_alarms(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds: expected comma-separated integers, got {args.seeds!r}") from None
     if not seeds:
         raise UsageError("--seeds: give at least one seed")
-    alarmed = run(args.specs, profile=args.profile, seeds=seeds, workers=args.workers, out=args.out or reports_dir(), work=args.work)
+    alarmed = run(
+        args.specs,
+        profile=args.profile,
+        seeds=seeds,
+        workers=args.workers,
+        out=args.out or reports_dir(),
+        work=args.work,
+    )
     return EXIT_FAILED if alarmed else EXIT_OK
 
 
@@ -264,16 +370,31 @@ def _add_zoo(p: argparse.ArgumentParser) -> None:
     from aiayn.conformance.runner import default_workers
     from aiayn.implementations.zoo import ZOO
 
-    p.add_argument("names", nargs="*", metavar="NAME", default=list(ZOO), help="zoo adapters to check (default: all of them)")
+    p.add_argument(
+        "names", nargs="*", metavar="NAME", default=list(ZOO), help="zoo adapters to check (default: all of them)"
+    )
     p.add_argument("--profile", choices=list(PROFILES), default="ci", help="Hypothesis profile of the run")
     p.add_argument("--workers", type=int, default=default_workers(), help="worker processes of the suite")
-    p.add_argument("--timeout", type=float, default=DEFAULT_LIMIT_S, help="time limit of one call into an implementation, seconds (0: none)")
-    p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
-    p.add_argument("--quick", action="store_true",
-                   help="float32 only, each equation's agreement test with the oracle and the contract only (what CI runs)")
-    p.add_argument("--no-run", action="store_true",
-                   help="check nothing: write zoo.md again from the adapters' stored reports (OUT/zoo/*.json) and the stored "
-                        "session (OUT/zoo.json), e.g. after a change to how cells are summarised")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_LIMIT_S,
+        help="time limit of one call into an implementation, seconds (0: none)",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)"
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="float32 only, each equation's agreement test with the oracle and the contract only (what CI runs)",
+    )
+    p.add_argument(
+        "--no-run",
+        action="store_true",
+        help="check nothing: write zoo.md again from the adapters' stored reports (OUT/zoo/*.json) and the stored "
+        "session (OUT/zoo.json), e.g. after a change to how cells are summarised",
+    )
 
 
 def _zoo(args: argparse.Namespace) -> int:
@@ -292,11 +413,20 @@ def _zoo(args: argparse.Namespace) -> int:
             return rerender(args.names, out=args.out or reports_dir())
         except FileNotFoundError as e:
             raise UsageError(f"--no-run: {e}") from None
-    return run(args.names, profile=args.profile, workers=args.workers, out=args.out or reports_dir(), timeout=args.timeout, quick=args.quick)
+    return run(
+        args.names,
+        profile=args.profile,
+        workers=args.workers,
+        out=args.out or reports_dir(),
+        timeout=args.timeout,
+        quick=args.quick,
+    )
 
 
 def _add_mutants(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
+    p.add_argument(
+        "--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)"
+    )
     p.add_argument("--workers", type=int, default=2, help="worker processes of the suite")
 
 
@@ -316,15 +446,28 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "list": ("the implementations aiayn knows, with versions", _add_list, _list),
     "replay": ("rerun a failed check from its saved inputs", _add_replay, _replay),
     "reproduce": ("regenerate the paper's tables and worked numbers", _add_reproduce, _reproduce),
-    "train": ("train, decode and score the paper's model (starts only with --preset)",
-              lambda p: _translation("add_train_arguments")(p), lambda a: _translation("run_train")(a)),
-    "train-report": ("one bleu-training report from finished training runs",
-                     lambda p: _translation("add_report_arguments")(p), lambda a: _translation("run_report")(a)),
-    "ablation": ("Table 3's variations at CPU scale, several seeds per row",
-                 lambda p: _translation("add_ablation_arguments")(p), lambda a: _translation("run_ablation")(a)),
+    "train": (
+        "train, decode and score the paper's model (starts only with --preset)",
+        lambda p: _translation("add_train_arguments")(p),
+        lambda a: _translation("run_train")(a),
+    ),
+    "train-report": (
+        "one bleu-training report from finished training runs",
+        lambda p: _translation("add_report_arguments")(p),
+        lambda a: _translation("run_report")(a),
+    ),
+    "ablation": (
+        "Table 3's variations at CPU scale, several seeds per row",
+        lambda p: _translation("add_ablation_arguments")(p),
+        lambda a: _translation("run_ablation")(a),
+    ),
     "bench": ("attention throughput as a fraction of this machine's GEMM ceiling", _add_bench, _bench),
     "mutants": ("run the suite against deliberately broken implementations", _add_mutants, _mutants),
-    "false-alarms": ("run the suite on correct implementations over many seeds, count alarms", _add_false_alarms, _false_alarms),
+    "false-alarms": (
+        "run the suite on correct implementations over many seeds, count alarms",
+        _add_false_alarms,
+        _false_alarms,
+    ),
     "zoo": ("check popular libraries through thin adapters; write the zoo report", _add_zoo, _zoo),
 }
 
@@ -332,14 +475,14 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
 def _descriptions(name: str) -> str:
     docs = {
         "check": "Run the conformance suite on SPEC: every equation it provides, in every dtype it declares, against the oracle.\n"
-                 "Ends with the per-equation table. Inputs of failed checks are saved under $AIAYN_FAILURES (else\n"
-                 "~/.cache/aiayn/failures) and replayed with `aiayn replay FILE`.",
+        "Ends with the per-equation table. Inputs of failed checks are saved under $AIAYN_FAILURES (else\n"
+        "~/.cache/aiayn/failures) and replayed with `aiayn replay FILE`.",
         "reproduce": "Regenerate the reports of the paper's tables and worked numbers; every file written is printed.",
         "train": "Train Figure 1's model with the equations the suite checks, decode as §6.1 says, score with sacreBLEU.\n"
-                 "Under torchrun (`torchrun --nproc_per_node=2 -m aiayn train ...`) it trains data-parallel.",
+        "Under torchrun (`torchrun --nproc_per_node=2 -m aiayn train ...`) it trains data-parallel.",
         "zoo": "Check every zoo adapter whose library is installed (pip install 'aiayn[zoo]') and write reports/zoo.{md,json,png}:\n"
-               "one row per implementation, one column per equation. Exit 0 when every failure is a named departure;\n"
-               "1 when a failure is unnamed or an adapter does not load; 4 for a usage error.",
+        "one row per implementation, one column per equation. Exit 0 when every failure is a named departure;\n"
+        "1 when a failure is unnamed or an adapter does not load; 4 for a usage error.",
         "bench": "Run the attention benchmarks (one thread) and write benchmarks.{md,json,png}.",
     }
     return docs.get(name, COMMANDS[name][0][:1].upper() + COMMANDS[name][0][1:] + ".")

@@ -19,7 +19,17 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["EXTRAS", "MissingExtra", "UsageError", "cache_dir", "failure_dir", "missing_extra", "reports_dir", "require", "source_checkout"]
+__all__ = [
+    "EXTRAS",
+    "MissingExtra",
+    "UsageError",
+    "cache_dir",
+    "failure_dir",
+    "missing_extra",
+    "reports_dir",
+    "require",
+    "source_checkout",
+]
 
 #: Third-party module -> the aiayn extra that installs it.
 EXTRAS: dict[str, str] = {

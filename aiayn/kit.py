@@ -30,7 +30,7 @@ import platform
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -48,6 +48,7 @@ __all__ = [
     "announce",
     "code_closure",
     "code_hash",
+    "code_of",
     "figure_style",
     "fmt_int",
     "fmt_millions",
@@ -82,9 +83,17 @@ def aiayn_commit() -> str:
     if root is None:
         return "installed"
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=False)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True,
-                               timeout=30, check=False)
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=False
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     commit = head.stdout.strip() if head.returncode == 0 and head.stdout.strip() else "unknown"
@@ -136,7 +145,7 @@ def _caller_module() -> str:
 GROUND_FLOOR: frozenset[str] = frozenset({"aiayn", "aiayn.kit", "aiayn.environment", "aiayn.cli", "aiayn.__main__"})
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _source(module: str) -> tuple[str, bytes] | None:
     """(file path, bytes) of an aiayn module's source, found without importing it; None if not found."""
     try:
@@ -184,15 +193,30 @@ def code_closure(*modules: str) -> list[str]:
 
 
 def code_hash(*modules: str) -> str:
-    """12 hex digits of SHA-256 over the sources of :func:`code_closure` (names and bytes, in order).
+    """12 hex digits of SHA-256 over the code of :func:`code_closure`: each module's name and its syntax tree.
 
-    Two runs with the same hash ran the same code (outside the ground floor), whatever the
+    The tree is :func:`code_of` the source: layout, comments and docstrings do not count, so a
+    reformatted or re-documented module keeps its hash, and any change to what the code does moves
+    it. Two runs with the same hash ran the same code (outside the ground floor), whatever the
     commit; a report whose stored hash differs from its generator's current one is stale.
     """
     digest = hashlib.sha256()
     for module in code_closure(*modules):
-        digest.update(module.encode() + b"\0" + _source(module)[1] + b"\0")
+        digest.update(module.encode() + b"\0" + code_of(_source(module)[1]) + b"\0")
     return digest.hexdigest()[:12]
+
+
+def code_of(source: bytes) -> bytes:
+    """The code of a module's source without its layout, comments and docstrings: ``ast.dump`` of its tree
+    with the docstring of the module and of every class and function left out."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                if isinstance(body[0].value.value, str):
+                    node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False).encode()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,7 +302,9 @@ class Report:
     seed: str = "none"
     packages: tuple[str, ...] = ("numpy",)
     generator: tuple[str, ...] = ()  # modules whose code hash the signature names (default: the caller of write_report)
-    fields: dict[str, Any] = field(default_factory=dict)  # more signature fields (e.g. the results' own commit and code)
+    fields: dict[str, Any] = field(
+        default_factory=dict
+    )  # more signature fields (e.g. the results' own commit and code)
     lines: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     verdict: str = ""
@@ -301,8 +327,18 @@ def write_report(out_dir: Path, report: Report, stem: str | None = None) -> list
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = stem or report.name
     code = code_hash(*(report.generator or (_caller_module(),)))
-    sig = signature(report.name, packages=report.packages, code=code, precision=report.precision, seed=report.seed, **report.fields)
-    body = [f"# {report.title}", "", f"**Verdict:** {report.verdict}", *report.lines, "", "---", f"{SIGNATURE_PREFIX}`{sig}`"]
+    sig = signature(
+        report.name, packages=report.packages, code=code, precision=report.precision, seed=report.seed, **report.fields
+    )
+    body = [
+        f"# {report.title}",
+        "",
+        f"**Verdict:** {report.verdict}",
+        *report.lines,
+        "",
+        "---",
+        f"{SIGNATURE_PREFIX}`{sig}`",
+    ]
     md_path = write_text(out_dir / f"{stem}.md", "\n".join(body) + "\n")
     data = rounded({"report": report.name, "title": report.title, "verdict": report.verdict, **report.data})
     data[SIGNATURE_KEY] = sig

@@ -53,7 +53,9 @@ def with_session_ceiling(run: dict[str, Any]) -> dict[str, Any]:
     best = {(c["library"], c["dtype"], c["device"]): c["gflops"] for c in record.get("ceilings_best", [])}
     best = apply_session_ceiling(run["benchmarks"], best)
     if record:
-        record["ceilings_best"] = [{"library": k[0], "dtype": k[1], "device": k[2], "gflops": v} for k, v in best.items()]
+        record["ceilings_best"] = [
+            {"library": k[0], "dtype": k[1], "device": k[2], "gflops": v} for k, v in best.items()
+        ]
     return run
 
 
@@ -111,7 +113,9 @@ def compare_runs(
 
 def format_comparison(result: Comparison) -> list[str]:
     """Plain-text lines: one per common case, then the regressions and the one-sided cases."""
-    lines = [f"{'case':45s} {'baseline':>9s} {'current':>9s} {'change':>8s}  ({result.figure}, fraction of the GEMM ceiling)"]
+    lines = [
+        f"{'case':45s} {'baseline':>9s} {'current':>9s} {'change':>8s}  ({result.figure}, fraction of the GEMM ceiling)"
+    ]
     for case, (b, c, change) in result.rows.items():
         flag = "  REGRESSION" if case in result.regressions else ""
         lines.append(f"{case:45s} {b:9.3f} {c:9.3f} {change:+8.1%}{flag}")

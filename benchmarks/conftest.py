@@ -57,27 +57,60 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=C.BUILTIN_IMPLS,
         help="implementations: registry names or module:attr (default: the four built-ins)",
     )
-    add("--bench-big-impls", type=_str_list, default=C.MEMORY_BOUNDED_IMPLS, help="implementations also run at --bench-big-sizes")
+    add(
+        "--bench-big-impls",
+        type=_str_list,
+        default=C.MEMORY_BOUNDED_IMPLS,
+        help="implementations also run at --bench-big-sizes",
+    )
     add("--bench-dtypes", type=_str_list, default=C.DTYPES, help="dtypes (default float32,float64)")
-    add("--bench-sizes", type=_int_list, default=None, help=f"sequence lengths n (default {','.join(map(str, C.FULL_SIZES))})")
+    add(
+        "--bench-sizes",
+        type=_int_list,
+        default=None,
+        help=f"sequence lengths n (default {','.join(map(str, C.FULL_SIZES))})",
+    )
     add(
         "--bench-big-sizes",
         type=_int_list,
         default=None,
         help=f"extra n for --bench-big-impls (default {','.join(map(str, C.BIG_SIZES))})",
     )
-    add("--bench-stages", type=_str_list, default=None, help="dtype:n pairs for the NumPy stage breakdown (default float32:2048)")
-    add("--bench-gemm-n", type=int, default=None, help="edge of the square GEMM that measures the ceiling (default 2048)")
+    add(
+        "--bench-stages",
+        type=_str_list,
+        default=None,
+        help="dtype:n pairs for the NumPy stage breakdown (default float32:2048)",
+    )
+    add(
+        "--bench-gemm-n",
+        type=int,
+        default=None,
+        help="edge of the square GEMM that measures the ceiling (default 2048)",
+    )
     add("--bench-gemm-repeats", type=int, default=None, help="timed GEMM calls per ceiling, best kept (default 5)")
-    add("--bench-adjacent-repeats", type=int, default=None, help="GEMM calls right before and right after each case (default 3)")
+    add(
+        "--bench-adjacent-repeats",
+        type=int,
+        default=None,
+        help="GEMM calls right before and right after each case (default 3)",
+    )
     add("--bench-budget", type=float, default=None, help="seconds of timed rounds per case (default 2.0)")
     add("--bench-min-rounds", type=int, default=None, help="fewest timed rounds per case (default 3)")
     add("--bench-max-rounds", type=int, default=50, help="most timed rounds per case (default 50)")
-    add("--bench-training-step", default=None, metavar="MODULE:ATTR",
+    add(
+        "--bench-training-step",
+        default=None,
+        metavar="MODULE:ATTR",
         help="our training-step factory (aiayn bench passes aiayn.reproductions.translation.bench:training_step); without it "
-             "only the nn.Transformer peer's training cases run")
-    add("--bench-training", type=_str_list, default=("cpu", "base"),
-        help="training-throughput configurations (cpu, base; empty: none); --bench-smoke uses a tiny one")
+        "only the nn.Transformer peer's training cases run",
+    )
+    add(
+        "--bench-training",
+        type=_str_list,
+        default=("cpu", "base"),
+        help="training-throughput configurations (cpu, base; empty: none); --bench-smoke uses a tiny one",
+    )
 
 
 @dataclass
@@ -247,9 +280,13 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list[Any], o
     session: BenchSession = config.stash[_SESSION_KEY]
     session.apply_threads()
     ends = [
-        M.gemm_ceiling(c["library"], c["dtype"], c["n"], session.gemm_repeats, c["device"]) for c in session.ceilings.values()
+        M.gemm_ceiling(c["library"], c["dtype"], c["n"], session.gemm_repeats, c["device"])
+        for c in session.ceilings.values()
     ]
-    best = {key: max(start["gflops"], end["gflops"]) for (key, start), end in zip(session.ceilings.items(), ends, strict=True)}
+    best = {
+        key: max(start["gflops"], end["gflops"])
+        for (key, start), end in zip(session.ceilings.items(), ends, strict=True)
+    }
     best = M.apply_session_ceiling(output_json.get("benchmarks", []), best)
     output_json["aiayn"] = {
         "threads": session.threads,

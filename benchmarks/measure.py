@@ -113,7 +113,9 @@ def best_time(fn: Callable[[], Any], repeats: int, warmup: bool = True) -> list[
     return times
 
 
-def gemm_ceiling(library: str, dtype: str, n: int, repeats: int, device: str = "cpu", warmup: bool = True) -> dict[str, Any]:
+def gemm_ceiling(
+    library: str, dtype: str, n: int, repeats: int, device: str = "cpu", warmup: bool = True
+) -> dict[str, Any]:
     """Best GFLOP/s of an (n x n) @ (n x n) product in ``library``/``dtype`` (2 n^3 flops).
 
     ``library`` is ``"numpy"`` (``np.matmul`` into a preallocated output) or ``"torch"``
@@ -133,7 +135,9 @@ def gemm_ceiling(library: str, dtype: str, n: int, repeats: int, device: str = "
     elif library == "torch":
         import torch
 
-        ta, tb = (torch.from_numpy(x).to(device=device, dtype=getattr(torch, dtype)) for x in (a64, b64))  # bfloat16 too
+        ta, tb = (
+            torch.from_numpy(x).to(device=device, dtype=getattr(torch, dtype)) for x in (a64, b64)
+        )  # bfloat16 too
         tc = torch.empty((n, n), dtype=ta.dtype, device=device)
 
         def product() -> Any:

@@ -34,6 +34,8 @@ DEFAULT_BASELINE = Path(__file__).resolve().parent / "baseline" / "benchmarks-ba
 def default_run() -> Path:
     """Where ``aiayn bench`` leaves the run's pytest-benchmark JSON: ``<reports>/tmp/benchmarks-run.json``."""
     return reports_dir() / "tmp" / "benchmarks-run.json"
+
+
 #: The issue's targets (float32, n = 2048, one thread, no mask).
 TARGETS = {"ratio_of_ceiling": 0.6, "ratio_of_sdpa": 0.8, "target_case": ("float32", 2048)}
 #: Issue 14's training targets: at least the nn.Transformer peer's throughput, at least half the GEMM ceiling.
@@ -55,13 +57,19 @@ def attention_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
 def stage_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     """One dict per timed NumPy stage."""
     return [
-        dict(b["extra_info"]) for b in run["benchmarks"] if "stage" in b.get("extra_info", {}) and "time_min_s" in b["extra_info"]
+        dict(b["extra_info"])
+        for b in run["benchmarks"]
+        if "stage" in b.get("extra_info", {}) and "time_min_s" in b["extra_info"]
     ]
 
 
 def training_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     """The timed training-step cases (ours and the peer per configuration)."""
-    return [dict(b["extra_info"]) for b in run["benchmarks"] if "training" in b.get("extra_info", {}) and "mfu" in b["extra_info"]]
+    return [
+        dict(b["extra_info"])
+        for b in run["benchmarks"]
+        if "training" in b.get("extra_info", {}) and "mfu" in b["extra_info"]
+    ]
 
 
 def memory_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -157,7 +165,9 @@ def evaluate_targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
     growth = memory_exponent(rows, "numpy-blocked", dtype)
     out["blocked_memory_growth"] = dict(
-        growth or {}, target="exponent ~1 (linear in n; < 1.5 counts)", met=None if growth is None else growth["exponent"] < 1.5
+        growth or {},
+        target="exponent ~1 (linear in n; < 1.5 counts)",
+        met=None if growth is None else growth["exponent"] < 1.5,
     )
     return out
 
@@ -183,16 +193,22 @@ def numpy_bounds(rows: list[dict[str, Any]], stages: list[dict[str, Any]]) -> li
         floor_s = t["qk_gemm"] + t["pv_gemm"] + t["exp"]
         all_s = sum(t.values())
         at_ceiling_s = flops / (ceiling * 1e9) + t["exp"]
-        out.append({
-            "dtype": dtype, "n": n, "layout": layout, "stage_times_s": t, "ceiling_gflops": ceiling,
-            "exp_gelem_per_s": HEADS * n * n / t["exp"] / 1e9,
-            "exp_share_of_floor": t["exp"] / floor_s,
-            "ratio_bound_gemm_at_ceiling": flops / at_ceiling_s / 1e9 / ceiling,
-            "ratio_bound_floor": flops / floor_s / 1e9 / ceiling,
-            "ratio_bound_all_stages": flops / all_s / 1e9 / ceiling,
-            "numpy_measured_ratio": measured["ratio_full"] if measured else None,
-            "numpy_measured_time_s": measured["time_min_s"] if measured else None,
-        })  # fmt: skip
+        out.append(
+            {
+                "dtype": dtype,
+                "n": n,
+                "layout": layout,
+                "stage_times_s": t,
+                "ceiling_gflops": ceiling,
+                "exp_gelem_per_s": HEADS * n * n / t["exp"] / 1e9,
+                "exp_share_of_floor": t["exp"] / floor_s,
+                "ratio_bound_gemm_at_ceiling": flops / at_ceiling_s / 1e9 / ceiling,
+                "ratio_bound_floor": flops / floor_s / 1e9 / ceiling,
+                "ratio_bound_all_stages": flops / all_s / 1e9 / ceiling,
+                "numpy_measured_ratio": measured["ratio_full"] if measured else None,
+                "numpy_measured_time_s": measured["time_min_s"] if measured else None,
+            }
+        )
     return out
 
 
@@ -228,12 +244,20 @@ def _case_table(rows: list[dict[str, Any]]) -> list[str]:
     ]
     body = [
         [
-            r["impl"], r["dtype"], r["n"], "causal" if r["causal"] else "none", f"{r['time_min_s'] * 1e3:,.2f}",
-            f"{r['gflops_full']:.1f}", f"{r['gflops_useful']:.1f}", _ratio(r["ratio_full"]), _ratio(r["ratio_useful"]),
-            _mib(r.get("peak_bytes")), "n/a" if r.get("peak_bytes") is None else f"{r['peak_bytes'] / r['score_bytes']:.3f}",
+            r["impl"],
+            r["dtype"],
+            r["n"],
+            "causal" if r["causal"] else "none",
+            f"{r['time_min_s'] * 1e3:,.2f}",
+            f"{r['gflops_full']:.1f}",
+            f"{r['gflops_useful']:.1f}",
+            _ratio(r["ratio_full"]),
+            _ratio(r["ratio_useful"]),
+            _mib(r.get("peak_bytes")),
+            "n/a" if r.get("peak_bytes") is None else f"{r['peak_bytes'] / r['score_bytes']:.3f}",
         ]
         for r in rows
-    ]  # fmt: skip
+    ]
     return md_table(headers, body, "lllrrrrrrrr")
 
 
@@ -242,14 +266,35 @@ def _ceiling_table(run: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]
     for start in run.get("aiayn", {}).get("ceilings_start", []):
         end = _ceiling_of(run, start["library"], start["dtype"], "end")
         drift = "n/a" if end is None else f"{end['gflops'] / start['gflops'] - 1:+.1%}"
-        adjacent = [r.get("ceiling_adjacent_gflops", r["ceiling_gflops"]) for r in rows if (r["library"], r["dtype"]) == (start["library"], start["dtype"])]
+        adjacent = [
+            r.get("ceiling_adjacent_gflops", r["ceiling_gflops"])
+            for r in rows
+            if (r["library"], r["dtype"]) == (start["library"], start["dtype"])
+        ]
         session = _ceiling_of(run, start["library"], start["dtype"], "best")
         spread = f"{min(adjacent):.1f} - {max(adjacent):.1f}" if adjacent else "n/a"
-        body.append([
-            start["library"], start["dtype"], f"{start['n']}^3", f"{start['gflops']:.1f}", f"{start['gflops_median']:.1f}",
-            "n/a" if end is None else f"{end['gflops']:.1f}", drift, spread, "n/a" if session is None else f"**{session['gflops']:.1f}**",
-        ])  # fmt: skip
-    headers = ["library", "dtype", "GEMM", "start GFLOP/s (best)", "start (median)", "end GFLOP/s (best)", "end vs start"]
+        body.append(
+            [
+                start["library"],
+                start["dtype"],
+                f"{start['n']}^3",
+                f"{start['gflops']:.1f}",
+                f"{start['gflops_median']:.1f}",
+                "n/a" if end is None else f"{end['gflops']:.1f}",
+                drift,
+                spread,
+                "n/a" if session is None else f"**{session['gflops']:.1f}**",
+            ]
+        )
+    headers = [
+        "library",
+        "dtype",
+        "GEMM",
+        "start GFLOP/s (best)",
+        "start (median)",
+        "end GFLOP/s (best)",
+        "end vs start",
+    ]
     return md_table([*headers, "per-case adjacent ceilings (min - max)", "session ceiling"], body, "lllrrrrrr") + [
         "",
         "Every ratio in this report divides by the session ceiling (last column): the fastest GEMM of that library and dtype "
@@ -326,7 +371,12 @@ def _target_lines(t: dict[str, Any]) -> list[str]:
     return md_table(
         ["target (" + t["case"] + ")", "measured", "target", "status"],
         [
-            ["numpy attention, fraction of the NumPy GEMM ceiling", _ratio(r["value"]), f">= {r['target']}", _met(r["met"])],
+            [
+                "numpy attention, fraction of the NumPy GEMM ceiling",
+                _ratio(r["value"]),
+                f">= {r['target']}",
+                _met(r["met"]),
+            ],
             [
                 "numpy attention throughput / torch-sdpa throughput (same run)",
                 _ratio(s["value"]),
@@ -343,12 +393,20 @@ def _bound_lines(bounds: list[dict[str, Any]]) -> list[str]:
     rows = []
     for b in bounds:
         t = b["stage_times_s"]
-        rows.append([
-            f"{b['dtype']} n={b['n']} {b['layout']}",
-            *(f"{t.get(k, float('nan')) * 1e3:.2f}" for k in ("qk_gemm", "pv_gemm", "exp", "max", "subtract", "sum")),
-            f"{b['exp_gelem_per_s']:.2f}", _ratio(b["ratio_bound_gemm_at_ceiling"]), _ratio(b["ratio_bound_floor"]),
-            _ratio(b["ratio_bound_all_stages"]), _ratio(b["numpy_measured_ratio"]),
-        ])  # fmt: skip
+        rows.append(
+            [
+                f"{b['dtype']} n={b['n']} {b['layout']}",
+                *(
+                    f"{t.get(k, float('nan')) * 1e3:.2f}"
+                    for k in ("qk_gemm", "pv_gemm", "exp", "max", "subtract", "sum")
+                ),
+                f"{b['exp_gelem_per_s']:.2f}",
+                _ratio(b["ratio_bound_gemm_at_ceiling"]),
+                _ratio(b["ratio_bound_floor"]),
+                _ratio(b["ratio_bound_all_stages"]),
+                _ratio(b["numpy_measured_ratio"]),
+            ]
+        )
     headers = [
         "stages (one call's worth)",
         "QK^T ms",
@@ -420,7 +478,9 @@ def _plot(rows: list[dict[str, Any]], run: dict[str, Any], path: Path) -> Path:
                         if r["impl"] == impl and r["dtype"] == dtype and r["causal"] == causal
                     )
                     label = f"{impl}, {'causal (useful flops)' if causal else 'no mask'}"
-                    top.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=colors[impl], label=label)
+                    top.plot(
+                        [p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=colors[impl], label=label
+                    )
                     mem = [(p[0], p[2] / MIB) for p in pts if p[2]]
                     bottom.plot([m[0] for m in mem], [m[1] for m in mem], style, marker="o", color=colors[impl])
             for library, ls in (("numpy", ":"), ("torch", "-.")):
@@ -441,7 +501,11 @@ def _plot(rows: list[dict[str, Any]], run: dict[str, Any], path: Path) -> Path:
                 ylabel="GFLOP/s (4 n^2 d per head; causal: useful pairs)",
             )
             bottom.set(
-                xscale="log", yscale="log", title=f"peak memory per call beyond the inputs, {dtype}", xlabel="n", ylabel="MiB"
+                xscale="log",
+                yscale="log",
+                title=f"peak memory per call beyond the inputs, {dtype}",
+                xlabel="n",
+                ylabel="MiB",
             )
             for ax in (top, bottom):
                 ax.set_xticks(sizes, labels=[str(n) for n in sizes])
@@ -457,12 +521,15 @@ def _training_lines(summary: list[dict[str, Any]], memory: list[dict[str, Any]])
     """The training-throughput section: ours against the peer, MFU, what bounds it, memory at long n."""
     if not summary:
         return ["Not run (`--bench-training` empty)."]
-    lines = ["One training step (forward, §5.4's label-smoothed loss, backward, Adam) of our model (the model `aiayn train` "
-             "trains, named by `--bench-training-step`) and of PyTorch's `nn.Transformer` built with the same configuration "
-             "(`benchmarks/training.py` says how), on the same synthetic batch of full-length sentences, one thread, in one run. "
-             "Operations per step: `aiayn.reference.counts.training_step_flops` (three forward passes' matrix products). MFU: "
-             "those operations per second over the session's torch float32 GEMM ceiling. GEMM share: the step's self time in "
-             "matrix products (one profiled step).", ""]
+    lines = [
+        "One training step (forward, §5.4's label-smoothed loss, backward, Adam) of our model (the model `aiayn train` "
+        "trains, named by `--bench-training-step`) and of PyTorch's `nn.Transformer` built with the same configuration "
+        "(`benchmarks/training.py` says how), on the same synthetic batch of full-length sentences, one thread, in one run. "
+        "Operations per step: `aiayn.reference.counts.training_step_flops` (three forward passes' matrix products). MFU: "
+        "those operations per second over the session's torch float32 GEMM ceiling. GEMM share: the step's self time in "
+        "matrix products (one profiled step).",
+        "",
+    ]
     body = []
     for e in summary:
         for model in ("ours", "peer"):
@@ -471,36 +538,72 @@ def _training_lines(summary: list[dict[str, Any]], memory: list[dict[str, Any]])
                 continue
             prof = r.get("profile") or {}
             share = f"{prof['gemm_s'] / prof['total_s']:.0%}" if prof.get("total_s") else "n/a"
-            body.append([e["training"], "ours" if model == "ours" else "nn.Transformer", f"d={r['d_model']}, N={r['n_layers']}, V={r['vocab']:,}",
-                         f"{r['batch']} × {r['n']}", f"{r['time_min_s'] * 1e3:,.0f}", f"{r['tokens_per_s']:,.0f}", f"{r['gflops']:.1f}",
-                         f"{r['mfu']:.3f}", share])  # fmt: skip
-    lines += md_table(["configuration", "model", "sizes", "batch (sentences × positions)", "best step ms", "target tokens/s",
-                       "GFLOP/s", "MFU", "GEMM share"], body, "lllrrrrrr")  # fmt: skip
+            body.append(
+                [
+                    e["training"],
+                    "ours" if model == "ours" else "nn.Transformer",
+                    f"d={r['d_model']}, N={r['n_layers']}, V={r['vocab']:,}",
+                    f"{r['batch']} × {r['n']}",
+                    f"{r['time_min_s'] * 1e3:,.0f}",
+                    f"{r['tokens_per_s']:,.0f}",
+                    f"{r['gflops']:.1f}",
+                    f"{r['mfu']:.3f}",
+                    share,
+                ]
+            )
+    lines += md_table(
+        [
+            "configuration",
+            "model",
+            "sizes",
+            "batch (sentences × positions)",
+            "best step ms",
+            "target tokens/s",
+            "GFLOP/s",
+            "MFU",
+            "GEMM share",
+        ],
+        body,
+        "lllrrrrrr",
+    )
     lines.append("")
     for e in summary:
         if "ratio_of_peer" not in e:
             continue
         t = TRAINING_TARGETS
-        text = (f"- {e['training']}: ours at {e['ratio_of_peer']:.2f}× the peer's throughput (target >= {t['ratio_of_peer']:g}: "
-                f"{_met(e['ratio_met'])}) and {e['ours']['mfu']:.3f} of the GEMM ceiling (target >= {t['mfu']}: {_met(e['mfu_met'])})")
+        text = (
+            f"- {e['training']}: ours at {e['ratio_of_peer']:.2f}× the peer's throughput (target >= {t['ratio_of_peer']:g}: "
+            f"{_met(e['ratio_met'])}) and {e['ours']['mfu']:.3f} of the GEMM ceiling (target >= {t['mfu']}: {_met(e['mfu_met'])})"
+        )
         if "mfu_bound_gemm_at_ceiling" in e:
-            text += (f"; its matrix products take {e['gemm_share']:.0%} of the step at {e['gemm_gflops']:.1f} GFLOP/s "
-                     f"({e['gemm_gflops'] / e['ours']['ceiling_gflops']:.2f} of the ceiling), and the rest of the step alone bounds "
-                     f"the MFU at {e['mfu_bound_gemm_at_ceiling']:.3f} even with every product at the ceiling; largest other work: "
-                     + ", ".join(f"{k} ({v / e['ours']['profile']['total_s']:.0%})" for k, v in e["top_other"][:4]))
+            text += (
+                f"; its matrix products take {e['gemm_share']:.0%} of the step at {e['gemm_gflops']:.1f} GFLOP/s "
+                f"({e['gemm_gflops'] / e['ours']['ceiling_gflops']:.2f} of the ceiling), and the rest of the step alone bounds "
+                f"the MFU at {e['mfu_bound_gemm_at_ceiling']:.3f} even with every product at the ceiling; largest other work: "
+                + ", ".join(f"{k} ({v / e['ours']['profile']['total_s']:.0%})" for k, v in e["top_other"][:4])
+            )
         lines.append(text + ".")
     if memory:
         ns = sorted({m["n"] for m in memory})
         models = [m for m in ("ours", "ours-untiled", "peer") if any(r["memory_model"] == m for r in memory)]
         peak = {(r["memory_model"], r["n"]): r["peak_bytes"] for r in memory}
-        lines += ["", "Peak memory of one training step beyond its inputs (B = 1, the CPU preset's model without dropout; PyTorch's "
-                  "allocator events), MiB, and the growth exponent between the two longest lengths (1: linear, 2: quadratic):", ""]
+        lines += [
+            "",
+            "Peak memory of one training step beyond its inputs (B = 1, the CPU preset's model without dropout; PyTorch's "
+            "allocator events), MiB, and the growth exponent between the two longest lengths (1: linear, 2: quadratic):",
+            "",
+        ]
         rows = []
         for m in models:
             a, b = peak.get((m, ns[-2])), peak.get((m, ns[-1]))
             exponent = math.log(b / a) / math.log(ns[-1] / ns[-2]) if a and b else None
-            rows.append([{"ours": "ours (tiled attention)", "ours-untiled": "ours, untiled", "peer": "nn.Transformer"}[m],
-                         *(_mib(peak.get((m, n))) for n in ns), "n/a" if exponent is None else f"{exponent:.2f}"])  # fmt: skip
+            rows.append(
+                [
+                    {"ours": "ours (tiled attention)", "ours-untiled": "ours, untiled", "peer": "nn.Transformer"}[m],
+                    *(_mib(peak.get((m, n))) for n in ns),
+                    "n/a" if exponent is None else f"{exponent:.2f}",
+                ]
+            )
         lines += md_table(["model", *(f"n={n}" for n in ns), "exponent"], rows, "l" + "r" * (len(ns) + 1))
     return lines
 
@@ -534,8 +637,10 @@ def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[
     training = training_summary(training_rows(run))
     for e in training:
         if "ratio_of_peer" in e:
-            report.verdict += (f" Training step ({e['training']}): {e['ratio_of_peer']:.2f}× nn.Transformer's throughput "
-                               f"({_met(e['ratio_met'])}), MFU {e['ours']['mfu']:.3f} ({_met(e['mfu_met'])}).")
+            report.verdict += (
+                f" Training step ({e['training']}): {e['ratio_of_peer']:.2f}× nn.Transformer's throughput "
+                f"({_met(e['ratio_met'])}), MFU {e['ours']['mfu']:.3f} ({_met(e['mfu_met'])})."
+            )
     warning = noise_warning(run)
     if warning:
         report.verdict += " " + warning
@@ -558,24 +663,35 @@ def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[
         "",
         *_case_table(rows),
     )
-    report.section("What bounds the NumPy attention", *_diagnosis(bounds, targets), "", *(_bound_lines(bounds) if bounds else []))
-    report.section("Training throughput: our model against nn.Transformer", *_training_lines(training, memory_rows(run)))
+    report.section(
+        "What bounds the NumPy attention", *_diagnosis(bounds, targets), "", *(_bound_lines(bounds) if bounds else [])
+    )
+    report.section(
+        "Training throughput: our model against nn.Transformer", *_training_lines(training, memory_rows(run))
+    )
     comparison = None
     how = (
         "Compared figure: the fraction of the ceiling (`ratio_full` in pytest-benchmark's extra_info), by "
         "`aiayn.benchmarks.compare`; pytest-benchmark's own `--benchmark-compare` compares absolute times only."
     )
     if baseline is not None and baseline.get("datetime") == run.get("datetime"):
-        report.section("Against the stored baseline", how, "", "This run is the stored baseline (same run, nothing to compare).")
+        report.section(
+            "Against the stored baseline", how, "", "This run is the stored baseline (same run, nothing to compare)."
+        )
     elif baseline is not None:
         comparison = compare_runs(baseline, run)
         baseline_when = f"Baseline: run of {baseline.get('datetime', 'n/a')}."
-        report.section("Against the stored baseline", how, baseline_when, "", "```", *format_comparison(comparison), "```")
+        report.section(
+            "Against the stored baseline", how, baseline_when, "", "```", *format_comparison(comparison), "```"
+        )
     report.data.update(
         targets=targets,
         noise_warning=warning,
         setup={k: v for k, v in run.get("aiayn", {}).items() if k not in ("ceilings_start", "ceilings_end")},
-        ceilings={"start": run.get("aiayn", {}).get("ceilings_start", []), "end": run.get("aiayn", {}).get("ceilings_end", [])},
+        ceilings={
+            "start": run.get("aiayn", {}).get("ceilings_start", []),
+            "end": run.get("aiayn", {}).get("ceilings_end", []),
+        },
         cases=[{k: v for k, v in row.items() if k != "name"} for row in rows],
         numpy_bounds=bounds,
         stages=stages,
@@ -598,7 +714,9 @@ def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[
     return report, rows
 
 
-def write(run_path: Path, out: Path, *, baseline: str | Path | None = DEFAULT_BASELINE, stem: str = "benchmarks") -> list[Path]:
+def write(
+    run_path: Path, out: Path, *, baseline: str | Path | None = DEFAULT_BASELINE, stem: str = "benchmarks"
+) -> list[Path]:
     """Read one run's pytest-benchmark JSON and write ``<stem>.md``, ``.json`` and ``.png`` into ``out``.
 
     ``baseline``: the stored run to compare ratios with (None or "none": no comparison).

@@ -77,28 +77,49 @@ def test_attention(benchmark: Any, bench: Any, case: Case) -> None:
     got = impl.to_numpy(out)
     expected_shape = (case.batch, case.heads, case.n, case.head_dim)
     assert got.shape == expected_shape, f"{case.id}: output shape {got.shape}, expected {expected_shape}"
-    assert not np.isnan(got).any(), f"{case.id}: {int(np.isnan(got).sum())} NaN entries in the output (no row is fully masked)"
+    assert not np.isnan(got).any(), (
+        f"{case.id}: {int(np.isnan(got).sum())} NaN entries in the output (no row is fully masked)"
+    )
     del out, got
     peak, peak_method = M.peak_memory(call, library, device)
 
     benchmark.group = case.group
     info = benchmark.extra_info
     info.update(
-        case=case.id, impl=case.impl, impl_version=impl.version, library=library, device=device,
-        dtype=case.dtype, n=case.n, causal=case.causal, batch=case.batch, heads=case.heads, head_dim=case.head_dim,
-        threads=bench.threads, flops_full=case.flops_full, flops_useful=case.flops_useful,
-        score_bytes=case.score_bytes, peak_bytes=peak, peak_method=peak_method, first_call_s=first_s,
-    )  # fmt: skip
+        case=case.id,
+        impl=case.impl,
+        impl_version=impl.version,
+        library=library,
+        device=device,
+        dtype=case.dtype,
+        n=case.n,
+        causal=case.causal,
+        batch=case.batch,
+        heads=case.heads,
+        head_dim=case.head_dim,
+        threads=bench.threads,
+        flops_full=case.flops_full,
+        flops_useful=case.flops_useful,
+        score_bytes=case.score_bytes,
+        peak_bytes=peak,
+        peak_method=peak_method,
+        first_call_s=first_s,
+    )
     ceiling = _run_rounds(benchmark, bench, call, first_s, (library, case.dtype, device))
     measured = _throughput(benchmark, case.flops_full)
     if measured and ceiling:
         full = measured["gflops_min_time"]
         useful = full * case.flops_useful / case.flops_full
         info.update(
-            time_min_s=measured["time_min_s"], time_median_s=measured["time_median_s"],
-            gflops_full=full, gflops_useful=useful, gflops_full_median=measured["gflops_median_time"],
-            ceiling_gflops=ceiling, ratio_full=full / ceiling, ratio_useful=useful / ceiling,
-        )  # fmt: skip
+            time_min_s=measured["time_min_s"],
+            time_median_s=measured["time_median_s"],
+            gflops_full=full,
+            gflops_useful=useful,
+            gflops_full_median=measured["gflops_median_time"],
+            ceiling_gflops=ceiling,
+            ratio_full=full / ceiling,
+            ratio_useful=useful / ceiling,
+        )
 
 
 def test_numpy_stage(benchmark: Any, bench: Any, stage: StageCase) -> None:
@@ -109,15 +130,26 @@ def test_numpy_stage(benchmark: Any, bench: Any, stage: StageCase) -> None:
     benchmark.group = stage.group
     info = benchmark.extra_info
     info.update(
-        stage=stage.id, layout=stage.layout, name=stage.name, library="numpy", device="cpu", dtype=stage.dtype, n=stage.n,
-        elements=stage.elements, flops=stage.flops, bytes_moved=stage.bytes_moved, threads=bench.threads,
-    )  # fmt: skip
+        stage=stage.id,
+        layout=stage.layout,
+        name=stage.name,
+        library="numpy",
+        device="cpu",
+        dtype=stage.dtype,
+        n=stage.n,
+        elements=stage.elements,
+        flops=stage.flops,
+        bytes_moved=stage.bytes_moved,
+        threads=bench.threads,
+    )
     ceiling = _run_rounds(benchmark, bench, kernel, first_s, ("numpy", stage.dtype, "cpu"))
     if benchmark.stats and ceiling:
         best = benchmark.stats.stats.min
         info.update(
-            time_min_s=best, ceiling_gflops=ceiling,
-            gelem_per_s=stage.elements / best / 1e9, gbytes_per_s=stage.bytes_moved / best / 1e9,
-        )  # fmt: skip
+            time_min_s=best,
+            ceiling_gflops=ceiling,
+            gelem_per_s=stage.elements / best / 1e9,
+            gbytes_per_s=stage.bytes_moved / best / 1e9,
+        )
         if stage.flops:
             info.update(gflops=stage.flops / best / 1e9, ratio=stage.flops / best / 1e9 / ceiling)

@@ -45,9 +45,23 @@ def test_training_step(benchmark: Any, bench: Any, training_case: Any) -> None:
     first_s = time.perf_counter() - start
     benchmark.group = c.group
     info = benchmark.extra_info
-    info.update(case=c.id, training=c.name, model=c.model, library="torch", device="cpu", dtype="float32", threads=bench.threads,
-                batch=c.batch, n=c.n, vocab=c.vocab, d_model=c.config.d_model, n_layers=c.config.n_layers,
-                target_tokens=c.target_tokens, flops=c.flops, first_call_s=first_s)  # fmt: skip
+    info.update(
+        case=c.id,
+        training=c.name,
+        model=c.model,
+        library="torch",
+        device="cpu",
+        dtype="float32",
+        threads=bench.threads,
+        batch=c.batch,
+        n=c.n,
+        vocab=c.vocab,
+        d_model=c.config.d_model,
+        n_layers=c.config.n_layers,
+        target_tokens=c.target_tokens,
+        flops=c.flops,
+        first_call_s=first_s,
+    )
     if benchmark.enabled:
         before = bench.adjacent_ceiling("torch", "float32", "cpu")
     benchmark.pedantic(step, rounds=bench.rounds(first_s), iterations=1, warmup_rounds=0)
@@ -55,9 +69,17 @@ def test_training_step(benchmark: Any, bench: Any, training_case: Any) -> None:
         after = bench.adjacent_ceiling("torch", "float32", "cpu")
         best = benchmark.stats.stats.min
         ceiling = max(before, after)
-        info.update(time_min_s=best, time_median_s=benchmark.stats.stats.median, tokens_per_s=c.target_tokens / best,
-                    gflops=c.flops / best / 1e9, ceiling_before_gflops=before, ceiling_after_gflops=after,
-                    ceiling_gflops=ceiling, mfu=c.flops / best / 1e9 / ceiling, ratio=c.flops / best / 1e9 / ceiling)  # fmt: skip
+        info.update(
+            time_min_s=best,
+            time_median_s=benchmark.stats.stats.median,
+            tokens_per_s=c.target_tokens / best,
+            gflops=c.flops / best / 1e9,
+            ceiling_before_gflops=before,
+            ceiling_after_gflops=after,
+            ceiling_gflops=ceiling,
+            mfu=c.flops / best / 1e9 / ceiling,
+            ratio=c.flops / best / 1e9 / ceiling,
+        )
         info["profile"] = profile_step(step)
 
 
@@ -68,10 +90,26 @@ def test_training_memory(benchmark: Any, bench: Any, memory_case: Any) -> None:
     c = memory_case
     factory = _factory(bench) if c.model.startswith("ours") else None
     bench.apply_threads()
-    step = step_of(c.model, factory, c.config, c.vocab, synthetic_batch(1, c.n, c.vocab), **({"attention_tile": c.tile} if c.model == "ours" else {}))
+    step = step_of(
+        c.model,
+        factory,
+        c.config,
+        c.vocab,
+        synthetic_batch(1, c.n, c.vocab),
+        **({"attention_tile": c.tile} if c.model == "ours" else {}),
+    )
     assert math.isfinite(step()), f"{c.id}: non-finite loss"
     peak, method = M.peak_memory(step, "torch")
     benchmark.group = c.group
-    benchmark.extra_info.update(case=c.id, memory_model=c.model, n=c.n, library="torch", device="cpu", dtype="float32",
-                                peak_bytes=peak, peak_method=method, threads=bench.threads)  # fmt: skip
+    benchmark.extra_info.update(
+        case=c.id,
+        memory_model=c.model,
+        n=c.n,
+        library="torch",
+        device="cpu",
+        dtype="float32",
+        peak_bytes=peak,
+        peak_method=method,
+        threads=bench.threads,
+    )
     benchmark.pedantic(step, rounds=1, iterations=1, warmup_rounds=0)

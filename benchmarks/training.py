@@ -40,7 +40,16 @@ from torch import nn
 from aiayn.implementations.torch_impl import TorchImplementation
 from aiayn.reference.counts import BASE, TransformerConfig, training_step_flops
 
-__all__ = ["CONFIGS", "MEMORY_LENGTHS", "MemoryCase", "Peer", "TrainingCase", "load_factory", "peer_step", "synthetic_batch"]
+__all__ = [
+    "CONFIGS",
+    "MEMORY_LENGTHS",
+    "MemoryCase",
+    "Peer",
+    "TrainingCase",
+    "load_factory",
+    "peer_step",
+    "synthetic_batch",
+]
 
 #: name -> (configuration, vocabulary, sentences, positions per side): the CPU preset at its 4000-token batch, and the
 #: base model (Table 3) at a 1000-token batch (one thread: a few seconds a step).
@@ -130,12 +139,28 @@ class Peer(nn.Module):
         self.d_model = d
         self.embedding = nn.Embedding(vocab, d)
         nn.init.normal_(self.embedding.weight, std=d**-0.5)
-        encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, config.num_heads, config.d_ff, p, batch_first=True),
-                                        config.n_layers, norm=None, enable_nested_tensor=False)  # fmt: skip
-        decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(d, config.num_heads, config.d_ff, p, batch_first=True),
-                                        config.n_layers, norm=None)  # fmt: skip
-        self.transformer = nn.Transformer(d, config.num_heads, config.n_layers, config.n_layers, config.d_ff, p, batch_first=True,
-                                          custom_encoder=encoder, custom_decoder=decoder)  # fmt: skip
+        encoder = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(d, config.num_heads, config.d_ff, p, batch_first=True),
+            config.n_layers,
+            norm=None,
+            enable_nested_tensor=False,
+        )
+        decoder = nn.TransformerDecoder(
+            nn.TransformerDecoderLayer(d, config.num_heads, config.d_ff, p, batch_first=True),
+            config.n_layers,
+            norm=None,
+        )
+        self.transformer = nn.Transformer(
+            d,
+            config.num_heads,
+            config.n_layers,
+            config.n_layers,
+            config.d_ff,
+            p,
+            batch_first=True,
+            custom_encoder=encoder,
+            custom_decoder=decoder,
+        )
         for layer in [*encoder.layers, *decoder.layers]:
             layer.dropout = nn.Identity()  # the FFN-inner dropout the paper does not have
             for attention in ("self_attn", "multihead_attn"):
@@ -145,20 +170,30 @@ class Peer(nn.Module):
         self.register_buffer("pe", pe, persistent=False)
         self.drop = nn.Dropout(p)
 
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, tgt_lengths: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, tgt_lengths: torch.Tensor
+    ) -> torch.Tensor:
         scale = math.sqrt(self.d_model)
         x = self.drop(self.embedding(src) * scale + self.pe[: src.shape[1]])
         y = self.drop(self.embedding(tgt_in) * scale + self.pe[: tgt_in.shape[1]])
         src_pad = torch.arange(src.shape[1])[None, :] >= src_lengths[:, None]  # True = padding, as nn.Transformer wants
         tgt_pad = torch.arange(tgt_in.shape[1])[None, :] >= tgt_lengths[:, None]
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1])
-        h = self.transformer(x, y, tgt_mask=causal, src_key_padding_mask=src_pad.float().masked_fill(src_pad, -math.inf),
-                             tgt_key_padding_mask=tgt_pad.float().masked_fill(tgt_pad, -math.inf),
-                             memory_key_padding_mask=src_pad.float().masked_fill(src_pad, -math.inf), tgt_is_causal=True)  # fmt: skip
+        h = self.transformer(
+            x,
+            y,
+            tgt_mask=causal,
+            src_key_padding_mask=src_pad.float().masked_fill(src_pad, -math.inf),
+            tgt_key_padding_mask=tgt_pad.float().masked_fill(tgt_pad, -math.inf),
+            memory_key_padding_mask=src_pad.float().masked_fill(src_pad, -math.inf),
+            tgt_is_causal=True,
+        )
         return F.linear(h, self.embedding.weight)  # the shared matrix as the pre-softmax projection (§3.4)
 
 
-def peer_step(config: TransformerConfig, vocab_size: int, batch: dict[str, torch.Tensor], *, seed: int = 0) -> Callable[[], float]:
+def peer_step(
+    config: TransformerConfig, vocab_size: int, batch: dict[str, torch.Tensor], *, seed: int = 0
+) -> Callable[[], float]:
     """One training step of :class:`Peer` on ``batch`` (the same contract as our factory)."""
     torch.manual_seed(seed)
     n = max(batch["src"].shape[1], batch["tgt_in"].shape[1])
@@ -169,7 +204,9 @@ def peer_step(config: TransformerConfig, vocab_size: int, batch: dict[str, torch
     def step() -> float:
         optimizer.zero_grad(set_to_none=True)
         logits = model(batch["src"], batch["src_lengths"], batch["tgt_in"], batch["tgt_lengths"])
-        loss = F.cross_entropy(logits.reshape(-1, vocab_size), batch["tgt_out"].reshape(-1), label_smoothing=config.eps_ls)
+        loss = F.cross_entropy(
+            logits.reshape(-1, vocab_size), batch["tgt_out"].reshape(-1), label_smoothing=config.eps_ls
+        )
         loss.backward()
         optimizer.step()
         return float(loss.detach())
@@ -177,8 +214,14 @@ def peer_step(config: TransformerConfig, vocab_size: int, batch: dict[str, torch
     return step
 
 
-def step_of(model: str, factory: Callable[..., Callable[[], float]] | None, config: TransformerConfig, vocab: int,
-            batch: dict[str, torch.Tensor], **kwargs: Any) -> Callable[[], float]:  # fmt: skip
+def step_of(
+    model: str,
+    factory: Callable[..., Callable[[], float]] | None,
+    config: TransformerConfig,
+    vocab: int,
+    batch: dict[str, torch.Tensor],
+    **kwargs: Any,
+) -> Callable[[], float]:
     """The step function of ``model``: "peer", or ours through ``factory`` ("ours-untiled": no tiling)."""
     if model == "peer":
         return peer_step(config, vocab, batch)
@@ -201,19 +244,30 @@ def profile_step(step: Callable[[], float]) -> dict[str, Any]:
         step()
     events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
     total = sum(e.self_cpu_time_total for e in events) / 1e6
-    gemm = sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")) / 1e6
-    others = sorted((e for e in events if e.key not in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")),
-                    key=lambda e: -e.self_cpu_time_total)[:6]  # fmt: skip
+    gemm = (
+        sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"))
+        / 1e6
+    )
+    others = sorted(
+        (e for e in events if e.key not in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")),
+        key=lambda e: -e.self_cpu_time_total,
+    )[:6]
     return {"total_s": total, "gemm_s": gemm, "top_other": [[e.key, e.self_cpu_time_total / 1e6] for e in others]}
 
 
 def training_cases(names: tuple[str, ...], smoke: bool) -> list[TrainingCase]:
     configs = dict([SMOKE_CONFIG]) if smoke else {k: CONFIGS[k] for k in names}
-    return [TrainingCase(name, model, cfg, vocab, b, n) for name, (cfg, vocab, b, n) in configs.items() for model in MODELS]
+    return [
+        TrainingCase(name, model, cfg, vocab, b, n) for name, (cfg, vocab, b, n) in configs.items() for model in MODELS
+    ]
 
 
 def memory_cases(smoke: bool) -> list[MemoryCase]:
-    cfg, vocab = (SMOKE_CONFIG[1][0], SMOKE_CONFIG[1][1]) if smoke else (replace(CONFIGS["cpu"][0], p_drop=0.0), CONFIGS["cpu"][1])
+    cfg, vocab = (
+        (SMOKE_CONFIG[1][0], SMOKE_CONFIG[1][1])
+        if smoke
+        else (replace(CONFIGS["cpu"][0], p_drop=0.0), CONFIGS["cpu"][1])
+    )
     lengths = SMOKE_MEMORY_LENGTHS if smoke else MEMORY_LENGTHS
     tile = 32 if smoke else 256  # the smoke lengths must exceed the tile, or nothing is tiled
     return [MemoryCase(model, n, cfg, vocab, tile) for model in ("ours", "ours-untiled", "peer") for n in lengths]

@@ -44,7 +44,15 @@ from typing import Any
 __all__ = ["TEST_MODULES", "suite"]
 
 #: The suite's test modules, one per paper section.
-TEST_MODULES = ("test_contract", "test_attention", "test_positional", "test_layers", "test_training", "test_model", "test_fixed")
+TEST_MODULES = (
+    "test_contract",
+    "test_attention",
+    "test_positional",
+    "test_layers",
+    "test_training",
+    "test_model",
+    "test_fixed",
+)
 
 
 def suite(impl: str | Sequence[str], *, dtypes: Sequence[str] | None = None) -> dict[str, Any]:
@@ -61,7 +69,13 @@ def suite(impl: str | Sequence[str], *, dtypes: Sequence[str] | None = None) -> 
     tests: dict[str, Any] = {}
     for name in TEST_MODULES:
         module = importlib.import_module(f"aiayn.conformance.{name}")
-        tests.update({key: value for key, value in vars(module).items() if key.startswith("test_") and isinstance(value, Callable)})
+        tests.update(
+            {
+                key: value
+                for key, value in vars(module).items()
+                if key.startswith("test_") and isinstance(value, Callable)
+            }
+        )
     tests["AIAYN_IMPL"] = [impl] if isinstance(impl, str) else list(impl)
     if dtypes is not None:
         tests["AIAYN_DTYPES"] = list(dtypes)

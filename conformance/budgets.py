@@ -93,7 +93,9 @@ def _softmax64(z: np.ndarray) -> np.ndarray:
 # §3.2.1: softmax
 
 
-def _softmax_weight_factor(gap: np.ndarray, p: np.ndarray, widen: np.ndarray | float, n: int, prec: Precision) -> np.ndarray:
+def _softmax_weight_factor(
+    gap: np.ndarray, p: np.ndarray, widen: np.ndarray | float, n: int, prec: Precision
+) -> np.ndarray:
     """Bound c_j on |p_hat_j / p_j - 1| for the max-shifted softmax of scores whose row max may be off.
 
     ``gap`` = (row max - z_j) >= 0 of the visible entries, ``p`` the exact weights, ``widen`` =
@@ -153,8 +155,13 @@ def score_error(q: np.ndarray, e_q: np.ndarray, k: np.ndarray, e_k: np.ndarray, 
     """
     d_k = q.shape[-1]
     kt, ekt = np.swapaxes(k, -1, -2), np.swapaxes(e_k, -1, -2)
-    return (np.matmul(e_q, np.abs(kt)) + np.matmul(np.abs(q), ekt) + np.matmul(e_q, ekt)
-            + gamma(d_k + 4, prec.op) * np.matmul(np.abs(q) + e_q, np.abs(kt) + ekt) + (d_k + 4) * prec.eta) / math.sqrt(d_k)
+    return (
+        np.matmul(e_q, np.abs(kt))
+        + np.matmul(np.abs(q), ekt)
+        + np.matmul(e_q, ekt)
+        + gamma(d_k + 4, prec.op) * np.matmul(np.abs(q) + e_q, np.abs(kt) + ekt)
+        + (d_k + 4) * prec.eta
+    ) / math.sqrt(d_k)
 
 
 def attention_core(
@@ -216,16 +223,16 @@ def attention_core(
     gap = np.where(vis, np.where(np.isfinite(m), m, 0.0) - np.where(vis, s, 0.0), 0.0) + 2 * big_d
     c = _finite(_softmax_weight_factor(gap, p, widen, n_k, prec))
     av = np.abs(v) + e_v  # (..., n_k, d_v)
-    err = (np.matmul(_times(p, c), av) + np.matmul(p, e_v)
-           + gamma(n_k + 1, prec.op) * np.matmul(_times(p, 1 + c), av))
+    err = np.matmul(_times(p, c), av) + np.matmul(p, e_v) + gamma(n_k + 1, prec.op) * np.matmul(_times(p, 1 + c), av)
     alive = np.any(vis, axis=-1, keepdims=True)  # rows with at least one visible key
     err = err + np.where(alive, (n_k + 2) * prec.eta, 0.0) * (np.sum(av, axis=-2, keepdims=True) + 1)
     err = np.where(alive, err, 0.0) * SAFETY
     return err, np.matmul(p, av) + err
 
 
-def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, prec: Precision,
-                                 fully_masked: str = "nan") -> np.ndarray:
+def scaled_dot_product_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, prec: Precision, fully_masked: str = "nan"
+) -> np.ndarray:
     """Bound for Eq. (1) on exact inputs: :func:`attention_core` with no input error (``fully_masked``: the declared policy)."""
     return attention_core(q, k, v, mask, prec, fully_masked=fully_masked)[0]
 
@@ -282,13 +289,24 @@ def multi_head_attention(
     k, e_k = _affine(key, params["w_k"], params.get("b_k"), prec)
     v, e_v = _affine(value, params["w_v"], params.get("b_v"), prec)
     vis = None if mask is None else np.asarray(mask)[..., None, :, :]  # (..., 1, n_q, n_k): every head
-    e_h, mag_h = attention_core(_split(q, h), _split(k, h), _split(v, h), vis, prec, _split(e_q, h), _split(e_k, h), _split(e_v, h),
-                                fully_masked=fully_masked)
+    e_h, mag_h = attention_core(
+        _split(q, h),
+        _split(k, h),
+        _split(v, h),
+        vis,
+        prec,
+        _split(e_q, h),
+        _split(e_k, h),
+        _split(e_v, h),
+        fully_masked=fully_masked,
+    )
     e_h, mag_h = _finite(_merge(e_h)), _finite(_merge(mag_h))  # (..., n_q, h*d_v)
     w_o, b_o = params["w_o"], params.get("b_o")
     ab = 0.0 if b_o is None else np.abs(b_o)
     m = w_o.shape[0]
-    err = np.matmul(e_h, np.abs(w_o)) + gamma(m + 2, prec.op) * (np.matmul(mag_h, np.abs(w_o)) + ab) + (m + 2) * prec.eta
+    err = (
+        np.matmul(e_h, np.abs(w_o)) + gamma(m + 2, prec.op) * (np.matmul(mag_h, np.abs(w_o)) + ab) + (m + 2) * prec.eta
+    )
     return err * SAFETY
 
 
@@ -366,8 +384,12 @@ def layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, pr
         a = gamma(d + 1, prec.op) * np.mean(ax, axis=-1, keepdims=True) + (d + 1) * prec.eta
         alpha = a + prec.op * (np.abs(c) + a) + prec.eta
         rms_alpha = np.sqrt(np.mean(alpha * alpha, axis=-1, keepdims=True))
-        beta = (rms_alpha + gamma(d + 4, prec.op) * (s + rms_alpha) + gamma(d, prec.op) * np.sqrt(np.mean(ax * ax, axis=-1, keepdims=True))
-                + (d + 2) * prec.eta / s)
+        beta = (
+            rms_alpha
+            + gamma(d + 4, prec.op) * (s + rms_alpha)
+            + gamma(d, prec.op) * np.sqrt(np.mean(ax * ax, axis=-1, keepdims=True))
+            + (d + 2) * prec.eta / s
+        )
     x_hat = c / s
     with np.errstate(divide="ignore", invalid="ignore"):
         delta = np.where(beta < s, (alpha + np.abs(x_hat) * beta) / (s - beta), np.inf)
@@ -379,7 +401,9 @@ def layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, pr
 # §3.3, Eq. (2): the position-wise feed-forward network
 
 
-def feed_forward(x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray, prec: Precision) -> np.ndarray:
+def feed_forward(
+    x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray, prec: Precision
+) -> np.ndarray:
     """Bound for FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3, Eq. (2)).
 
     Derivation. hidden = x W1 + b1 is affine (``_affine``: e_hid = gamma_{d+2} (|x||W1| + |b1|));
@@ -391,7 +415,11 @@ def feed_forward(x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, 
     e_hid = _finite(e_hid)
     mag = np.maximum(hid, 0.0) + e_hid
     m = w2.shape[0]
-    err = np.matmul(e_hid, np.abs(w2)) + gamma(m + 2, prec.op) * (np.matmul(mag, np.abs(w2)) + np.abs(b2)) + (m + 2) * prec.eta
+    err = (
+        np.matmul(e_hid, np.abs(w2))
+        + gamma(m + 2, prec.op) * (np.matmul(mag, np.abs(w2)) + np.abs(b2))
+        + (m + 2) * prec.eta
+    )
     return err * SAFETY
 
 
@@ -413,7 +441,7 @@ def lrate(value: Any, prec: Precision, step: Any = 0, d_model: float = 1.0) -> A
     dtype: one computing the schedule in float32 is held to float32's budget.
     """
     r = (1 + prec.t) ** 3 * (1 + prec.op) ** 4 - 1
-    underflow = (np.asarray(step, dtype=np.float64) + 1) * d_model ** -0.5 * (1 + r) * prec.eta + prec.eta
+    underflow = (np.asarray(step, dtype=np.float64) + 1) * d_model**-0.5 * (1 + r) * prec.eta + prec.eta
     return (np.abs(value) * r + underflow) * SAFETY
 
 
@@ -454,14 +482,17 @@ def smoothed_cross_entropy(logits: np.ndarray, q: np.ndarray, prec: Precision) -
     log_s = np.log(s)
     rho = np.expm1(prec.op * gap) * (1 + prec.t) + prec.t
     big_r = np.sum(p * rho, axis=-1, keepdims=True)
-    lo = (1 - big_r) * (1 - gamma(k - 1, prec.op)) - (k + 2) * prec.eta  # S >= 1: underflowed terms cost (k + 2) eta relative
+    lo = (1 - big_r) * (1 - gamma(k - 1, prec.op)) - (
+        k + 2
+    ) * prec.eta  # S >= 1: underflowed terms cost (k + 2) eta relative
     with np.errstate(divide="ignore", invalid="ignore"):
         lam = np.where(lo > 0, -np.log(np.where(lo > 0, lo, 1.0)), np.inf)
     ell = gap + log_s
     d_ell = prec.op * gap + lam + prec.t * (log_s + lam) + gamma(2, prec.op) * (ell + lam)
     dq = gamma(4, prec.op) * q
-    err = (np.sum((q + dq) * d_ell + dq * ell, axis=-1) + gamma(k + 3, prec.op) * np.sum((q + dq) * (ell + d_ell), axis=-1)
-           + (k + 3) * prec.eta)
+    err = (
+        np.sum((q + dq) * d_ell + dq * ell, axis=-1)
+        + gamma(k + 3, prec.op) * np.sum((q + dq) * (ell + d_ell), axis=-1)
+        + (k + 3) * prec.eta
+    )
     return err * SAFETY
-
-

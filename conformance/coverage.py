@@ -33,7 +33,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DEFAULT_MAX_UNCHECKED", "MAX_UNCHECKED", "MAX_UNSUPPORTED", "OUT_OF_SCOPE", "declared_inconclusive", "max_unchecked"]
+__all__ = [
+    "DEFAULT_MAX_UNCHECKED",
+    "MAX_UNCHECKED",
+    "MAX_UNSUPPORTED",
+    "OUT_OF_SCOPE",
+    "declared_inconclusive",
+    "max_unchecked",
+]
 
 DEFAULT_MAX_UNCHECKED = 0.01
 

@@ -65,7 +65,11 @@ PAPER = Ops()
 
 
 def _compute_type(dtype: str | None) -> Any:
-    return LD if dtype is None else {"float64": np.float64, "float32": np.float32, "float16": np.float16}.get(dtype, np.float32)
+    return (
+        LD
+        if dtype is None
+        else {"float64": np.float64, "float32": np.float32, "float16": np.float16}.get(dtype, np.float32)
+    )
 
 
 def _softmax(z: np.ndarray, axis: int, ops: Ops, dtype: str | None = None) -> np.ndarray:
@@ -83,13 +87,26 @@ def softmax(x: np.ndarray, axis: int, ops: Ops = PAPER, dtype: str | None = None
     return _softmax(np.asarray(x, dtype=LD), axis, ops, dtype)
 
 
-def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, fully_masked: str,
-                                 ops: Ops = PAPER, d_model: int | None = None) -> np.ndarray:
+def scaled_dot_product_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None,
+    fully_masked: str,
+    ops: Ops = PAPER,
+    d_model: int | None = None,
+) -> np.ndarray:
     q, k, v = (np.asarray(a, dtype=LD) for a in (q, k, v))
     d_k = q.shape[-1]
-    divisor = {"sqrt_dk": np.sqrt(LD(d_k)), "dk": LD(d_k), "none": LD(1), "sqrt_dmodel": np.sqrt(LD(d_model or d_k))}[ops.scale]
+    divisor = {"sqrt_dk": np.sqrt(LD(d_k)), "dk": LD(d_k), "none": LD(1), "sqrt_dmodel": np.sqrt(LD(d_model or d_k))}[
+        ops.scale
+    ]
     s = np.matmul(q, np.swapaxes(k, -1, -2)) / divisor  # (..., n_q, n_k)
-    visible = np.ones(s.shape, dtype=bool) if mask is None or ops.mask == "ignored" else np.broadcast_to(np.asarray(mask, dtype=bool), s.shape)
+    visible = (
+        np.ones(s.shape, dtype=bool)
+        if mask is None or ops.mask == "ignored"
+        else np.broadcast_to(np.asarray(mask, dtype=bool), s.shape)
+    )
     if ops.mask == "-inf":
         s = np.where(visible, s, LD(-np.inf))
     elif ops.mask.startswith("add:"):
@@ -126,8 +143,16 @@ def _affine(x: np.ndarray, w: Any, b: Any) -> np.ndarray:
     return out if b is None else out + np.asarray(b, dtype=LD)
 
 
-def multi_head_attention(query: np.ndarray, key: np.ndarray, value: np.ndarray, params: Mapping[str, Any], num_heads: int,
-                         mask: np.ndarray | None, fully_masked: str, ops: Ops = PAPER) -> np.ndarray:
+def multi_head_attention(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    params: Mapping[str, Any],
+    num_heads: int,
+    mask: np.ndarray | None,
+    fully_masked: str,
+    ops: Ops = PAPER,
+) -> np.ndarray:
     h = int(num_heads)
     query, key, value = (np.asarray(a, dtype=LD) for a in (query, key, value))
     q = _split(_affine(query, params["w_q"], params.get("b_q")), h, ops.heads)
@@ -145,7 +170,7 @@ def positional_encoding(length: int, d_model: int, ops: Ops = PAPER) -> np.ndarr
     theta = pos * np.power(LD(1000.0 if ops.pe == "base_1000" else 10000.0), -exponent)  # (length, d/2)
     pe = np.empty((length, d_model), dtype=LD)
     if ops.pe == "halves":
-        pe[:, : d_model // 2], pe[:, d_model // 2:] = np.sin(theta), np.cos(theta)
+        pe[:, : d_model // 2], pe[:, d_model // 2 :] = np.sin(theta), np.cos(theta)
     elif ops.pe == "swapped":
         pe[:, 0::2], pe[:, 1::2] = np.cos(theta), np.sin(theta)
     else:
@@ -153,7 +178,9 @@ def positional_encoding(length: int, d_model: int, ops: Ops = PAPER) -> np.ndarr
     return pe
 
 
-def layer_norm(x: np.ndarray, gain: Any, bias: Any, eps: float, ops: Ops = PAPER, dtype: str | None = None) -> np.ndarray:
+def layer_norm(
+    x: np.ndarray, gain: Any, bias: Any, eps: float, ops: Ops = PAPER, dtype: str | None = None
+) -> np.ndarray:
     g, b = np.asarray(gain, dtype=LD), np.asarray(bias, dtype=LD)
     if ops.layer_norm == "one_pass":  # numerical: E[x^2] - E[x]^2 in the dtype, as such code computes it
         xd = np.asarray(x).astype(_compute_type(dtype))
@@ -165,7 +192,9 @@ def layer_norm(x: np.ndarray, gain: Any, bias: Any, eps: float, ops: Ops = PAPER
         xt = np.asarray(x).astype(t)
         mean = np.mean(xt, axis=-1, keepdims=True)
         var = np.mean(np.square(xt - mean), axis=-1, keepdims=True)
-        r = (1 / np.sqrt((var + t(eps)).astype(np.float64))).astype(t) * g.astype(t)  # rsqrt, one rounding (Keras: ops.rsqrt)
+        r = (1 / np.sqrt((var + t(eps)).astype(np.float64))).astype(t) * g.astype(
+            t
+        )  # rsqrt, one rounding (Keras: ops.rsqrt)
         return (xt * r + (b.astype(t) - mean * r)).astype(LD)
     x = np.asarray(x, dtype=LD)
     d = x.shape[-1]
@@ -183,8 +212,11 @@ def feed_forward(x: np.ndarray, w1: Any, b1: Any, w2: Any, b2: Any, ops: Ops = P
         hidden = np.maximum(np.matmul(x, np.asarray(w1, dtype=LD)), 0) + np.asarray(b1, dtype=LD)
     else:
         pre = _affine(x, w1, b1)
-        hidden = {"relu": lambda: np.maximum(pre, 0), "none": lambda: pre,
-                  "gelu": lambda: pre * (1 + np.vectorize(math.erf)(pre.astype(np.float64) / math.sqrt(2))).astype(LD) / 2}[ops.activation]()
+        hidden = {
+            "relu": lambda: np.maximum(pre, 0),
+            "none": lambda: pre,
+            "gelu": lambda: pre * (1 + np.vectorize(math.erf)(pre.astype(np.float64) / math.sqrt(2))).astype(LD) / 2,
+        }[ops.activation]()
     return _affine(hidden, w2, b2)
 
 
@@ -192,17 +224,32 @@ def _norm(x: np.ndarray, p: Mapping[str, Any], eps: float, ops: Ops) -> np.ndarr
     return layer_norm(x, p["gain"], p["bias"], eps, ops)
 
 
-def _sublayer(x: np.ndarray, norm: Mapping[str, Any], eps: float, ops: Ops, f: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+def _sublayer(
+    x: np.ndarray, norm: Mapping[str, Any], eps: float, ops: Ops, f: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
     """LayerNorm(x + f(x)) (post-norm, §3.1) or x + f(LayerNorm(x)) (pre-norm)."""
     if ops.residual == "pre":
         return x + f(_norm(x, norm, eps, ops))
     return _norm(x + f(x), norm, eps, ops)
 
 
-def encoder_layer(x: np.ndarray, params: Mapping[str, Any], num_heads: int, mask: np.ndarray | None, eps: float, fully_masked: str,
-                  ops: Ops = PAPER) -> np.ndarray:
+def encoder_layer(
+    x: np.ndarray,
+    params: Mapping[str, Any],
+    num_heads: int,
+    mask: np.ndarray | None,
+    eps: float,
+    fully_masked: str,
+    ops: Ops = PAPER,
+) -> np.ndarray:
     x = np.asarray(x, dtype=LD)
-    z = _sublayer(x, params["norm1"], eps, ops, lambda t: multi_head_attention(t, t, t, params["self_attn"], num_heads, mask, fully_masked, ops))
+    z = _sublayer(
+        x,
+        params["norm1"],
+        eps,
+        ops,
+        lambda t: multi_head_attention(t, t, t, params["self_attn"], num_heads, mask, fully_masked, ops),
+    )
     f = params["ffn"]
     return _sublayer(z, params["norm2"], eps, ops, lambda t: feed_forward(t, f["w1"], f["b1"], f["w2"], f["b2"], ops))
 
@@ -211,29 +258,64 @@ def _causal(n: int, ops: Ops) -> np.ndarray:
     return np.arange(n)[None, :] <= np.arange(n)[:, None] + ops.causal_offset
 
 
-def decoder_layer(y: np.ndarray, memory: np.ndarray, params: Mapping[str, Any], num_heads: int, self_mask: np.ndarray | None,
-                  memory_mask: np.ndarray | None, eps: float, fully_masked: str, ops: Ops = PAPER) -> np.ndarray:
+def decoder_layer(
+    y: np.ndarray,
+    memory: np.ndarray,
+    params: Mapping[str, Any],
+    num_heads: int,
+    self_mask: np.ndarray | None,
+    memory_mask: np.ndarray | None,
+    eps: float,
+    fully_masked: str,
+    ops: Ops = PAPER,
+) -> np.ndarray:
     y, memory = np.asarray(y, dtype=LD), np.asarray(memory, dtype=LD)
     self_mask = _causal(y.shape[-2], ops) if self_mask is None else self_mask
-    a = _sublayer(y, params["norm1"], eps, ops, lambda t: multi_head_attention(t, t, t, params["self_attn"], num_heads, self_mask, fully_masked, ops))
-    b = _sublayer(a, params["norm2"], eps, ops,
-                  lambda t: multi_head_attention(t, memory, memory, params["cross_attn"], num_heads, memory_mask, fully_masked, ops))
+    a = _sublayer(
+        y,
+        params["norm1"],
+        eps,
+        ops,
+        lambda t: multi_head_attention(t, t, t, params["self_attn"], num_heads, self_mask, fully_masked, ops),
+    )
+    b = _sublayer(
+        a,
+        params["norm2"],
+        eps,
+        ops,
+        lambda t: multi_head_attention(
+            t, memory, memory, params["cross_attn"], num_heads, memory_mask, fully_masked, ops
+        ),
+    )
     f = params["ffn"]
     return _sublayer(b, params["norm3"], eps, ops, lambda t: feed_forward(t, f["w1"], f["b1"], f["w2"], f["b2"], ops))
 
 
-def transformer_forward(src: np.ndarray, tgt: np.ndarray, params: Mapping[str, Any], num_heads: int, src_lengths: np.ndarray | None,
-                        tgt_lengths: np.ndarray | None, eps: float, fully_masked: str, ops: Ops = PAPER) -> np.ndarray:
+def transformer_forward(
+    src: np.ndarray,
+    tgt: np.ndarray,
+    params: Mapping[str, Any],
+    num_heads: int,
+    src_lengths: np.ndarray | None,
+    tgt_lengths: np.ndarray | None,
+    eps: float,
+    fully_masked: str,
+    ops: Ops = PAPER,
+) -> np.ndarray:
     emb = np.asarray(params["embedding"], dtype=LD)
     d = emb.shape[1]
 
     def embed(tokens: np.ndarray) -> np.ndarray:
         n = tokens.shape[-1]
-        positions = np.asarray(params["positional"], dtype=LD)[:n] if "positional" in params else positional_encoding(n, d, ops)
+        positions = (
+            np.asarray(params["positional"], dtype=LD)[:n] if "positional" in params else positional_encoding(n, d, ops)
+        )
         return emb[tokens] * (np.sqrt(LD(d)) if ops.embed_scale else LD(1)) + positions
 
     n_src, n_tgt = src.shape[-1], tgt.shape[-1]
-    src_mask = None if src_lengths is None else (np.arange(n_src)[None, :] < np.asarray(src_lengths)[:, None])[:, None, :]
+    src_mask = (
+        None if src_lengths is None else (np.arange(n_src)[None, :] < np.asarray(src_lengths)[:, None])[:, None, :]
+    )
     tgt_mask = _causal(n_tgt, ops)
     if tgt_lengths is not None:
         tgt_mask = tgt_mask & (np.arange(n_tgt)[None, :] < np.asarray(tgt_lengths)[:, None])[:, None, :]
@@ -251,7 +333,9 @@ def lrate(steps: Any, d_model: int, warmup_steps: int, step_zero: str, ops: Ops 
     if step_zero == "one":
         s = np.maximum(s, 1)
     with np.errstate(divide="ignore"):
-        return np.where(s == 0, LD(0), np.minimum(1 / np.sqrt(s), s * LD(warmup_steps) ** LD(-1.5)) / np.sqrt(LD(d_model)))
+        return np.where(
+            s == 0, LD(0), np.minimum(1 / np.sqrt(s), s * LD(warmup_steps) ** LD(-1.5)) / np.sqrt(LD(d_model))
+        )
 
 
 def _smoothing_args(declared: str, padding_id: int, ops: Ops) -> dict[str, Any] | None:
@@ -263,7 +347,9 @@ def _smoothing_args(declared: str, padding_id: int, ops: Ops) -> dict[str, Any] 
     return {"variant": chosen, "padding_id": None}
 
 
-def label_smoothing(targets: np.ndarray, vocab_size: int, eps: float, declared: str, padding_id: int, ops: Ops = PAPER) -> np.ndarray:
+def label_smoothing(
+    targets: np.ndarray, vocab_size: int, eps: float, declared: str, padding_id: int, ops: Ops = PAPER
+) -> np.ndarray:
     from aiayn.reference.training import label_smoothing as smooth
 
     args = _smoothing_args(declared, padding_id, ops)
@@ -272,7 +358,9 @@ def label_smoothing(targets: np.ndarray, vocab_size: int, eps: float, declared: 
     return smooth(targets, vocab_size, eps, **args)
 
 
-def smoothed_cross_entropy(logits: np.ndarray, targets: np.ndarray, eps: float, declared: str, padding_id: int, ops: Ops = PAPER) -> np.ndarray:
+def smoothed_cross_entropy(
+    logits: np.ndarray, targets: np.ndarray, eps: float, declared: str, padding_id: int, ops: Ops = PAPER
+) -> np.ndarray:
     q = label_smoothing(targets, np.shape(logits)[-1], eps, declared, padding_id, ops).astype(LD)
     z = np.asarray(logits, dtype=LD)
     w = z - np.max(z, axis=-1, keepdims=True)
@@ -281,10 +369,18 @@ def smoothed_cross_entropy(logits: np.ndarray, targets: np.ndarray, eps: float, 
 
 
 _MODEL: dict[str, Callable[..., np.ndarray]] = {
-    "softmax": softmax, "scaled_dot_product_attention": scaled_dot_product_attention, "multi_head_attention": multi_head_attention,
-    "positional_encoding": positional_encoding, "layer_norm": layer_norm, "feed_forward": feed_forward, "lrate": lrate,
-    "label_smoothing": label_smoothing, "smoothed_cross_entropy": smoothed_cross_entropy, "encoder_layer": encoder_layer,
-    "decoder_layer": decoder_layer, "transformer_forward": transformer_forward,
+    "softmax": softmax,
+    "scaled_dot_product_attention": scaled_dot_product_attention,
+    "multi_head_attention": multi_head_attention,
+    "positional_encoding": positional_encoding,
+    "layer_norm": layer_norm,
+    "feed_forward": feed_forward,
+    "lrate": lrate,
+    "label_smoothing": label_smoothing,
+    "smoothed_cross_entropy": smoothed_cross_entropy,
+    "encoder_layer": encoder_layer,
+    "decoder_layer": decoder_layer,
+    "transformer_forward": transformer_forward,
 }
 
 
@@ -308,16 +404,22 @@ class Departure:
     note: str
     equations: frozenset[str]
     ops: Ops = PAPER
-    precision: str | None = None  # compare within this dtype's budget ("float32": float32 inside float64), or "ftz": the check's dtype
+    precision: str | None = (
+        None  # compare within this dtype's budget ("float32": float32 inside float64), or "ftz": the check's dtype
+    )
     # with subnormal results flushed to zero (numerics.PRECISIONS "<dtype>-ftz": every underflow errs by up to 2^emin, not eta)
     numerical: bool = False  # computed in the check's dtype
-    compute: str | None = None  # numerical, computed in this dtype whatever the check's (a narrower one: code that upcasts)
+    compute: str | None = (
+        None  # numerical, computed in this dtype whatever the check's (a narrower one: code that upcasts)
+    )
 
     def output(self, equation: str, args: Mapping[str, Any], dtype: str) -> np.ndarray:
         return evaluate(equation, args, self.ops, self.compute or (dtype if self.numerical else None))
 
 
-_ATTENTION = frozenset({"scaled_dot_product_attention", "multi_head_attention", "encoder_layer", "decoder_layer", "transformer_forward"})
+_ATTENTION = frozenset(
+    {"scaled_dot_product_attention", "multi_head_attention", "encoder_layer", "decoder_layer", "transformer_forward"}
+)
 _HEADS = _ATTENTION - {"scaled_dot_product_attention"}
 _LAYERS = frozenset({"encoder_layer", "decoder_layer", "transformer_forward"})
 _LN = frozenset({"layer_norm"}) | _LAYERS
@@ -334,63 +436,186 @@ def _d(name: str, note: str, equations: frozenset[str], **ops: Any) -> Departure
 
 #: Every departure the suite can name. The project's mutants (``mutants.py``) each carry one of these names.
 CATALOGUE: tuple[Departure, ...] = (
-    _d("no 1/sqrt(d_k) scaling", "Eq. (1) without its scale: the scores of plain dot-product attention", _ATTENTION, scale="none"),
+    _d(
+        "no 1/sqrt(d_k) scaling",
+        "Eq. (1) without its scale: the scores of plain dot-product attention",
+        _ATTENTION,
+        scale="none",
+    ),
     _d("scores divided by d_k instead of sqrt(d_k)", "a square root forgotten", _ATTENTION, scale="dk"),
-    _d("scores scaled by 1/sqrt(d_model) instead of 1/sqrt(d_k)", "the model width used for the head width", _HEADS, scale="sqrt_dmodel"),
-    _d("softmax over the queries instead of the keys", "the attention weights normalised along the wrong axis", _ATTENTION, softmax_over="queries"),
-    _d("mask applied after the softmax", "masked weights zeroed without renormalising", _ATTENTION, mask="after_softmax"),
-    _d("finite mask value -1e4 added to the scores", "additive masks in fp16 code (a finite value leaks weight; §3.2.3 sets -inf)",
-       _ATTENTION, mask="add:-1e4"),
+    _d(
+        "scores scaled by 1/sqrt(d_model) instead of 1/sqrt(d_k)",
+        "the model width used for the head width",
+        _HEADS,
+        scale="sqrt_dmodel",
+    ),
+    _d(
+        "softmax over the queries instead of the keys",
+        "the attention weights normalised along the wrong axis",
+        _ATTENTION,
+        softmax_over="queries",
+    ),
+    _d(
+        "mask applied after the softmax",
+        "masked weights zeroed without renormalising",
+        _ATTENTION,
+        mask="after_softmax",
+    ),
+    _d(
+        "finite mask value -1e4 added to the scores",
+        "additive masks in fp16 code (a finite value leaks weight; §3.2.3 sets -inf)",
+        _ATTENTION,
+        mask="add:-1e4",
+    ),
     _d("finite mask value -1e9 added to the scores", "additive masks (§3.2.3 sets -inf)", _ATTENTION, mask="add:-1e9"),
-    _d("masked scores set to -1e9 (masked_fill)", "the Annotated Transformer and many tutorials (§3.2.3 sets -inf)", _ATTENTION, mask="fill:-1e9"),
+    _d(
+        "masked scores set to -1e9 (masked_fill)",
+        "the Annotated Transformer and many tutorials (§3.2.3 sets -inf)",
+        _ATTENTION,
+        mask="fill:-1e9",
+    ),
     _d("mask ignored", "the mask argument never applied", _ATTENTION, mask="ignored"),
-    _d("fully masked rows give zeros", "PyTorch's SDPA behaviour, where another policy is declared", _ATTENTION, fully_masked="zeros"),
-    _d("fully masked rows give NaN", "plain -inf masking (0/0), where another policy is declared", _ATTENTION, fully_masked="nan"),
-    _d("fully masked rows give the mean of the values", "a finite mask value, where another policy is declared", _ATTENTION, fully_masked="uniform"),
-    _d("softmax without the max shift", "exp overflows for large scores (numerical, in the dtype)", frozenset({"softmax"}), softmax_shift=False,
-       numerical=True),
-    _d("softmax over the last axis whatever axis says", "the axis argument ignored", frozenset({"softmax"}), softmax_last_axis=True),
-    _d("heads interleaved (head i takes columns i, i+h, ...)", "a reshape to (d_k, h) instead of (h, d_k)", _HEADS, heads="strided"),
+    _d(
+        "fully masked rows give zeros",
+        "PyTorch's SDPA behaviour, where another policy is declared",
+        _ATTENTION,
+        fully_masked="zeros",
+    ),
+    _d(
+        "fully masked rows give NaN",
+        "plain -inf masking (0/0), where another policy is declared",
+        _ATTENTION,
+        fully_masked="nan",
+    ),
+    _d(
+        "fully masked rows give the mean of the values",
+        "a finite mask value, where another policy is declared",
+        _ATTENTION,
+        fully_masked="uniform",
+    ),
+    _d(
+        "softmax without the max shift",
+        "exp overflows for large scores (numerical, in the dtype)",
+        frozenset({"softmax"}),
+        softmax_shift=False,
+        numerical=True,
+    ),
+    _d(
+        "softmax over the last axis whatever axis says",
+        "the axis argument ignored",
+        frozenset({"softmax"}),
+        softmax_last_axis=True,
+    ),
+    _d(
+        "heads interleaved (head i takes columns i, i+h, ...)",
+        "a reshape to (d_k, h) instead of (h, d_k)",
+        _HEADS,
+        heads="strided",
+    ),
     _d("heads concatenated in reverse order", "Concat(head_h, ..., head_1)", _HEADS, heads="reversed"),
     _d("cos in the even, sin in the odd dimensions", "§3.5 puts sin at 2i, cos at 2i+1", _PE, pe="swapped"),
-    _d("sin and cos in two halves", "concatenated [sin | cos] instead of interleaved (tensor2tensor's layout)", _PE, pe="halves"),
+    _d(
+        "sin and cos in two halves",
+        "concatenated [sin | cos] instead of interleaved (tensor2tensor's layout)",
+        _PE,
+        pe="halves",
+    ),
     _d("exponent i/d_model instead of 2i/d_model", "the dimension index used for the pair index", _PE, pe="exponent_i"),
     _d("positions counted from 1", "§3.5 counts pos from 0", _PE, pe="from_one"),
     _d("positional base 1000 instead of 10000", "§3.5's wavelengths go up to 10000 * 2 pi", _PE, pe="base_1000"),
-    _d("eps added to the std", "(x - mean) / (std + eps); the paper's LayerNorm has eps inside the square root", _LN, layer_norm="eps_std"),
-    _d("unbiased variance", "var with d - 1 (torch.std's default); LayerNorm normalises by the biased one", _LN, layer_norm="unbiased"),
-    _d("unbiased variance, eps added to the std", "x.std(-1) + eps: the Annotated Transformer's LayerNorm", _LN, layer_norm="unbiased_eps_std"),
-    _d("one-pass variance E[x^2] - E[x]^2", "cancels catastrophically on near-constant rows (numerical, in the dtype)", frozenset({"layer_norm"}),
-       layer_norm="one_pass", numerical=True),
+    _d(
+        "eps added to the std",
+        "(x - mean) / (std + eps); the paper's LayerNorm has eps inside the square root",
+        _LN,
+        layer_norm="eps_std",
+    ),
+    _d(
+        "unbiased variance",
+        "var with d - 1 (torch.std's default); LayerNorm normalises by the biased one",
+        _LN,
+        layer_norm="unbiased",
+    ),
+    _d(
+        "unbiased variance, eps added to the std",
+        "x.std(-1) + eps: the Annotated Transformer's LayerNorm",
+        _LN,
+        layer_norm="unbiased_eps_std",
+    ),
+    _d(
+        "one-pass variance E[x^2] - E[x]^2",
+        "cancels catastrophically on near-constant rows (numerical, in the dtype)",
+        frozenset({"layer_norm"}),
+        layer_norm="one_pass",
+        numerical=True,
+    ),
     _d("no ReLU", "FFN without its max(0, .): two linear maps", _FFN, activation="none"),
     _d("GELU instead of ReLU", "BERT's and GPT's activation; Eq. (2) has max(0, .)", _FFN, activation="gelu"),
     _d("bias after the ReLU", "max(0, x W1) + b1 instead of max(0, x W1 + b1)", _FFN, activation="bias_after_relu"),
-    _d("pre-norm sub-layers x + Sublayer(LayerNorm(x))", "GPT-2, the Annotated Transformer, tensor2tensor's later default; §3.1 is post-norm",
-       _LAYERS, residual="pre"),
-    _d("embeddings not scaled by sqrt(d_model)", "§3.4 multiplies the embedding weights by sqrt(d_model)", frozenset({"transformer_forward"}),
-       embed_scale=False),
-    _d("causal mask off by one (position i sees i + 1)", "§3.2.3 allows j <= i", frozenset({"decoder_layer", "transformer_forward"}),
-       causal_offset=1),
+    _d(
+        "pre-norm sub-layers x + Sublayer(LayerNorm(x))",
+        "GPT-2, the Annotated Transformer, tensor2tensor's later default; §3.1 is post-norm",
+        _LAYERS,
+        residual="pre",
+    ),
+    _d(
+        "embeddings not scaled by sqrt(d_model)",
+        "§3.4 multiplies the embedding weights by sqrt(d_model)",
+        frozenset({"transformer_forward"}),
+        embed_scale=False,
+    ),
+    _d(
+        "causal mask off by one (position i sees i + 1)",
+        "§3.2.3 allows j <= i",
+        frozenset({"decoder_layer", "transformer_forward"}),
+        causal_offset=1,
+    ),
     _d("lrate shifted by one step", "a 0-based step counter fed to Eq. (3)", frozenset({"lrate"}), lrate_shift=1),
     _d("smoothing over K classes", "Szegedy et al.'s form, where another is declared", _SMOOTH, smoothing="K"),
     _d("smoothing over K-1 classes", "tensor2tensor's form, where another is declared", _SMOOTH, smoothing="K-1"),
-    _d("smoothing over K-2 classes (a padding class)", "the Annotated Transformer's LabelSmoothing, where another is declared", _SMOOTH,
-       smoothing="K-2"),
+    _d(
+        "smoothing over K-2 classes (a padding class)",
+        "the Annotated Transformer's LabelSmoothing, where another is declared",
+        _SMOOTH,
+        smoothing="K-2",
+    ),
     _d("no label smoothing (one-hot targets)", "eps ignored", _SMOOTH, smoothing="none"),
-    _d("float32 inside a float64 claim", "computed in float32 while declaring float64: agrees with the paper within float32's budget only", _ALL,
-       precision="float32"),
-    _d("subnormal results flushed to zero", "FTZ/DAZ arithmetic (XLA's CPU backend, fast-math builds): agrees with the paper within the "
-       "budget whose underflow unit is 2^emin, the smallest normal, instead of the subnormal spacing", _ALL, precision="ftz"),
-    _d("LayerNorm as x r + (beta - mean r), r = gain / sqrt(var + eps)", "one multiply-add per element (Keras' LayerNormalization): x r and "
-       "mean r cancel on rows whose mean is large beside their spread (numerical, in the dtype)", _LN, layer_norm="scale_shift",
-       numerical=True),
-    _d("LayerNorm as x r + (beta - mean r), computed in float32", "the same one multiply-add form computed in float32 on float16 or "
-       "bfloat16 inputs and rounded at the end (Keras' LayerNormalization under JAX): the cancellation of float32, not the "
-       "overflow of float16", _LN, layer_norm="scale_shift", numerical=True, compute="float32"),
+    _d(
+        "float32 inside a float64 claim",
+        "computed in float32 while declaring float64: agrees with the paper within float32's budget only",
+        _ALL,
+        precision="float32",
+    ),
+    _d(
+        "subnormal results flushed to zero",
+        "FTZ/DAZ arithmetic (XLA's CPU backend, fast-math builds): agrees with the paper within the "
+        "budget whose underflow unit is 2^emin, the smallest normal, instead of the subnormal spacing",
+        _ALL,
+        precision="ftz",
+    ),
+    _d(
+        "LayerNorm as x r + (beta - mean r), r = gain / sqrt(var + eps)",
+        "one multiply-add per element (Keras' LayerNormalization): x r and "
+        "mean r cancel on rows whose mean is large beside their spread (numerical, in the dtype)",
+        _LN,
+        layer_norm="scale_shift",
+        numerical=True,
+    ),
+    _d(
+        "LayerNorm as x r + (beta - mean r), computed in float32",
+        "the same one multiply-add form computed in float32 on float16 or "
+        "bfloat16 inputs and rounded at the end (Keras' LayerNormalization under JAX): the cancellation of float32, not the "
+        "overflow of float16",
+        _LN,
+        layer_norm="scale_shift",
+        numerical=True,
+        compute="float32",
+    ),
 )
 
 
-def explain(equation: str, args: Mapping[str, Any], got: np.ndarray, budget_at: Callable[[str], np.ndarray], dtype: str) -> list[str]:
+def explain(
+    equation: str, args: Mapping[str, Any], got: np.ndarray, budget_at: Callable[[str], np.ndarray], dtype: str
+) -> list[str]:
     """The names of the departures whose output agrees with ``got`` within budget (empty: no known departure matches).
 
     ``args``: the oracle's arguments for ``equation`` (as :func:`evaluate` takes them);
@@ -407,7 +632,9 @@ def explain(equation: str, args: Mapping[str, Any], got: np.ndarray, budget_at: 
     from aiayn.conformance.numerics import precision
 
     got = np.asarray(got, dtype=np.float64)
-    undefined = np.isnan(evaluate(equation, args))  # the paper's NaN (fully masked rows): the check's budget is a bare floor there
+    undefined = np.isnan(
+        evaluate(equation, args)
+    )  # the paper's NaN (fully masked rows): the check's budget is a bare floor there
     names, arithmetic = [], []
     for departure in CATALOGUE:
         if equation not in departure.equations or (departure.precision not in (None, "ftz") and dtype != "float64"):
@@ -421,7 +648,9 @@ def explain(equation: str, args: Mapping[str, Any], got: np.ndarray, budget_at: 
         except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
             continue  # this departure has no meaning for these inputs (e.g. a d - 1 of 0)
         u = precision(dtype).u
-        budget = _where_undefined(budget, undefined, got, variant, u, _added_mask_rounding(departure, equation, args, u))
+        budget = _where_undefined(
+            budget, undefined, got, variant, u, _added_mask_rounding(departure, equation, args, u)
+        )
         if variant.shape == got.shape and _agrees(got, variant, budget):
             (arithmetic if departure.precision is not None else names).append(departure.name)
     return arithmetic or names
@@ -434,15 +663,18 @@ def explain(equation: str, args: Mapping[str, Any], got: np.ndarray, budget_at: 
 UNDEFINED_ROUNDOFFS = 64
 
 
-def _where_undefined(budget: np.ndarray, undefined: np.ndarray, got: np.ndarray, variant: np.ndarray, u: float,
-                     extra: float = 0.0) -> np.ndarray:
+def _where_undefined(
+    budget: np.ndarray, undefined: np.ndarray, got: np.ndarray, variant: np.ndarray, u: float, extra: float = 0.0
+) -> np.ndarray:
     """The budget, with :data:`UNDEFINED_ROUNDOFFS` u |value| (plus ``extra``) where the paper's output is NaN (its budget
     is a bare floor there)."""
     budget = np.broadcast_to(np.asarray(budget, dtype=np.float64), got.shape)
     if undefined.shape != got.shape or not np.any(undefined):
         return budget
     with np.errstate(invalid="ignore"):
-        relative = UNDEFINED_ROUNDOFFS * u * np.maximum(np.abs(np.nan_to_num(got)), np.abs(np.nan_to_num(variant))) + extra
+        relative = (
+            UNDEFINED_ROUNDOFFS * u * np.maximum(np.abs(np.nan_to_num(got)), np.abs(np.nan_to_num(variant))) + extra
+        )
     return np.where(undefined, np.maximum(budget, relative), budget)
 
 

@@ -35,19 +35,40 @@ __all__ = ["run"]
 
 
 def _one(specs: Sequence[str], profile: str, seed: int, workers: int, folder: Path) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "pytest", *pytest_arguments(specs, profile=profile, seed=seed, workers=workers, report=folder,
-                                                             extra=["--tb=line", "-rfE"])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *pytest_arguments(
+            specs, profile=profile, seed=seed, workers=workers, report=folder, extra=["--tb=line", "-rfE"]
+        ),
+    ]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     alarms = []
     for path in sorted(folder.glob("conformance-*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
-        alarms += [{"impl": data["implementation"], "equation": r["equation"], "dtype": r["dtype"], "status": r["status"],
-                    "tests": r["failed_tests"]} for r in data["rows"] if r["status"] in ("fail", "inconclusive")]
+        alarms += [
+            {
+                "impl": data["implementation"],
+                "equation": r["equation"],
+                "dtype": r["dtype"],
+                "status": r["status"],
+                "tests": r["failed_tests"],
+            }
+            for r in data["rows"]
+            if r["status"] in ("fail", "inconclusive")
+        ]
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
-    return {"seed": seed, "seconds": seconds, "exit": proc.returncode, "alarms": alarms, "failed_lines": lines[:20],
-            "summary": proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""}
+    return {
+        "seed": seed,
+        "seconds": seconds,
+        "exit": proc.returncode,
+        "alarms": alarms,
+        "failed_lines": lines[:20],
+        "summary": proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "",
+    }
 
 
 def suite_code(spec: str) -> str:
@@ -76,8 +97,16 @@ def _stored(path: Path, profile: str, code: str) -> dict[str, Any] | None:
     return data if data.get("profile") == profile and data.get("code") == code else None
 
 
-def run(specs: Sequence[str], *, profile: str, seeds: Sequence[int], workers: int, out: Path, work: Path | None = None,
-        one: Any = None) -> int:
+def run(
+    specs: Sequence[str],
+    *,
+    profile: str,
+    seeds: Sequence[int],
+    workers: int,
+    out: Path,
+    work: Path | None = None,
+    one: Any = None,
+) -> int:
     """Run the suite once per seed and implementation, resuming from ``work``; write the report;
     return the number of seeds with an alarm. ``one`` replaces the unit runner (tests)."""
     from aiayn.environment import cache_dir
@@ -93,42 +122,96 @@ def run(specs: Sequence[str], *, profile: str, seeds: Sequence[int], workers: in
         result = _stored(path, profile, codes[spec])
         if result is not None:
             reused += 1
-            print(f"[{k}/{len(units)}] seed {seed}, {spec}: stored ({path}): exit {result['exit']}, "
-                  f"{len(result['alarms'])} alarm rows", flush=True)
+            print(
+                f"[{k}/{len(units)}] seed {seed}, {spec}: stored ({path}): exit {result['exit']}, "
+                f"{len(result['alarms'])} alarm rows",
+                flush=True,
+            )
         else:
             print(f"[{k}/{len(units)}] profile {profile}, seed {seed}, {spec} ...", flush=True)
             with tempfile.TemporaryDirectory() as tmp:
-                result = {**one([spec], profile, seed, workers, Path(tmp)), "spec": spec, "profile": profile, "code": codes[spec]}
+                result = {
+                    **one([spec], profile, seed, workers, Path(tmp)),
+                    "spec": spec,
+                    "profile": profile,
+                    "code": codes[spec],
+                }
             write_json(path, result, quiet=True)
-            print(f"[{k}/{len(units)}] seed {seed}, {spec}: exit {result['exit']}, {len(result['alarms'])} alarm rows, "
-                  f"{result['seconds']:.0f} s ({result['summary']}); stored in {path}", flush=True)
+            print(
+                f"[{k}/{len(units)}] seed {seed}, {spec}: exit {result['exit']}, {len(result['alarms'])} alarm rows, "
+                f"{result['seconds']:.0f} s ({result['summary']}); stored in {path}",
+                flush=True,
+            )
         done[(seed, spec)] = result
     runs = []
     for seed in seeds:
         parts = [done[(seed, spec)] for spec in specs]
-        runs.append({"seed": seed, "seconds": sum(r["seconds"] for r in parts), "exit": max(r["exit"] for r in parts),
-                     "alarms": [a for r in parts for a in r["alarms"]], "failed_lines": [x for r in parts for x in r["failed_lines"]][:20],
-                     "summary": "; ".join(f"{r['spec']}: {r['summary']}" for r in parts)})
+        runs.append(
+            {
+                "seed": seed,
+                "seconds": sum(r["seconds"] for r in parts),
+                "exit": max(r["exit"] for r in parts),
+                "alarms": [a for r in parts for a in r["alarms"]],
+                "failed_lines": [x for r in parts for x in r["failed_lines"]][:20],
+                "summary": "; ".join(f"{r['spec']}: {r['summary']}" for r in parts),
+            }
+        )
     alarmed = sum(1 for r in runs if r["exit"] != 0 or r["alarms"])
     total = sum(r["seconds"] for r in runs)
-    rep = Report(f"conformance-false-alarms-{profile}", f"False alarms: the suite on correct implementations, profile {profile}",
-                 precision="per dtype", seed=",".join(map(str, seeds)), packages=("numpy", "hypothesis", "torch"))
-    rep.verdict = (f"{alarmed} of {len(runs)} runs raised an alarm on {len(specs)} implementations believed correct "
-                   f"(goal 0); {total / 60:.1f} minutes of runs in all")
-    rep.add("", f"Implementations: {', '.join(f'`{s}`' for s in specs)}. Each run is `aiayn check SPEC --profile {profile} "
-            f"--seed S --workers {workers}`, one implementation at a time (the per-call time limit and worker processes of "
-            "`aiayn check`); a run of the table is one seed over every implementation. An alarm is a failed check, an "
-            "inconclusive row, or a run that did not end with exit 0.",
-            "", f"Units (seed x implementation): {len(units)}, of which {reused} were stored by an earlier call for the same "
-            f"code (`{work}`); code hashes: {', '.join(f'{s} {c}' for s, c in codes.items())}.", "")
-    rep.table(["seed", "exit", "alarm rows", "wall time (s)", "pytest summary"],
-              [[r["seed"], r["exit"], "; ".join(f"{a['impl']} {a['equation']} [{a['dtype']}]: " + " ".join([a["status"], ", ".join(a["tests"])]).strip()
-                                                 for a in r["alarms"]) or "none", f"{r['seconds']:.0f}", r["summary"]] for r in runs],
-              "rrlrl")
+    rep = Report(
+        f"conformance-false-alarms-{profile}",
+        f"False alarms: the suite on correct implementations, profile {profile}",
+        precision="per dtype",
+        seed=",".join(map(str, seeds)),
+        packages=("numpy", "hypothesis", "torch"),
+    )
+    rep.verdict = (
+        f"{alarmed} of {len(runs)} runs raised an alarm on {len(specs)} implementations believed correct "
+        f"(goal 0); {total / 60:.1f} minutes of runs in all"
+    )
+    rep.add(
+        "",
+        f"Implementations: {', '.join(f'`{s}`' for s in specs)}. Each run is `aiayn check SPEC --profile {profile} "
+        f"--seed S --workers {workers}`, one implementation at a time (the per-call time limit and worker processes of "
+        "`aiayn check`); a run of the table is one seed over every implementation. An alarm is a failed check, an "
+        "inconclusive row, or a run that did not end with exit 0.",
+        "",
+        f"Units (seed x implementation): {len(units)}, of which {reused} were stored by an earlier call for the same "
+        f"code (`{work}`); code hashes: {', '.join(f'{s} {c}' for s, c in codes.items())}.",
+        "",
+    )
+    rep.table(
+        ["seed", "exit", "alarm rows", "wall time (s)", "pytest summary"],
+        [
+            [
+                r["seed"],
+                r["exit"],
+                "; ".join(
+                    f"{a['impl']} {a['equation']} [{a['dtype']}]: "
+                    + " ".join([a["status"], ", ".join(a["tests"])]).strip()
+                    for a in r["alarms"]
+                )
+                or "none",
+                f"{r['seconds']:.0f}",
+                r["summary"],
+            ]
+            for r in runs
+        ],
+        "rrlrl",
+    )
     failed = [line for r in runs for line in r["failed_lines"]]
     if failed:
         rep.section("Failed tests", *[f"- `{line}`" for line in failed])
-    rep.data = {"profile": profile, "specs": list(specs), "seeds": list(seeds), "workers": workers, "runs": runs, "alarmed_runs": alarmed,
-                "total_seconds": total, "codes": codes, "reused_units": reused}
+    rep.data = {
+        "profile": profile,
+        "specs": list(specs),
+        "seeds": list(seeds),
+        "workers": workers,
+        "runs": runs,
+        "alarmed_runs": alarmed,
+        "total_seconds": total,
+        "codes": codes,
+        "reused_units": reused,
+    }
     write_report(out, rep)
     return alarmed

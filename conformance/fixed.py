@@ -33,7 +33,9 @@ class Fixed:
     label: str
     check: str
     args: dict[str, Any] = field(hash=False)
-    needs: tuple[str, ...] = ()  # what of the domain it uses (Scope.unmet): out of scope where a declared Scope excludes it
+    needs: tuple[
+        str, ...
+    ] = ()  # what of the domain it uses (Scope.unmet): out of scope where a declared Scope excludes it
 
     def __str__(self) -> str:  # the test id, and the name a known deviation uses
         return self.label
@@ -43,7 +45,9 @@ def _rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(20170612 + seed)  # arXiv v1 date of the paper, plus the case number
 
 
-def _mha_params(rng: np.random.Generator, d_model: int, biases: bool = True, scale: float = 1.0) -> dict[str, np.ndarray]:
+def _mha_params(
+    rng: np.random.Generator, d_model: int, biases: bool = True, scale: float = 1.0
+) -> dict[str, np.ndarray]:
     p = {n: scale * rng.normal(size=(d_model, d_model)) / math.sqrt(d_model) for n in ("w_q", "w_k", "w_v", "w_o")}
     if biases:
         p.update({n: 0.1 * rng.normal(size=d_model) for n in ("b_q", "b_k", "b_v", "b_o")})
@@ -55,20 +59,35 @@ def _norm(rng: np.random.Generator, d: int) -> dict[str, np.ndarray]:
 
 
 def _ffn(rng: np.random.Generator, d: int, d_ff: int, scale: float = 1.0) -> dict[str, np.ndarray]:
-    return {"w1": scale * rng.normal(size=(d, d_ff)) / math.sqrt(d), "b1": 0.1 * rng.normal(size=d_ff),
-            "w2": scale * rng.normal(size=(d_ff, d)) / math.sqrt(d_ff), "b2": 0.1 * rng.normal(size=d)}
+    return {
+        "w1": scale * rng.normal(size=(d, d_ff)) / math.sqrt(d),
+        "b1": 0.1 * rng.normal(size=d_ff),
+        "w2": scale * rng.normal(size=(d_ff, d)) / math.sqrt(d_ff),
+        "b2": 0.1 * rng.normal(size=d),
+    }
 
 
 _D, _DFF, _H, _SCALE = 8, 16, 2, 0.3
 
 
 def _encoder_params(rng: np.random.Generator) -> dict[str, Any]:
-    return {"self_attn": _mha_params(rng, _D, scale=_SCALE), "norm1": _norm(rng, _D), "ffn": _ffn(rng, _D, _DFF, _SCALE), "norm2": _norm(rng, _D)}
+    return {
+        "self_attn": _mha_params(rng, _D, scale=_SCALE),
+        "norm1": _norm(rng, _D),
+        "ffn": _ffn(rng, _D, _DFF, _SCALE),
+        "norm2": _norm(rng, _D),
+    }
 
 
 def _decoder_params(rng: np.random.Generator) -> dict[str, Any]:
-    return {"self_attn": _mha_params(rng, _D, scale=_SCALE), "norm1": _norm(rng, _D), "cross_attn": _mha_params(rng, _D, scale=_SCALE),
-            "norm2": _norm(rng, _D), "ffn": _ffn(rng, _D, _DFF, _SCALE), "norm3": _norm(rng, _D)}
+    return {
+        "self_attn": _mha_params(rng, _D, scale=_SCALE),
+        "norm1": _norm(rng, _D),
+        "cross_attn": _mha_params(rng, _D, scale=_SCALE),
+        "norm2": _norm(rng, _D),
+        "ffn": _ffn(rng, _D, _DFF, _SCALE),
+        "norm3": _norm(rng, _D),
+    }
 
 
 def _softmax() -> list[Fixed]:
@@ -76,8 +95,16 @@ def _softmax() -> list[Fixed]:
     x = np.stack([rng.normal(size=7), 30.0 * rng.normal(size=7), 5.0 + 1e-3 * rng.normal(size=7), rng.normal(size=7)])
     x[3, [1, 4]] = -np.inf  # masked scores: weight exactly 0
     y = rng.normal(size=(5, 3, 2))
-    return [Fixed("softmax", "rows N(0,1), 30 N(0,1), 5+1e-3 N(0,1), masked -inf", "softmax", {"x": x, "axis": -1}, ("batchdims:1",)),
-            Fixed("softmax", "axis 0 of (5, 3, 2)", "softmax", {"x": y, "axis": 0}, ("batchdims:2",))]
+    return [
+        Fixed(
+            "softmax",
+            "rows N(0,1), 30 N(0,1), 5+1e-3 N(0,1), masked -inf",
+            "softmax",
+            {"x": x, "axis": -1},
+            ("batchdims:1",),
+        ),
+        Fixed("softmax", "axis 0 of (5, 3, 2)", "softmax", {"x": y, "axis": 0}, ("batchdims:2",)),
+    ]
 
 
 def _attention() -> list[Fixed]:
@@ -91,10 +118,24 @@ def _attention() -> list[Fixed]:
     cross = ("cross-attention", "batchdims:2")
     return [
         Fixed(check, "no mask, (2,3) batch", check, {"q": q, "k": k, "v": v, "mask": None}, (*cross, "masks:none")),
-        Fixed(check, "sharp softmax (3 q)", check, {"q": 3.0 * q, "k": k, "v": v, "mask": None}, (*cross, "masks:none")),
-        Fixed(check, "random mask with a fully masked row", check, {"q": q, "k": k, "v": v, "mask": mask}, (*cross, "masks:random")),
+        Fixed(
+            check, "sharp softmax (3 q)", check, {"q": 3.0 * q, "k": k, "v": v, "mask": None}, (*cross, "masks:none")
+        ),
+        Fixed(
+            check,
+            "random mask with a fully masked row",
+            check,
+            {"q": q, "k": k, "v": v, "mask": mask},
+            (*cross, "masks:random"),
+        ),
         Fixed(check, "causal (4, 6) mask", check, {"q": q, "k": k, "v": v, "mask": causal}, (*cross, "masks:causal")),
-        Fixed(check, "broadcast batch (2,1) x (1,3)", check, {"q": q[:, :1], "k": k[:1], "v": v[:1], "mask": None}, (*cross, "masks:none")),
+        Fixed(
+            check,
+            "broadcast batch (2,1) x (1,3)",
+            check,
+            {"q": q[:, :1], "k": k[:1], "v": v[:1], "mask": None},
+            (*cross, "masks:none"),
+        ),
     ]
 
 
@@ -112,8 +153,18 @@ def _mha() -> list[Fixed]:
     check = "multi_head_attention"
 
     def case(label: str, key: np.ndarray, params: dict, h: int, mask: np.ndarray | None, mask_kind: str) -> Fixed:
-        needs = ("batchdims:1", f"masks:{mask_kind}") + (("cross-attention",) if key is not x else ()) + (("bias:attention",) if "b_q" in params else ())
-        return Fixed(check, label, check, {"query": x, "key": key, "value": key, "params": params, "num_heads": h, "mask": mask}, needs)
+        needs = (
+            ("batchdims:1", f"masks:{mask_kind}")
+            + (("cross-attention",) if key is not x else ())
+            + (("bias:attention",) if "b_q" in params else ())
+        )
+        return Fixed(
+            check,
+            label,
+            check,
+            {"query": x, "key": key, "value": key, "params": params, "num_heads": h, "mask": mask},
+            needs,
+        )
 
     return [
         case("self-attention, 4 heads, biases, padding mask", x, with_b, 4, pad, "padding"),
@@ -124,8 +175,16 @@ def _mha() -> list[Fixed]:
 
 
 def _positional() -> list[Fixed]:
-    return [Fixed("positional_encoding", f"length {n}, d_model {d}", "positional_encoding", {"length": n, "d_model": d}, (f"length:{n}",))
-            for n, d in ((50, 16), (0, 8), (2048, 64))]
+    return [
+        Fixed(
+            "positional_encoding",
+            f"length {n}, d_model {d}",
+            "positional_encoding",
+            {"length": n, "d_model": d},
+            (f"length:{n}",),
+        )
+        for n, d in ((50, 16), (0, 8), (2048, 64))
+    ]
 
 
 def _layer_norm() -> list[Fixed]:
@@ -133,14 +192,30 @@ def _layer_norm() -> list[Fixed]:
     d = 16
     x = np.stack([rng.normal(size=(4, d)), 3.0 + rng.normal(size=(4, d)), 0.01 * rng.normal(size=(4, d))])  # (3, 4, d)
     gain, bias = _norm(rng, d)["gain"], _norm(rng, d)["bias"]
-    return [Fixed("layer_norm", f"N(0,1), 3+N(0,1), 0.01 N(0,1) rows; eps {eps}", "layer_norm", {"x": x, "gain": gain, "bias": bias, "eps": eps},
-                  ("batchdims:2", f"eps:{eps!r}", "bias:layer_norm")) for eps in (1e-6, 1e-5)]
+    return [
+        Fixed(
+            "layer_norm",
+            f"N(0,1), 3+N(0,1), 0.01 N(0,1) rows; eps {eps}",
+            "layer_norm",
+            {"x": x, "gain": gain, "bias": bias, "eps": eps},
+            ("batchdims:2", f"eps:{eps!r}", "bias:layer_norm"),
+        )
+        for eps in (1e-6, 1e-5)
+    ]
 
 
 def _feed_forward() -> list[Fixed]:
     rng = _rng(5)
     x = rng.normal(size=(2, 5, 16))
-    return [Fixed("feed_forward", "x (2,5,16), d_ff 32", "feed_forward", {"x": x, **_ffn(rng, 16, 32)}, ("batchdims:2", "d_ff:2", "bias:ffn"))]
+    return [
+        Fixed(
+            "feed_forward",
+            "x (2,5,16), d_ff 32",
+            "feed_forward",
+            {"x": x, **_ffn(rng, 16, 32)},
+            ("batchdims:2", "d_ff:2", "bias:ffn"),
+        )
+    ]
 
 
 def _training() -> list[Fixed]:
@@ -149,11 +224,27 @@ def _training() -> list[Fixed]:
     rng = _rng(7)
     logits, ce_targets = 3.0 * rng.normal(size=(2, 5, 11)), rng.integers(0, 11, size=(2, 5))
     return [
-        Fixed("lrate", "steps 1..100000, d_model 512, warmup 4000", "lrate",
-              {"steps": [1, 10, 3999, 4000, 4001, 100000], "d_model": 512, "warmup_steps": 4000}),
-        Fixed("label_smoothing", "targets (2,5), K=11, eps 0.1", "label_smoothing", {"targets": targets, "vocab_size": 11, "eps": 0.1}),
-        *[Fixed("smoothed_cross_entropy", f"logits 3 N(0,1) (2,5,11), eps {eps}", "smoothed_cross_entropy",
-                {"logits": logits, "targets": ce_targets, "eps": eps}) for eps in (0.1, 0.0)],
+        Fixed(
+            "lrate",
+            "steps 1..100000, d_model 512, warmup 4000",
+            "lrate",
+            {"steps": [1, 10, 3999, 4000, 4001, 100000], "d_model": 512, "warmup_steps": 4000},
+        ),
+        Fixed(
+            "label_smoothing",
+            "targets (2,5), K=11, eps 0.1",
+            "label_smoothing",
+            {"targets": targets, "vocab_size": 11, "eps": 0.1},
+        ),
+        *[
+            Fixed(
+                "smoothed_cross_entropy",
+                f"logits 3 N(0,1) (2,5,11), eps {eps}",
+                "smoothed_cross_entropy",
+                {"logits": logits, "targets": ce_targets, "eps": eps},
+            )
+            for eps in (0.1, 0.0)
+        ],
     ]
 
 
@@ -162,33 +253,82 @@ def _layers() -> list[Fixed]:
     x, params = rng.normal(size=(2, 5, _D)), _encoder_params(rng)
     pad = (np.arange(5)[None, :] < np.array([5, 3])[:, None])[:, None, :]
     layer = ("d_ff:2", "length:5", "bias:attention", "bias:layer_norm", "bias:ffn")
-    out = [Fixed("encoder_layer", "x (2,5,8), h 2, d_ff 16, no mask", "encoder_layer", {"x": x, "params": params, "num_heads": _H, "mask": None},
-                 (*layer, "masks:none")),
-           Fixed("encoder_layer", "padding lengths [5, 3]", "encoder_layer", {"x": x, "params": params, "num_heads": _H, "mask": pad},
-                 (*layer, "masks:padding"))]
+    out = [
+        Fixed(
+            "encoder_layer",
+            "x (2,5,8), h 2, d_ff 16, no mask",
+            "encoder_layer",
+            {"x": x, "params": params, "num_heads": _H, "mask": None},
+            (*layer, "masks:none"),
+        ),
+        Fixed(
+            "encoder_layer",
+            "padding lengths [5, 3]",
+            "encoder_layer",
+            {"x": x, "params": params, "num_heads": _H, "mask": pad},
+            (*layer, "masks:padding"),
+        ),
+    ]
     rng = _rng(9)
     y, memory, params = rng.normal(size=(2, 4, _D)), rng.normal(size=(2, 5, _D)), _decoder_params(rng)
     memory_mask = (np.arange(5)[None, :] < np.array([5, 3])[:, None])[:, None, :]
     self_mask = np.tril(np.ones((4, 4), dtype=bool)) & (np.arange(4)[None, :] < np.array([4, 2])[:, None])[:, None, :]
     base = {"y": y, "memory": memory, "params": params, "num_heads": _H}
-    out += [Fixed("decoder_layer", "default (causal) self mask, no memory mask", "decoder_layer", {**base, "self_mask": None, "memory_mask": None},
-                  layer),
-            Fixed("decoder_layer", "causal+padding self mask, memory padding", "decoder_layer", {**base, "self_mask": self_mask, "memory_mask": memory_mask},
-                  (*layer, "masks:padding"))]
+    out += [
+        Fixed(
+            "decoder_layer",
+            "default (causal) self mask, no memory mask",
+            "decoder_layer",
+            {**base, "self_mask": None, "memory_mask": None},
+            layer,
+        ),
+        Fixed(
+            "decoder_layer",
+            "causal+padding self mask, memory padding",
+            "decoder_layer",
+            {**base, "self_mask": self_mask, "memory_mask": memory_mask},
+            (*layer, "masks:padding"),
+        ),
+    ]
     rng = _rng(10)
     vocab = 11
-    model = {"embedding": rng.normal(size=(vocab, _D)) / math.sqrt(_D), "encoder": [_encoder_params(rng)], "decoder": [_decoder_params(rng)]}
+    model = {
+        "embedding": rng.normal(size=(vocab, _D)) / math.sqrt(_D),
+        "encoder": [_encoder_params(rng)],
+        "decoder": [_decoder_params(rng)],
+    }
     src, tgt = rng.integers(0, vocab, size=(2, 5)), rng.integers(0, vocab, size=(2, 4))
     base = {"src": src, "tgt": tgt, "params": model, "num_heads": _H}
-    out += [Fixed("transformer_forward", "N=1, d 8, h 2, vocab 11, no padding", "transformer_forward", {**base, "src_lengths": None, "tgt_lengths": None},
-                  layer),
-            Fixed("transformer_forward", "padding: src [5, 3], tgt [4, 2]", "transformer_forward",
-                  {**base, "src_lengths": np.array([5, 3]), "tgt_lengths": np.array([4, 2])}, (*layer, "masks:padding"))]
+    out += [
+        Fixed(
+            "transformer_forward",
+            "N=1, d 8, h 2, vocab 11, no padding",
+            "transformer_forward",
+            {**base, "src_lengths": None, "tgt_lengths": None},
+            layer,
+        ),
+        Fixed(
+            "transformer_forward",
+            "padding: src [5, 3], tgt [4, 2]",
+            "transformer_forward",
+            {**base, "src_lengths": np.array([5, 3]), "tgt_lengths": np.array([4, 2])},
+            (*layer, "masks:padding"),
+        ),
+    ]
     return out
 
 
 #: Every fixed case, in paper order.
-FIXED: tuple[Fixed, ...] = (*_softmax(), *_attention(), *_mha(), *_positional(), *_layer_norm(), *_feed_forward(), *_training(), *_layers())
+FIXED: tuple[Fixed, ...] = (
+    *_softmax(),
+    *_attention(),
+    *_mha(),
+    *_positional(),
+    *_layer_norm(),
+    *_feed_forward(),
+    *_training(),
+    *_layers(),
+)
 
 
 def cases(equation: str) -> list[Fixed]:

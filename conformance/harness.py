@@ -133,11 +133,19 @@ class Stats:
     files: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"examples": self.examples, "unsupported": self.unsupported, "unsupported_why": self.unsupported_why, "checked": self.checked, "unchecked": dict(self.unchecked), "exact": self.exact,
-                "worst": self.worst, "nan_mismatches": self.nan_mismatches,
-                "departures": sorted(self.departures | set((self.largest or {}).get("departures") or ())),
-                "violations": sorted(self.violations),
-                "largest": None if self.largest is None else {k: v for k, v in self.largest.items() if k != "lines"}}
+        return {
+            "examples": self.examples,
+            "unsupported": self.unsupported,
+            "unsupported_why": self.unsupported_why,
+            "checked": self.checked,
+            "unchecked": dict(self.unchecked),
+            "exact": self.exact,
+            "worst": self.worst,
+            "nan_mismatches": self.nan_mismatches,
+            "departures": sorted(self.departures | set((self.largest or {}).get("departures") or ())),
+            "violations": sorted(self.violations),
+            "largest": None if self.largest is None else {k: v for k, v in self.largest.items() if k != "lines"},
+        }
 
 
 _STATS: contextvars.ContextVar[Stats | None] = contextvars.ContextVar("aiayn_stats", default=None)
@@ -235,7 +243,9 @@ class Case:
         if not isinstance(arr, np.ndarray):
             self.fail(f"to_numpy({what}) returned {type(arr).__name__}, expected a numpy.ndarray")
         if arr.dtype.kind == "f" and arr.dtype != np.float64:
-            self.fail(f"to_numpy({what}) returned dtype {arr.dtype}; the contract says float results come back as float64")
+            self.fail(
+                f"to_numpy({what}) returned dtype {arr.dtype}; the contract says float results come back as float64"
+            )
         return arr
 
     def guard(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -243,7 +253,9 @@ class Case:
         __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         try:
             with isolation.calling(self, what, save_case), warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # the results are judged, not the warnings (poison overflows on purpose)
+                warnings.simplefilter(
+                    "ignore", RuntimeWarning
+                )  # the results are judged, not the warnings (poison overflows on purpose)
                 return fn(*args)
         except ConformanceFailure:
             raise
@@ -261,12 +273,14 @@ class Case:
     def timeout_message(self, what: str, limit: float) -> str:
         """The failure message of a call that did not return within ``limit`` seconds (inputs saved for replay)."""
         path = self.save()
-        return "\n".join([
-            f"{self.title}: {what} did not return within {limit:g} s (the per-call time limit; aiayn check --timeout)",
-            f"  implementation {getattr(self.impl, 'name', '?')} on {getattr(self.impl, 'device', '?')}, dtype {self.dtype}; check {self.check}",
-            f"  inputs: {self.describe_inputs()}",
-            f"  replay: aiayn replay {path}",
-        ])
+        return "\n".join(
+            [
+                f"{self.title}: {what} did not return within {limit:g} s (the per-call time limit; aiayn check --timeout)",
+                f"  implementation {getattr(self.impl, 'name', '?')} on {getattr(self.impl, 'device', '?')}, dtype {self.dtype}; check {self.check}",
+                f"  inputs: {self.describe_inputs()}",
+                f"  replay: aiayn replay {path}",
+            ]
+        )
 
     def call(self, method: str, *native_args: Any) -> Any:
         """Call equation ``method`` with native arguments; raise a failure if it raises."""
@@ -275,7 +289,9 @@ class Case:
         shown = ", ".join(_describe_native(a) for a in native_args)
         return self.guard(f"{self.impl.name}.{method}({shown})", fn, *native_args)
 
-    def run(self, method: str, native_args: list[Any], *, out_dtype: str | None = None, repeat: bool = True) -> np.ndarray:
+    def run(
+        self, method: str, native_args: list[Any], *, out_dtype: str | None = None, repeat: bool = True
+    ) -> np.ndarray:
         """Call ``method`` with hygiene checks; return the result as float64.
 
         Hygiene (issue 4, "What it checks" 3): inputs not mutated; the result is an array of the
@@ -292,7 +308,10 @@ class Case:
         for path, (b, a) in _paired(before, after):
             if not _same_bits(a, b):
                 where = _first_index(~_equal_nan(a, b)) if a.shape == b.shape else ()
-                self.fail(f"{method} modified its input {path} in place" + (f" (first change at index {where})" if where else ""))
+                self.fail(
+                    f"{method} modified its input {path} in place"
+                    + (f" (first change at index {where})" if where else "")
+                )
         got = self.numpy(out, f"{method}(...)")
         if not isinstance(got, np.ndarray):
             self.fail(f"{method} returned {type(out).__name__}, expected a native array")
@@ -313,8 +332,10 @@ class Case:
             bad = ~is_representable(got, dtype)
             if np.any(bad):
                 where = _first_index(bad)
-                self.fail(f"{method} returned values that are not {dtype} numbers (e.g. {got[where]!r} at {where}): "
-                          f"the result was not rounded to the declared dtype")
+                self.fail(
+                    f"{method} returned values that are not {dtype} numbers (e.g. {got[where]!r} at {where}): "
+                    f"the result was not rounded to the declared dtype"
+                )
 
     def _check_device(self, out: Any, method: str) -> None:
         device = getattr(out, "device", None)
@@ -334,8 +355,14 @@ class Case:
             stats.files.append(str(path))
         return path
 
-    def fail(self, problem: str, details: list[str] | None = None, kind: type[ConformanceFailure] = BrokenContract,
-             ratio: float | None = None, breaks_property: bool | None = None) -> None:
+    def fail(
+        self,
+        problem: str,
+        details: list[str] | None = None,
+        kind: type[ConformanceFailure] = BrokenContract,
+        ratio: float | None = None,
+        breaks_property: bool | None = None,
+    ) -> None:
         """Save the inputs for replay and raise the failure message (of class ``kind``).
 
         In a property check, a failure of the property itself (``breaks_property``; default: an
@@ -359,10 +386,12 @@ class Case:
         largest = None if stats is None else stats.largest
         if largest is not None and largest["replay"] != str(path) and (ratio is None or largest["ratio"] > ratio):
             matches = " or ".join(f"'{n}'" for n in largest.get("departures") or [])
-            lines += [f"  largest discrepancy found for this check: {largest['ratio']:.3g} x budget, {largest['where']}"
-                      + (f", the output matches {matches}" if matches else "")
-                      + f"; inputs {largest['inputs']}; replay: aiayn replay {largest['replay']}",
-                      "  the smallest failing example Hypothesis found:"]
+            lines += [
+                f"  largest discrepancy found for this check: {largest['ratio']:.3g} x budget, {largest['where']}"
+                + (f", the output matches {matches}" if matches else "")
+                + f"; inputs {largest['inputs']}; replay: aiayn replay {largest['replay']}",
+                "  the smallest failing example Hypothesis found:",
+            ]
         lines += [
             f"  implementation {getattr(impl, 'name', '?')} ({getattr(impl, 'version', '?')}) on {getattr(impl, 'device', '?')}, "
             f"dtype {self.dtype}; check {self.check}",
@@ -372,7 +401,14 @@ class Case:
         ]
         raise kind("\n".join(lines))
 
-    def tally(self, *, checked: int = 0, unchecked: Mapping[str, int] | None = None, exact: int = 0, ratio: float | None = None) -> None:
+    def tally(
+        self,
+        *,
+        checked: int = 0,
+        unchecked: Mapping[str, int] | None = None,
+        exact: int = 0,
+        ratio: float | None = None,
+    ) -> None:
         """Count what one comparison checked (and could not), and its worst error / budget, for the report."""
         stats = _STATS.get()
         if stats is None:
@@ -390,7 +426,9 @@ class Case:
         self.tally(checked=n, exact=n)
 
 
-def check(name: str, equation: str, kind: str = "agreement", violates: str = "") -> Callable[[Callable[..., None]], Callable[..., None]]:
+def check(
+    name: str, equation: str, kind: str = "agreement", violates: str = ""
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register a check function ``fn(case, **args)`` under ``name`` as ``check(impl, dtype, **args)``.
 
     ``violates`` (property checks, required there): what the paper states that a failure of the
@@ -399,7 +437,9 @@ def check(name: str, equation: str, kind: str = "agreement", violates: str = "")
     catalogued departure its output matches.
     """
     if kind == "property" and not violates:
-        raise ValueError(f"check {name!r}: a property check states what the paper says that its failure breaks (violates=)")
+        raise ValueError(
+            f"check {name!r}: a property check states what the paper says that its failure breaks (violates=)"
+        )
 
     def decorate(fn: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(fn)
@@ -431,7 +471,9 @@ def total_budget(bound_fn: Callable[[Any], np.ndarray], dtype: str, expected: np
     See ``conformance/budgets.py`` (module docstring) for why the oracle's share is the float64
     bound and why the floor is one ulp of the dtype at the expected value.
     """
-    derived = np.asarray(bound_fn(precision(dtype)), dtype=np.float64) + np.asarray(bound_fn(precision("float64")), dtype=np.float64)
+    derived = np.asarray(bound_fn(precision(dtype)), dtype=np.float64) + np.asarray(
+        bound_fn(precision("float64")), dtype=np.float64
+    )
     return floored(derived, dtype, expected)
 
 
@@ -460,8 +502,17 @@ def _first_index(mask: np.ndarray) -> tuple[int, ...]:
     return tuple(int(j) for j in np.unravel_index(int(flat[0]), np.shape(mask))) if flat.size else ()
 
 
-def compare(case: Case, got: np.ndarray, expected: np.ndarray, budget: np.ndarray, *, what: str = "disagrees with the oracle",
-            budget_name: str = "", expected_name: str = "the oracle", not_applicable: str = "") -> float | None:
+def compare(
+    case: Case,
+    got: np.ndarray,
+    expected: np.ndarray,
+    budget: np.ndarray,
+    *,
+    what: str = "disagrees with the oracle",
+    budget_name: str = "",
+    expected_name: str = "the oracle",
+    not_applicable: str = "",
+) -> float | None:
     """Fail unless |got - expected| <= budget on every element whose budget applies; return the worst ratio.
 
     - NaN must appear exactly where ``expected`` is NaN (a fully masked row's declared policy);
@@ -477,7 +528,11 @@ def compare(case: Case, got: np.ndarray, expected: np.ndarray, budget: np.ndarra
     if got.shape != expected.shape:
         case.fail(f"{what}: result has shape {got.shape}, expected {expected.shape}")
     nan_got, nan_exp = np.isnan(got), np.isnan(expected)
-    policy = getattr(case.impl, "policies", {}).get("fully_masked") if isinstance(getattr(case.impl, "policies", None), Mapping) else None
+    policy = (
+        getattr(case.impl, "policies", {}).get("fully_masked")
+        if isinstance(getattr(case.impl, "policies", None), Mapping)
+        else None
+    )
     extra, missing = nan_got & ~nan_exp, nan_exp & ~nan_got
     if np.any(extra) or np.any(missing):
         stats = _STATS.get()
@@ -486,11 +541,17 @@ def compare(case: Case, got: np.ndarray, expected: np.ndarray, budget: np.ndarra
         matched = _diagnose(case, got)
         if np.any(extra):
             i = _first_index(extra)
-            case.fail(f"{what}{matched}: NaN at index {i}, where {expected_name} gives {float(expected[i])!r} "
-                      f"({int(np.sum(extra))} unexpected NaN in all; declared fully_masked policy {policy!r})", kind=NaNMismatch)
+            case.fail(
+                f"{what}{matched}: NaN at index {i}, where {expected_name} gives {float(expected[i])!r} "
+                f"({int(np.sum(extra))} unexpected NaN in all; declared fully_masked policy {policy!r})",
+                kind=NaNMismatch,
+            )
         i = _first_index(missing)
-        case.fail(f"{what}{matched}: {float(got[i])!r} at index {i}, where {expected_name} gives NaN (the declared policy's "
-                  f"result for a fully masked row; policy {policy!r})", kind=NaNMismatch)
+        case.fail(
+            f"{what}{matched}: {float(got[i])!r} at index {i}, where {expected_name} gives NaN (the declared policy's "
+            f"result for a fully masked row; policy {policy!r})",
+            kind=NaNMismatch,
+        )
     budget = np.broadcast_to(np.asarray(budget, dtype=np.float64), expected.shape)
     usable = applicable(budget) & ~nan_exp
     skipped = int(np.sum(~applicable(budget) & ~nan_exp))
@@ -508,7 +569,8 @@ def compare(case: Case, got: np.ndarray, expected: np.ndarray, budget: np.ndarra
         over = int(np.sum(ratio > 1))
         details = [
             f"  worst element at {where}",
-            f"  error {err[i]:.3e} = {r:.3g} x budget {budget[i]:.3e}" + (f" ({budget_name})" if budget_name else "")
+            f"  error {err[i]:.3e} = {r:.3g} x budget {budget[i]:.3e}"
+            + (f" ({budget_name})" if budget_name else "")
             + f"; {over} of {int(np.sum(usable))} checked elements over budget"
             + (f" ({skipped} not checked: {reason})" if skipped else ""),
         ]
@@ -519,7 +581,7 @@ def compare(case: Case, got: np.ndarray, expected: np.ndarray, budget: np.ndarra
 
 
 def _diagnose(case: Case, got: np.ndarray) -> str:
-    """"; the output matches 'X'" for the known departures an agreement check's failing output agrees with (diagnoses.py).
+    """ "; the output matches 'X'" for the known departures an agreement check's failing output agrees with (diagnoses.py).
 
     Only agreement checks (an oracle variant is comparable with the implementation's output). The
     names go to the test's stats for the report only from the examples a failure message shows
@@ -563,8 +625,14 @@ def _note_largest(case: Case, ratio: float, where: str, departures: list[str]) -
     stats = _STATS.get()
     if stats is None or (stats.largest is not None and stats.largest["ratio"] >= ratio):
         return
-    stats.largest = {"ratio": ratio, "where": where, "inputs": case.describe_inputs(), "replay": str(case.save()), "check": case.check,
-                     "departures": list(departures)}
+    stats.largest = {
+        "ratio": ratio,
+        "where": where,
+        "inputs": case.describe_inputs(),
+        "replay": str(case.save()),
+        "check": case.check,
+        "departures": list(departures),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -688,8 +756,16 @@ def _save(case: Case) -> Path:
     encoded = json.dumps(_encode(case.args, "args", arrays), sort_keys=True, default=str)
     digest = hashlib.sha256(encoded.encode())
     for key in sorted(arrays):
-        digest.update(key.encode() + str(arrays[key].dtype).encode() + str(arrays[key].shape).encode() + np.ascontiguousarray(arrays[key]).tobytes())
-    name = failure_name(getattr(case.impl, "name", "impl"), case.check, case.dtype).removesuffix(".npz") + f"-{digest.hexdigest()[:10]}.npz"
+        digest.update(
+            key.encode()
+            + str(arrays[key].dtype).encode()
+            + str(arrays[key].shape).encode()
+            + np.ascontiguousarray(arrays[key]).tobytes()
+        )
+    name = (
+        failure_name(getattr(case.impl, "name", "impl"), case.check, case.dtype).removesuffix(".npz")
+        + f"-{digest.hexdigest()[:10]}.npz"
+    )
     return save_case(case, failure_dir() / name)
 
 

@@ -72,7 +72,10 @@ class _Slot:
             # character (a surrogate pair, escaped), so an entry takes at most 24 (share + 10) + 6 bytes: with
             # share = SIZE / (32 n) - 16, n entries take at most 3/4 of the slot.
             share = (self.SIZE - 8) // (32 * max(1, len(record))) - 16
-            record = {str(k)[:share]: (v if isinstance(v, (int, float, bool)) or v is None else _cut(str(v), share)) for k, v in record.items()}
+            record = {
+                str(k)[:share]: (v if isinstance(v, (int, float, bool)) or v is None else _cut(str(v), share))
+                for k, v in record.items()
+            }
             data = json.dumps(record, default=str).encode("utf-8")
         self._map[8 : 8 + len(data)] = data
         self._map[:8] = len(data).to_bytes(8, "little")
@@ -144,7 +147,15 @@ def calling(case: Any, what: str, save: Callable[[Any, Path], Path]) -> Iterator
         if _STATE.saved_for != id(case):
             save(case, _STATE.directory / f"{_STATE.worker}.npz")
             _STATE.saved_for = id(case)
-        _write({**_STATE.test, "call": what, "check": case.check, "inputs": case.describe_inputs(), "limit_s": _STATE.limit})
+        _write(
+            {
+                **_STATE.test,
+                "call": what,
+                "check": case.check,
+                "inputs": case.describe_inputs(),
+                "limit_s": _STATE.limit,
+            }
+        )
         with _hard_limit():
             yield
     else:

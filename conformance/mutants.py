@@ -185,6 +185,7 @@ class HeadsSplitStrided(Mutant):
         def split(x, h):
             *batch, n, width = x.shape
             return np.moveaxis(x.reshape(*batch, n, width // h, h), -1, -3)  # (..., h, n, d)
+
         return _mha_with(self, query, key, value, params, num_heads, mask, split, lambda x: base._merge_heads(x))
 
 
@@ -196,7 +197,9 @@ class HeadsConcatReversed(Mutant):
 
     def multi_head_attention(self, query, key, value, params, num_heads, mask=None):
         split = lambda x, h: base._split_heads(x, h, "w")  # noqa: E731
-        return _mha_with(self, query, key, value, params, num_heads, mask, split, lambda x: base._merge_heads(x[..., ::-1, :, :]))
+        return _mha_with(
+            self, query, key, value, params, num_heads, mask, split, lambda x: base._merge_heads(x[..., ::-1, :, :])
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -353,7 +356,11 @@ class EmbeddingNotScaled(Mutant):
     departure = "embeddings not scaled by sqrt(d_model)"
 
     def _embed(self, tokens, embedding, positional, dt):
-        positions = self.positional_encoding(tokens.shape[1], embedding.shape[1], dt.name) if positional is None else positional[: tokens.shape[1]]
+        positions = (
+            self.positional_encoding(tokens.shape[1], embedding.shape[1], dt.name)
+            if positional is None
+            else positional[: tokens.shape[1]]
+        )
         return embedding[tokens] + positions
 
 
@@ -361,10 +368,29 @@ class EmbeddingNotScaled(Mutant):
 MUTANTS: dict[str, type[Mutant]] = {
     cls.__name__: cls
     for cls in (
-        ScaleByDk, NoScale, SoftmaxOverQueries, MaskAfterSoftmax, AdditiveMask, MaskIgnored, FullyMaskedZeros,
-        UnshiftedSoftmax, SoftmaxLastAxisOnly, HeadsSplitStrided, HeadsConcatReversed, PESinCosSwapped, PEBase1000,
-        LayerNormEpsOutsideSqrt, LayerNormUnbiasedVariance, LayerNormOnePassVariance, FFNWithoutReLU, LrateOffByOne,
-        SmoothingOverKMinus1, CrossEntropyIgnoresSmoothing, CausalMaskOffByOne, PreNormEncoder, EmbeddingNotScaled,
+        ScaleByDk,
+        NoScale,
+        SoftmaxOverQueries,
+        MaskAfterSoftmax,
+        AdditiveMask,
+        MaskIgnored,
+        FullyMaskedZeros,
+        UnshiftedSoftmax,
+        SoftmaxLastAxisOnly,
+        HeadsSplitStrided,
+        HeadsConcatReversed,
+        PESinCosSwapped,
+        PEBase1000,
+        LayerNormEpsOutsideSqrt,
+        LayerNormUnbiasedVariance,
+        LayerNormOnePassVariance,
+        FFNWithoutReLU,
+        LrateOffByOne,
+        SmoothingOverKMinus1,
+        CrossEntropyIgnoresSmoothing,
+        CausalMaskOffByOne,
+        PreNormEncoder,
+        EmbeddingNotScaled,
     )
 }
 
@@ -375,7 +401,9 @@ CONTROL = "numpy"
 # running the suite against them
 
 
-def run_mutants(report_dir: Path, *, workers: int = 0, extra: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_mutants(
+    report_dir: Path, *, workers: int = 0, extra: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``pytest conformance`` on every mutant and the control (``numpy``), reports into ``report_dir``.
 
     ``AIAYN_FIND_ONLY=1`` keeps the default profile's example generation but skips shrinking and
@@ -383,8 +411,12 @@ def run_mutants(report_dir: Path, *, workers: int = 0, extra: list[str] | None =
     failure, as on a fresh clone.
     """
     specs = [f"aiayn.conformance.mutants:{name}" for name in MUTANTS] + [CONTROL]
-    cmd = [sys.executable, "-m", "pytest", *pytest_arguments(specs, report=report_dir, workers=workers,
-                                                             extra=["--tb=no", *(extra or [])])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *pytest_arguments(specs, report=report_dir, workers=workers, extra=["--tb=no", *(extra or [])]),
+    ]
     env = {**os.environ, "AIAYN_FIND_ONLY": "1", "AIAYN_FAILURES": str(report_dir / "failures")}
     return subprocess.run(cmd, cwd=report_dir.parent, env=env, capture_output=True, text=True, check=False)
 
@@ -396,28 +428,40 @@ def kill_table(report_dir: Path) -> dict[str, Any]:
         data = json.loads((report_dir / f"conformance-{cls.name}.json").read_text())
         failing = [r for r in data["rows"] if r["status"] == "fail"]
         named = sorted({d for r in failing for d in r.get("departures", [])})
-        rows.append({
-            "mutant": name,
-            "impl": cls.name,
-            "bug": cls.bug(),
-            "departure": cls.departure,
-            "equations": sorted(cls.targets),
-            "caught": bool(failing),
-            "caught_by": sorted({f"{t} [{r['dtype']}]" for r in failing for t in r["failed_tests"]}),
-            "diagnosed_as": named,
-            "diagnosed": cls.departure in named,
-        })
+        rows.append(
+            {
+                "mutant": name,
+                "impl": cls.name,
+                "bug": cls.bug(),
+                "departure": cls.departure,
+                "equations": sorted(cls.targets),
+                "caught": bool(failing),
+                "caught_by": sorted({f"{t} [{r['dtype']}]" for r in failing for t in r["failed_tests"]}),
+                "diagnosed_as": named,
+                "diagnosed": cls.departure in named,
+            }
+        )
     control = json.loads((report_dir / f"conformance-{CONTROL}.json").read_text())
     return {
         "mutants": rows,
         "caught": sum(r["caught"] for r in rows),
         "diagnosed": sum(r["diagnosed"] for r in rows),
         "total": len(rows),
-        "control": {"impl": CONTROL, "verdict": control["verdict"],
-                    "failing": [f"{r['equation']} [{r['dtype']}]" for r in control["rows"] if r["status"] == "fail"]},
+        "control": {
+            "impl": CONTROL,
+            "verdict": control["verdict"],
+            "failing": [f"{r['equation']} [{r['dtype']}]" for r in control["rows"] if r["status"] == "fail"],
+        },
         "hypothesis_profile": control["hypothesis_profile"],
-        "signature": signature("conformance-mutants", packages=("numpy", "hypothesis"), mutants=len(rows), control=CONTROL,
-                               profile=control["hypothesis_profile"], seed=control["seed"], find_only="yes"),
+        "signature": signature(
+            "conformance-mutants",
+            packages=("numpy", "hypothesis"),
+            mutants=len(rows),
+            control=CONTROL,
+            profile=control["hypothesis_profile"],
+            seed=control["seed"],
+            find_only="yes",
+        ),
     }
 
 
@@ -440,8 +484,10 @@ def _markdown(table: Mapping[str, Any]) -> str:
     ]
     for r in table["mutants"]:
         shown = "; ".join(f"**{d}**" if d == r["departure"] else d for d in r["diagnosed_as"]) or "**none**"
-        lines.append(f"| `{r['mutant']}` | {r['bug']} | {', '.join(r['equations'])} | {'yes' if r['caught'] else '**NO**'} | "
-                     f"{'; '.join(r['caught_by'])} | {shown} |")
+        lines.append(
+            f"| `{r['mutant']}` | {r['bug']} | {', '.join(r['equations'])} | {'yes' if r['caught'] else '**NO**'} | "
+            f"{'; '.join(r['caught_by'])} | {shown} |"
+        )
     lines += ["", f"Signature: `{table['signature']}`", ""]
     return "\n".join(lines)
 

@@ -55,7 +55,9 @@ class Precision:
     p: int  # significand bits, the implicit leading bit included
     emin: int  # exponent of the smallest normal number, 2^emin
     emax: int  # exponent of the largest finite number's leading bit
-    flush: bool = False  # subnormal results flushed to zero (FTZ, as XLA's CPU backend does): an underflow errs by up to 2^emin
+    flush: bool = (
+        False  # subnormal results flushed to zero (FTZ, as XLA's CPU backend does): an underflow errs by up to 2^emin
+    )
 
     @property
     def u(self) -> float:
@@ -92,7 +94,9 @@ PRECISIONS: dict[str, Precision] = {
 # The same formats with subnormal results flushed to zero ("<dtype>-ftz"): the budgets of an (equation,
 # dtype) for which an implementation declares FTZ arithmetic (policy "flush_subnormals", harness.Case.arithmetic),
 # and the diagnosis "subnormal results flushed to zero" (conformance/diagnoses.py) for one that does not.
-PRECISIONS.update({f"{name}-ftz": Precision(f"{name}-ftz", q.p, q.emin, q.emax, flush=True) for name, q in list(PRECISIONS.items())})
+PRECISIONS.update(
+    {f"{name}-ftz": Precision(f"{name}-ftz", q.p, q.emin, q.emax, flush=True) for name, q in list(PRECISIONS.items())}
+)
 
 
 def precision(dtype: str) -> Precision:

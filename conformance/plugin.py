@@ -105,27 +105,62 @@ class _Run:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("aiayn", "aiayn conformance suite (aiayn check)")
-    group.addoption("--impl", action="append", default=[], metavar="NAME|module:attr",
-                    help="implementation to check (repeatable): a built-in (aiayn list), an entry point of group "
-                         "aiayn.implementations, or module:attr. Default: $AIAYN_IMPL (comma-separated), else every available built-in.")
-    group.addoption("--dtype", action="append", default=[], choices=list(_DTYPES),
-                    help="check only these dtypes (repeatable); default every dtype each implementation declares")
-    group.addoption("--aiayn-device", default=None, metavar="DEVICE",
-                    help="place every implementation on DEVICE (e.g. cuda, cuda:1): passed to its constructor's device argument; "
-                         "one that cannot be placed there is a usage error")
-    group.addoption("--aiayn-profile", default=None, choices=list(_PROFILES),
-                    help="examples per check: dev (40, random; default, or $AIAYN_PROFILE), ci (40, derandomized), thorough (1000), smoke (8)")
-    group.addoption("--aiayn-timeout", type=float, default=None, metavar="SECONDS",
-                    help="time limit of one call into an implementation (default 120; 0: none); with -n N a crash or hang "
-                         "past it fails that check and the run goes on")
-    group.addoption("--aiayn-report", metavar="DIR", default=None,
-                    help="write conformance-<impl>.md and .json (per equation x dtype) into DIR")
-    group.addoption("--aiayn-agreement-only", action="store_true", default=False,
-                    help="run only each equation's agreement test with the oracle (test_<equation>) and the contract: a quick "
-                         "smoke selection (aiayn zoo --quick); the property tests and fixed cases are deselected")
-    group.addoption("--aiayn-own-session", action="store_true", default=False,
-                    help="(set by aiayn check) this session runs only aiayn's suite: Hypothesis keeps its files in aiayn's cache, "
-                         "not in ./.hypothesis")
+    group.addoption(
+        "--impl",
+        action="append",
+        default=[],
+        metavar="NAME|module:attr",
+        help="implementation to check (repeatable): a built-in (aiayn list), an entry point of group "
+        "aiayn.implementations, or module:attr. Default: $AIAYN_IMPL (comma-separated), else every available built-in.",
+    )
+    group.addoption(
+        "--dtype",
+        action="append",
+        default=[],
+        choices=list(_DTYPES),
+        help="check only these dtypes (repeatable); default every dtype each implementation declares",
+    )
+    group.addoption(
+        "--aiayn-device",
+        default=None,
+        metavar="DEVICE",
+        help="place every implementation on DEVICE (e.g. cuda, cuda:1): passed to its constructor's device argument; "
+        "one that cannot be placed there is a usage error",
+    )
+    group.addoption(
+        "--aiayn-profile",
+        default=None,
+        choices=list(_PROFILES),
+        help="examples per check: dev (40, random; default, or $AIAYN_PROFILE), ci (40, derandomized), thorough (1000), smoke (8)",
+    )
+    group.addoption(
+        "--aiayn-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="time limit of one call into an implementation (default 120; 0: none); with -n N a crash or hang "
+        "past it fails that check and the run goes on",
+    )
+    group.addoption(
+        "--aiayn-report",
+        metavar="DIR",
+        default=None,
+        help="write conformance-<impl>.md and .json (per equation x dtype) into DIR",
+    )
+    group.addoption(
+        "--aiayn-agreement-only",
+        action="store_true",
+        default=False,
+        help="run only each equation's agreement test with the oracle (test_<equation>) and the contract: a quick "
+        "smoke selection (aiayn zoo --quick); the property tests and fixed cases are deselected",
+    )
+    group.addoption(
+        "--aiayn-own-session",
+        action="store_true",
+        default=False,
+        help="(set by aiayn check) this session runs only aiayn's suite: Hypothesis keeps its files in aiayn's cache, "
+        "not in ./.hypothesis",
+    )
 
 
 def _explicit_specs(config: pytest.Config) -> list[str] | None:
@@ -136,17 +171,22 @@ def _explicit_specs(config: pytest.Config) -> list[str] | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{_MARK}(name, dtypes='all', load_failures=False, needs=()): an aiayn conformance test of "
-                                       "equation NAME (aiayn.implementations.protocol.EQUATIONS, or 'contract'); dtypes='first' runs "
-                                       "only the implementation's first dtype; load_failures=True makes an implementation that cannot "
-                                       "be loaded fail it; needs: what of the domain the test needs ('masks:KIND', 'cross-attention', "
-                                       "'batch:1'), so that it is out of scope for an implementation whose declared Scope excludes it")
+    config.addinivalue_line(
+        "markers",
+        f"{_MARK}(name, dtypes='all', load_failures=False, needs=()): an aiayn conformance test of "
+        "equation NAME (aiayn.implementations.protocol.EQUATIONS, or 'contract'); dtypes='first' runs "
+        "only the implementation's first dtype; load_failures=True makes an implementation that cannot "
+        "be loaded fail it; needs: what of the domain the test needs ('masks:KIND', 'cross-attention', "
+        "'batch:1'), so that it is out of scope for an implementation whose declared Scope excludes it",
+    )
     run = _Run(explicit=_explicit_specs(config), device=config.getoption("--aiayn-device"))
     config.stash[_STATE] = run
     _CURRENT[:] = [run]
     profile = config.getoption("--aiayn-profile") or os.environ.get("AIAYN_PROFILE")
     if profile and profile not in _PROFILES:
-        raise pytest.UsageError(f"aiayn: $AIAYN_PROFILE={profile!r} is not a profile; choose one of {', '.join(_PROFILES)}")
+        raise pytest.UsageError(
+            f"aiayn: $AIAYN_PROFILE={profile!r} is not a profile; choose one of {', '.join(_PROFILES)}"
+        )
     if run.explicit is None and not config.getoption("--aiayn-profile") and run.device is None:
         return  # not asked (yet): nothing is loaded until an aiayn test is collected
     from aiayn.conformance import profiles
@@ -166,8 +206,10 @@ def pytest_configure(config: pytest.Config) -> None:
                 raise pytest.UsageError(f"aiayn: {_one_line(entry.error)}")
             missing = [d for d in wanted if d not in tuple(getattr(entry.impl, "dtypes", ()) or ())]
             if missing:
-                raise pytest.UsageError(f"aiayn: {entry.name} ({spec}) does not declare dtype {', '.join(missing)}; "
-                                        f"it declares {', '.join(entry.impl.dtypes) or 'none'}")
+                raise pytest.UsageError(
+                    f"aiayn: {entry.name} ({spec}) does not declare dtype {', '.join(missing)}; "
+                    f"it declares {', '.join(entry.impl.dtypes) or 'none'}"
+                )
 
 
 def _one_line(text: str) -> str:
@@ -228,14 +270,14 @@ def _provided(impl: Any) -> frozenset[str]:
         return frozenset()
 
 
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker(_MARK)
     if marker is None:
         return
     if "impl" not in metafunc.fixturenames or "dtype" not in metafunc.fixturenames:
-        raise pytest.UsageError(f"{metafunc.definition.nodeid}: an aiayn conformance test takes the arguments impl and dtype")
+        raise pytest.UsageError(
+            f"{metafunc.definition.nodeid}: an aiayn conformance test takes the arguments impl and dtype"
+        )
     config = metafunc.config
     run = config.stash[_STATE]
     from aiayn.conformance import profiles
@@ -255,14 +297,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 params.append(pytest.param(LoadFailure(entry.spec, entry.error), "-", id=f"{label}-load"))
             else:
                 why = entry.error if entry.skip else "could not be loaded (see test_declarations_follow_the_contract)"
-                params.append(pytest.param(None, "-", id=f"{label}-unavailable", marks=pytest.mark.skip(reason=f"{entry.spec}: {why}")))
+                params.append(
+                    pytest.param(
+                        None, "-", id=f"{label}-unavailable", marks=pytest.mark.skip(reason=f"{entry.spec}: {why}")
+                    )
+                )
             continue
         impl = entry.impl
         dtypes = tuple(getattr(impl, "dtypes", ()) or ())
         chosen = [d for d in (dtypes[:1] if mode == "first" else dtypes) if d in wanted]
         if equation != "contract" and equation not in _provided(impl):
-            params.append(pytest.param(impl, chosen[0] if chosen else "-", id=f"{label}-not-provided",
-                                       marks=pytest.mark.skip(reason=f"{equation} not provided by {entry.name}")))
+            params.append(
+                pytest.param(
+                    impl,
+                    chosen[0] if chosen else "-",
+                    id=f"{label}-not-provided",
+                    marks=pytest.mark.skip(reason=f"{equation} not provided by {entry.name}"),
+                )
+            )
             continue
         if equation != "contract":
             from aiayn.implementations.protocol import scope_of
@@ -276,7 +328,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 continue
         params += [pytest.param(impl, d, id=f"{label}-{d}") for d in chosen]
     if not params:
-        params = [pytest.param(None, "-", id="no-implementation", marks=pytest.mark.skip(reason="no implementation/dtype selected"))]
+        params = [
+            pytest.param(
+                None, "-", id="no-implementation", marks=pytest.mark.skip(reason="no implementation/dtype selected")
+            )
+        ]
     metafunc.parametrize(("impl", "dtype"), params)
 
 
@@ -301,8 +357,13 @@ def _agreement_only(config: pytest.Config, items: list[pytest.Item]) -> None:
     from aiayn.implementations.protocol import EQUATIONS
 
     keep = {f"test_{e}" for e in EQUATIONS}
-    dropped = [i for i in items if _is_aiayn(i) and getattr(i, "originalname", i.name) not in keep
-               and i.get_closest_marker(_MARK).args[:1] != ("contract",)]
+    dropped = [
+        i
+        for i in items
+        if _is_aiayn(i)
+        and getattr(i, "originalname", i.name) not in keep
+        and i.get_closest_marker(_MARK).args[:1] != ("contract",)
+    ]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [i for i in items if i not in set(dropped)]
@@ -328,7 +389,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         key, dtype = deviation_key(item), callspec.params.get("dtype") if callspec else None
         reason = (declared.get(key) or declared.get(f"{key}@{dtype}")) if hasattr(declared, "get") else None
         if reason:
-            item.add_marker(pytest.mark.xfail(strict=True, reason=f"known deviation declared by {getattr(impl, 'name', impl)}: {reason}"))
+            item.add_marker(
+                pytest.mark.xfail(
+                    strict=True, reason=f"known deviation declared by {getattr(impl, 'name', impl)}: {reason}"
+                )
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -349,8 +414,11 @@ def _prepare_isolation(config: pytest.Config) -> None:
 
     limit = config.getoption("--aiayn-timeout")
     worker = _worker_input(config)
-    isolation.configure(isolation.DEFAULT_LIMIT_S if limit is None else limit,
-                        worker=worker["workerid"] if worker else None, testrunuid=worker.get("testrunuid") if worker else None)
+    isolation.configure(
+        isolation.DEFAULT_LIMIT_S if limit is None else limit,
+        worker=worker["workerid"] if worker else None,
+        testrunuid=worker.get("testrunuid") if worker else None,
+    )
     run.isolation_ready = True
 
 
@@ -366,9 +434,15 @@ def pytest_runtest_call(item: pytest.Item):
     item.stash[_STATS] = stats
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec else {}
-    isolation.test_started({"nodeid": item.nodeid, "equation": item.get_closest_marker(_MARK).args[0],
-                            "spec": _spec_of(params.get("impl"), item.config) or "-", "dtype": params.get("dtype", "-"),
-                            "test": getattr(item, "originalname", item.name)})
+    isolation.test_started(
+        {
+            "nodeid": item.nodeid,
+            "equation": item.get_closest_marker(_MARK).args[0],
+            "spec": _spec_of(params.get("impl"), item.config) or "-",
+            "dtype": params.get("dtype", "-"),
+            "test": getattr(item, "originalname", item.name),
+        }
+    )
     token = harness.current_stats().set(stats)
     try:
         return (yield)
@@ -405,16 +479,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         reason, outcome = str(rep.wasxfail), "known deviation"
     elif rep.skipped and isinstance(rep.longrepr, tuple):
         reason = str(rep.longrepr[2])
-    rep.user_properties.append(("aiayn", {
-        "spec": _spec_of(impl, item.config) or getattr(impl, "spec", "-"),
-        "equation": marker.args[0],
-        "dtype": callspec.params.get("dtype", "-"),
-        "test": getattr(item, "originalname", item.name),
-        "nodeid": item.nodeid,
-        "outcome": outcome,
-        "reason": reason,
-        **stats.as_dict(),
-    }))
+    rep.user_properties.append(
+        (
+            "aiayn",
+            {
+                "spec": _spec_of(impl, item.config) or getattr(impl, "spec", "-"),
+                "equation": marker.args[0],
+                "dtype": callspec.params.get("dtype", "-"),
+                "test": getattr(item, "originalname", item.name),
+                "nodeid": item.nodeid,
+                "outcome": outcome,
+                "reason": reason,
+                **stats.as_dict(),
+            },
+        )
+    )
     if rep.when == "call":
         _forget_unnamed_replays(stats.files, rep.longreprtext if rep.failed or hasattr(rep, "wasxfail") else "")
     return rep
@@ -450,11 +529,24 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
     message, replay = _crash_message(record)
     report.longrepr = message
     node.config.stash[_STATE].crashes.append(crashitem)
-    report.user_properties.append(("aiayn", {
-        "spec": record.get("spec", "-"), "equation": record.get("equation", "-"), "dtype": record.get("dtype", "-"),
-        "test": record.get("test", crashitem), "nodeid": crashitem, "outcome": "failed", "reason": message.splitlines()[0],
-        "examples": 0, "worst": 0.0, "crash": record["cause"], "replay": replay,
-    }))
+    report.user_properties.append(
+        (
+            "aiayn",
+            {
+                "spec": record.get("spec", "-"),
+                "equation": record.get("equation", "-"),
+                "dtype": record.get("dtype", "-"),
+                "test": record.get("test", crashitem),
+                "nodeid": crashitem,
+                "outcome": "failed",
+                "reason": message.splitlines()[0],
+                "examples": 0,
+                "worst": 0.0,
+                "crash": record["cause"],
+                "replay": replay,
+            },
+        )
+    )
 
 
 def _crash_message(record: dict[str, Any]) -> tuple[str, str | None]:
@@ -473,8 +565,11 @@ def _crash_message(record: dict[str, Any]) -> tuple[str, str | None]:
     replay = None
     if record.get("inputs_file"):
         tag = hashlib.sha256(record["nodeid"].encode()).hexdigest()[:10]
-        target = failure_dir() / failure_name(record.get("spec", "impl").replace(":", "_"), record.get("check", "check"),
-                                              f"{record.get('dtype', '-')}-crash-{tag}")
+        target = failure_dir() / failure_name(
+            record.get("spec", "impl").replace(":", "_"),
+            record.get("check", "check"),
+            f"{record.get('dtype', '-')}-crash-{tag}",
+        )
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(record["inputs_file"], target)
         replay = str(target)
@@ -486,7 +581,9 @@ def _crash_message(record: dict[str, Any]) -> tuple[str, str | None]:
     if record.get("inputs"):
         lines.append(f"  inputs: {record['inputs']}")
     if replay:
-        lines.append(f"  replay: aiayn replay {replay}   (in this process: expect the same {'hang' if cause == 'timeout' else 'crash'})")
+        lines.append(
+            f"  replay: aiayn replay {replay}   (in this process: expect the same {'hang' if cause == 'timeout' else 'crash'})"
+        )
     frames = _main_thread_frames(record.get("traceback") or "")
     if frames:
         lines += ["  where (faulthandler, most recent call first):", *[f"    {line.strip()}" for line in frames[:8]]]
@@ -528,8 +625,9 @@ def _nothing_checked(config: pytest.Config, results: list[dict[str, Any]]) -> st
         return ""
     if results:
         reasons = sorted({r["reason"] for r in results if r.get("reason")})
-        return (f"no check ran: all {len(results)} selected aiayn tests were skipped"
-                + (f" ({'; '.join(reasons[:3])}{' ...' if len(reasons) > 3 else ''})" if reasons else ""))
+        return f"no check ran: all {len(results)} selected aiayn tests were skipped" + (
+            f" ({'; '.join(reasons[:3])}{' ...' if len(reasons) > 3 else ''})" if reasons else ""
+        )
     if run.explicit is not None:
         return "no check ran: --impl was given but the selection holds no aiayn test (check the paths, -k and -m)"
     return ""
@@ -556,9 +654,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 continue
             mine = [r for r in from_run if r["spec"] == spec]
             data = report.build(entry, mine, run_info(config))
-            run.inconclusive += [f"{entry.name}: {r['section']} [{r['dtype']}]: {r['not_checked']:,} of {r['checked'] + r['not_checked']:,} "
-                                 f"elements not checked (stated maximum {100 * r['max_unchecked']:g}%)"
-                                 for r in data["rows"] if r["status"] == "inconclusive"]
+            run.inconclusive += [
+                f"{entry.name}: {r['section']} [{r['dtype']}]: {r['not_checked']:,} of {r['checked'] + r['not_checked']:,} "
+                f"elements not checked (stated maximum {100 * r['max_unchecked']:g}%)"
+                for r in data["rows"]
+                if r["status"] == "inconclusive"
+            ]
             if directory:
                 report.write(Path(directory), entry, mine, run_info(config))
         if run.inconclusive and int(session.exitstatus) == 0:
@@ -595,8 +696,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                     for path in report.paths(Path(directory), report.report_name(entry.impl, entry.name)):
                         terminalreporter.write_line(f"wrote {path.resolve()}")
     for line in run.inconclusive:
-        terminalreporter.write_line(f"INCONCLUSIVE: aiayn: {line}; not declared by the implementation (declared_inconclusive), "
-                                    "so the run fails", red=True, bold=True)
+        terminalreporter.write_line(
+            f"INCONCLUSIVE: aiayn: {line}; not declared by the implementation (declared_inconclusive), "
+            "so the run fails",
+            red=True,
+            bold=True,
+        )
     if run.usage_error:
         terminalreporter.write_line(f"ERROR: aiayn: {run.usage_error} (exit 4)", red=True, bold=True)
 
@@ -622,14 +727,20 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if run.explicit is None:
         return []
     info = run_info(config)
-    lines = [f"aiayn conformance: profile {info['profile']} ({info['max_examples']} examples per test), seed {info['seed']}"]
+    lines = [
+        f"aiayn conformance: profile {info['profile']} ({info['max_examples']} examples per test), seed {info['seed']}"
+    ]
     wanted = config.getoption("--dtype") or []
     for entry in loaded(config):
         if entry.impl is None:
-            lines.append(f"  {entry.spec}: {'skipped' if entry.skip else 'NOT LOADED'} ({entry.error.splitlines()[0] if entry.error else ''})")
+            lines.append(
+                f"  {entry.spec}: {'skipped' if entry.skip else 'NOT LOADED'} ({entry.error.splitlines()[0] if entry.error else ''})"
+            )
             continue
         impl = entry.impl
         dtypes = [d for d in impl.dtypes if not wanted or d in wanted]
-        lines.append(f"  {impl.name} ({impl.version}) on {impl.device}, dtypes {', '.join(dtypes) or 'none selected'}"
-                     + ("" if entry.spec == impl.name else f" [{entry.spec}]"))
+        lines.append(
+            f"  {impl.name} ({impl.version}) on {impl.device}, dtypes {', '.join(dtypes) or 'none selected'}"
+            + ("" if entry.spec == impl.name else f" [{entry.spec}]")
+        )
     return lines

@@ -74,6 +74,7 @@ def current_settings(fraction: float = 1.0) -> settings:
     """The settings object of a test under the active profile (Hypothesis is imported here, not
     when this module is: the plugin and the CLI read the profile names before pytest starts)."""
     from hypothesis import HealthCheck, Phase, settings
+
     _, derandomize = PROFILES[active()]
     find_only = bool(os.environ.get("AIAYN_FIND_ONLY"))
     extra: dict[str, Any] = {}

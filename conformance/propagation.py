@@ -69,8 +69,14 @@ class _Graph:
         self.values[name] = value
         self.ops.append(_Op(name, (), lambda: None, local))
 
-    def stage(self, name: str, inputs: Sequence[str], value: np.ndarray, jvp: Callable[..., np.ndarray],
-              local: Callable[[Precision], np.ndarray]) -> np.ndarray:
+    def stage(
+        self,
+        name: str,
+        inputs: Sequence[str],
+        value: np.ndarray,
+        jvp: Callable[..., np.ndarray],
+        local: Callable[[Precision], np.ndarray],
+    ) -> np.ndarray:
         self.values[name] = value
         self.ops.append(_Op(name, tuple(inputs), jvp, local))
         return value
@@ -87,7 +93,7 @@ class _Graph:
                 continue
             n = local.size
             tangents: dict[str, Tangent] = {op.out: (np.eye(n) * local.reshape(-1)).reshape(n, *local.shape)}
-            for later in self.ops[index + 1:]:
+            for later in self.ops[index + 1 :]:
                 ins = [tangents.get(name) for name in later.inputs]
                 if all(t is None for t in ins):
                     continue
@@ -122,16 +128,32 @@ def _softmax_masked(s: np.ndarray, visible: np.ndarray) -> np.ndarray:
     return e / np.sum(e, axis=-1, keepdims=True)
 
 
-def _mha(query: np.ndarray, key: np.ndarray, value: np.ndarray, params: Mapping[str, np.ndarray], h: int, mask: np.ndarray | None,
-         dq: Tangent = None, dk: Tangent = None, dv: Tangent = None) -> tuple[np.ndarray, np.ndarray | None]:
+def _mha(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    params: Mapping[str, np.ndarray],
+    h: int,
+    mask: np.ndarray | None,
+    dq: Tangent = None,
+    dk: Tangent = None,
+    dv: Tangent = None,
+) -> tuple[np.ndarray, np.ndarray | None]:
     """(value, tangent) of MultiHead (§3.2.2); the tangent of head i: dP V + P dV with dP = P o (dS - sum P dS)."""
+
     def proj(x: np.ndarray, w: str, b: str) -> np.ndarray:
         return x @ params[w] + (params[b] if params.get(b) is not None else 0.0)
 
-    q, k, v = _split(proj(query, "w_q", "b_q"), h), _split(proj(key, "w_k", "b_k"), h), _split(proj(value, "w_v", "b_v"), h)
+    q, k, v = (
+        _split(proj(query, "w_q", "b_q"), h),
+        _split(proj(key, "w_k", "b_k"), h),
+        _split(proj(value, "w_v", "b_v"), h),
+    )
     root = math.sqrt(q.shape[-1])
     s = q @ np.swapaxes(k, -1, -2) / root  # (..., h, n_q, n_k)
-    visible = np.ones(s.shape, dtype=bool) if mask is None else np.broadcast_to(np.asarray(mask)[..., None, :, :], s.shape)
+    visible = (
+        np.ones(s.shape, dtype=bool) if mask is None else np.broadcast_to(np.asarray(mask)[..., None, :, :], s.shape)
+    )
     p = _softmax_masked(s, visible)
     out = _merge(p @ v) @ params["w_o"] + (params["b_o"] if params.get("b_o") is not None else 0.0)
     if dq is None and dk is None and dv is None:
@@ -144,7 +166,9 @@ def _mha(query: np.ndarray, key: np.ndarray, value: np.ndarray, params: Mapping[
     return out, _merge(dp @ v + p @ tv) @ params["w_o"]
 
 
-def _layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, dx: Tangent = None) -> tuple[np.ndarray, np.ndarray | None]:
+def _layer_norm(
+    x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, dx: Tangent = None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """(value, tangent) of LayerNorm: d x_hat = (dc - x_hat (x_hat . dc) / d) / s, dc = dx - mean(dx)."""
     c = x - np.mean(x, axis=-1, keepdims=True)
     s = np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps)
@@ -170,33 +194,51 @@ def _ffn(x: np.ndarray, ffn: Mapping[str, np.ndarray], dx: Tangent = None) -> tu
 # building the composites
 
 
-def _add_mha(g: _Graph, name: str, q: str, k: str, v: str, params: Mapping[str, np.ndarray], h: int, mask: np.ndarray | None) -> None:
+def _add_mha(
+    g: _Graph, name: str, q: str, k: str, v: str, params: Mapping[str, np.ndarray], h: int, mask: np.ndarray | None
+) -> None:
     vals = g.values
     value, _ = _mha(vals[q], vals[k], vals[v], params, h, mask)
     qv, kv, vv = vals[q], vals[k], vals[v]
-    g.stage(name, (q, k, v), value,
-            lambda a, b, c, ta, tb, tc: _mha(a, b, c, params, h, mask, ta, tb, tc)[1],
-            lambda p: B.multi_head_attention(qv, kv, vv, params, h, mask, p))
+    g.stage(
+        name,
+        (q, k, v),
+        value,
+        lambda a, b, c, ta, tb, tc: _mha(a, b, c, params, h, mask, ta, tb, tc)[1],
+        lambda p: B.multi_head_attention(qv, kv, vv, params, h, mask, p),
+    )
 
 
 def _add_residual_norm(g: _Graph, name: str, x: str, sub: str, norm: Mapping[str, np.ndarray], eps: float) -> None:
     """LayerNorm(x + Sublayer(x)) (§3.1) as two stages: the sum (one rounding) and the LayerNorm."""
     r = g.values[x] + g.values[sub]
-    g.stage(f"{name}.sum", (x, sub), r, lambda a, b, ta, tb: _zero(ta, a) + _zero(tb, b),
-            lambda p: p.op * np.abs(r) + p.eta)
+    g.stage(
+        f"{name}.sum", (x, sub), r, lambda a, b, ta, tb: _zero(ta, a) + _zero(tb, b), lambda p: p.op * np.abs(r) + p.eta
+    )
     gain, bias = norm["gain"], norm["bias"]
-    g.stage(name, (f"{name}.sum",), _layer_norm(r, gain, bias, eps)[0],
-            lambda a, ta: _layer_norm(a, gain, bias, eps, ta)[1],
-            lambda p: B.layer_norm(r, gain, bias, eps, p))
+    g.stage(
+        name,
+        (f"{name}.sum",),
+        _layer_norm(r, gain, bias, eps)[0],
+        lambda a, ta: _layer_norm(a, gain, bias, eps, ta)[1],
+        lambda p: B.layer_norm(r, gain, bias, eps, p),
+    )
 
 
 def _add_ffn(g: _Graph, name: str, x: str, ffn: Mapping[str, np.ndarray]) -> None:
     xv = g.values[x]
-    g.stage(name, (x,), _ffn(xv, ffn)[0], lambda a, ta: _ffn(a, ffn, ta)[1],
-            lambda p: B.feed_forward(xv, ffn["w1"], ffn["b1"], ffn["w2"], ffn["b2"], p))
+    g.stage(
+        name,
+        (x,),
+        _ffn(xv, ffn)[0],
+        lambda a, ta: _ffn(a, ffn, ta)[1],
+        lambda p: B.feed_forward(xv, ffn["w1"], ffn["b1"], ffn["w2"], ffn["b2"], p),
+    )
 
 
-def _encoder(g: _Graph, x: str, params: Mapping[str, Any], h: int, mask: np.ndarray | None, eps: float, tag: str) -> str:
+def _encoder(
+    g: _Graph, x: str, params: Mapping[str, Any], h: int, mask: np.ndarray | None, eps: float, tag: str
+) -> str:
     _add_mha(g, f"{tag}.attn", x, x, x, params["self_attn"], h, mask)
     _add_residual_norm(g, f"{tag}.z", x, f"{tag}.attn", params["norm1"], eps)
     _add_ffn(g, f"{tag}.ffn", f"{tag}.z", params["ffn"])
@@ -204,8 +246,17 @@ def _encoder(g: _Graph, x: str, params: Mapping[str, Any], h: int, mask: np.ndar
     return f"{tag}.out"
 
 
-def _decoder(g: _Graph, y: str, memory: str, params: Mapping[str, Any], h: int, self_mask: np.ndarray, memory_mask: np.ndarray | None,
-             eps: float, tag: str) -> str:
+def _decoder(
+    g: _Graph,
+    y: str,
+    memory: str,
+    params: Mapping[str, Any],
+    h: int,
+    self_mask: np.ndarray,
+    memory_mask: np.ndarray | None,
+    eps: float,
+    tag: str,
+) -> str:
     _add_mha(g, f"{tag}.self", y, y, y, params["self_attn"], h, self_mask)
     _add_residual_norm(g, f"{tag}.a", y, f"{tag}.self", params["norm1"], eps)
     _add_mha(g, f"{tag}.cross", f"{tag}.a", memory, memory, params["cross_attn"], h, memory_mask)
@@ -220,16 +271,30 @@ def _input(g: _Graph, name: str, value: np.ndarray) -> None:
     g.source(name, np.asarray(value, dtype=np.float64), lambda p: np.zeros(np.shape(value)))
 
 
-def encoder_layer(x: np.ndarray, params: Mapping[str, Any], num_heads: int, mask: np.ndarray | None, eps: float,
-                  precisions: Sequence[Precision]) -> np.ndarray:
+def encoder_layer(
+    x: np.ndarray,
+    params: Mapping[str, Any],
+    num_heads: int,
+    mask: np.ndarray | None,
+    eps: float,
+    precisions: Sequence[Precision],
+) -> np.ndarray:
     """First-order bound for the encoder layer (§3.1): MHA, sum, LayerNorm, FFN, sum, LayerNorm."""
     g = _Graph()
     _input(g, "x", x)
     return g.bound(_encoder(g, "x", params, num_heads, mask, eps, "enc"), precisions)
 
 
-def decoder_layer(y: np.ndarray, memory: np.ndarray, params: Mapping[str, Any], num_heads: int, self_mask: np.ndarray | None,
-                  memory_mask: np.ndarray | None, eps: float, precisions: Sequence[Precision]) -> np.ndarray:
+def decoder_layer(
+    y: np.ndarray,
+    memory: np.ndarray,
+    params: Mapping[str, Any],
+    num_heads: int,
+    self_mask: np.ndarray | None,
+    memory_mask: np.ndarray | None,
+    eps: float,
+    precisions: Sequence[Precision],
+) -> np.ndarray:
     """First-order bound for the decoder layer (§3.1); ``self_mask`` None means causal (§3.2.3)."""
     n = y.shape[-2]
     self_mask = (np.arange(n)[None, :] <= np.arange(n)[:, None]) if self_mask is None else self_mask
@@ -246,18 +311,32 @@ def _embedding(g: _Graph, name: str, tokens: np.ndarray, embedding: np.ndarray) 
     n, d = tokens.shape[-1], embedding.shape[1]
     scaled = embedding[tokens] * math.sqrt(d)
     x = scaled + positional_encoding(n, d)
-    g.source(name, x, lambda p: gamma(2, p.op) * np.abs(scaled) + B.positional_encoding(n, d, p) + p.op * np.abs(x) + 2 * p.eta)
+    g.source(
+        name,
+        x,
+        lambda p: gamma(2, p.op) * np.abs(scaled) + B.positional_encoding(n, d, p) + p.op * np.abs(x) + 2 * p.eta,
+    )
 
 
-def transformer_forward(src: np.ndarray, tgt: np.ndarray, params: Mapping[str, Any], num_heads: int, src_lengths: np.ndarray | None,
-                        tgt_lengths: np.ndarray | None, eps: float, precisions: Sequence[Precision]) -> np.ndarray:
+def transformer_forward(
+    src: np.ndarray,
+    tgt: np.ndarray,
+    params: Mapping[str, Any],
+    num_heads: int,
+    src_lengths: np.ndarray | None,
+    tgt_lengths: np.ndarray | None,
+    eps: float,
+    precisions: Sequence[Precision],
+) -> np.ndarray:
     """First-order bound for the logits (Figure 1): both embeddings, the stacks, the tied projection y E^T (§3.4).
 
     The encoder's stages reach the logits through every decoder layer's encoder-decoder attention
     (the graph is a DAG: the memory feeds each cross-attention).
     """
     n_src, n_tgt = src.shape[1], tgt.shape[1]
-    src_mask = None if src_lengths is None else (np.arange(n_src)[None, :] < np.asarray(src_lengths)[:, None])[:, None, :]
+    src_mask = (
+        None if src_lengths is None else (np.arange(n_src)[None, :] < np.asarray(src_lengths)[:, None])[:, None, :]
+    )
     tgt_mask = np.arange(n_tgt)[None, :] <= np.arange(n_tgt)[:, None]
     if tgt_lengths is not None:
         tgt_mask = tgt_mask & (np.arange(n_tgt)[None, :] < np.asarray(tgt_lengths)[:, None])[:, None, :]
@@ -273,6 +352,11 @@ def transformer_forward(src: np.ndarray, tgt: np.ndarray, params: Mapping[str, A
         y = _decoder(g, y, x, layer, num_heads, tgt_mask, src_mask, eps, f"dec{i}")
     yv = g.values[y]
     d = emb.shape[1]
-    g.stage("logits", (y,), yv @ emb.T, lambda a, ta: ta @ emb.T,
-            lambda p: gamma(d + 1, p.op) * (np.abs(yv) @ np.abs(emb).T) + (d + 1) * p.eta)
+    g.stage(
+        "logits",
+        (y,),
+        yv @ emb.T,
+        lambda a, ta: ta @ emb.T,
+        lambda p: gamma(d + 1, p.op) * (np.abs(yv) @ np.abs(emb).T) + (d + 1) * p.eta,
+    )
     return g.bound("logits", precisions)

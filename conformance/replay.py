@@ -27,7 +27,9 @@ def _read(path: Path) -> tuple[str, str, str, dict]:
     try:
         spec, dtype, name, inputs = load_case(path)
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
-        raise ReplayError(f"{path}: not a replay file written by the conformance suite ({type(exc).__name__}: {exc})") from None
+        raise ReplayError(
+            f"{path}: not a replay file written by the conformance suite ({type(exc).__name__}: {exc})"
+        ) from None
     if name not in CHECKS:
         raise ReplayError(f"{path}: names check {name!r}, which this version of aiayn does not have")
     return spec, dtype, name, inputs
@@ -50,7 +52,9 @@ def replay(files: Sequence[str | Path], impl: str | None = None) -> int:
             implementation = registry.load(spec)
         except registry.ImplementationNotFound as exc:
             extra = missing_extra(exc)
-            raise ReplayError(f"{path}: cannot load implementation {spec!r}: {extra or ' '.join(str(exc).split())}") from None
+            raise ReplayError(
+                f"{path}: cannot load implementation {spec!r}: {extra or ' '.join(str(exc).split())}"
+            ) from None
         register_spec(implementation, spec)
         try:
             CHECKS[name](implementation, dtype, **inputs)

@@ -31,9 +31,26 @@ FIRST_DTYPE_ONLY = ("lrate", "label_smoothing")
 
 
 def _empty(status: str) -> dict[str, Any]:
-    return {"status": status, "scope": "", "examples": 0, "unsupported": 0, "unsupported_why": "", "out_of_scope_tests": [], "checked": 0,
-            "not_checked": 0, "not_checked_reasons": {}, "fraction_checked": None, "worst_error_to_budget": None, "headroom": None,
-            "measure": "", "departures": [], "violations": [], "unnamed_failures": [], "failed_tests": [], "tests": []}
+    return {
+        "status": status,
+        "scope": "",
+        "examples": 0,
+        "unsupported": 0,
+        "unsupported_why": "",
+        "out_of_scope_tests": [],
+        "checked": 0,
+        "not_checked": 0,
+        "not_checked_reasons": {},
+        "fraction_checked": None,
+        "worst_error_to_budget": None,
+        "headroom": None,
+        "measure": "",
+        "departures": [],
+        "violations": [],
+        "unnamed_failures": [],
+        "failed_tests": [],
+        "tests": [],
+    }
 
 
 def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -> dict[str, Any]:
@@ -43,9 +60,13 @@ def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -
     failed = sorted({r["test"] for r in results if r["outcome"] == "failed"})
     deviations = {r["test"]: r["reason"] for r in results if r["outcome"] == "known deviation"}
     ran = [r for r in results if r["outcome"] in ("passed", "failed")]
-    out_of_scope = sorted({r["test"] for r in results if r["outcome"] == "skipped" and OUT_OF_SCOPE in r.get("reason", "")})
+    out_of_scope = sorted(
+        {r["test"] for r in results if r["outcome"] == "skipped" and OUT_OF_SCOPE in r.get("reason", "")}
+    )
     scope = scope_of(impl, equation).describe() if impl is not None and equation != "contract" else "full domain"
-    if flushes_subnormals(getattr(impl, "policies", None), equation, dtype):  # the budgets assumed FTZ arithmetic (harness.Case.arithmetic): say so
+    if flushes_subnormals(
+        getattr(impl, "policies", None), equation, dtype
+    ):  # the budgets assumed FTZ arithmetic (harness.Case.arithmetic): say so
         scope = f"{scope}; subnormals flushed to zero (declared)"
     counted = [r for r in results if r["outcome"] in ("passed", "failed", "known deviation")]
     not_provided = any("not provided" in r.get("reason", "") for r in results)
@@ -86,7 +107,9 @@ def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -
         measure = "NaN mismatch"
     elif worst is not None:
         measure = f"{worst:.3g}" + (" (and a NaN mismatch)" if nan else "")
-    elif counted and checked and (exact == checked or equation == "contract"):  # the contract's checks all have zero tolerance
+    elif (
+        counted and checked and (exact == checked or equation == "contract")
+    ):  # the contract's checks all have zero tolerance
         measure = "contract (exact)" if equation == "contract" else "exact checks"
     elif counted:
         measure = "not measured"
@@ -94,9 +117,15 @@ def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -
         measure = ""
     largest = [r["largest"] for r in results if r.get("largest")]
     # named for failures and for known deviations alike (a declared deviation is still diagnosed: the name says what it is)
-    departures = sorted({d for r in results if r["outcome"] in ("failed", "known deviation") for d in (r.get("departures") or [])})
-    violations = sorted({v for r in results if r["outcome"] in ("failed", "known deviation") for v in (r.get("violations") or [])})
-    unnamed = sorted({r["test"] for r in results if r["outcome"] == "failed" and not r.get("departures") and not r.get("violations")})
+    departures = sorted(
+        {d for r in results if r["outcome"] in ("failed", "known deviation") for d in (r.get("departures") or [])}
+    )
+    violations = sorted(
+        {v for r in results if r["outcome"] in ("failed", "known deviation") for v in (r.get("violations") or [])}
+    )
+    unnamed = sorted(
+        {r["test"] for r in results if r["outcome"] == "failed" and not r.get("departures") and not r.get("violations")}
+    )
     return {
         "status": status,
         "scope": scope,
@@ -137,14 +166,33 @@ def build(entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str])
             elif equation == "contract" and dtype != dtypes[0]:
                 continue
             else:
-                cell = _cell(mine if equation != "contract" else [r for r in results if r["equation"] == "contract"], equation, dtype, impl)
-            rows.append({"equation": equation, "section": SECTIONS[equation], "dtype": dtype if equation != "contract" else "all", **cell})
+                cell = _cell(
+                    mine if equation != "contract" else [r for r in results if r["equation"] == "contract"],
+                    equation,
+                    dtype,
+                    impl,
+                )
+            rows.append(
+                {
+                    "equation": equation,
+                    "section": SECTIONS[equation],
+                    "dtype": dtype if equation != "contract" else "all",
+                    **cell,
+                }
+            )
     failed = sum(1 for r in rows if r["status"] == "fail")
     inconclusive = sum(1 for r in rows if r["status"] == "inconclusive")
     scoped = sorted({r["scope"] for r in rows if r.get("scope") not in ("", "full domain")})
-    sig = signature(f"conformance-{entry.name}", packages=("numpy", "hypothesis"), impl=entry.spec,
-                    impl_version=getattr(impl, "version", "-"), device=getattr(impl, "device", "-"), profile=run.get("profile"),
-                    seed=run.get("seed"), examples_per_test=run.get("max_examples"))
+    sig = signature(
+        f"conformance-{entry.name}",
+        packages=("numpy", "hypothesis"),
+        impl=entry.spec,
+        impl_version=getattr(impl, "version", "-"),
+        device=getattr(impl, "device", "-"),
+        profile=run.get("profile"),
+        seed=run.get("seed"),
+        examples_per_test=run.get("max_examples"),
+    )
     if impl is None:
         verdict = "NOT LOADED"
     elif failed:
@@ -163,7 +211,9 @@ def build(entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str])
         "version": getattr(impl, "version", None),
         "device": getattr(impl, "device", None),
         "dtypes": list(dtypes),
-        "policies": {k: dict(v) if isinstance(v, Mapping) else v for k, v in dict(getattr(impl, "policies", {}) or {}).items()},
+        "policies": {
+            k: dict(v) if isinstance(v, Mapping) else v for k, v in dict(getattr(impl, "policies", {}) or {}).items()
+        },
         "loaded": impl is not None,
         "load_error": entry.error or None,
         "verdict": verdict,
@@ -192,7 +242,7 @@ def markdown(data: Mapping[str, Any]) -> str:
     counts = [f"{data['failed_rows']} equation x dtype rows fail"] if data["failed_rows"] else []
     counts += [f"{data['inconclusive_rows']} rows inconclusive"] if data.get("inconclusive_rows") else []
     lines = [
-        f"# Conformance of `{data['implementation']}` to \"Attention Is All You Need\"",
+        f'# Conformance of `{data["implementation"]}` to "Attention Is All You Need"',
         "",
         f"Verdict: **{data['verdict']}**" + (f" ({'; '.join(counts)})" if counts else ""),
         "",
@@ -210,22 +260,64 @@ def markdown(data: Mapping[str, Any]) -> str:
         "",
     ]
     rows = [["(all)", "-", "not loaded", "", "", "", "", "", "", data["load_error"]]] if not data["loaded"] else []
-    rows += [[r["section"], r["dtype"], r["status"], r.get("scope", ""), _fmt_examples(r), _fmt_checked(r), _fmt_unchecked(r),
-              r.get("measure", ""), _fmt_headroom(r), _fmt_notes(r)] for r in data["rows"]]
-    lines += md_table(["equation", "dtype", "status", "scope", "examples", "checked", "not checked", "worst error / budget", "headroom",
-                       "failing tests, departures matched, known deviations"], rows)
-    why = sorted({(r["section"], r["dtype"], reason, n) for r in data["rows"] for reason, n in (r.get("not_checked_reasons") or {}).items()})
+    rows += [
+        [
+            r["section"],
+            r["dtype"],
+            r["status"],
+            r.get("scope", ""),
+            _fmt_examples(r),
+            _fmt_checked(r),
+            _fmt_unchecked(r),
+            r.get("measure", ""),
+            _fmt_headroom(r),
+            _fmt_notes(r),
+        ]
+        for r in data["rows"]
+    ]
+    lines += md_table(
+        [
+            "equation",
+            "dtype",
+            "status",
+            "scope",
+            "examples",
+            "checked",
+            "not checked",
+            "worst error / budget",
+            "headroom",
+            "failing tests, departures matched, known deviations",
+        ],
+        rows,
+    )
+    why = sorted(
+        {
+            (r["section"], r["dtype"], reason, n)
+            for r in data["rows"]
+            for reason, n in (r.get("not_checked_reasons") or {}).items()
+        }
+    )
     if why:
         lines += ["", "Not checked, and why:", ""]
         lines += [f"- {section} [{dtype}]: {n} elements: {reason}" for section, dtype, reason, n in why]
     largest = [(r["section"], r["dtype"], r["largest_failure"]) for r in data["rows"] if r.get("largest_failure")]
     if largest:
-        lines += ["", "Largest discrepancy found per failing row (Hypothesis reports the smallest failing example; this is the worst):", ""]
-        lines += [f"- {section} [{dtype}]: {f['ratio']:.3g} x budget in {f['check']}, {f['where']}; inputs {f['inputs']}"
-                  for section, dtype, f in largest]
+        lines += [
+            "",
+            "Largest discrepancy found per failing row (Hypothesis reports the smallest failing example; this is the worst):",
+            "",
+        ]
+        lines += [
+            f"- {section} [{dtype}]: {f['ratio']:.3g} x budget in {f['check']}, {f['where']}; inputs {f['inputs']}"
+            for section, dtype, f in largest
+        ]
     reasons = sorted({(t, w) for r in data["rows"] for t, w in r.get("known_deviations", {}).items()})
     if reasons:
-        lines += ["", "Known deviations (declared by the implementation, checked strictly: each must still deviate):", ""]
+        lines += [
+            "",
+            "Known deviations (declared by the implementation, checked strictly: each must still deviate):",
+            "",
+        ]
         lines += [f"- `{t}`: {w.removeprefix('known deviation declared by ')}" for t, w in reasons]
     lines += ["", f"Signature: `{data['signature']}`", ""]
     return "\n".join(lines)
@@ -286,8 +378,12 @@ def summary_lines(entry: Any, results: Iterable[dict[str, Any]]) -> list[str]:
     by_equation: dict[str, dict[str, dict[str, Any]]] = {}
     for equation in ("contract", *EQUATIONS):
         mine = [r for r in results if r["equation"] == equation]
-        for dtype in sorted(dict.fromkeys(r["dtype"] for r in mine), key=lambda d: DTYPES.index(d) if d in DTYPES else -1):
-            by_equation.setdefault(equation, {})[dtype] = _cell([r for r in mine if r["dtype"] == dtype], equation, dtype, entry.impl)
+        for dtype in sorted(
+            dict.fromkeys(r["dtype"] for r in mine), key=lambda d: DTYPES.index(d) if d in DTYPES else -1
+        ):
+            by_equation.setdefault(equation, {})[dtype] = _cell(
+                [r for r in mine if r["dtype"] == dtype], equation, dtype, entry.impl
+            )
     width = max((len(SECTIONS[e]) for e in by_equation), default=10)
     lines = [f"{entry.name} ({entry.spec})" if entry.spec != entry.name else entry.name]
     for equation, cells in by_equation.items():

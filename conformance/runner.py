@@ -37,13 +37,36 @@ def _empty_ini() -> Path:
     return path
 
 
-def pytest_arguments(specs: Sequence[str], *, dtypes: Sequence[str] = (), profile: str | None = None, report: str | Path | None = None,
-                     workers: int = 1, timeout: float | None = None, keyword: str | None = None, seed: int | None = None,
-                     device: str | None = None, quiet: bool = True, agreement_only: bool = False, extra: Sequence[str] = ()) -> list[str]:
+def pytest_arguments(
+    specs: Sequence[str],
+    *,
+    dtypes: Sequence[str] = (),
+    profile: str | None = None,
+    report: str | Path | None = None,
+    workers: int = 1,
+    timeout: float | None = None,
+    keyword: str | None = None,
+    seed: int | None = None,
+    device: str | None = None,
+    quiet: bool = True,
+    agreement_only: bool = False,
+    extra: Sequence[str] = (),
+) -> list[str]:
     """The pytest command line (without ``pytest`` itself) that checks ``specs``."""
-    root = Path(__file__).resolve().parent.parent  # the folder holding the suite's folder: test ids read conformance/test_*.py
-    args = ["--pyargs", "aiayn.conformance", "-c", str(_empty_ini()), "--rootdir", str(root), "-p", "no:cacheprovider",
-            "--aiayn-own-session"]
+    root = (
+        Path(__file__).resolve().parent.parent
+    )  # the folder holding the suite's folder: test ids read conformance/test_*.py
+    args = [
+        "--pyargs",
+        "aiayn.conformance",
+        "-c",
+        str(_empty_ini()),
+        "--rootdir",
+        str(root),
+        "-p",
+        "no:cacheprovider",
+        "--aiayn-own-session",
+    ]
     args += ["-q"] if quiet else []
     args += [f"--impl={spec}" for spec in specs]
     args += [f"--dtype={dtype}" for dtype in dtypes]

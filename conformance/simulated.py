@@ -29,7 +29,6 @@ defect the budgets must catch.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -101,7 +100,7 @@ class Simulated(ImplementationBase):
         acc = x[..., :1].copy() if x.shape[-1] else np.zeros((*x.shape[:-1], 1))
         with np.errstate(invalid="ignore"):
             for i in range(1, x.shape[-1]):
-                acc = round_to(acc + x[..., i:i + 1], dtype)
+                acc = round_to(acc + x[..., i : i + 1], dtype)
         return np.moveaxis(acc, -1, axis)
 
     @staticmethod
@@ -112,7 +111,7 @@ class Simulated(ImplementationBase):
         acc = np.zeros(shape)
         with np.errstate(invalid="ignore", over="ignore"):
             for i in range(k):
-                term = round_to(a[..., :, i:i + 1] * b[..., i:i + 1, :], dtype)
+                term = round_to(a[..., :, i : i + 1] * b[..., i : i + 1, :], dtype)
                 acc = term if i == 0 else round_to(acc + term, dtype)
         return acc
 
@@ -139,7 +138,9 @@ class Simulated(ImplementationBase):
             s = round_to(self._dot(q, np.swapaxes(k, -1, -2), dtype) / root, dtype)  # (..., n_q, n_k)
         if mask is not None:
             s = np.where(np.asarray(mask, dtype=bool), s, self.masked_score(dtype))
-        p = self._softmax_last(s, dtype)  # a fully masked row: NaN (policy "nan"), or 1/n_k each (a finite masked score)
+        p = self._softmax_last(
+            s, dtype
+        )  # a fully masked row: NaN (policy "nan"), or 1/n_k each (a finite masked score)
         return self._dot(p, v, dtype)  # (..., n_q, d_v)
 
     def masked_score(self, dtype: str) -> float:
@@ -152,8 +153,16 @@ class Simulated(ImplementationBase):
 
     # ---------------------------------------------------------------- §3.2.2
 
-    def _mha(self, query: np.ndarray, key: np.ndarray, value: np.ndarray, params: Mapping[str, Any], h: int,
-             mask: np.ndarray | None, dtype: str) -> np.ndarray:
+    def _mha(
+        self,
+        query: np.ndarray,
+        key: np.ndarray,
+        value: np.ndarray,
+        params: Mapping[str, Any],
+        h: int,
+        mask: np.ndarray | None,
+        dtype: str,
+    ) -> np.ndarray:
         def heads(x: np.ndarray) -> np.ndarray:  # (..., n, h*d) -> (..., h, n, d)
             return np.swapaxes(x.reshape(*x.shape[:-1], h, x.shape[-1] // h), -2, -3)
 
@@ -165,8 +174,15 @@ class Simulated(ImplementationBase):
         merged = out.reshape(*out.shape[:-2], out.shape[-2] * out.shape[-1])
         return self._affine(merged, params["w_o"], params.get("b_o"), dtype)
 
-    def multi_head_attention(self, query: Sim, key: Sim, value: Sim, params: Mapping[str, Any], num_heads: int,
-                             mask: np.ndarray | None = None) -> Sim:
+    def multi_head_attention(
+        self,
+        query: Sim,
+        key: Sim,
+        value: Sim,
+        params: Mapping[str, Any],
+        num_heads: int,
+        mask: np.ndarray | None = None,
+    ) -> Sim:
         dtype = self._dtype(query, key, value)
         return Sim(self._mha(query.values, key.values, value.values, params, int(num_heads), mask, dtype), dtype)
 
@@ -223,7 +239,7 @@ class Simulated(ImplementationBase):
             return 0.0  # min(inf, 0) = 0 (policy "zero")
         # the integers are operands, each power and product one rounding (step itself is not stored
         # in the dtype: float16 would overflow at 65520)
-        return r(r(d_model ** -0.5) * min(r(step ** -0.5), r(step * r(warmup_steps ** -1.5))))
+        return r(r(d_model**-0.5) * min(r(step**-0.5), r(step * r(warmup_steps**-1.5))))
 
     def _smoothed(self, targets: np.ndarray, k: int, eps: float, dtype: str) -> np.ndarray:
         off = float(round_to(np.float64(eps / k), dtype))
@@ -256,32 +272,68 @@ class Simulated(ImplementationBase):
     def _norm(self, x: np.ndarray, p: Mapping[str, Any], dtype: str) -> np.ndarray:
         return self._layer_norm(x, p["gain"].values, p["bias"].values, self._eps(), dtype)
 
-    def _encoder(self, x: np.ndarray, params: Mapping[str, Any], h: int, mask: np.ndarray | None, dtype: str) -> np.ndarray:
-        z = self._norm(round_to(x + self._mha(x, x, x, params["self_attn"], h, mask, dtype), dtype), params["norm1"], dtype)
+    def _encoder(
+        self, x: np.ndarray, params: Mapping[str, Any], h: int, mask: np.ndarray | None, dtype: str
+    ) -> np.ndarray:
+        z = self._norm(
+            round_to(x + self._mha(x, x, x, params["self_attn"], h, mask, dtype), dtype), params["norm1"], dtype
+        )
         f = params["ffn"]
-        return self._norm(round_to(z + self._ffn(z, f["w1"], f["b1"], f["w2"], f["b2"], dtype), dtype), params["norm2"], dtype)
+        return self._norm(
+            round_to(z + self._ffn(z, f["w1"], f["b1"], f["w2"], f["b2"], dtype), dtype), params["norm2"], dtype
+        )
 
-    def _decoder(self, y: np.ndarray, memory: np.ndarray, params: Mapping[str, Any], h: int, self_mask: np.ndarray | None,
-                 memory_mask: np.ndarray | None, dtype: str) -> np.ndarray:
+    def _decoder(
+        self,
+        y: np.ndarray,
+        memory: np.ndarray,
+        params: Mapping[str, Any],
+        h: int,
+        self_mask: np.ndarray | None,
+        memory_mask: np.ndarray | None,
+        dtype: str,
+    ) -> np.ndarray:
         n = y.shape[-2]
         if self_mask is None:
             self_mask = np.arange(n)[None, :] <= np.arange(n)[:, None]  # causal, §3.2.3
-        a = self._norm(round_to(y + self._mha(y, y, y, params["self_attn"], h, self_mask, dtype), dtype), params["norm1"], dtype)
-        b = self._norm(round_to(a + self._mha(a, memory, memory, params["cross_attn"], h, memory_mask, dtype), dtype), params["norm2"], dtype)
+        a = self._norm(
+            round_to(y + self._mha(y, y, y, params["self_attn"], h, self_mask, dtype), dtype), params["norm1"], dtype
+        )
+        b = self._norm(
+            round_to(a + self._mha(a, memory, memory, params["cross_attn"], h, memory_mask, dtype), dtype),
+            params["norm2"],
+            dtype,
+        )
         f = params["ffn"]
-        return self._norm(round_to(b + self._ffn(b, f["w1"], f["b1"], f["w2"], f["b2"], dtype), dtype), params["norm3"], dtype)
+        return self._norm(
+            round_to(b + self._ffn(b, f["w1"], f["b1"], f["w2"], f["b2"], dtype), dtype), params["norm3"], dtype
+        )
 
     def encoder_layer(self, x: Sim, params: Mapping[str, Any], num_heads: int, mask: np.ndarray | None = None) -> Sim:
         dtype = self._dtype(x)
         return Sim(self._encoder(x.values, params, int(num_heads), mask, dtype), dtype)
 
-    def decoder_layer(self, y: Sim, memory: Sim, params: Mapping[str, Any], num_heads: int, self_mask: np.ndarray | None = None,
-                      memory_mask: np.ndarray | None = None) -> Sim:
+    def decoder_layer(
+        self,
+        y: Sim,
+        memory: Sim,
+        params: Mapping[str, Any],
+        num_heads: int,
+        self_mask: np.ndarray | None = None,
+        memory_mask: np.ndarray | None = None,
+    ) -> Sim:
         dtype = self._dtype(y, memory)
         return Sim(self._decoder(y.values, memory.values, params, int(num_heads), self_mask, memory_mask, dtype), dtype)
 
-    def transformer_forward(self, src_tokens: np.ndarray, tgt_tokens: np.ndarray, params: Mapping[str, Any], num_heads: int,
-                            src_lengths: np.ndarray | None = None, tgt_lengths: np.ndarray | None = None) -> Sim:
+    def transformer_forward(
+        self,
+        src_tokens: np.ndarray,
+        tgt_tokens: np.ndarray,
+        params: Mapping[str, Any],
+        num_heads: int,
+        src_lengths: np.ndarray | None = None,
+        tgt_lengths: np.ndarray | None = None,
+    ) -> Sim:
         emb = params["embedding"]
         dtype = emb.dtype
         if "positional" in params:
@@ -294,7 +346,9 @@ class Simulated(ImplementationBase):
             return round_to(round_to(emb.values[tokens] * root, dtype) + self._pe(n, d, dtype), dtype)
 
         n_src, n_tgt = src_tokens.shape[-1], tgt_tokens.shape[-1]
-        src_mask = None if src_lengths is None else (np.arange(n_src)[None, :] < np.asarray(src_lengths)[:, None])[:, None, :]
+        src_mask = (
+            None if src_lengths is None else (np.arange(n_src)[None, :] < np.asarray(src_lengths)[:, None])[:, None, :]
+        )
         tgt_mask = np.arange(n_tgt)[None, :] <= np.arange(n_tgt)[:, None]
         if tgt_lengths is not None:
             tgt_mask = tgt_mask & (np.arange(n_tgt)[None, :] < np.asarray(tgt_lengths)[:, None])[:, None, :]

@@ -154,7 +154,9 @@ def score_error_bound(attn: Mapping[str, Any], radius_q: float, radius_kv: float
     return float(np.max(B.score_error(*heads, u)))
 
 
-def condition_attention(attn: dict[str, Any], radius_q: float, radius_kv: float, num_heads: int, dtype: str) -> dict[str, Any]:
+def condition_attention(
+    attn: dict[str, Any], radius_q: float, radius_kv: float, num_heads: int, dtype: str
+) -> dict[str, Any]:
     """``attn`` with W^Q, b_Q, W^K, b_K scaled by one factor c <= 1 so that :func:`score_error_bound` <= :data:`SCORE_ERROR_CAP`.
 
     D scales with c^2 (every term is a product of a Q-side and a K-side factor) but for its eta
@@ -167,7 +169,10 @@ def condition_attention(attn: dict[str, Any], radius_q: float, radius_kv: float,
     if bound <= SCORE_ERROR_CAP:
         return attn
     c = 0.99 * float(np.sqrt(SCORE_ERROR_CAP / bound))
-    return {name: (value * c if name in ("w_q", "b_q", "w_k", "b_k") and value is not None else value) for name, value in attn.items()}
+    return {
+        name: (value * c if name in ("w_q", "b_q", "w_k", "b_k") and value is not None else value)
+        for name, value in attn.items()
+    }
 
 
 def _row_radius(*arrays: np.ndarray) -> float:
@@ -220,7 +225,9 @@ def softmax_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[
     return {"x": x, "axis": draw(st.integers(-len(shape), len(shape) - 1))}
 
 
-def exact_shift(dtype: str, shape: tuple[int, ...], *, pin_rows: bool = False) -> st.SearchStrategy[tuple[np.ndarray, float]]:
+def exact_shift(
+    dtype: str, shape: tuple[int, ...], *, pin_rows: bool = False
+) -> st.SearchStrategy[tuple[np.ndarray, float]]:
     """(x, c) with x and x + c both exact in ``dtype``: multiples of g = 2^(6 - p), |x| <= 16, |c| <= 32.
 
     |x + c| <= 48 < 64 = g 2^p, so every value is an integer multiple of g below 2^p g: representable.
@@ -231,8 +238,12 @@ def exact_shift(dtype: str, shape: tuple[int, ...], *, pin_rows: bool = False) -
     g = 2.0 ** (6 - p)
     xs = hnp.arrays(np.int64, shape, elements=st.integers(-(2 ** (p - 2)), 2 ** (p - 2)))
     if pin_rows and shape[-1] >= 2:
-        xs = xs.map(lambda a: np.concatenate([np.full((*a.shape[:-1], 1), -(2 ** (p - 2))), np.full((*a.shape[:-1], 1), 2 ** (p - 2)),
-                                              a[..., 2:]], axis=-1))
+        xs = xs.map(
+            lambda a: np.concatenate(
+                [np.full((*a.shape[:-1], 1), -(2 ** (p - 2))), np.full((*a.shape[:-1], 1), 2 ** (p - 2)), a[..., 2:]],
+                axis=-1,
+            )
+        )
     cs = st.integers(-(2 ** (p - 1)), 2 ** (p - 1))
     return st.tuples(xs, cs).map(lambda t: (t[0].astype(np.float64) * g, float(t[1]) * g))
 
@@ -242,8 +253,9 @@ def exact_shift(dtype: str, shape: tuple[int, ...], *, pin_rows: bool = False) -
 
 
 @st.composite
-def _mask(draw: Any, batch: tuple[int, ...], n_q: int, n_k: int, *, allow_fully_masked: bool = True,
-          scope: Scope = FULL_SCOPE) -> np.ndarray | None:
+def _mask(
+    draw: Any, batch: tuple[int, ...], n_q: int, n_k: int, *, allow_fully_masked: bool = True, scope: Scope = FULL_SCOPE
+) -> np.ndarray | None:
     """None, causal (end-aligned), padding (B, 1, n_k) or random (possibly fully masked rows), for scores (*batch, n_q, n_k).
 
     Only the kinds the scope accepts (``Scope.masks``); "causal" needs n_k >= n_q.
@@ -269,8 +281,16 @@ def _mask(draw: Any, batch: tuple[int, ...], n_q: int, n_k: int, *, allow_fully_
 
 
 @st.composite
-def attention_inputs(draw: Any, dtype: str, *, batch: tuple[int, ...] | None = None, mask: bool = True, max_n: int = 5,
-                     max_d: int = 6, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+def attention_inputs(
+    draw: Any,
+    dtype: str,
+    *,
+    batch: tuple[int, ...] | None = None,
+    mask: bool = True,
+    max_n: int = 5,
+    max_d: int = 6,
+    scope: Scope = FULL_SCOPE,
+) -> dict[str, Any]:
     """q, k, v (scales 1, 4 or 30: up to saturated softmax rows) and a mask, inside the scope.
 
     ``scope.self_attention_only``: n_k = n_q; masks of the accepted kinds only (a scope that
@@ -310,7 +330,7 @@ def causal_perturbation(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> 
     q, k, v = (_array(draw, (*batch, n, d), 4.0) for d in (d_k, d_k, d_v))
     q2, k2, v2 = q.copy(), k.copy(), v.copy()
     for a, d in ((q2, d_k), (k2, d_k), (v2, d_v)):
-        a[..., upto + 1:, :] = _array(draw, (*batch, n - upto - 1, d), 4.0) + 5.0  # shifted: surely different
+        a[..., upto + 1 :, :] = _array(draw, (*batch, n - upto - 1, d), 4.0) + 5.0  # shifted: surely different
     return {"q": q, "k": k, "v": v, "upto": upto, "q2": q2, "k2": k2, "v2": v2}
 
 
@@ -319,7 +339,9 @@ def causal_perturbation(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> 
 
 
 @st.composite
-def mha_inputs(draw: Any, dtype: str, *, min_heads: int = 1, fully_masked: bool = True, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+def mha_inputs(
+    draw: Any, dtype: str, *, min_heads: int = 1, fully_masked: bool = True, scope: Scope = FULL_SCOPE
+) -> dict[str, Any]:
     """The paper's shapes (§3.2.2): d_k = d_v = d_model / h; weights ~ 1/sqrt(d_model); optional biases.
 
     Fully masked query rows (with ``fully_masked``) are drawn for cross-attention only;
@@ -342,7 +364,11 @@ def mha_inputs(draw: Any, dtype: str, *, min_heads: int = 1, fully_masked: bool 
     query = _array(draw, (*batch, n_q, d_model), scale)
     self_attention = scope.self_attention_only or draw(st.booleans())
     key = query if self_attention and n_q == n_k else _array(draw, (*batch, n_k, d_model), scale)
-    value = key if scope.self_attention_only or scope.shared_key_value or draw(st.booleans()) else _array(draw, (*batch, n_k, d_model), scale)
+    value = (
+        key
+        if scope.self_attention_only or scope.shared_key_value or draw(st.booleans())
+        else _array(draw, (*batch, n_k, d_model), scale)
+    )
     mask = draw(_mask(batch, n_q, n_k, allow_fully_masked=fully_masked and key is not query, scope=scope))
     return {"query": query, "key": key, "value": value, "params": params, "num_heads": h, "mask": mask}
 
@@ -399,7 +425,9 @@ def layer_norm_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> di
     if kind == "random":
         x = 10.0 * z
     elif kind == "offset":
-        level = min(draw(st.sampled_from([1e3, 37.0])), resolvable_level(dtype, d, 2.0)) * draw(st.sampled_from([-1.0, 1.0]))
+        level = min(draw(st.sampled_from([1e3, 37.0])), resolvable_level(dtype, d, 2.0)) * draw(
+            st.sampled_from([-1.0, 1.0])
+        )
         x = level + 2.0 * z
     else:
         level = draw(st.floats(1.0, 100.0)) * draw(st.sampled_from([-1.0, 1.0]))
@@ -490,7 +518,9 @@ def cross_entropy_minimum_inputs(draw: Any, dtype: str) -> dict[str, Any]:
 
 
 def _config(n_layers: int, d_model: int, h: int, d_ff: int) -> types.SimpleNamespace:
-    return types.SimpleNamespace(n_layers=n_layers, d_model=d_model, d_ff=d_ff, num_heads=h, d_k=d_model // h, d_v=d_model // h)
+    return types.SimpleNamespace(
+        n_layers=n_layers, d_model=d_model, d_ff=d_ff, num_heads=h, d_k=d_model // h, d_v=d_model // h
+    )
 
 
 @st.composite
@@ -510,7 +540,9 @@ def _sizes(draw: Any, dtype: str, scope: Scope = FULL_SCOPE) -> tuple[int, int, 
     return d_model, h, (scope.d_ff_ratio * d_model if scope.d_ff_ratio else draw(st.sampled_from([4, 8, 16])))
 
 
-def _params(seed: int, config: types.SimpleNamespace, vocab: int, biases: bool, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+def _params(
+    seed: int, config: types.SimpleNamespace, vocab: int, biases: bool, scope: Scope = FULL_SCOPE
+) -> dict[str, Any]:
     """Canonical model weights (``init_params``); attention biases when ``biases`` (and the scope has them), other biases
     zeroed where the scope declares none (``Scope.no_bias``)."""
     from aiayn.reference.model import init_params
@@ -546,7 +578,9 @@ def _layer_rows(draw: Any, shape: tuple[int, ...], dtype: str, level: float = 0.
 def encoder_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """x (B, n, d_model), one encoder layer's canonical weights, an optional padding mask (lengths >= 1; if the scope accepts padding)."""
     d_model, h, d_ff = draw(_sizes(dtype, scope))
-    layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()), scope)["encoder"][0]
+    layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()), scope)[
+        "encoder"
+    ][0]
     b, n = draw(st.integers(1, 2)), _length(draw, scope, 1, 5)
     x = _layer_rows(draw, (b, n, d_model), dtype)
     layer["self_attn"] = condition_attention(layer["self_attn"], _row_radius(x), _row_radius(x), h, dtype)
@@ -561,7 +595,9 @@ def encoder_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[
 def decoder_inputs(draw: Any, dtype: str, *, causal_check: bool = False, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """y (B, n_tgt, d), memory (B, n_src, d), one decoder layer's weights; masks None or causal & padding (if the scope accepts padding)."""
     d_model, h, d_ff = draw(_sizes(dtype, scope))
-    layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()), scope)["decoder"][0]
+    layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()), scope)[
+        "decoder"
+    ][0]
     b = draw(st.integers(1, 2))
     n_tgt, n_src = _length(draw, scope, 2 if causal_check else 1, 5), _length(draw, scope, 1, 5)
     y, memory = _layer_rows(draw, (b, n_tgt, d_model), dtype), _array(draw, (b, n_src, d_model), 2.0)
@@ -569,10 +605,12 @@ def decoder_inputs(draw: Any, dtype: str, *, causal_check: bool = False, scope: 
     if causal_check:
         upto = draw(st.integers(0, n_tgt - 2))
         y2 = y.copy()
-        y2[:, upto + 1:] = _layer_rows(draw, (b, n_tgt - upto - 1, d_model), dtype, level=3.0)
+        y2[:, upto + 1 :] = _layer_rows(draw, (b, n_tgt - upto - 1, d_model), dtype, level=3.0)
     seen = _row_radius(y) if y2 is None else _row_radius(y, y2)
     layer["self_attn"] = condition_attention(layer["self_attn"], seen, seen, h, dtype)
-    layer["cross_attn"] = condition_attention(layer["cross_attn"], _norm_radius(layer["norm1"]), _row_radius(memory), h, dtype)
+    layer["cross_attn"] = condition_attention(
+        layer["cross_attn"], _norm_radius(layer["norm1"]), _row_radius(memory), h, dtype
+    )
     if causal_check:
         return {"y": y, "memory": memory, "params": layer, "num_heads": h, "upto": upto, "y2": y2}
     self_mask = memory_mask = None
@@ -582,7 +620,14 @@ def decoder_inputs(draw: Any, dtype: str, *, causal_check: bool = False, scope: 
         causal = np.arange(n_tgt)[None, :] <= np.arange(n_tgt)[:, None]
         self_mask = causal & (np.arange(n_tgt)[None, :] < t_len[:, None])[:, None, :]
         memory_mask = (np.arange(n_src)[None, :] < s_len[:, None])[:, None, :]
-    return {"y": y, "memory": memory, "params": layer, "num_heads": h, "self_mask": self_mask, "memory_mask": memory_mask}
+    return {
+        "y": y,
+        "memory": memory,
+        "params": layer,
+        "num_heads": h,
+        "self_mask": self_mask,
+        "memory_mask": memory_mask,
+    }
 
 
 def _condition_model(params: dict[str, Any], h: int, dtype: str) -> None:
@@ -616,7 +661,13 @@ def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement", scope: Sco
     """
     d_model, h, d_ff = draw(_sizes(dtype, scope))
     vocab = draw(st.integers(2, 11))
-    params = _params(draw(st.integers(0, 2**32 - 1)), _config(draw(st.integers(1, 2)), d_model, h, d_ff), vocab, draw(st.booleans()), scope)
+    params = _params(
+        draw(st.integers(0, 2**32 - 1)),
+        _config(draw(st.integers(1, 2)), d_model, h, d_ff),
+        vocab,
+        draw(st.booleans()),
+        scope,
+    )
     _condition_model(params, h, dtype)
     b = 2 if kind == "batch" else draw(st.integers(1, 2))
     n_src, n_tgt = _length(draw, scope, 1, 4), _length(draw, scope, 2 if kind == "causal" else 1, 4)
@@ -626,7 +677,7 @@ def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement", scope: Sco
     if kind == "causal":
         upto = draw(st.integers(0, n_tgt - 2))
         tgt2 = tgt.copy()
-        tgt2[:, upto + 1:] = (tgt[:, upto + 1:] + 1 + draw(st.integers(0, vocab - 2))) % vocab  # surely different ids
+        tgt2[:, upto + 1 :] = (tgt[:, upto + 1 :] + 1 + draw(st.integers(0, vocab - 2))) % vocab  # surely different ids
         return {**args, "upto": upto, "tgt2": tgt2}
     lengths = "padding" in scope.masks and draw(st.booleans())
     args["src_lengths"] = np.array(draw(st.lists(st.integers(1, n_src), min_size=b, max_size=b))) if lengths else None

@@ -54,13 +54,17 @@ def test_softmax_shift_invariance(impl: Any, dtype: str, data: st.DataObject) ->
 @profile()
 @given(data=st.data())
 def test_scaled_dot_product_attention(impl: Any, dtype: str, data: st.DataObject) -> None:
-    A.attention_agreement(impl, dtype, **data.draw(S.attention_inputs(dtype, scope=S.scope(impl, "scaled_dot_product_attention"))))
+    A.attention_agreement(
+        impl, dtype, **data.draw(S.attention_inputs(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
+    )
 
 
 @pytest.mark.aiayn_equation("scaled_dot_product_attention", needs=("masks:random",))
 @profile(0.5)
 @given(data=st.data())
-def test_attention_unchanged_when_keys_and_values_are_permuted_together(impl: Any, dtype: str, data: st.DataObject) -> None:
+def test_attention_unchanged_when_keys_and_values_are_permuted_together(
+    impl: Any, dtype: str, data: st.DataObject
+) -> None:
     args = data.draw(S.attention_inputs(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
     perm = np.array(data.draw(st.permutations(range(args["k"].shape[-2]))))
     A.attention_keys_values_permuted(impl, dtype, **args, perm=perm)
@@ -88,7 +92,9 @@ def test_attention_masked_keys_equal_removed_keys(impl: Any, dtype: str, data: s
 @pytest.mark.parametrize("poison", ["huge", "nan_keys"])
 @profile(0.5)
 @given(data=st.data())
-def test_attention_poison_at_masked_positions_changes_nothing(impl: Any, dtype: str, data: st.DataObject, poison: str) -> None:
+def test_attention_poison_at_masked_positions_changes_nothing(
+    impl: Any, dtype: str, data: st.DataObject, poison: str
+) -> None:
     args = data.draw(S.attention_inputs(dtype, mask=False, scope=S.scope(impl, "scaled_dot_product_attention")))
     keep = data.draw(S.keep_pattern(args["k"].shape[-2]))
     A.attention_poison(impl, dtype, q=args["q"], k=args["k"], v=args["v"], keep=keep, poison=poison)
@@ -98,14 +104,20 @@ def test_attention_poison_at_masked_positions_changes_nothing(impl: Any, dtype: 
 @profile(0.5)
 @given(data=st.data())
 def test_causal_output_at_i_ignores_inputs_after_i(impl: Any, dtype: str, data: st.DataObject) -> None:
-    A.attention_causal(impl, dtype, **data.draw(S.causal_perturbation(dtype, scope=S.scope(impl, "scaled_dot_product_attention"))))
+    A.attention_causal(
+        impl, dtype, **data.draw(S.causal_perturbation(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
+    )
 
 
 @pytest.mark.aiayn_equation("scaled_dot_product_attention", needs=("batch:1",))
 @profile(0.5)
 @given(data=st.data())
 def test_attention_batch_elements_are_independent(impl: Any, dtype: str, data: st.DataObject) -> None:
-    args = data.draw(S.attention_inputs(dtype, batch=(data.draw(st.integers(2, 3)),), scope=S.scope(impl, "scaled_dot_product_attention")))
+    args = data.draw(
+        S.attention_inputs(
+            dtype, batch=(data.draw(st.integers(2, 3)),), scope=S.scope(impl, "scaled_dot_product_attention")
+        )
+    )
     A.attention_batch_independent(impl, dtype, **args, index=data.draw(st.integers(0, args["q"].shape[0] - 1)))
 
 
@@ -124,7 +136,9 @@ def test_multi_head_attention(impl: Any, dtype: str, data: st.DataObject) -> Non
 @profile(0.5)
 @given(data=st.data())
 def test_multi_head_attention_fully_masked_self_attention_row(impl: Any, dtype: str, data: st.DataObject) -> None:
-    A.mha_agreement(impl, dtype, **data.draw(S.mha_fully_masked_self_attention(dtype, scope=S.scope(impl, "multi_head_attention"))))
+    A.mha_agreement(
+        impl, dtype, **data.draw(S.mha_fully_masked_self_attention(dtype, scope=S.scope(impl, "multi_head_attention")))
+    )
 
 
 @pytest.mark.aiayn_equation("multi_head_attention")

@@ -34,19 +34,21 @@ def _rounding_cases(dtype: str) -> np.ndarray:
     if prec.p == 53:
         return np.array([0.0, -0.0, 1.0, 5e-324, -1.7976931348623157e308])
     one_ulp = 2.0 ** (1 - prec.p)
-    return np.array([
-        1 + one_ulp / 2,  # tie, rounds down to the even 1
-        1 + 3 * one_ulp / 2,  # tie, rounds up to the even 1 + 2 ulp
-        1 + one_ulp / 2 + 2.0**-60,  # just above the tie: up
-        -(1 + one_ulp / 4),
-        prec.eta / 2,  # tie between 0 and the smallest subnormal: 0
-        3 * prec.eta / 2,  # tie: to 2 eta (even)
-        prec.max,
-        prec.max * (1 + 2.0 ** -(prec.p + 1)),  # the tie above max: overflows to inf (even)
-        -prec.max * 1.5,  # beyond: -inf
-        1 / 3,
-        np.pi * 1e3,
-    ])
+    return np.array(
+        [
+            1 + one_ulp / 2,  # tie, rounds down to the even 1
+            1 + 3 * one_ulp / 2,  # tie, rounds up to the even 1 + 2 ulp
+            1 + one_ulp / 2 + 2.0**-60,  # just above the tie: up
+            -(1 + one_ulp / 4),
+            prec.eta / 2,  # tie between 0 and the smallest subnormal: 0
+            3 * prec.eta / 2,  # tie: to 2 eta (even)
+            prec.max,
+            prec.max * (1 + 2.0 ** -(prec.p + 1)),  # the tie above max: overflows to inf (even)
+            -prec.max * 1.5,  # beyond: -inf
+            1 / 3,
+            np.pi * 1e3,
+        ]
+    )
 
 
 @pytest.mark.aiayn_equation("contract")

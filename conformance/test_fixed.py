@@ -14,8 +14,8 @@ import pytest
 
 from aiayn.conformance import fixed as F
 from aiayn.conformance.checks import load_all
-from aiayn.conformance.harness import CHECKS
 from aiayn.conformance.coverage import OUT_OF_SCOPE
+from aiayn.conformance.harness import CHECKS
 from aiayn.implementations.protocol import EQUATIONS, scope_of
 
 load_all()

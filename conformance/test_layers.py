@@ -30,7 +30,11 @@ def test_layer_norm_unchanged_by_shifting_its_input(impl: Any, dtype: str, data:
     x, shift = data.draw(S.exact_shift(dtype, (data.draw(st.integers(1, 3)), d), pin_rows=True))
     gain = 1.0 + data.draw(hnp.arrays(np.float64, (d,), elements=st.floats(-0.5, 0.5)))
     scope = S.scope(impl, "layer_norm")
-    bias = np.zeros(d) if "layer_norm" in scope.no_bias else data.draw(hnp.arrays(np.float64, (d,), elements=st.floats(-1.0, 1.0)))
+    bias = (
+        np.zeros(d)
+        if "layer_norm" in scope.no_bias
+        else data.draw(hnp.arrays(np.float64, (d,), elements=st.floats(-1.0, 1.0)))
+    )
     fixed = scope.layer_norm_eps
     eps = fixed if fixed is not None else data.draw(st.sampled_from([1e-6, 1e-3, 0.25]))
     L.layer_norm_shift_invariance(impl, dtype, x=x, gain=gain, bias=bias, eps=eps, shift=shift)

@@ -31,7 +31,9 @@ def test_decoder_layer(impl: Any, dtype: str, data: st.DataObject) -> None:
 @profile(0.25)
 @given(data=st.data())
 def test_decoder_output_at_i_ignores_decoder_inputs_after_i(impl: Any, dtype: str, data: st.DataObject) -> None:
-    M.decoder_layer_causal(impl, dtype, **data.draw(S.decoder_inputs(dtype, causal_check=True, scope=S.scope(impl, "decoder_layer"))))
+    M.decoder_layer_causal(
+        impl, dtype, **data.draw(S.decoder_inputs(dtype, causal_check=True, scope=S.scope(impl, "decoder_layer")))
+    )
 
 
 @pytest.mark.aiayn_equation("transformer_forward")
@@ -45,11 +47,15 @@ def test_transformer_forward(impl: Any, dtype: str, data: st.DataObject) -> None
 @profile(0.25)
 @given(data=st.data())
 def test_transformer_logits_at_i_ignore_target_tokens_after_i(impl: Any, dtype: str, data: st.DataObject) -> None:
-    M.forward_causal(impl, dtype, **data.draw(S.forward_inputs(dtype, kind="causal", scope=S.scope(impl, "transformer_forward"))))
+    M.forward_causal(
+        impl, dtype, **data.draw(S.forward_inputs(dtype, kind="causal", scope=S.scope(impl, "transformer_forward")))
+    )
 
 
 @pytest.mark.aiayn_equation("transformer_forward")
 @profile(0.25)
 @given(data=st.data())
 def test_transformer_batch_elements_are_independent(impl: Any, dtype: str, data: st.DataObject) -> None:
-    M.forward_batch_independent(impl, dtype, **data.draw(S.forward_inputs(dtype, kind="batch", scope=S.scope(impl, "transformer_forward"))))
+    M.forward_batch_independent(
+        impl, dtype, **data.draw(S.forward_inputs(dtype, kind="batch", scope=S.scope(impl, "transformer_forward")))
+    )

@@ -24,7 +24,12 @@ def test_positional_encoding(impl: Any, dtype: str, data: st.DataObject) -> None
 @profile(0.5)
 @given(data=st.data(), offset=st.integers(1, 20))
 def test_positional_encoding_shift_is_a_linear_map(impl: Any, dtype: str, data: st.DataObject, offset: int) -> None:
-    P.pe_shift(impl, dtype, **data.draw(S.pe_inputs(dtype, min_length=1, scope=S.scope(impl, "positional_encoding"))), offset=offset)
+    P.pe_shift(
+        impl,
+        dtype,
+        **data.draw(S.pe_inputs(dtype, min_length=1, scope=S.scope(impl, "positional_encoding"))),
+        offset=offset,
+    )
 
 
 @pytest.mark.aiayn_equation("positional_encoding")

@@ -27,7 +27,9 @@ def test_lrate(impl: Any, dtype: str, args: dict[str, Any]) -> None:
 @pytest.mark.aiayn_equation("lrate", dtypes="first")
 @profile(0.5)
 @given(args=S.lrate_shape_inputs())
-def test_lrate_rises_linearly_to_its_peak_then_decays_as_inverse_sqrt(impl: Any, dtype: str, args: dict[str, Any]) -> None:
+def test_lrate_rises_linearly_to_its_peak_then_decays_as_inverse_sqrt(
+    impl: Any, dtype: str, args: dict[str, Any]
+) -> None:
     T.lrate_shape(impl, dtype, **args)
 
 
@@ -40,14 +42,18 @@ def test_lrate_at_step_zero_follows_the_declared_policy(impl: Any, dtype: str) -
 @profile()
 @given(data=st.data())
 def test_label_smoothing(impl: Any, dtype: str, data: st.DataObject) -> None:
-    T.label_smoothing_agreement(impl, dtype, **data.draw(S.label_smoothing_inputs(dtype, min_classes=S.min_classes(impl))))
+    T.label_smoothing_agreement(
+        impl, dtype, **data.draw(S.label_smoothing_inputs(dtype, min_classes=S.min_classes(impl)))
+    )
 
 
 @pytest.mark.aiayn_equation("label_smoothing", dtypes="first")
 @profile(0.5)
 @given(data=st.data())
 def test_smoothed_targets_sum_to_one(impl: Any, dtype: str, data: st.DataObject) -> None:
-    T.label_smoothing_sums_to_one(impl, dtype, **data.draw(S.label_smoothing_inputs(dtype, min_classes=S.min_classes(impl))))
+    T.label_smoothing_sums_to_one(
+        impl, dtype, **data.draw(S.label_smoothing_inputs(dtype, min_classes=S.min_classes(impl)))
+    )
 
 
 @pytest.mark.aiayn_equation("smoothed_cross_entropy")
@@ -60,5 +66,7 @@ def test_smoothed_cross_entropy(impl: Any, dtype: str, data: st.DataObject) -> N
 @pytest.mark.aiayn_equation("smoothed_cross_entropy")
 @profile(0.5)
 @given(data=st.data())
-def test_smoothed_cross_entropy_is_minimised_at_the_target_with_value_its_entropy(impl: Any, dtype: str, data: st.DataObject) -> None:
+def test_smoothed_cross_entropy_is_minimised_at_the_target_with_value_its_entropy(
+    impl: Any, dtype: str, data: st.DataObject
+) -> None:
     T.cross_entropy_minimum(impl, dtype, **data.draw(S.cross_entropy_minimum_inputs(dtype)))

@@ -44,16 +44,30 @@ __all__ = ["cell", "installed", "run", "summarise"]
 
 #: Short column heads of the zoo table, in paper order.
 SHORT: Mapping[str, str] = {
-    "softmax": "softmax", "scaled_dot_product_attention": "Eq. (1)", "multi_head_attention": "multi-head", "positional_encoding": "PE (§3.5)",
-    "layer_norm": "LayerNorm", "feed_forward": "FFN (Eq. 2)", "lrate": "lrate (Eq. 3)", "label_smoothing": "smoothing",
-    "smoothed_cross_entropy": "cross-entropy", "encoder_layer": "encoder layer", "decoder_layer": "decoder layer",
+    "softmax": "softmax",
+    "scaled_dot_product_attention": "Eq. (1)",
+    "multi_head_attention": "multi-head",
+    "positional_encoding": "PE (§3.5)",
+    "layer_norm": "LayerNorm",
+    "feed_forward": "FFN (Eq. 2)",
+    "lrate": "lrate (Eq. 3)",
+    "label_smoothing": "smoothing",
+    "smoothed_cross_entropy": "cross-entropy",
+    "encoder_layer": "encoder layer",
+    "decoder_layer": "decoder layer",
     "transformer_forward": "whole model",
 }
 
 #: Cell kinds, their colour in the figure and their rank when the dtypes of one equation disagree (highest shown).
 KINDS: Mapping[str, tuple[str, int]] = {
-    "not provided": ("#ffffff", 0), "not run": ("#ffffff", 0), "out of scope": ("#d9d9d9", 1), "pass": ("#4daf4a", 2),
-    "pass within scope": ("#a6d96a", 3), "known deviation": ("#fee08b", 4), "inconclusive": ("#b2abd2", 5), "departs": ("#fc8d59", 6),
+    "not provided": ("#ffffff", 0),
+    "not run": ("#ffffff", 0),
+    "out of scope": ("#d9d9d9", 1),
+    "pass": ("#4daf4a", 2),
+    "pass within scope": ("#a6d96a", 3),
+    "known deviation": ("#fee08b", 4),
+    "inconclusive": ("#b2abd2", 5),
+    "departs": ("#fc8d59", 6),
     "UNNAMED": ("#d7191c", 7),
 }
 
@@ -72,7 +86,15 @@ def cell(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     rows = [r for r in rows if r["status"] not in ("n/a", "not run")]  # dtypes not selected (--quick) or not applicable
     if not rows:
         kind = "not run" if "not run" in statuses else "not provided"
-        return {"kind": kind, "text": kind, "dtypes": [], "departures": [], "violations": [], "headroom": None, "notes": []}
+        return {
+            "kind": kind,
+            "text": kind,
+            "dtypes": [],
+            "departures": [],
+            "violations": [],
+            "headroom": None,
+            "notes": [],
+        }
     by_kind: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
         status = r["status"]
@@ -87,13 +109,24 @@ def cell(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             kind = status
         by_kind.setdefault(kind, []).append(r)
     if not by_kind:
-        return {"kind": "not provided", "text": "not provided", "dtypes": [], "departures": [], "violations": [], "headroom": None, "notes": []}
+        return {
+            "kind": "not provided",
+            "text": "not provided",
+            "dtypes": [],
+            "departures": [],
+            "violations": [],
+            "headroom": None,
+            "notes": [],
+        }
     kind = max(by_kind, key=lambda k: KINDS[k][1])
     mine = by_kind[kind]
     dtypes = [r["dtype"] for r in mine]
     qualifier = "" if len(mine) == len(rows) else f" [{', '.join(dtypes)}]"
     headrooms = [r["headroom"] for r in mine if r.get("headroom") is not None]
-    exact = all(r.get("worst_error_to_budget") in (0, 0.0) or r.get("measure") in ("exact checks", "contract (exact)") for r in mine)
+    exact = all(
+        r.get("worst_error_to_budget") in (0, 0.0) or r.get("measure") in ("exact checks", "contract (exact)")
+        for r in mine
+    )
     headroom = min(headrooms) if headrooms else None
     departures = sorted({d for r in mine for d in r.get("departures", [])})
     violations = sorted({v for r in mine for v in r.get("violations", [])})
@@ -111,20 +144,39 @@ def cell(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     elif kind == "known deviation":
         names = [*(f"'{d}'" for d in departures), *(f"breaks '{v}'" for v in violations)]
         text = "known deviation" + (f": {'; '.join(names)}" if names else "") + qualifier
-        notes += sorted({w.removeprefix("known deviation declared by ").split(": ", 1)[-1] for r in mine for w in r.get("known_deviations", {}).values()})
+        notes += sorted(
+            {
+                w.removeprefix("known deviation declared by ").split(": ", 1)[-1]
+                for r in mine
+                for w in r.get("known_deviations", {}).values()
+            }
+        )
     elif kind == "inconclusive":
         text = "inconclusive" + qualifier
-        notes += [f"{r['dtype']}: {r['checked']} checked, {r['not_checked']} not, {r.get('unsupported', 0)} of {r['examples']} examples "
-                  f"unsupported" for r in mine]
+        notes += [
+            f"{r['dtype']}: {r['checked']} checked, {r['not_checked']} not, {r.get('unsupported', 0)} of {r['examples']} examples "
+            f"unsupported"
+            for r in mine
+        ]
     elif kind == "out of scope":
         text = "out of scope"
         notes.append("scope: " + mine[0]["scope"])
     else:
         text = kind
-    if kind not in ("pass within scope", "out of scope"):  # a declared scope is always shown (e.g. dtypes left out, and why)
+    if kind not in (
+        "pass within scope",
+        "out of scope",
+    ):  # a declared scope is always shown (e.g. dtypes left out, and why)
         notes += sorted({"scope: " + r["scope"] for r in rows if r.get("scope") not in (None, "", "full domain")})
-    return {"kind": kind, "text": text, "dtypes": dtypes, "departures": departures, "violations": violations, "headroom": headroom,
-            "notes": notes}
+    return {
+        "kind": kind,
+        "text": text,
+        "dtypes": dtypes,
+        "departures": departures,
+        "violations": violations,
+        "headroom": headroom,
+        "notes": notes,
+    }
 
 
 def summarise(name: str, data: Mapping[str, Any] | None, library: str, what: str) -> dict[str, Any]:
@@ -135,24 +187,54 @@ def summarise(name: str, data: Mapping[str, Any] | None, library: str, what: str
     cells = {eq: cell([r for r in data["rows"] if r["equation"] == eq]) for eq in EQUATIONS}
     contract = [r for r in data["rows"] if r["equation"] == "contract"]
     if contract and contract[0]["status"] == "fail":
-        cells["contract"] = {"kind": "UNNAMED", "text": "contract broken", "dtypes": [], "departures": [], "violations": [], "headroom": None,
-                             "notes": contract[0].get("failed_tests", [])}
-    return {**row, "verdict": data["verdict"], "version": data.get("version"), "dtypes": data.get("dtypes", []), "cells": cells,
-            "policies": data.get("policies", {}), "load_error": data.get("load_error")}
+        cells["contract"] = {
+            "kind": "UNNAMED",
+            "text": "contract broken",
+            "dtypes": [],
+            "departures": [],
+            "violations": [],
+            "headroom": None,
+            "notes": contract[0].get("failed_tests", []),
+        }
+    return {
+        **row,
+        "verdict": data["verdict"],
+        "version": data.get("version"),
+        "dtypes": data.get("dtypes", []),
+        "cells": cells,
+        "policies": data.get("policies", {}),
+        "load_error": data.get("load_error"),
+    }
 
 
-def _session(names: Sequence[str], profile: str, workers: int, timeout: float | None, folder: Path, quick: bool) -> tuple[int, float]:
+def _session(
+    names: Sequence[str], profile: str, workers: int, timeout: float | None, folder: Path, quick: bool
+) -> tuple[int, float]:
     """One pytest session checking ``names`` (output streamed: progress), each report into ``folder``."""
-    cmd = [sys.executable, "-m", "pytest", *pytest_arguments(names, profile=profile, workers=workers, timeout=timeout, report=folder,
-                                                             dtypes=["float32"] if quick else (), agreement_only=quick,
-                                                             extra=["--tb=line", "-rN"])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *pytest_arguments(
+            names,
+            profile=profile,
+            workers=workers,
+            timeout=timeout,
+            report=folder,
+            dtypes=["float32"] if quick else (),
+            agreement_only=quick,
+            extra=["--tb=line", "-rN"],
+        ),
+    ]
     print(f"aiayn zoo: {' '.join(names)} (profile {profile}, {workers} workers)", flush=True)
     start = time.perf_counter()
     code = subprocess.run(cmd, check=False).returncode
     return code, time.perf_counter() - start
 
 
-def run(names: Sequence[str], *, profile: str, workers: int, out: Path, timeout: float | None = None, quick: bool = False) -> int:
+def run(
+    names: Sequence[str], *, profile: str, workers: int, out: Path, timeout: float | None = None, quick: bool = False
+) -> int:
     """Check the zoo adapters ``names`` whose library is installed; write the zoo report; return the exit status.
 
     ``quick``: float32 only, and only each equation's agreement test with the oracle and the
@@ -165,12 +247,21 @@ def run(names: Sequence[str], *, profile: str, workers: int, out: Path, timeout:
     present = [n for n in names if installed(ZOO[n].library)]
     missing = [n for n in names if n not in present]
     for n in missing:
-        print(f"aiayn zoo: {n}: {ZOO[n].library} is not installed (pip install 'aiayn[zoo]'); reported as such", flush=True)
+        print(
+            f"aiayn zoo: {n}: {ZOO[n].library} is not installed (pip install 'aiayn[zoo]'); reported as such",
+            flush=True,
+        )
     folder = Path(out) / "zoo"
     folder.mkdir(parents=True, exist_ok=True)
     code, seconds = _session(present, profile, workers, timeout, folder, quick) if present else (0, 0.0)
-    return _summarise_and_write(names, present, out, profile=profile + (" (quick: float32, agreement tests only)" if quick else ""),
-                                seconds=seconds, code=code)
+    return _summarise_and_write(
+        names,
+        present,
+        out,
+        profile=profile + (" (quick: float32, agreement tests only)" if quick else ""),
+        seconds=seconds,
+        code=code,
+    )
 
 
 def rerender(names: Sequence[str], *, out: Path) -> int:
@@ -181,10 +272,14 @@ def rerender(names: Sequence[str], *, out: Path) -> int:
         raise FileNotFoundError(f"{stored}: no stored zoo run to write again (run `aiayn zoo` first)")
     session = json.loads(stored.read_text(encoding="utf-8"))
     present = [n for n in names if n in ZOO and paths(Path(out) / "zoo", n)[1].exists()]
-    return _summarise_and_write(names, present, out, profile=session["profile"], seconds=session["seconds"], code=session["session_exit"])
+    return _summarise_and_write(
+        names, present, out, profile=session["profile"], seconds=session["seconds"], code=session["session_exit"]
+    )
 
 
-def _summarise_and_write(names: Sequence[str], present: Sequence[str], out: Path, *, profile: str, seconds: float, code: int) -> int:
+def _summarise_and_write(
+    names: Sequence[str], present: Sequence[str], out: Path, *, profile: str, seconds: float, code: int
+) -> int:
     folder = Path(out) / "zoo"
     rows = []
     for n in names:
@@ -200,22 +295,41 @@ def _summarise_and_write(names: Sequence[str], present: Sequence[str], out: Path
     return 1 if unnamed or broken else 0
 
 
-def _write(rows: list[dict[str, Any]], out: Path, *, profile: str, seconds: float, session_exit: int, unnamed: list[tuple[str, str]],
-           broken: list[str]) -> None:
+def _write(
+    rows: list[dict[str, Any]],
+    out: Path,
+    *,
+    profile: str,
+    seconds: float,
+    session_exit: int,
+    unnamed: list[tuple[str, str]],
+    broken: list[str],
+) -> None:
     libraries = sorted({r["library"] for r in rows if r["cells"] and r["library"] != "torch"})
-    rep = Report("zoo", "The zoo: popular implementations of the paper's equations", precision="per dtype",
-                 packages=("numpy", "hypothesis", *sorted({r["library"] for r in rows if r["library_version"]})), fields={"profile": profile})
+    rep = Report(
+        "zoo",
+        "The zoo: popular implementations of the paper's equations",
+        precision="per dtype",
+        packages=("numpy", "hypothesis", *sorted({r["library"] for r in rows if r["library_version"]})),
+        fields={"profile": profile},
+    )
     departing = sorted({r["name"] for r in rows for c in r["cells"].values() if c["kind"] == "departs"})
-    rep.verdict = (f"{sum(1 for r in rows if r['cells'])} implementations checked ({len(libraries)} third-party libraries beyond PyTorch); "
-                   f"{len(departing)} depart from the paper in some equation, every such failure named" if not unnamed and not broken else
-                   f"{len(unnamed)} failing cells no known departure explains; {len(broken)} adapters did not load")
-    rep.add("", "Each row is one library's code checked by `aiayn check` through a thin adapter (`implementations/zoo/`), profile "
-            f"`{profile}`; each column one equation, its dtypes combined (the least favourable shown; brackets name the dtypes when "
-            "they differ). *pass (Nx)*: every check within its derived budget, N the smallest headroom; *'name'*: the check failed and "
-            "the output matches that catalogued departure (`conformance/diagnoses.py`) on the failing inputs; *known deviation*: "
-            "documented behaviour the adapter declares (footnotes); *out of scope*, *not provided*; *UNNAMED*: a failure no departure "
-            "explains. Each implementation's own report, with the largest discrepancies and replay files, is `zoo/conformance-<name>.md`.",
-            "")
+    rep.verdict = (
+        f"{sum(1 for r in rows if r['cells'])} implementations checked ({len(libraries)} third-party libraries beyond PyTorch); "
+        f"{len(departing)} depart from the paper in some equation, every such failure named"
+        if not unnamed and not broken
+        else f"{len(unnamed)} failing cells no known departure explains; {len(broken)} adapters did not load"
+    )
+    rep.add(
+        "",
+        "Each row is one library's code checked by `aiayn check` through a thin adapter (`implementations/zoo/`), profile "
+        f"`{profile}`; each column one equation, its dtypes combined (the least favourable shown; brackets name the dtypes when "
+        "they differ). *pass (Nx)*: every check within its derived budget, N the smallest headroom; *'name'*: the check failed and "
+        "the output matches that catalogued departure (`conformance/diagnoses.py`) on the failing inputs; *known deviation*: "
+        "documented behaviour the adapter declares (footnotes); *out of scope*, *not provided*; *UNNAMED*: a failure no departure "
+        "explains. Each implementation's own report, with the largest discrepancies and replay files, is `zoo/conformance-<name>.md`.",
+        "",
+    )
     headers = ["implementation", "version", "verdict", *[SHORT[e] for e in EQUATIONS]]
     notes: dict[str, int] = {}
     table = []
@@ -232,11 +346,24 @@ def _write(rows: list[dict[str, Any]], out: Path, *, profile: str, seconds: floa
     rep.table(headers, table)
     if notes:
         rep.section("Notes", *[f"{k}. {text}" for text, k in notes.items()])
-    rep.section("What each adapter checks", *[f"- `{r['name']}` ({r['library']} {r['library_version'] or 'not installed'}): {r['what']}; "
-                                              f"declared policies {json.dumps(r.get('policies', {}), sort_keys=True)}" for r in rows])
+    rep.section(
+        "What each adapter checks",
+        *[
+            f"- `{r['name']}` ({r['library']} {r['library_version'] or 'not installed'}): {r['what']}; "
+            f"declared policies {json.dumps(r.get('policies', {}), sort_keys=True)}"
+            for r in rows
+        ],
+    )
     rep.add("", f"Session: exit {session_exit}, {seconds / 60:.1f} minutes.")
-    rep.data = {"profile": profile, "rows": rows, "unnamed": unnamed, "not_loaded": broken, "libraries_beyond_torch": libraries,
-                "session_exit": session_exit, "seconds": seconds}
+    rep.data = {
+        "profile": profile,
+        "rows": rows,
+        "unnamed": unnamed,
+        "not_loaded": broken,
+        "libraries_beyond_torch": libraries,
+        "session_exit": session_exit,
+        "seconds": seconds,
+    }
     write_report(out, rep)
     _figure(rows, Path(out) / "zoo.png")
 
@@ -251,21 +378,42 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
         for i, r in enumerate(rows):
             for j, eq in enumerate(EQUATIONS):
                 c = r["cells"].get(eq) or {"kind": "not run", "headroom": None}
-                ax.add_patch(plt.Rectangle((j, i), 1, 1, facecolor=KINDS[c["kind"]][0], edgecolor="#888888", linewidth=0.5))
-                label = {"pass": "pass", "pass within scope": "scope", "known deviation": "known", "departs": "departs",
-                         "UNNAMED": "UNNAMED", "inconclusive": "inconcl.", "out of scope": "out", "not provided": "-", "not run": "-"}[c["kind"]]
+                ax.add_patch(
+                    plt.Rectangle((j, i), 1, 1, facecolor=KINDS[c["kind"]][0], edgecolor="#888888", linewidth=0.5)
+                )
+                label = {
+                    "pass": "pass",
+                    "pass within scope": "scope",
+                    "known deviation": "known",
+                    "departs": "departs",
+                    "UNNAMED": "UNNAMED",
+                    "inconclusive": "inconcl.",
+                    "out of scope": "out",
+                    "not provided": "-",
+                    "not run": "-",
+                }[c["kind"]]
                 if c["kind"] in ("pass", "pass within scope") and c.get("headroom"):
                     label += f"\n{c['headroom']:.2g}x"
                 ax.text(j + 0.5, i + 0.5, label, ha="center", va="center", fontsize=6.5)
         ax.set_xlim(0, len(EQUATIONS))
         ax.set_ylim(len(rows), 0)
-        ax.set_xticks([j + 0.5 for j in range(len(EQUATIONS))], [SHORT[e] for e in EQUATIONS], rotation=40, ha="right", fontsize=8)
-        ax.set_yticks([i + 0.5 for i in range(len(rows))], [f"{r['name']} ({r['library']} {r['library_version'] or '-'})" for r in rows],
-                      fontsize=8)
+        ax.set_xticks(
+            [j + 0.5 for j in range(len(EQUATIONS))], [SHORT[e] for e in EQUATIONS], rotation=40, ha="right", fontsize=8
+        )
+        ax.set_yticks(
+            [i + 0.5 for i in range(len(rows))],
+            [f"{r['name']} ({r['library']} {r['library_version'] or '-'})" for r in rows],
+            fontsize=8,
+        )
         ax.tick_params(length=0)
-        ax.legend(handles=[Patch(facecolor=KINDS[k][0], edgecolor="#888888", label=k) for k in KINDS if k != "not run"],
-                  loc="center left", bbox_to_anchor=(1.01, 0.5), ncol=1, fontsize=7, frameon=False)
-        ax.set_title("Conformance of popular implementations to \"Attention Is All You Need\" (aiayn zoo)", fontsize=9)
+        ax.legend(
+            handles=[Patch(facecolor=KINDS[k][0], edgecolor="#888888", label=k) for k in KINDS if k != "not run"],
+            loc="center left",
+            bbox_to_anchor=(1.01, 0.5),
+            ncol=1,
+            fontsize=7,
+            frameon=False,
+        )
+        ax.set_title('Conformance of popular implementations to "Attention Is All You Need" (aiayn zoo)', fontsize=9)
         fig.tight_layout()
         save_png(fig, path)
-

@@ -249,7 +249,9 @@ class NumpyImplementation(ImplementationBase):
         """
         dt = self._float_dtype(logits=logits)
         if logits.ndim < 1 or targets.shape != logits.shape[:-1]:
-            raise ValueError(f"targets: expected shape {logits.shape[:-1]} (logits without its last axis), got {targets.shape}")
+            raise ValueError(
+                f"targets: expected shape {logits.shape[:-1]} (logits without its last axis), got {targets.shape}"
+            )
         q = self._smoothed_targets(targets, logits.shape[-1], eps, dt)  # (..., K)
         shifted = logits - np.max(logits, axis=-1, keepdims=True)  # (..., K)
         log_sum = np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))  # (..., 1)
@@ -292,7 +294,9 @@ class NumpyImplementation(ImplementationBase):
         self, x: np.ndarray, params: Mapping[str, Any], num_heads: int, mask: np.ndarray | None = None
     ) -> np.ndarray:
         """LayerNorm(z + FFN(z)), z = LayerNorm(x + MultiHead(x, x, x)) (§3.1, post-norm)."""
-        z = self._residual_norm(x, self.multi_head_attention(x, x, x, params["self_attn"], num_heads, mask), params["norm1"])
+        z = self._residual_norm(
+            x, self.multi_head_attention(x, x, x, params["self_attn"], num_heads, mask), params["norm1"]
+        )
         return self._residual_norm(z, self.feed_forward(z, **params["ffn"]), params["norm2"])
 
     def decoder_layer(
@@ -311,9 +315,13 @@ class NumpyImplementation(ImplementationBase):
         if self_mask is None:
             n = y.shape[-2]
             self_mask = np.tri(n, n, dtype=bool)  # (n_tgt, n_tgt)
-        a = self._residual_norm(y, self.multi_head_attention(y, y, y, params["self_attn"], num_heads, self_mask), params["norm1"])
+        a = self._residual_norm(
+            y, self.multi_head_attention(y, y, y, params["self_attn"], num_heads, self_mask), params["norm1"]
+        )
         b = self._residual_norm(
-            a, self.multi_head_attention(a, memory, memory, params["cross_attn"], num_heads, memory_mask), params["norm2"]
+            a,
+            self.multi_head_attention(a, memory, memory, params["cross_attn"], num_heads, memory_mask),
+            params["norm2"],
         )
         return self._residual_norm(b, self.feed_forward(b, **params["ffn"]), params["norm3"])
 
@@ -334,15 +342,21 @@ class NumpyImplementation(ImplementationBase):
         keys hidden; decoder self-attention also causal).
         """
         embedding, positional = params["embedding"], params.get("positional")  # (V, d_model), (max_len, d_model)
-        arrays = {"params['embedding']": embedding} | ({} if positional is None else {"params['positional']": positional})
+        arrays = {"params['embedding']": embedding} | (
+            {} if positional is None else {"params['positional']": positional}
+        )
         dt = self._float_dtype(**arrays)
         src_tokens, tgt_tokens = _token_array("src_tokens", src_tokens), _token_array("tgt_tokens", tgt_tokens)
         if src_tokens.shape[0] != tgt_tokens.shape[0]:
-            raise ValueError(f"tgt_tokens: batch size {tgt_tokens.shape[0]} differs from src_tokens' {src_tokens.shape[0]}")
+            raise ValueError(
+                f"tgt_tokens: batch size {tgt_tokens.shape[0]} differs from src_tokens' {src_tokens.shape[0]}"
+            )
         n_src, n_tgt = src_tokens.shape[1], tgt_tokens.shape[1]
         src_mask = None if src_lengths is None else _padding_mask(src_lengths, n_src, "src_lengths")  # (B, 1, n_src)
         causal = np.tri(n_tgt, n_tgt, dtype=bool)  # (n_tgt, n_tgt)
-        tgt_mask = causal if tgt_lengths is None else causal & _padding_mask(tgt_lengths, n_tgt, "tgt_lengths")  # (B, n_tgt, n_tgt)
+        tgt_mask = (
+            causal if tgt_lengths is None else causal & _padding_mask(tgt_lengths, n_tgt, "tgt_lengths")
+        )  # (B, n_tgt, n_tgt)
         memory = self._embed(src_tokens, embedding, positional, dt)  # (B, n_src, d_model)
         for layer in params["encoder"]:
             memory = self.encoder_layer(memory, layer, num_heads, src_mask)
@@ -351,7 +365,9 @@ class NumpyImplementation(ImplementationBase):
             out = self.decoder_layer(out, memory, layer, num_heads, tgt_mask, src_mask)
         return out @ embedding.T  # (B, n_tgt, V)
 
-    def _embed(self, tokens: np.ndarray, embedding: np.ndarray, positional: np.ndarray | None, dt: np.dtype) -> np.ndarray:
+    def _embed(
+        self, tokens: np.ndarray, embedding: np.ndarray, positional: np.ndarray | None, dt: np.dtype
+    ) -> np.ndarray:
         """E[tokens] * sqrt(d_model) + PE (§3.4, §3.5). tokens (B, n) -> (B, n, d_model).
 
         ``positional`` (max_len, d_model) replaces the sinusoids when given (learned positions).
@@ -387,7 +403,9 @@ class NumpyImplementation(ImplementationBase):
             if arr.dtype.name not in self.dtypes:
                 raise TypeError(f"{name}: expected dtype in {self.dtypes}, got {arr.dtype}")
             if arr.dtype != first.dtype:
-                raise TypeError(f"{name}: dtype {arr.dtype} differs from {first_name}'s {first.dtype}; use one dtype per call")
+                raise TypeError(
+                    f"{name}: dtype {arr.dtype} differs from {first_name}'s {first.dtype}; use one dtype per call"
+                )
         return first.dtype
 
 
@@ -476,7 +494,9 @@ def _unshifted_is_safe(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> bool:
     return v_min >= floor or not np.any((mag < floor) & (mag > 0))
 
 
-def _tile_states(vis: np.ndarray, b_q: int, b_k: int, cache: dict[tuple[Any, ...], dict[tuple[int, int], int]]) -> dict[tuple[int, int], int]:
+def _tile_states(
+    vis: np.ndarray, b_q: int, b_k: int, cache: dict[tuple[Any, ...], dict[tuple[int, int], int]]
+) -> dict[tuple[int, int], int]:
     """Per (query start, key start) tile: 0 hidden entirely, 1 visible entirely, 2 mixed.
 
     Cached per mask slice (its address, strides and shape): a mask broadcast over heads is
@@ -496,9 +516,17 @@ def _tile_states(vis: np.ndarray, b_q: int, b_k: int, cache: dict[tuple[Any, ...
 
 
 def _attend_slice(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, vis: np.ndarray | None, b_q: int, b_k: int, fill: float,
-    out: np.ndarray, unshifted: bool, cache: dict[tuple[Any, ...], dict[tuple[int, int], int]],
-) -> None:  # fmt: skip
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    vis: np.ndarray | None,
+    b_q: int,
+    b_k: int,
+    fill: float,
+    out: np.ndarray,
+    unshifted: bool,
+    cache: dict[tuple[Any, ...], dict[tuple[int, int], int]],
+) -> None:
     """Write Eq. (1) of one slice (or of a whole broadcast batch) into ``out`` (..., n_q, d_v)."""
     n_q, n_k = q.shape[-2], k.shape[-2]
     k_t = np.swapaxes(k, -1, -2)  # (..., d_k, n_k), a view
@@ -513,9 +541,16 @@ def _attend_slice(
 
 
 def _attend_unshifted(
-    q: np.ndarray, k_t: np.ndarray, v: np.ndarray, vis: np.ndarray | None, b_q: int, b_k: int, fill: float,
-    out: np.ndarray, states: dict[tuple[int, int], int] | None,
-) -> None:  # fmt: skip
+    q: np.ndarray,
+    k_t: np.ndarray,
+    v: np.ndarray,
+    vis: np.ndarray | None,
+    b_q: int,
+    b_k: int,
+    fill: float,
+    out: np.ndarray,
+    states: dict[tuple[int, int], int] | None,
+) -> None:
     """P V with P = exp(S) unnormalised (safe by :func:`_unshifted_is_safe`), row sums from the same product.
 
     V gets a column of ones, so [P V | P 1] comes out of one matrix product: no separate pass for
@@ -566,7 +601,14 @@ def _attend_unshifted(
 
 
 def _attend_query_tile(
-    q: np.ndarray, k_t: np.ndarray, v: np.ndarray, visible: np.ndarray | None, rows: slice, live: Any, block_k: int, fill: float
+    q: np.ndarray,
+    k_t: np.ndarray,
+    v: np.ndarray,
+    visible: np.ndarray | None,
+    rows: slice,
+    live: Any,
+    block_k: int,
+    fill: float,
 ) -> np.ndarray:
     """Max-shifted online softmax of one query tile against the key tiles starting at ``live``.
 
@@ -625,14 +667,18 @@ def _broadcast_mask(mask: np.ndarray, score_shape: tuple[int, ...]) -> np.ndarra
     try:
         return np.broadcast_to(mask, score_shape)
     except ValueError:
-        raise ValueError(f"mask: shape {mask.shape} does not broadcast to the score shape {score_shape} (..., n_q, n_k)") from None
+        raise ValueError(
+            f"mask: shape {mask.shape} does not broadcast to the score shape {score_shape} (..., n_q, n_k)"
+        ) from None
 
 
 def _as_mask(mask: Any) -> np.ndarray | None:
     if mask is None:
         return None
     if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
-        raise TypeError(f"mask: expected a boolean numpy.ndarray (True = may attend), got {getattr(mask, 'dtype', type(mask))}")
+        raise TypeError(
+            f"mask: expected a boolean numpy.ndarray (True = may attend), got {getattr(mask, 'dtype', type(mask))}"
+        )
     return mask
 
 
@@ -668,13 +714,19 @@ def _positive_int(name: str, value: Any) -> int:
 def _token_array(name: str, tokens: Any) -> np.ndarray:
     tokens = np.asarray(tokens)
     if tokens.dtype.kind not in "iu" or tokens.ndim != 2:
-        raise ValueError(f"{name}: expected a 2-D integer array (batch, length), got dtype {tokens.dtype} shape {tokens.shape}")
+        raise ValueError(
+            f"{name}: expected a 2-D integer array (batch, length), got dtype {tokens.dtype} shape {tokens.shape}"
+        )
     return tokens
 
 
 def _padding_mask(lengths: Any, n: int, name: str) -> np.ndarray:
     """(B,) lengths -> (B, 1, n) bool: key j visible iff j < lengths[b]."""
     lengths = np.asarray(lengths)
-    if lengths.dtype.kind not in "iu" or lengths.ndim != 1 or (lengths.size and (lengths.min() < 0 or lengths.max() > n)):
+    if (
+        lengths.dtype.kind not in "iu"
+        or lengths.ndim != 1
+        or (lengths.size and (lengths.min() < 0 or lengths.max() > n))
+    ):
         raise ValueError(f"{name}: expected a 1-D integer array of lengths in [0, {n}], got {lengths!r}")
     return (np.arange(n) < lengths[:, None])[:, None, :]

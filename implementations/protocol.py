@@ -261,7 +261,9 @@ class Scope:
             out.append("masks: expected at least one mask kind")
         if self.layer_norm_eps is not None and not self.layer_norm_eps > 0:
             out.append(f"layer_norm_eps: expected a positive float, got {self.layer_norm_eps!r}")
-        if self.batch_dims is not None and (not self.batch_dims or any(not isinstance(b, int) or b < 0 for b in self.batch_dims)):
+        if self.batch_dims is not None and (
+            not self.batch_dims or any(not isinstance(b, int) or b < 0 for b in self.batch_dims)
+        ):
             out.append(f"batch_dims: expected non-negative ints, got {self.batch_dims!r}")
         for name in ("d_ff_ratio", "max_length"):
             value = getattr(self, name)
@@ -555,7 +557,11 @@ def contract_problems(impl: Any) -> list[str]:
     does not call any equation.
     """
     problems: list[str] = []
-    missing = [m for m in ("name", "version", "device", "dtypes", "policies", "provides", "from_numpy", "to_numpy") if not hasattr(impl, m)]
+    missing = [
+        m
+        for m in ("name", "version", "device", "dtypes", "policies", "provides", "from_numpy", "to_numpy")
+        if not hasattr(impl, m)
+    ]
     if missing:
         return [f"missing member(s) {', '.join(missing)} of the Implementation protocol"]
     for attr in ("name", "version", "device"):
@@ -636,7 +642,9 @@ def _policy_problems(policies: Any) -> list[str]:
         )
     pad = policies.get("padding_id", 0)
     if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
-        problems.append(f"policies['padding_id']: expected a non-negative int (the padding class of label smoothing 'K-2'), got {pad!r}")
+        problems.append(
+            f"policies['padding_id']: expected a non-negative int (the padding class of label smoothing 'K-2'), got {pad!r}"
+        )
     return problems
 
 

@@ -96,7 +96,9 @@ def known_names() -> list[str]:
     return list(BUILTINS) + list(zoo()) + sorted(n for n in entry_points() if n not in BUILTINS and n not in zoo())
 
 
-def _not_found(spec: str, reason: str, cls: type[ImplementationNotFound] = ImplementationNotFound) -> ImplementationNotFound:
+def _not_found(
+    spec: str, reason: str, cls: type[ImplementationNotFound] = ImplementationNotFound
+) -> ImplementationNotFound:
     return cls(
         f"cannot load implementation {spec!r}: {reason}. "
         f"Known names: {', '.join(known_names())}; or name one directly as 'module:attr' "
@@ -123,7 +125,9 @@ def _instantiate(obj: Any, device: str | None = None) -> Any:
     if not constructor:
         if _same_device(getattr(obj, "device", None), device):
             return obj
-        raise ValueError(f"it is a ready-made instance on device {getattr(obj, 'device', None)!r} and cannot be placed on {device!r}")
+        raise ValueError(
+            f"it is a ready-made instance on device {getattr(obj, 'device', None)!r} and cannot be placed on {device!r}"
+        )
     try:
         takes_device = "device" in inspect.signature(obj).parameters
     except (TypeError, ValueError):
@@ -138,7 +142,9 @@ def _instantiate(obj: Any, device: str | None = None) -> Any:
 
 def _same_device(declared: Any, asked: str) -> bool:
     """'cuda' matches 'cuda' and 'cuda:0'; 'cuda:1' matches only itself."""
-    return isinstance(declared, str) and (declared == asked or declared.split(":")[0] == asked or asked.split(":")[0] == declared)
+    return isinstance(declared, str) and (
+        declared == asked or declared.split(":")[0] == asked or asked.split(":")[0] == declared
+    )
 
 
 def _resolve(spec: str) -> tuple[Any, str]:

@@ -73,9 +73,11 @@ def _cuda_numerics(device: str) -> str:
     within the budgets (they assume the dtype's own accumulation) and named all the same.
     """
     matmul = torch.backends.cuda.matmul
-    return (f"{torch.cuda.get_device_name(torch.device(device))}; TF32 matmul {matmul.allow_tf32}; "
-            f"fp16/bf16 reduced-precision reductions {matmul.allow_fp16_reduced_precision_reduction}/"
-            f"{matmul.allow_bf16_reduced_precision_reduction}")
+    return (
+        f"{torch.cuda.get_device_name(torch.device(device))}; TF32 matmul {matmul.allow_tf32}; "
+        f"fp16/bf16 reduced-precision reductions {matmul.allow_fp16_reduced_precision_reduction}/"
+        f"{matmul.allow_bf16_reduced_precision_reduction}"
+    )
 
 
 def round_from_float64(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -198,7 +200,9 @@ class TorchImplementation(ImplementationBase):
         """softmax(x)_i = exp(x_i - max x) / sum_j exp(x_j - max x) along ``axis`` (§3.2.1, in Eq. (1))."""
         return self._softmax_last(x.movedim(axis, -1)).movedim(-1, axis).to(x.dtype)
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype
+    ) -> torch.Tensor:
         """Eq. (1) on tensors already in the compute dtype; ``dtype`` is the caller's dtype.
 
         Masked scores are -inf (§3.2.3); a fully masked row is NaN (policy "nan").
@@ -210,20 +214,30 @@ class TorchImplementation(ImplementationBase):
         p = self._softmax_last(scores).to(v.dtype)  # (..., n_q, n_k)
         return torch.matmul(p, v)  # (..., n_q, d_v)
 
-    def scaled_dot_product_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def scaled_dot_product_attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2.1, Eq. (1)); mask True = may attend.
 
         Shapes: q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v).
         """
         if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
-            raise ValueError(f"q, k, v: expected (..., n_q, d_k), (..., n_k, d_k), (..., n_k, d_v), got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+            raise ValueError(
+                f"q, k, v: expected (..., n_q, d_k), (..., n_k, d_k), (..., n_k, d_v), got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+            )
         cd = self._compute_dtype(q.dtype)
         return self._attend(q.to(cd), k.to(cd), v.to(cd), mask, q.dtype).to(q.dtype)
 
     # ---------------------------------------------------------------- §3.2.2
 
     def multi_head_attention(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, params: Mapping[str, Any], num_heads: int, mask: torch.Tensor | None = None
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        params: Mapping[str, Any],
+        num_heads: int,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (§3.2.2).
 
@@ -279,7 +293,9 @@ class TorchImplementation(ImplementationBase):
         z = centred / torch.sqrt(var + eps)
         return (z * self._stat(gain) + self._stat(bias)).to(x.dtype)
 
-    def feed_forward(self, x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
+    def feed_forward(
+        self, x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor
+    ) -> torch.Tensor:
         """FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3, Eq. (2)); x (..., d_model) -> (..., d_model)."""
         hidden = torch.relu(self._linear(x, w1, b1)).to(x.dtype)  # (..., d_ff), rounded like a stored activation
         return self._linear(hidden, w2, b2).to(x.dtype)
@@ -310,7 +326,9 @@ class TorchImplementation(ImplementationBase):
         if not 0 <= eps < 1:
             raise ValueError(f"eps: expected 0 <= eps < 1, got {eps!r}")
         if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= k):
-            raise ValueError(f"targets: expected class ids in [0, {k}), got values in [{int(targets.min())}, {int(targets.max())}]")
+            raise ValueError(
+                f"targets: expected class ids in [0, {k}), got values in [{int(targets.min())}, {int(targets.max())}]"
+            )
         return k
 
     def label_smoothing(self, targets: torch.Tensor, vocab_size: int, eps: float) -> torch.Tensor:
@@ -342,14 +360,21 @@ class TorchImplementation(ImplementationBase):
     def _norm(self, x: torch.Tensor, params: Mapping[str, Any], name: str) -> torch.Tensor:
         """This layer's LayerNorm ``name`` with the declared eps."""
         p = _param(params, name, "params (layer)")
-        return self.layer_norm(x, _param(p, "gain", f"params['{name}']"), _param(p, "bias", f"params['{name}']"), float(self.policies["layer_norm_eps"]))
+        return self.layer_norm(
+            x,
+            _param(p, "gain", f"params['{name}']"),
+            _param(p, "bias", f"params['{name}']"),
+            float(self.policies["layer_norm_eps"]),
+        )
 
     def _ffn(self, x: torch.Tensor, params: Mapping[str, Any]) -> torch.Tensor:
         """This layer's Eq. (2) sub-layer."""
         p = _param(params, "ffn", "params (layer)")
         return self.feed_forward(x, *(_param(p, n, "params['ffn']") for n in ("w1", "b1", "w2", "b2")))
 
-    def encoder_layer(self, x: torch.Tensor, params: Mapping[str, Any], num_heads: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def encoder_layer(
+        self, x: torch.Tensor, params: Mapping[str, Any], num_heads: int, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """z = LayerNorm(x + MultiHead(x, x, x)); LayerNorm(z + FFN(z)) (§3.1, post-norm, no dropout)."""
         attn = _param(params, "self_attn", "params (encoder layer)")
         z = self._norm(x + self.multi_head_attention(x, x, x, attn, num_heads, mask), params, "norm1")
@@ -377,7 +402,9 @@ class TorchImplementation(ImplementationBase):
         self_attn = _param(params, "self_attn", "params (decoder layer)")
         cross_attn = _param(params, "cross_attn", "params (decoder layer)")
         a = self._norm(y + self.multi_head_attention(y, y, y, self_attn, num_heads, self_mask), params, "norm1")
-        b = self._norm(a + self.multi_head_attention(a, memory, memory, cross_attn, num_heads, memory_mask), params, "norm2")
+        b = self._norm(
+            a + self.multi_head_attention(a, memory, memory, cross_attn, num_heads, memory_mask), params, "norm2"
+        )
         return self._norm(b + self._ffn(b, params), params, "norm3")
 
     # ---------------------------------------------------------------- §3.1-§3.5, Figure 1
@@ -389,7 +416,9 @@ class TorchImplementation(ImplementationBase):
         if tokens.dim() != 2:
             raise ValueError(f"{name}: expected shape (B, n), got {tuple(tokens.shape)}")
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
-            raise ValueError(f"{name}: expected token ids in [0, {vocab}), got values in [{int(tokens.min())}, {int(tokens.max())}]")
+            raise ValueError(
+                f"{name}: expected token ids in [0, {vocab}), got values in [{int(tokens.min())}, {int(tokens.max())}]"
+            )
         n = tokens.shape[1]
         x = emb[tokens] * math.sqrt(d_model)  # (B, n, d_model)
         if "positional" in params:
@@ -421,7 +450,9 @@ class TorchImplementation(ImplementationBase):
         -> (B, n_tgt, vocab).
         """
         if src_tokens.dim() != 2 or tgt_tokens.dim() != 2 or src_tokens.shape[0] != tgt_tokens.shape[0]:
-            raise ValueError(f"src_tokens, tgt_tokens: expected (B, n_src) and (B, n_tgt), got {tuple(src_tokens.shape)} and {tuple(tgt_tokens.shape)}")
+            raise ValueError(
+                f"src_tokens, tgt_tokens: expected (B, n_src) and (B, n_tgt), got {tuple(src_tokens.shape)} and {tuple(tgt_tokens.shape)}"
+            )
         src_mask = self._key_mask(src_lengths, src_tokens.shape[1])  # (B, 1, n_src)
         n_tgt = tgt_tokens.shape[1]
         tgt_mask = self._causal(n_tgt)  # (n_tgt, n_tgt)
@@ -457,12 +488,23 @@ class TorchSDPAImplementation(TorchImplementation):
     # (policy "flush_subnormals") for Eq. (1) and what calls it (multi-head attention, the layers, the
     # whole model), in bfloat16 only: their budgets take 2^-126 as an underflow's error. LayerNorm, the
     # FFN, softmax and the rest do not go through the kernel and keep the IEEE budgets.
-    policies: Mapping[str, object] = MappingProxyType({
-        **DEFAULT_POLICIES,
-        "fully_masked": "zeros",
-        "flush_subnormals": MappingProxyType({"bfloat16": (
-            "scaled_dot_product_attention", "multi_head_attention", "encoder_layer", "decoder_layer", "transformer_forward")}),
-    })
+    policies: Mapping[str, object] = MappingProxyType(
+        {
+            **DEFAULT_POLICIES,
+            "fully_masked": "zeros",
+            "flush_subnormals": MappingProxyType(
+                {
+                    "bfloat16": (
+                        "scaled_dot_product_attention",
+                        "multi_head_attention",
+                        "encoder_layer",
+                        "decoder_layer",
+                        "transformer_forward",
+                    )
+                }
+            ),
+        }
+    )
     # SDPA applies a boolean mask by *adding* -inf to the scores, where §3.2.3 *sets* masked scores
     # to -inf. The two differ only when a masked score is not finite: NaN in a masked key, or a key
     # so large that q.k overflows to inf, gives NaN + (-inf) or inf + (-inf) = NaN, and the query's
@@ -470,17 +512,23 @@ class TorchSDPAImplementation(TorchImplementation):
     # to check, so it is declared (and checked strictly) rather than worked around.
     # In float16 the largest finite key (65504) cannot overflow SDPA's float32 scores, so the
     # "huge" poison deviates only in the wider formats.
-    known_deviations: Mapping[str, str] = MappingProxyType({
-        **{f"attention_poison_at_masked_positions_changes_nothing[huge]@{dtype}":
-           "PyTorch adds -inf to masked scores instead of replacing them (§3.2.3), so a masked score that overflows to inf gives inf + (-inf) = NaN"
-           for dtype in ("float64", "float32", "bfloat16")},
-        "attention_poison_at_masked_positions_changes_nothing[nan_keys]":
-            "PyTorch adds -inf to masked scores instead of replacing them (§3.2.3), so NaN in a masked key gives NaN + (-inf) = NaN",
-    })
+    known_deviations: Mapping[str, str] = MappingProxyType(
+        {
+            **{
+                f"attention_poison_at_masked_positions_changes_nothing[huge]@{dtype}": "PyTorch adds -inf to masked scores instead of replacing them (§3.2.3), so a masked score that overflows to inf gives inf + (-inf) = NaN"
+                for dtype in ("float64", "float32", "bfloat16")
+            },
+            "attention_poison_at_masked_positions_changes_nothing[nan_keys]": "PyTorch adds -inf to masked scores instead of replacing them (§3.2.3), so NaN in a masked key gives NaN + (-inf) = NaN",
+        }
+    )
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype
+    ) -> torch.Tensor:
         """Eq. (1) by ``F.scaled_dot_product_attention`` in ``dtype``; batch dims (and mask) broadcast explicitly."""
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], () if mask is None else mask.shape[:-2])
+        batch = torch.broadcast_shapes(
+            q.shape[:-2], k.shape[:-2], v.shape[:-2], () if mask is None else mask.shape[:-2]
+        )
         q, k, v = (t.to(dtype).expand(*batch, *t.shape[-2:]) for t in (q, k, v))
         if mask is not None:
             # Broadcastable, not expanded over the batch: SDPA turns a boolean mask into a float one

@@ -49,8 +49,17 @@ from torch import nn
 from aiayn.implementations.protocol import ImplementationBase
 from aiayn.implementations.torch_impl import TORCH_DTYPES, default_device, round_from_float64
 
-__all__ = ["TorchAdapter", "attention_mask", "batched", "build", "copy_layer_norm", "copy_linear", "fused_qkv", "linear_weight",
-           "padding_from_mask"]
+__all__ = [
+    "TorchAdapter",
+    "attention_mask",
+    "batched",
+    "build",
+    "copy_layer_norm",
+    "copy_linear",
+    "fused_qkv",
+    "linear_weight",
+    "padding_from_mask",
+]
 
 
 class TorchAdapter(ImplementationBase):
@@ -64,7 +73,11 @@ class TorchAdapter(ImplementationBase):
         self.device = str(torch.device(device or default_device()))
         self.version = f"torch {torch.__version__}" + (f"; {self.library}" if getattr(self, "library", "") else "")
         if not type(self).dtypes:
-            self.dtypes = ("float64", "float32") if torch.device(self.device).type == "cpu" else ("float32", "float16", "bfloat16")
+            self.dtypes = (
+                ("float64", "float32")
+                if torch.device(self.device).type == "cpu"
+                else ("float32", "float16", "bfloat16")
+            )
 
     #: The library wrapped, with its version, for the version string (e.g. "transformers 5.24.0").
     library: str = ""
@@ -75,7 +88,9 @@ class TorchAdapter(ImplementationBase):
         arr = np.asarray(array)
         if dtype in ("bool", "int64"):
             return torch.tensor(arr.astype(dtype), device=self.device)
-        return round_from_float64(torch.tensor(arr.astype(np.float64), dtype=torch.float64), TORCH_DTYPES[dtype]).to(self.device)
+        return round_from_float64(torch.tensor(arr.astype(np.float64), dtype=torch.float64), TORCH_DTYPES[dtype]).to(
+            self.device
+        )
 
     def to_numpy(self, x: torch.Tensor) -> np.ndarray:
         t = x.detach().to("cpu")
@@ -101,7 +116,10 @@ def fused_qkv(params: Mapping[str, Any], d_model: int) -> tuple[torch.Tensor, to
     """(weight (3 d, d), bias (3 d,)) of a fused in-projection: [w_q^T; w_k^T; w_v^T] and [b_q; b_k; b_v] (absent biases zero)."""
     ws = [params[n] for n in ("w_q", "w_k", "w_v")]
     like = ws[0]
-    bs = [params.get(n) if params.get(n) is not None else torch.zeros(d_model, dtype=like.dtype, device=like.device) for n in ("b_q", "b_k", "b_v")]
+    bs = [
+        params.get(n) if params.get(n) is not None else torch.zeros(d_model, dtype=like.dtype, device=like.device)
+        for n in ("b_q", "b_k", "b_v")
+    ]
     return torch.cat([linear_weight(w) for w in ws], dim=0), torch.cat(bs, dim=0)
 
 
@@ -117,8 +135,16 @@ def build(adapter: Any, cls: type[nn.Module], *args: Any, dtype: torch.dtype | N
     return module.eval().requires_grad_(False)
 
 
-def attention_mask(mask: torch.Tensor | None, batch: tuple[int, ...], n_q: int, n_k: int, heads: int = 1, layout: str = "batch",
-                   *, kind: str = "block") -> torch.Tensor | None:
+def attention_mask(
+    mask: torch.Tensor | None,
+    batch: tuple[int, ...],
+    n_q: int,
+    n_k: int,
+    heads: int = 1,
+    layout: str = "batch",
+    *,
+    kind: str = "block",
+) -> torch.Tensor | None:
     """The contract's mask (True = may attend, broadcastable to batch + (n_q, n_k)) in a library's convention.
 
     ``layout``: "batch" (B, n_q, n_k) with B the product of ``batch``; "flat" (B*h, n_q, n_k)

@@ -122,8 +122,12 @@ class TorchNNImplementation(TorchSDPAImplementation):
         w_q = _param(params, "w_q", "params (multi-head attention)")
         d_model = w_q.shape[0]
         if d_model % num_heads:
-            raise ValueError(f"num_heads: nn.MultiheadAttention needs num_heads to divide d_model={d_model}, got {num_heads}")
-        module = nn.MultiheadAttention(d_model, num_heads, dropout=0.0, bias=True, batch_first=True, **self._factory(w_q))
+            raise ValueError(
+                f"num_heads: nn.MultiheadAttention needs num_heads to divide d_model={d_model}, got {num_heads}"
+            )
+        module = nn.MultiheadAttention(
+            d_model, num_heads, dropout=0.0, bias=True, batch_first=True, **self._factory(w_q)
+        )
         self._load_mha(module, params)
         return self._mode(module)
 
@@ -159,7 +163,9 @@ class TorchNNImplementation(TorchSDPAImplementation):
         )
 
     @staticmethod
-    def _attn_mask(mask: torch.Tensor | None, batch: tuple[int, ...], n_q: int, n_k: int, h: int) -> torch.Tensor | None:
+    def _attn_mask(
+        mask: torch.Tensor | None, batch: tuple[int, ...], n_q: int, n_k: int, h: int
+    ) -> torch.Tensor | None:
         """Contract mask (True = may attend, broadcastable to batch + (n_q, n_k)) -> PyTorch's attn_mask.
 
         PyTorch's boolean ``attn_mask`` means True = may *not* attend, shaped (n_q, n_k) or
@@ -176,7 +182,13 @@ class TorchNNImplementation(TorchSDPAImplementation):
 
     @torch.no_grad()
     def multi_head_attention(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, params: Mapping[str, Any], num_heads: int, mask: torch.Tensor | None = None
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        params: Mapping[str, Any],
+        num_heads: int,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """§3.2.2 by ``nn.MultiheadAttention`` (need_weights=False). Shapes as in the contract."""
         h = _positive_int("num_heads", num_heads)
@@ -200,7 +212,9 @@ class TorchNNImplementation(TorchSDPAImplementation):
         return module(x)
 
     @torch.no_grad()
-    def encoder_layer(self, x: torch.Tensor, params: Mapping[str, Any], num_heads: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def encoder_layer(
+        self, x: torch.Tensor, params: Mapping[str, Any], num_heads: int, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """§3.1's encoder layer by ``nn.TransformerEncoderLayer`` (post-norm, ReLU, dropout 0, eps 1e-6)."""
         layer = nn.TransformerEncoderLayer(**self._layer_kwargs(params, num_heads))
         self._load_mha(layer.self_attn, _param(params, "self_attn", "params (encoder layer)"))
@@ -255,16 +269,19 @@ class TorchNNFastPath(TorchNNImplementation):
     """
 
     name = "torch-nn-fastpath"
-    known_deviations = MappingProxyType({
-        **TorchNNImplementation.known_deviations,
-        "multi_head_attention_fully_masked_self_attention_row": (
-            "PyTorch's fused inference kernel (torch._native_multi_head_attention) returns NaN for a fully masked query row of "
-            "self-attention, where the documented forward of nn.MultiheadAttention (through scaled_dot_product_attention) "
-            "returns 0; measured on the CPU in torch 2.13"),
-        "multi_head_attention_on_fixed_inputs[self-attention with a fully masked row]": (
-            "the same fused kernel, on the fixed case with a fully masked self-attention row: NaN instead of the documented 0"),
-    })
+    known_deviations = MappingProxyType(
+        {
+            **TorchNNImplementation.known_deviations,
+            "multi_head_attention_fully_masked_self_attention_row": (
+                "PyTorch's fused inference kernel (torch._native_multi_head_attention) returns NaN for a fully masked query row of "
+                "self-attention, where the documented forward of nn.MultiheadAttention (through scaled_dot_product_attention) "
+                "returns 0; measured on the CPU in torch 2.13"
+            ),
+            "multi_head_attention_on_fixed_inputs[self-attention with a fully masked row]": (
+                "the same fused kernel, on the fixed case with a fully masked self-attention row: NaN instead of the documented 0"
+            ),
+        }
+    )
 
     def __init__(self, device: str | None = None) -> None:
         super().__init__(device, fastpath=True)
-

@@ -118,7 +118,9 @@ def causal_mask(n_q: int, n_k: int) -> np.ndarray:
     n_q = positive_int("n_q", n_q)
     n_k = positive_int("n_k", n_k)
     if n_k < n_q:
-        raise ValueError(f"n_k: expected n_k >= n_q (queries are the last n_q of n_k positions), got n_q={n_q}, n_k={n_k}")
+        raise ValueError(
+            f"n_k: expected n_k >= n_q (queries are the last n_q of n_k positions), got n_q={n_q}, n_k={n_k}"
+        )
     offset = n_k - n_q
     return np.arange(n_k)[None, :] <= (np.arange(n_q)[:, None] + offset)  # (n_q, n_k)
 
@@ -139,7 +141,9 @@ def padding_mask(lengths: Any, n_k: int) -> np.ndarray:
     n_k = positive_int("n_k", n_k)
     arr = np.asarray(lengths)
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"lengths: expected a 1-D integer array (one length per batch element), got {arr.dtype} of shape {arr.shape}")
+        raise TypeError(
+            f"lengths: expected a 1-D integer array (one length per batch element), got {arr.dtype} of shape {arr.shape}"
+        )
     if np.any(arr < 0) or np.any(arr > n_k):
         raise ValueError(f"lengths: expected integers in [0, n_k={n_k}], got {arr.tolist()}")
     return (np.arange(n_k)[None, :] < arr[:, None])[:, None, :]  # (B, 1, n_k)
@@ -167,7 +171,9 @@ def _attention_inputs(q: Any, k: Any, v: Any, mask: Any, fully_masked: str):
     return q, k, v, visible
 
 
-def _attention_ld(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray | None, fully_masked: str) -> np.ndarray:
+def _attention_ld(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray | None, fully_masked: str
+) -> np.ndarray:
     """Eq. (1) in longdouble on already-validated arrays; returns longdouble (..., n_q, d_v)."""
     d_k = q.shape[-1]
     scores = np.matmul(q, np.swapaxes(k, -1, -2)) / np.sqrt(LD(d_k))  # (..., n_q, n_k)
@@ -182,9 +188,7 @@ def _attention_ld(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarr
     return np.matmul(p, v)  # (..., n_q, d_v)
 
 
-def scaled_dot_product_attention(
-    q: Any, k: Any, v: Any, mask: Any = None, *, fully_masked: str = "nan"
-) -> np.ndarray:
+def scaled_dot_product_attention(q: Any, k: Any, v: Any, mask: Any = None, *, fully_masked: str = "nan") -> np.ndarray:
     """Scaled dot-product attention; fast tier (longdouble inside, float64 out).
 
     Paper: §3.2.1, Eq. (1): Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V; masking per §3.2.3
@@ -207,7 +211,9 @@ def scaled_dot_product_attention(
     return out.astype(np.float64)
 
 
-def _attention_mp(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray | None, fully_masked: str) -> np.ndarray:
+def _attention_mp(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray | None, fully_masked: str
+) -> np.ndarray:
     """Eq. (1) on object arrays of mpf in the current mp context; returns mpf (..., n_q, d_v)."""
     d_k = q.shape[-1]
     scores = mp_matmul(q, np.swapaxes(k, -1, -2))  # (..., n_q, n_k)
@@ -237,7 +243,9 @@ _REQUIRED = ("w_q", "w_k", "w_v", "w_o")
 _OPTIONAL = ("b_q", "b_k", "b_v", "b_o")
 
 
-def _mha_inputs(query: Any, key: Any, value: Any, params: Mapping[str, Any], num_heads: Any, mask: Any, fully_masked: str):
+def _mha_inputs(
+    query: Any, key: Any, value: Any, params: Mapping[str, Any], num_heads: Any, mask: Any, fully_masked: str
+):
     """Validate MHA's inputs against the canonical layout; return arrays, sizes and the mask."""
     choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
     h = positive_int("num_heads", num_heads)
@@ -245,7 +253,9 @@ def _mha_inputs(query: Any, key: Any, value: Any, params: Mapping[str, Any], num
         raise TypeError(f"params: expected a mapping with keys {', '.join(_REQUIRED)}, got {type(params).__name__}")
     missing = [name for name in _REQUIRED if name not in params]
     if missing:
-        raise ValueError(f"params: missing {', '.join(missing)} (canonical layout: w_q, w_k, w_v, w_o; optional b_q, b_k, b_v, b_o)")
+        raise ValueError(
+            f"params: missing {', '.join(missing)} (canonical layout: w_q, w_k, w_v, w_o; optional b_q, b_k, b_v, b_o)"
+        )
     unknown = sorted(set(params) - set(_REQUIRED) - set(_OPTIONAL))
     if unknown:
         raise ValueError(f"params: unknown keys {unknown}; expected w_q, w_k, w_v, w_o and optional b_q, b_k, b_v, b_o")
@@ -261,10 +271,14 @@ def _mha_inputs(query: Any, key: Any, value: Any, params: Mapping[str, Any], num
     same_size("value", value.shape[-1], "params['w_v']", w["w_v"].shape[0], "d_model (value's last axis vs w_v's rows)")
     same_size("key", key.shape[-2], "value", value.shape[-2], "n_k (second-to-last axis)")
     same_size("params['w_q']", w["w_q"].shape[1], "params['w_k']", w["w_k"].shape[1], "h*d_k (columns)")
-    same_size("params['w_v']", w["w_v"].shape[1], "params['w_o']", w["w_o"].shape[0], "h*d_v (w_v's columns vs w_o's rows)")
+    same_size(
+        "params['w_v']", w["w_v"].shape[1], "params['w_o']", w["w_o"].shape[0], "h*d_v (w_v's columns vs w_o's rows)"
+    )
     for name, width in (("w_q", w["w_q"].shape[1]), ("w_v", w["w_v"].shape[1])):
         if width == 0 or width % h:
-            raise ValueError(f"num_heads: {h} heads must divide params['{name}']'s {width} columns (h*d_k, h*d_v) into equal widths >= 1")
+            raise ValueError(
+                f"num_heads: {h} heads must divide params['{name}']'s {width} columns (h*d_k, h*d_v) into equal widths >= 1"
+            )
     widths = {"b_q": w["w_q"].shape[1], "b_k": w["w_k"].shape[1], "b_v": w["w_v"].shape[1], "b_o": w["w_o"].shape[1]}
     b = {}
     for name in _OPTIONAL:
@@ -330,7 +344,9 @@ def multi_head_attention(
     q = query.astype(LD) @ ld["w_q"] + ld.get("b_q", zero)  # (..., n_q, h*d_k)
     k = key.astype(LD) @ ld["w_k"] + ld.get("b_k", zero)  # (..., n_k, h*d_k)
     v = value.astype(LD) @ ld["w_v"] + ld.get("b_v", zero)  # (..., n_k, h*d_v)
-    heads = _attention_ld(_split_heads(q, h), _split_heads(k, h), _split_heads(v, h), visible, fully_masked)  # (..., h, n_q, d_v)
+    heads = _attention_ld(
+        _split_heads(q, h), _split_heads(k, h), _split_heads(v, h), visible, fully_masked
+    )  # (..., h, n_q, d_v)
     out = _merge_heads(heads) @ ld["w_o"] + ld.get("b_o", zero)  # (..., n_q, d_model)
     return out.astype(np.float64)
 

@@ -144,14 +144,27 @@ TABLE3: Mapping[str, TransformerConfig] = MappingProxyType(
 TABLE3_PRINTED_PARAMS_MILLIONS: Mapping[str, int | None] = MappingProxyType(
     {
         "base": 65,
-        "A1": None, "A2": None, "A3": None, "A4": None,
-        "B1": 58, "B2": 60,
-        "C1": 36, "C2": 50, "C3": 80, "C4": 28, "C5": 168, "C6": 53, "C7": 90,
-        "D1": None, "D2": None, "D3": None, "D4": None,
+        "A1": None,
+        "A2": None,
+        "A3": None,
+        "A4": None,
+        "B1": 58,
+        "B2": 60,
+        "C1": 36,
+        "C2": 50,
+        "C3": 80,
+        "C4": 28,
+        "C5": 168,
+        "C6": 53,
+        "C7": 90,
+        "D1": None,
+        "D2": None,
+        "D3": None,
+        "D4": None,
         "E": None,
         "big": 213,
     }
-)  # fmt: skip
+)
 
 # ---------------------------------------------------------------------------------------------
 # Parameter counts (§3.1-§3.5, Table 3 last column)

@@ -166,13 +166,17 @@ def layer_norm_exact(x: Any, gain: Any, bias: Any, eps: float = DEFAULT_EPS, *, 
 def _validate_sublayer(sublayer: Any, norm: str) -> None:
     choice("norm", norm, NORM_PLACEMENTS)
     if not callable(sublayer):
-        raise TypeError(f"sublayer: expected a callable mapping (..., d_model) to (..., d_model), got {type(sublayer).__name__}")
+        raise TypeError(
+            f"sublayer: expected a callable mapping (..., d_model) to (..., d_model), got {type(sublayer).__name__}"
+        )
 
 
 def _sublayer_output(sublayer: Callable[[np.ndarray], Any], arg: np.ndarray) -> np.ndarray:
     out = as_float_array("sublayer(x)", sublayer(arg))
     if out.shape != arg.shape:
-        raise ValueError(f"sublayer: must return the shape it was given, {arg.shape} (§3.1 adds it to x), got {out.shape}")
+        raise ValueError(
+            f"sublayer: must return the shape it was given, {arg.shape} (§3.1 adds it to x), got {out.shape}"
+        )
     return out
 
 
@@ -338,7 +342,9 @@ def _validate_tokens(tokens: Any, vocab: int) -> np.ndarray:
     bad = (arr < 0) | (arr >= vocab)
     if np.any(bad):
         where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"tokens: id {int(arr[where])} at index {where} is out of range; expected 0 <= id < vocab = {vocab}")
+        raise ValueError(
+            f"tokens: id {int(arr[where])} at index {where} is out of range; expected 0 <= id < vocab = {vocab}"
+        )
     return arr
 
 

@@ -59,7 +59,9 @@ def _ffn(params: Mapping[str, Any]):
         raise ValueError("params['ffn']: expected a mapping with 'w1', 'b1', 'w2', 'b2'") from None
 
 
-def encoder_layer(x: Any, params: Mapping[str, Any], num_heads: int, mask: Any = None, *, eps: float = DEFAULT_EPS) -> np.ndarray:
+def encoder_layer(
+    x: Any, params: Mapping[str, Any], num_heads: int, mask: Any = None, *, eps: float = DEFAULT_EPS
+) -> np.ndarray:
     """One encoder layer: self-attention then feed-forward, each as LayerNorm(x + Sublayer(x)).
 
     Paper: §3.1 ("The first is a multi-head self-attention mechanism, and the second is a simple,
@@ -73,7 +75,9 @@ def encoder_layer(x: Any, params: Mapping[str, Any], num_heads: int, mask: Any =
     Shapes: x (..., n, d_model) -> (..., n, d_model).
     """
     attn = params["self_attn"]
-    x = sublayer_connection(x, lambda t: multi_head_attention(t, t, t, attn, num_heads, mask), *_norm(params, "norm1"), eps)
+    x = sublayer_connection(
+        x, lambda t: multi_head_attention(t, t, t, attn, num_heads, mask), *_norm(params, "norm1"), eps
+    )
     return sublayer_connection(x, _ffn(params), *_norm(params, "norm2"), eps)
 
 
@@ -103,9 +107,14 @@ def decoder_layer(
     if self_mask is None:
         self_mask = causal_mask(n_tgt, n_tgt)
     self_attn, cross_attn = params["self_attn"], params["cross_attn"]
-    y = sublayer_connection(y, lambda t: multi_head_attention(t, t, t, self_attn, num_heads, self_mask), *_norm(params, "norm1"), eps)
     y = sublayer_connection(
-        y, lambda t: multi_head_attention(t, memory, memory, cross_attn, num_heads, memory_mask), *_norm(params, "norm2"), eps
+        y, lambda t: multi_head_attention(t, t, t, self_attn, num_heads, self_mask), *_norm(params, "norm1"), eps
+    )
+    y = sublayer_connection(
+        y,
+        lambda t: multi_head_attention(t, memory, memory, cross_attn, num_heads, memory_mask),
+        *_norm(params, "norm2"),
+        eps,
     )
     return sublayer_connection(y, _ffn(params), *_norm(params, "norm3"), eps)
 
@@ -117,7 +126,9 @@ def _embed(tokens: Any, params: Mapping[str, Any], name: str) -> np.ndarray:
     if "positional" in params:
         table = np.asarray(params["positional"], dtype=np.float64)
         if table.ndim != 2 or table.shape[1] != d_model or table.shape[0] < n:
-            raise ValueError(f"params['positional']: expected (max_len >= {n}, {d_model}) for {name}, got {table.shape}")
+            raise ValueError(
+                f"params['positional']: expected (max_len >= {n}, {d_model}) for {name}, got {table.shape}"
+            )
         return x + table[:n]
     return x + positional_encoding(n, d_model)
 
@@ -153,7 +164,9 @@ def transformer_forward(
         if arr.ndim != 2:
             raise ValueError(f"{name}: expected shape (B, n), got {arr.shape}")
     if src.shape[0] != tgt.shape[0]:
-        raise ValueError(f"src_tokens and tgt_tokens must agree on the batch size B: got {src.shape[0]} and {tgt.shape[0]}")
+        raise ValueError(
+            f"src_tokens and tgt_tokens must agree on the batch size B: got {src.shape[0]} and {tgt.shape[0]}"
+        )
     n_src, n_tgt = src.shape[1], tgt.shape[1]
     src_mask = None if src_lengths is None else padding_mask(src_lengths, n_src)  # (B, 1, n_src)
     tgt_mask = causal_mask(n_tgt, n_tgt)  # (n_tgt, n_tgt)
@@ -181,7 +194,9 @@ def _layers(params: Mapping[str, Any], stack: str) -> Sequence[Mapping[str, Any]
 # canonical random weights
 
 
-def _mha_params(rng: np.random.Generator, d_model: int, h: int, d_k: int, d_v: int, biases: bool) -> dict[str, np.ndarray]:
+def _mha_params(
+    rng: np.random.Generator, d_model: int, h: int, d_k: int, d_v: int, biases: bool
+) -> dict[str, np.ndarray]:
     """Random MHA weights in the canonical layout, scaled 1/sqrt(fan_in) so activations stay O(1)."""
     p = {
         "w_q": rng.normal(size=(d_model, h * d_k)) / np.sqrt(d_model),

@@ -110,7 +110,9 @@ def positional_encoding(length: int, d_model: int, *, base: float = DEFAULT_BASE
     return _pe_rows_ld(np.arange(n), d, b).astype(np.float64)
 
 
-def positional_encoding_exact(length: int, d_model: int, *, base: float = DEFAULT_BASE, dps: int = DEFAULT_DPS) -> np.ndarray:
+def positional_encoding_exact(
+    length: int, d_model: int, *, base: float = DEFAULT_BASE, dps: int = DEFAULT_DPS
+) -> np.ndarray:
     """The sinusoidal positional encoding; exact tier (mpmath, correctly rounded float64).
 
     Paper: §3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same angle).

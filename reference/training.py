@@ -50,8 +50,10 @@ def _validate_lrate(step: Any, d_model: Any, warmup_steps: Any, step_zero: str) 
         where = _first(steps < 0)
         raise ValueError(f"step: expected step numbers >= 0, got {int(steps[where])} at index {where}")
     if step_zero == "raise" and np.any(steps == 0):
-        raise ValueError("step: step 0 has no learning rate under step_zero='raise' (step^-0.5 is infinite); "
-                         "use step_zero='zero' for the formula's limit min(inf, 0) = 0")
+        raise ValueError(
+            "step: step 0 has no learning rate under step_zero='raise' (step^-0.5 is infinite); "
+            "use step_zero='zero' for the formula's limit min(inf, 0) = 0"
+        )
     return steps, positive_int("d_model", d_model), positive_int("warmup_steps", warmup_steps)
 
 
@@ -79,7 +81,9 @@ def lrate(step: Any, d_model: int, warmup_steps: int = 4000, *, step_zero: str =
     return ((1 / np.sqrt(LD(d))) * np.minimum(decay, warm)).astype(np.float64)[()]
 
 
-def lrate_exact(step: Any, d_model: int, warmup_steps: int = 4000, *, step_zero: str = "zero", dps: int = DEFAULT_DPS) -> Any:
+def lrate_exact(
+    step: Any, d_model: int, warmup_steps: int = 4000, *, step_zero: str = "zero", dps: int = DEFAULT_DPS
+) -> Any:
     """The learning-rate schedule; exact tier (mpmath, correctly rounded float64).
 
     Paper: §5.3, Eq. (3): lrate = d_model^-0.5 * min(step_num^-0.5, step_num * warmup_steps^-1.5).
@@ -117,8 +121,10 @@ def _validate_padding_id(padding_id: Any, k: int, variant: str) -> int | None:
     if not 0 <= padding_id < k:
         raise ValueError(f"padding_id: expected 0 <= padding_id < vocab_size = {k}, got {padding_id}")
     if variant == "K-1" and k < 3:
-        raise ValueError(f"vocab_size: variant 'K-1' with a padding_id needs vocab_size >= 3 (the target and the "
-                         f"padding class leave no class for the smoothing mass), got {k}")
+        raise ValueError(
+            f"vocab_size: variant 'K-1' with a padding_id needs vocab_size >= 3 (the target and the "
+            f"padding class leave no class for the smoothing mass), got {k}"
+        )
     return int(padding_id)
 
 
@@ -127,11 +133,15 @@ def _validate_targets(targets: Any, k: int) -> np.ndarray:
     bad = (t < 0) | (t >= k)
     if np.any(bad):
         where = _first(bad)
-        raise ValueError(f"targets: class id {int(t[where])} at index {where} is out of range; expected 0 <= id < vocab_size = {k}")
+        raise ValueError(
+            f"targets: class id {int(t[where])} at index {where} is out of range; expected 0 <= id < vocab_size = {k}"
+        )
     return t
 
 
-def _validate_smoothing(targets: Any, vocab_size: Any, eps: Any, variant: str, padding_id: Any) -> tuple[np.ndarray, int, float, int | None]:
+def _validate_smoothing(
+    targets: Any, vocab_size: Any, eps: Any, variant: str, padding_id: Any
+) -> tuple[np.ndarray, int, float, int | None]:
     k = positive_int("vocab_size", vocab_size, minimum=2)
     e = _validate_eps(eps)
     choice("variant", variant, SMOOTHING_VARIANTS)
@@ -158,7 +168,9 @@ def _fill(targets: np.ndarray, k: int, on: Any, off: Any, pad: int | None, dtype
     return out
 
 
-def label_smoothing(targets: Any, vocab_size: int, eps: float, *, variant: str = "K", padding_id: int | None = None) -> np.ndarray:
+def label_smoothing(
+    targets: Any, vocab_size: int, eps: float, *, variant: str = "K", padding_id: int | None = None
+) -> np.ndarray:
     """Label-smoothed target distributions; fast tier (longdouble inside, float64 out).
 
     Paper: §5.4: "we employed label smoothing of value eps_ls = 0.1" (citing Szegedy et al.),
@@ -181,7 +193,13 @@ def label_smoothing(targets: Any, vocab_size: int, eps: float, *, variant: str =
 
 
 def label_smoothing_exact(
-    targets: Any, vocab_size: int, eps: float, *, variant: str = "K", padding_id: int | None = None, dps: int = DEFAULT_DPS
+    targets: Any,
+    vocab_size: int,
+    eps: float,
+    *,
+    variant: str = "K",
+    padding_id: int | None = None,
+    dps: int = DEFAULT_DPS,
 ) -> np.ndarray:
     """Label-smoothed target distributions; exact tier (correctly rounded float64).
 
@@ -193,7 +211,9 @@ def label_smoothing_exact(
     """
     t, k, e, pad = _validate_smoothing(targets, vocab_size, eps, variant, padding_id)
     em = to_mp(e)[()]
-    on, off = correctly_rounded(lambda: np.array(_smoothing_values(k, em, variant, pad is not None, mpmath.mpf(1)), dtype=object), dps)
+    on, off = correctly_rounded(
+        lambda: np.array(_smoothing_values(k, em, variant, pad is not None, mpmath.mpf(1)), dtype=object), dps
+    )
     return _fill(t, k, on, off, pad, np.float64, 0.0)
 
 
@@ -210,7 +230,9 @@ def _validate_cross_entropy(logits: Any, target_dist: Any) -> tuple[np.ndarray, 
     try:
         shape = np.broadcast_shapes(z.shape, p.shape)
     except ValueError:
-        raise ValueError(f"logits and target_dist: batch shapes {z.shape[:-1]} and {p.shape[:-1]} do not broadcast") from None
+        raise ValueError(
+            f"logits and target_dist: batch shapes {z.shape[:-1]} and {p.shape[:-1]} do not broadcast"
+        ) from None
     if np.any(p < 0):
         where = _first(p < 0)
         raise ValueError(f"target_dist: expected non-negative class weights, found {p[where]} at index {where}")
@@ -273,10 +295,14 @@ def cross_entropy_exact(logits: Any, target_dist: Any, *, dps: int = DEFAULT_DPS
     return correctly_rounded(lambda: _cross_entropy_mp(zm, pm), dps)[()]
 
 
-def _validate_smoothed_ce(logits: Any, targets: Any, eps: Any, variant: str, padding_id: Any) -> tuple[np.ndarray, np.ndarray, int, float, int | None]:
+def _validate_smoothed_ce(
+    logits: Any, targets: Any, eps: Any, variant: str, padding_id: Any
+) -> tuple[np.ndarray, np.ndarray, int, float, int | None]:
     z = as_float_array("logits", logits, min_ndim=1)
     if z.shape[-1] < 2:
-        raise ValueError(f"logits: expected at least 2 classes on the last axis (label smoothing needs K >= 2), got shape {z.shape}")
+        raise ValueError(
+            f"logits: expected at least 2 classes on the last axis (label smoothing needs K >= 2), got shape {z.shape}"
+        )
     t, k, e, pad = _validate_smoothing(targets, z.shape[-1], eps, variant, padding_id)
     try:
         batch = np.broadcast_shapes(z.shape[:-1], t.shape)

@@ -47,8 +47,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from aiayn.implementations.torch_impl import TorchSDPAImplementation
 
-LAYER_TYPES = ("self_attention", "recurrent", "convolutional", "restricted_self_attention", "convolutional_contiguous",
-               "separable_convolutional")  # fmt: skip
+LAYER_TYPES = (
+    "self_attention",
+    "recurrent",
+    "convolutional",
+    "restricted_self_attention",
+    "convolutional_contiguous",
+    "separable_convolutional",
+)
 SEED = 0
 #: What each layer type is, in one line (for the report).
 DESCRIPTIONS = {
@@ -83,7 +89,9 @@ def restricted_self_attention(x: torch.Tensor, r: int) -> torch.Tensor:
     n, d = x.shape
     before = (r - 1) // 2
     padded = F.pad(x, (0, 0, before, r - 1 - before))  # (n + r - 1, d)
-    windows = padded.unfold(0, r, 1).transpose(1, 2)  # (n, r, d): window of position i = positions i-before .. i-before+r-1
+    windows = padded.unfold(0, r, 1).transpose(
+        1, 2
+    )  # (n, r, d): window of position i = positions i-before .. i-before+r-1
     key = torch.arange(n, device=x.device)[:, None] - before + torch.arange(r, device=x.device)[None, :]  # (n, r)
     mask = ((key >= 0) & (key < n))[:, None, :]  # (n, 1, r): padding is not a key
     return _impl().scaled_dot_product_attention(x[:, None, :], windows, windows, mask)[:, 0, :]
@@ -132,8 +140,15 @@ class Separable(nn.Module):
         return self.pointwise(self.depthwise(x))
 
 
-def layer(layer_type: str, d: int, k: int = 3, r: int = 8, index: int = 0, device: str = "cpu",
-          dtype: torch.dtype = torch.float32) -> Callable[[torch.Tensor], torch.Tensor]:  # fmt: skip
+def layer(
+    layer_type: str,
+    d: int,
+    k: int = 3,
+    r: int = 8,
+    index: int = 0,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """Layer number ``index`` of a stack of ``layer_type`` (dilated convolutions: dilation k^index)."""
     factory = {"device": device, "dtype": dtype}
     if layer_type == "self_attention":

@@ -108,7 +108,9 @@ def _threads() -> dict[str, object]:
     try:
         from threadpoolctl import threadpool_info
 
-        info["threadpoolctl"] = [{"api": p.get("internal_api"), "threads": p.get("num_threads")} for p in threadpool_info()]
+        info["threadpoolctl"] = [
+            {"api": p.get("internal_api"), "threads": p.get("num_threads")} for p in threadpool_info()
+        ]
     except ImportError:
         info["threadpoolctl"] = "not installed"
     return info

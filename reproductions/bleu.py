@@ -111,13 +111,27 @@ def _ratio(counts: Sequence[int], totals: Sequence[int]) -> str:
 
 
 def _score_row(label: str, s: BleuScore) -> list[str]:
-    return [label, f"{s.score:.2f}", "/".join(f"{p:.1f}" for p in s.precisions), f"{s.bp:.3f}",
-            f"{s.sys_len} / {s.ref_len}", f"`{s.signature}`"]  # fmt: skip
+    return [
+        label,
+        f"{s.score:.2f}",
+        "/".join(f"{p:.1f}" for p in s.precisions),
+        f"{s.bp:.3f}",
+        f"{s.sys_len} / {s.ref_len}",
+        f"`{s.signature}`",
+    ]
 
 
 def _as_dict(s: BleuScore) -> dict:
-    return {"score": s.score, "counts": list(s.counts), "totals": list(s.totals), "precisions": list(s.precisions),
-            "bp": s.bp, "sys_len": s.sys_len, "ref_len": s.ref_len, "signature": s.signature}  # fmt: skip
+    return {
+        "score": s.score,
+        "counts": list(s.counts),
+        "totals": list(s.totals),
+        "precisions": list(s.precisions),
+        "bp": s.bp,
+        "sys_len": s.sys_len,
+        "ref_len": s.ref_len,
+        "signature": s.signature,
+    }
 
 
 def _section_scores(report: Report, scores: dict[str, BleuScore], chrf_score: ChrfScore) -> dict:
@@ -137,11 +151,15 @@ def _section_scores(report: Report, scores: dict[str, BleuScore], chrf_score: Ch
             _score_row("sacreBLEU: untokenized text, 13a tokenizer (today's standard)", scores["sacre"]),
             _score_row("Moses-like tokenization only (our tokenizer, no compound split)", scores["moses"]),
             _score_row("**paper style**: Moses-like tokenization + compound split, multi-bleu arithmetic (ours)", ours),
-            _score_row("paper-style tokens scored by sacreBLEU (`tokenize=\"none\"`, no smoothing): cross-check", check),
+            _score_row('paper-style tokens scored by sacreBLEU (`tokenize="none"`, no smoothing): cross-check', check),
         ],
         "lrrrrl",
     )
-    same_counts = ours.counts == check.counts and ours.totals == check.totals and (ours.sys_len, ours.ref_len) == (check.sys_len, check.ref_len)
+    same_counts = (
+        ours.counts == check.counts
+        and ours.totals == check.totals
+        and (ours.sys_len, ours.ref_len) == (check.sys_len, check.ref_len)
+    )
     report.add(
         "",
         f"chrF (sacreBLEU, untokenized text): **{chrf_score.score:.2f}**, signature `{chrf_score.signature}`.",
@@ -150,8 +168,14 @@ def _section_scores(report: Report, scores: dict[str, BleuScore], chrf_score: Ch
         f"{'the same' if same_counts else 'DIFFERENT'} n-gram matches, totals and lengths, and its score differs from ours "
         f"by {miss:.1e}, against {bound:.1e} that rounding can explain (the derivation is in tests/test_bleu.py).",
     )
-    return {"agreement": {"same_counts": same_counts, "abs_difference": miss, "rounding_bound": bound,
-                          "within_bound": miss <= bound}}  # fmt: skip
+    return {
+        "agreement": {
+            "same_counts": same_counts,
+            "abs_difference": miss,
+            "rounding_bound": bound,
+            "within_bound": miss <= bound,
+        }
+    }
 
 
 def _section_why(report: Report, scores: dict[str, BleuScore], segs: list[Segment]) -> dict:
@@ -161,7 +185,11 @@ def _section_why(report: Report, scores: dict[str, BleuScore], segs: list[Segmen
     markers_hyp = sum(s.hyp_paper.split().count(AT_SEPARATOR) for s in segs)
     markers_ref = sum(s.ref_paper.split().count(AT_SEPARATOR) for s in segs)
     markers_matched = sum(matched_unigrams(s.hyp_paper, s.ref_paper)[AT_SEPARATOR] for s in segs)
-    differ = [s.index for s in segs if s.hyp_13a.split() != tokenize(s.hyp).split() or s.ref_13a.split() != tokenize(s.ref).split()]
+    differ = [
+        s.index
+        for s in segs
+        if s.hyp_13a.split() != tokenize(s.hyp).split() or s.ref_13a.split() != tokenize(s.ref).split()
+    ]
     report.section(
         "Why the two scores differ",
         "The same translations get different BLEU because the two methods count different tokens. "
@@ -172,29 +200,43 @@ def _section_why(report: Report, scores: dict[str, BleuScore], segs: list[Segmen
         ["step", "BLEU", "change", "matched / output n-grams, n = 1..4"],
         [
             ["sacreBLEU (13a tokens)", f"{sacre.score:.2f}", "", _ratio(sacre.counts, sacre.totals)],
-            ["Moses-like tokens", f"{moses.score:.2f}", f"{moses.score - sacre.score:+.2f}", _ratio(moses.counts, moses.totals)],
-            ["+ compound split (paper style)", f"{paper.score:.2f}", f"{paper.score - moses.score:+.2f}", _ratio(paper.counts, paper.totals)],
+            [
+                "Moses-like tokens",
+                f"{moses.score:.2f}",
+                f"{moses.score - sacre.score:+.2f}",
+                _ratio(moses.counts, moses.totals),
+            ],
+            [
+                "+ compound split (paper style)",
+                f"{paper.score:.2f}",
+                f"{paper.score - moses.score:+.2f}",
+                _ratio(paper.counts, paper.totals),
+            ],
         ],
         "lrrl",
     )
-    rates = [f"{n}-grams {c}/{t} = {c / t:.0%} (precision before: {mc / mt:.0%})" for n, (c, t, mc, mt)
-             in enumerate(zip(added_cnt, added_tot, moses.counts, moses.totals), 1) if t > 0]  # fmt: skip
+    rates = [
+        f"{n}-grams {c}/{t} = {c / t:.0%} (precision before: {mc / mt:.0%})"
+        for n, (c, t, mc, mt) in enumerate(zip(added_cnt, added_tot, moses.counts, moses.totals), 1)
+        if t > 0
+    ]
     report.add(
         "",
         f"1. **Tokenization** ({moses.score - sacre.score:+.2f}). The tokenizers disagree on {len(differ)} of {len(segs)} "
-        "sentence pairs. sacreBLEU's 13a tokenizer splits a hyphen after a digit (\"34-jährige\" → \"34 - jährige\", "
-        "three tokens that match when the number is right) and every period not between digits (\"z.B.\" → "
-        "\"z . B .\", \"Dr.\" → \"Dr .\"), but separates ASCII punctuation only: German quotes stay glued to their "
-        "word (\"„Ist\" is one token, which matches only an identically quoted word). Ours keeps \"34-jährige\", "
-        "\"z.B.\" and \"Dr.\" whole and separates every quote sign. Neither is wrong; they count different things.",
-        f"2. **Compound splitting** ({paper.score - moses.score:+.2f}). Splitting \"a-b\" into \"a ##AT##-##AT## b\" put "
+        'sentence pairs. sacreBLEU\'s 13a tokenizer splits a hyphen after a digit ("34-jährige" → "34 - jährige", '
+        'three tokens that match when the number is right) and every period not between digits ("z.B." → '
+        '"z . B .", "Dr." → "Dr ."), but separates ASCII punctuation only: German quotes stay glued to their '
+        'word ("„Ist" is one token, which matches only an identically quoted word). Ours keeps "34-jährige", '
+        '"z.B." and "Dr." whole and separates every quote sign. Neither is wrong; they count different things.',
+        f'2. **Compound splitting** ({paper.score - moses.score:+.2f}). Splitting "a-b" into "a ##AT##-##AT## b" put '
         f"{markers_hyp} marker tokens into the outputs and {markers_ref} into the references; {markers_matched} of the "
         "outputs' markers match. A marker matches whenever both sides contain any hyphenated compound, whatever its "
         "words, and a compound that was one token (one unigram) becomes three unigrams, two bigrams and a trigram, "
         "so a correct compound counts several times over, and a compound whose parts are right but whose whole is "
-        "not (\"SPD-Fraktionschef\" against \"SPD\") now earns partial matches. Counted over the sample, the "
+        'not ("SPD-Fraktionschef" against "SPD") now earns partial matches. Counted over the sample, the '
         "n-grams the splitting added to the outputs (net) match far more often than the outputs' n-grams did before: "
-        + "; ".join(rates) + ". That is the inflation: the added n-grams are easy ones.",
+        + "; ".join(rates)
+        + ". That is the inflation: the added n-grams are easy ones.",
         "",
         "So a tokenized BLEU with compound splitting, like the paper's Table 2 figures, is not comparable with a "
         "sacreBLEU figure: the two differ by tokenization and splitting even on identical translations, and the "
@@ -202,10 +244,19 @@ def _section_why(report: Report, scores: dict[str, BleuScore], segs: list[Segmen
         f"{paper.score - moses.score:+.2f}, {paper.score - sacre.score:+.2f} in all; on sixteen real WMT17 systems: "
         "the WMT17 sections above).",
     )
-    return {"steps": {"sacre_to_moses": moses.score - sacre.score, "moses_to_paper": paper.score - moses.score,
-                      "sacre_to_paper": paper.score - sacre.score},
-            "tokenizers_disagree_on": differ, "markers_in_outputs": markers_hyp, "markers_in_references": markers_ref,
-            "markers_matched": markers_matched, "split_added_counts": added_cnt, "split_added_totals": added_tot}  # fmt: skip
+    return {
+        "steps": {
+            "sacre_to_moses": moses.score - sacre.score,
+            "moses_to_paper": paper.score - moses.score,
+            "sacre_to_paper": paper.score - sacre.score,
+        },
+        "tokenizers_disagree_on": differ,
+        "markers_in_outputs": markers_hyp,
+        "markers_in_references": markers_ref,
+        "markers_matched": markers_matched,
+        "split_added_counts": added_cnt,
+        "split_added_totals": added_tot,
+    }
 
 
 # Sentence pairs of the sample worked in full, each showing one mechanism (tests/test_bleu.py
@@ -213,7 +264,7 @@ def _section_why(report: Report, scores: dict[str, BleuScore], segs: list[Segmen
 EXAMPLES: dict[int, str] = {
     2: "a correct compound counts several times over",
     5: "German quotes against ASCII quotes",
-    9: "abbreviations: 13a splits every period, ours keeps \"z.B.\"",
+    9: 'abbreviations: 13a splits every period, ours keeps "z.B."',
     28: "a compound's part earns a match the whole could not",
     33: "the splitting quirk: a one-character middle part keeps its second hyphen",
 }
@@ -235,19 +286,43 @@ def _section_examples(report: Report, segs: list[Segment]) -> list[dict]:
         s = segs[index - 1]
         only_paper = matched_unigrams(s.hyp_paper, s.ref_paper) - matched_unigrams(s.hyp_13a, s.ref_13a)
         only_13a = matched_unigrams(s.hyp_13a, s.ref_13a) - matched_unigrams(s.hyp_paper, s.ref_paper)
-        report.add("", f"### Sentence {s.index}: {mechanism} ({s.gain:+d} matched n-grams with paper-style tokens)", "",
-                   f"- source: {s.src}", f"- reference: {s.ref}", f"- output: {s.hyp}", "")  # fmt: skip
+        report.add(
+            "",
+            f"### Sentence {s.index}: {mechanism} ({s.gain:+d} matched n-grams with paper-style tokens)",
+            "",
+            f"- source: {s.src}",
+            f"- reference: {s.ref}",
+            f"- output: {s.hyp}",
+            "",
+        )
         report.table(
             ["", "13a (sacreBLEU)", "paper style"],
-            [["reference tokens", f"`{s.ref_13a}`", f"`{s.ref_paper}`"], ["output tokens", f"`{s.hyp_13a}`", f"`{s.hyp_paper}`"]]
-            + [[f"{n}-grams matched / in output", f"{c13} / {t13}", f"{cp} / {tp}"]
-               for n, (c13, t13, cp, tp) in enumerate(zip(s.counts_13a, s.totals_13a, s.counts_paper, s.totals_paper), 1)],
+            [
+                ["reference tokens", f"`{s.ref_13a}`", f"`{s.ref_paper}`"],
+                ["output tokens", f"`{s.hyp_13a}`", f"`{s.hyp_paper}`"],
+            ]
+            + [
+                [f"{n}-grams matched / in output", f"{c13} / {t13}", f"{cp} / {tp}"]
+                for n, (c13, t13, cp, tp) in enumerate(
+                    zip(s.counts_13a, s.totals_13a, s.counts_paper, s.totals_paper), 1
+                )
+            ],
             "lll",
         )
-        report.add("", f"Unigrams matched only with paper-style tokens: {_unigram_list(only_paper)}; "
-                       f"only with 13a tokens: {_unigram_list(only_13a)}.")  # fmt: skip
-        out.append({"index": s.index, "mechanism": mechanism, "gain": s.gain,
-                    "only_paper": dict(sorted(only_paper.items())), "only_13a": dict(sorted(only_13a.items()))})  # fmt: skip
+        report.add(
+            "",
+            f"Unigrams matched only with paper-style tokens: {_unigram_list(only_paper)}; "
+            f"only with 13a tokens: {_unigram_list(only_13a)}.",
+        )
+        out.append(
+            {
+                "index": s.index,
+                "mechanism": mechanism,
+                "gain": s.gain,
+                "only_paper": dict(sorted(only_paper.items())),
+                "only_13a": dict(sorted(only_13a.items())),
+            }
+        )
     return out
 
 
@@ -260,7 +335,10 @@ def _section_all(report: Report, segs: list[Segment]) -> None:
     )
     report.table(
         ["#", "output", "13a matched of output n-grams", "paper style matched of output n-grams", "change in matches"],
-        [[s.index, s.hyp, _ratio(s.counts_13a, s.totals_13a), _ratio(s.counts_paper, s.totals_paper), f"{s.gain:+d}"] for s in segs],
+        [
+            [s.index, s.hyp, _ratio(s.counts_13a, s.totals_13a), _ratio(s.counts_paper, s.totals_paper), f"{s.gain:+d}"]
+            for s in segs
+        ],
         "rlllr",
     )
 
@@ -273,12 +351,15 @@ def _section_choices(report: Report, scores: dict[str, BleuScore]) -> None:
         "escaping, which cannot change BLEU; our own short abbreviation list; numbers before a period are ordinals "
         "unless at the end of the line). Scores from Moses' `tokenizer.perl` can differ slightly.",
         "- Compound splitting follows tensor2tensor's substitution exactly, including its one quirk: in a chain "
-        "whose middle part is one character, the second hyphen stays (\"Vitamin-D-Mangel\" → \"Vitamin ##AT##-##AT## "
-        "D-Mangel\", sentence 33).",
+        'whose middle part is one character, the second hyphen stays ("Vitamin-D-Mangel" → "Vitamin ##AT##-##AT## '
+        'D-Mangel", sentence 33).',
         "- multi-bleu arithmetic: corpus sums of clipped matches, one reference, no smoothing (a zero precision "
         "gives 0), cased. sacreBLEU's default `smooth:exp` changes only n-gram orders without any match; "
-        + ("some order has none here, so smoothing affects the sacreBLEU figure." if smoothing_used
-           else "every order has matches here, so smoothing plays no part in the sacreBLEU figure."),
+        + (
+            "some order has none here, so smoothing affects the sacreBLEU figure."
+            if smoothing_used
+            else "every order has matches here, so smoothing plays no part in the sacreBLEU figure."
+        ),
         "- The sample (reproductions/data/bleu/, 33 pairs) was written for this project; its outputs imitate typical "
         "machine-translation slips (paraphrase, wrong gender, hyphenated vs closed compounds, quote styles, casing), so it "
         "has far more hyphenated compounds than real text (see its density above): its gap shows the mechanisms, not "
@@ -292,8 +373,11 @@ def score_sample(sample: dict[str, list[str]]) -> tuple[dict[str, BleuScore], Ch
     hyp_paper, ref_paper = [paper_tokens(h) for h in hyps], [paper_tokens(r) for r in refs]
     scores = {
         "sacre": sacre_bleu(hyps, refs),
-        "moses": multi_bleu([tokenize(h) for h in hyps], [tokenize(r) for r in refs],
-                            signature=TOKENIZED_SIGNATURE.replace("split:atat-t2t", "split:none")),
+        "moses": multi_bleu(
+            [tokenize(h) for h in hyps],
+            [tokenize(r) for r in refs],
+            signature=TOKENIZED_SIGNATURE.replace("split:atat-t2t", "split:none"),
+        ),
         "paper": tokenized_bleu(hyps, refs),
         "paper_via_sacrebleu": sacre_bleu_pretokenized(hyp_paper, ref_paper),
     }
@@ -306,8 +390,14 @@ def score_sample(sample: dict[str, list[str]]) -> tuple[dict[str, BleuScore], Ch
 
 MEASUREMENT = "aiayn.reproductions.bleu_wmt17"
 #: Short names of the WMT17 scorings for the verdict line.
-W_VARIANT_NAMES = {"paper_lc": "paper style lowercased", "sacre_lc": "sacreBLEU lowercased", "sacre_intl": "sacreBLEU intl",
-                   "split_13a": "13a + splitting", "moses": "Moses-like", "paper": "paper style"}
+W_VARIANT_NAMES = {
+    "paper_lc": "paper style lowercased",
+    "sacre_lc": "sacreBLEU lowercased",
+    "sacre_intl": "sacreBLEU intl",
+    "split_13a": "13a + splitting",
+    "moses": "Moses-like",
+    "paper": "paper style",
+}
 #: The literature's gap between compound-split tokenized BLEU and sacreBLEU on EN→DE, as this project's issue 14
 #: quotes fairseq and Popel & Bojar (fairseq's thread facebookresearch/fairseq#435: 29.3 with compound splitting
 #: against 28.6 sacreBLEU for the same output, +0.7).
@@ -322,42 +412,65 @@ def _section_wmt17(report: Report, wmt: dict) -> dict:
     from aiayn.reproductions import bleu_wmt17 as W
 
     systems = wmt["systems"]
-    paper_rank = {r["system"]: i for i, r in enumerate(sorted(systems, key=lambda r: (-r["scores"]["paper"], r["system"])), 1)}
+    paper_rank = {
+        r["system"]: i for i, r in enumerate(sorted(systems, key=lambda r: (-r["scores"]["paper"], r["system"])), 1)
+    }
     rows = []
     for i, r in enumerate(systems, 1):
         sc, rec = r["scores"], r["mteval_recorded"]
         agrees = rec is not None and abs(sc["sacre"] - rec) <= 0.005
-        rows.append([i, r["system"], f"{sc['sacre']:.2f}", "" if rec is None else f"{rec:.2f}" + ("" if agrees else " ✗"),
-                     f"{sc['moses']:.2f}", f"{sc['paper']:.2f}", f"{sc['paper'] - sc['sacre']:+.2f}", paper_rank[r["system"]]])  # fmt: skip
+        rows.append(
+            [
+                i,
+                r["system"],
+                f"{sc['sacre']:.2f}",
+                "" if rec is None else f"{rec:.2f}" + ("" if agrees else " ✗"),
+                f"{sc['moses']:.2f}",
+                f"{sc['paper']:.2f}",
+                f"{sc['paper'] - sc['sacre']:+.2f}",
+                paper_rank[r["system"]],
+            ]
+        )
     report.section(
         "Sixteen WMT17 systems: sacreBLEU and the paper's BLEU",
         f"Data: `{W.SYSTEMS_MEMBER.split('/', 1)[1]}` from sacreBLEU's source distribution `{wmt['sdist']}` (PyPI, SHA-256 "
         f"`{wmt['sha256']}`, not copied into this repository): the newstest2017 EN→DE reference and {len(systems)} system "
         f"outputs, {wmt['segments']} segments each. The paper prints nothing for WMT17: this checks our scorer on real output "
-        "and measures the gap. Sorted by sacreBLEU. \"mteval-v13a\" is the figure sacreBLEU's own regression script "
-        "(`test.sh`, table MTEVAL, \"pre-computed results from Moses' mteval-v13a.pl\") records, to 2 decimals; ✗ marks a "
-        "miss of more than 0.005. \"Moses-like\": our tokenization without compound splitting; \"paper style\": with it "
+        'and measures the gap. Sorted by sacreBLEU. "mteval-v13a" is the figure sacreBLEU\'s own regression script '
+        '(`test.sh`, table MTEVAL, "pre-computed results from Moses\' mteval-v13a.pl") records, to 2 decimals; ✗ marks a '
+        'miss of more than 0.005. "Moses-like": our tokenization without compound splitting; "paper style": with it '
         "(the paper's method); the gap is paper style minus sacreBLEU.",
         "",
     )
-    report.table(["#", "system", "sacreBLEU", "mteval-v13a (recorded)", "Moses-like", "paper style", "gap", "paper-style rank"],
-                 rows, "rlrrrrrr")  # fmt: skip
+    report.table(
+        ["#", "system", "sacreBLEU", "mteval-v13a (recorded)", "Moses-like", "paper style", "gap", "paper-style rank"],
+        rows,
+        "rlrrrrrr",
+    )
     known = []
     for system, value in wmt["known"].items():
         ours = next(r["scores"]["sacre"] for r in systems if r["system"] == system)
         known.append({"system": system, "known": value, "ours": ours, "agrees": round(ours, 2) == value})
-    mteval_ok = sum(1 for r in systems if r["mteval_recorded"] is not None and abs(r["scores"]["sacre"] - r["mteval_recorded"]) <= 0.005)
+    mteval_ok = sum(
+        1
+        for r in systems
+        if r["mteval_recorded"] is not None and abs(r["scores"]["sacre"] - r["mteval_recorded"]) <= 0.005
+    )
     chrf_ok = [abs(c["ours"] - c["recorded"]) <= 5e-5 for c in wmt["chrf"]]
     check = wmt["cross_check"]
     report.add(
         "",
-        *[f"- The known figure: {k['system']} {k['ours']:.4f} sacreBLEU → {k['ours']:.2f} against {k['known']:.2f} (issue 7 of this "
-          f"project): {'reproduced' if k['agrees'] else 'NOT reproduced'}." for k in known],
+        *[
+            f"- The known figure: {k['system']} {k['ours']:.4f} sacreBLEU → {k['ours']:.2f} against {k['known']:.2f} (issue 7 of this "
+            f"project): {'reproduced' if k['agrees'] else 'NOT reproduced'}."
+            for k in known
+        ],
         f"- {mteval_ok} of {len(systems)} systems equal sacreBLEU's recorded mteval-v13a figures to 2 decimals.",
-        f"- chrF (sacreBLEU) against the official chrF++.py (`-nw 0`) figures test.sh records (4 decimals; agreement: within "
-        f"half a unit of the 4th): " + ", ".join(f"{c['system']} {c['ours']:.4f} vs {c['recorded']:.4f}" for c in wmt["chrf"])
+        "- chrF (sacreBLEU) against the official chrF++.py (`-nw 0`) figures test.sh records (4 decimals; agreement: within "
+        "half a unit of the 4th): "
+        + ", ".join(f"{c['system']} {c['ours']:.4f} vs {c['recorded']:.4f}" for c in wmt["chrf"])
         + f" ({sum(chrf_ok)} of {len(chrf_ok)} agree).",
-        f"- Our BLEU arithmetic on {check['system']}'s paper-style tokens against sacreBLEU with `tokenize=\"none\"`: "
+        f'- Our BLEU arithmetic on {check["system"]}\'s paper-style tokens against sacreBLEU with `tokenize="none"`: '
         f"{check['ours']:.10f} and {check['sacrebleu_on_our_tokens']:.10f} (difference {check['abs_difference']:.1e}, rounding "
         f"bound {check['rounding_bound']:.1e}); n-gram counts {'identical' if check['same_counts'] else 'DIFFERENT'}.",
     )
@@ -369,14 +482,27 @@ def _section_gap(report: Report, wmt: dict) -> dict:
 
     systems = wmt["systems"]
     diff = {v: [r["scores"][v] - r["scores"]["sacre"] for r in systems] for v in W.VARIANTS if v != "sacre"}
-    steps = {"tokenization (Moses-like − sacreBLEU)": [r["scores"]["moses"] - r["scores"]["sacre"] for r in systems],
-             "compound splitting (paper − Moses-like)": [r["scores"]["paper"] - r["scores"]["moses"] for r in systems],
-             "compound splitting on 13a tokens": [r["scores"]["split_13a"] - r["scores"]["sacre"] for r in systems]}  # fmt: skip
+    steps = {
+        "tokenization (Moses-like − sacreBLEU)": [r["scores"]["moses"] - r["scores"]["sacre"] for r in systems],
+        "compound splitting (paper − Moses-like)": [r["scores"]["paper"] - r["scores"]["moses"] for r in systems],
+        "compound splitting on 13a tokens": [r["scores"]["split_13a"] - r["scores"]["sacre"] for r in systems],
+    }
     lo_lit, hi_lit = LITERATURE_GAP
     rows = []
-    for label, values in [*steps.items(), *((f"{W.VARIANTS[v]} − sacreBLEU", d) for v, d in diff.items() if v not in ("moses", "split_13a"))]:
+    for label, values in [
+        *steps.items(),
+        *((f"{W.VARIANTS[v]} − sacreBLEU", d) for v, d in diff.items() if v not in ("moses", "split_13a")),
+    ]:
         lo, mean, hi = _spread(values)
-        rows.append([label, f"{lo:+.2f}", f"{mean:+.2f}", f"{hi:+.2f}", f"{sum(lo_lit <= x <= hi_lit for x in values)} of {len(values)}"])
+        rows.append(
+            [
+                label,
+                f"{lo:+.2f}",
+                f"{mean:+.2f}",
+                f"{hi:+.2f}",
+                f"{sum(lo_lit <= x <= hi_lit for x in values)} of {len(values)}",
+            ]
+        )
     split = steps["compound splitting (paper − Moses-like)"]
     predictors = {
         "compound markers the output shares with the reference": [r["markers_matched"] for r in systems],
@@ -391,8 +517,10 @@ def _section_gap(report: Report, wmt: dict) -> dict:
     tau = W.kendall_tau([r["scores"]["sacre"] for r in systems], [r["scores"]["paper"] for r in systems])
     ref = wmt["reference"]
     gap = diff["paper"]
-    reaching = {label: sum(lo_lit <= x <= hi_lit for x in values) for label, values in
-                [*steps.items(), *((v, d) for v, d in diff.items())]}  # fmt: skip
+    reaching = {
+        label: sum(lo_lit <= x <= hi_lit for x in values)
+        for label, values in [*steps.items(), *((v, d) for v, d in diff.items())]
+    }
     most = [v for v in diff if reaching[v] * 2 > len(systems)]
     tok = _spread(steps["tokenization (Moses-like − sacreBLEU)"])
     report.add(
@@ -401,40 +529,62 @@ def _section_gap(report: Report, wmt: dict) -> dict:
         f"{_spread(split)[1]:+.2f}); across the systems it correlates with (Pearson r, {len(systems)} systems):",
         "",
     )
-    report.table(["candidate explanation", "r with the split's gain"],
-                 [[name, "undefined (constant)" if r is None else f"{r:+.2f}"] for name, r in correlations.items()], "lr")  # fmt: skip
+    report.table(
+        ["candidate explanation", "r with the split's gain"],
+        [[name, "undefined (constant)" if r is None else f"{r:+.2f}"] for name, r in correlations.items()],
+        "lr",
+    )
     report.add(
         "",
         "What the measurement says: (1) "
-        + (f"of these five candidates (chosen after the fact, on {len(systems)} systems, so the best r is an optimistic one), "
-           f"the split's gain is best told by the {best} (r = {correlations[best]:+.2f}): a marker the reference shares adds "
-           "matched n-grams (a correct compound becomes three unigrams, two bigrams and a trigram), one it lacks adds "
-           "unmatched ones." if best else "no correlation is defined on these systems.")
+        + (
+            f"of these five candidates (chosen after the fact, on {len(systems)} systems, so the best r is an optimistic one), "
+            f"the split's gain is best told by the {best} (r = {correlations[best]:+.2f}): a marker the reference shares adds "
+            "matched n-grams (a correct compound becomes three unigrams, two bigrams and a trigram), one it lacks adds "
+            "unmatched ones."
+            if best
+            else "no correlation is defined on these systems."
+        )
         + " (2) Our Moses-like tokenization scores "
         f"{tok[0]:+.2f} to {tok[2]:+.2f} against sacreBLEU's 13a on the same outputs, which "
         f"{'cancels most of' if abs(tok[1]) > abs(_spread(split)[1]) / 2 else 'cancels part of'} the split's gain: the paper-style "
         f"number ends {_spread(gap)[0]:+.2f} to {_spread(gap)[2]:+.2f} from sacreBLEU (mean {_spread(gap)[1]:+.2f}), inside the "
         f"literature's {lo_lit}–{hi_lit} for {reaching['paper']} of {len(systems)} systems; the split alone reaches it for "
         f"{reaching['compound splitting (paper − Moses-like)']}. (3) Of the scorings measured, those inside that range for most "
-        "systems: " + (", ".join(W.VARIANTS[v] for v in most) if most else "none")
+        "systems: "
+        + (", ".join(W.VARIANTS[v] for v in most) if most else "none")
         + (" — every one of them case-insensitive." if most and all(v.endswith("_lc") for v in most) else ".")
-        + f" So on these real outputs the paper's scoring and sacreBLEU differ by "
-        + ("less than the literature reports" if reaching["paper"] * 2 < len(systems) else "as much as the literature reports")
+        + " So on these real outputs the paper's scoring and sacreBLEU differ by "
+        + (
+            "less than the literature reports"
+            if reaching["paper"] * 2 < len(systems)
+            else "as much as the literature reports"
+        )
         + "; the literature's "
         "figures were measured on other outputs and another test set (newstest2014), which this project cannot rescore, "
         "and of the scoring choices measured here "
-        + ("only case-insensitive scoring reproduces a gap of that size." if most and all(v.endswith("_lc") for v in most)
-           else "the ones listed reproduce a gap of that size."),
+        + (
+            "only case-insensitive scoring reproduces a gap of that size."
+            if most and all(v.endswith("_lc") for v in most)
+            else "the ones listed reproduce a gap of that size."
+        ),
         "",
         f"The ranking barely moves (Kendall's τ = {tau:.3f} between the sacreBLEU and paper-style orders). In the reference "
         f"({ref['segments']} segments, {ref['tokens']} Moses-like tokens), {ref['segments_with_compound']} segments contain a "
         f"hyphenated compound; splitting inserts {ref['markers']} markers ({ref['markers'] / ref['tokens']:.1%} of the tokens) "
         f"for {ref['inner_hyphens']} inner hyphens, and tensor2tensor's substitution leaves {ref['hyphens_left_by_quirk']} of "
-        "them unsplit (a one-character middle part, as in \"Vitamin-D-Mangel\").",
+        'them unsplit (a one-character middle part, as in "Vitamin-D-Mangel").',
     )
-    return {"differences": {v: list(d) for v, d in diff.items()}, "steps": steps, "split_gain_correlations": correlations,
-            "best_predictor": best, "kendall_tau": tau, "in_literature_range": reaching, "in_range_for_most": most,
-            "reference_marker_density": ref["markers"] / ref["tokens"]}  # fmt: skip
+    return {
+        "differences": {v: list(d) for v, d in diff.items()},
+        "steps": steps,
+        "split_gain_correlations": correlations,
+        "best_predictor": best,
+        "kendall_tau": tau,
+        "in_literature_range": reaching,
+        "in_range_for_most": most,
+        "reference_marker_density": ref["markers"] / ref["tokens"],
+    }
 
 
 def _section_unavailable(report: Report, wmt: dict) -> None:
@@ -458,8 +608,12 @@ def _render(out_dir: Path, wmt: dict, measurement: dict) -> str:
     from aiayn.reproductions.registry import BY_NAME, staleness_line
 
     wmt, measurement = rounded(wmt), rounded(measurement)
-    report = Report(NAME, "BLEU scoring: the paper's tokenized BLEU beside sacreBLEU, on sixteen WMT17 systems and a worked example",
-                    precision="float64", packages=("numpy", "sacrebleu"))  # fmt: skip
+    report = Report(
+        NAME,
+        "BLEU scoring: the paper's tokenized BLEU beside sacreBLEU, on sixteen WMT17 systems and a worked example",
+        precision="float64",
+        packages=("numpy", "sacrebleu"),
+    )
     report.generator = (__name__,)
     report.fields = {"results_commit": ",".join(measurement["commits"]), "results_code": ",".join(measurement["codes"])}
     sample = load_sample()
@@ -468,8 +622,8 @@ def _render(out_dir: Path, wmt: dict, measurement: dict) -> str:
     density = _sample_density(segs)
     report.add(
         "",
-        "How the paper scored (PAPER.md, \"Training and decoding (§5, §6)\"): tokenized BLEU, multi-bleu style, with hyphenated "
-        "compounds split \"a-b\" → \"a ##AT##-##AT## b\" on output and reference; today's standard is sacreBLEU on untokenized "
+        'How the paper scored (PAPER.md, "Training and decoding (§5, §6)"): tokenized BLEU, multi-bleu style, with hyphenated '
+        'compounds split "a-b" → "a ##AT##-##AT## b" on output and reference; today\'s standard is sacreBLEU on untokenized '
         "text. The scoring is `reproductions/bleu_scoring.py`; the WMT17 numbers are measured by `reproductions/bleu_wmt17.py` "
         "and stored in bleu.json (this report is re-rendered from them by `aiayn reproduce --no-measure` and the drift test); "
         "the worked example is computed in every run.",
@@ -488,9 +642,13 @@ def _render(out_dir: Path, wmt: dict, measurement: dict) -> str:
         f"{len(segs)} German outputs and references (with English sources) written for this project, in "
         f"`reproductions/data/bleu/`. Its references hold {density['markers']} compound markers in {density['tokens']} "
         f"Moses-like tokens ({density['density']:.1%})"
-        + (f", {density['density'] / real:.1f} times the newstest2017 reference's {real:.1%}: the sample exaggerates the "
-           "splitting effect on purpose, to show it sentence by sentence, so its gap says how the mechanisms work, not how "
-           "big they are on real text (the WMT17 systems above say that)." if real else "."),
+        + (
+            f", {density['density'] / real:.1f} times the newstest2017 reference's {real:.1%}: the sample exaggerates the "
+            "splitting effect on purpose, to show it sentence by sentence, so its gap says how the mechanisms work, not how "
+            "big they are on real text (the WMT17 systems above say that)."
+            if real
+            else "."
+        ),
     )
     agreement = _section_scores(report, scores, chrf_score)
     why = _section_why(report, scores, segs)
@@ -498,16 +656,24 @@ def _render(out_dir: Path, wmt: dict, measurement: dict) -> str:
     _section_all(report, segs)
     _section_choices(report, scores)
     sacre, paper = scores["sacre"], scores["paper"]
-    sample_text = (f"worked example ({len(segs)} shipped pairs, hyphen density {density['density']:.1%}): paper style {paper.score:.2f} vs "
-                   f"sacreBLEU {sacre.score:.2f}")  # fmt: skip
-    arithmetic = ("our BLEU arithmetic equals sacreBLEU's on the same tokens" if agreement["agreement"]["within_bound"]
-                  and agreement["agreement"]["same_counts"] else "our BLEU arithmetic DISAGREES with sacreBLEU's on the same tokens")  # fmt: skip
+    sample_text = (
+        f"worked example ({len(segs)} shipped pairs, hyphen density {density['density']:.1%}): paper style {paper.score:.2f} vs "
+        f"sacreBLEU {sacre.score:.2f}"
+    )
+    arithmetic = (
+        "our BLEU arithmetic equals sacreBLEU's on the same tokens"
+        if agreement["agreement"]["within_bound"] and agreement["agreement"]["same_counts"]
+        else "our BLEU arithmetic DISAGREES with sacreBLEU's on the same tokens"
+    )
     if wmt["available"]:
         g, k = data["gap"], data["wmt17_summary"]
         lo, mean, hi = _spread(g["differences"]["paper"])
         split = _spread(g["steps"]["compound splitting (paper − Moses-like)"])
         report.verdict = (
-            "; ".join(f"{x['system']} {x['ours']:.2f} sacreBLEU ({'= known' if x['agrees'] else 'NOT the known'} {x['known']:.2f})" for x in k["known"])
+            "; ".join(
+                f"{x['system']} {x['ours']:.2f} sacreBLEU ({'= known' if x['agrees'] else 'NOT the known'} {x['known']:.2f})"
+                for x in k["known"]
+            )
             + f"; {k['mteval_agree']} of {len(wmt['systems'])} WMT17 systems equal sacreBLEU's recorded mteval-v13a figures; paper-style "
             f"tokenized BLEU is {lo:+.2f} to {hi:+.2f} from sacreBLEU (mean {mean:+.2f}): compound splitting {split[0]:+.2f} to "
             f"{split[2]:+.2f}, tokenization {_spread(g['steps']['tokenization (Moses-like − sacreBLEU)'])[1]:+.2f} on average; in the "
@@ -516,18 +682,34 @@ def _render(out_dir: Path, wmt: dict, measurement: dict) -> str:
         )
     else:
         report.verdict = f"WMT17 data not available ({wmt['reason']}); {sample_text}; {arithmetic}"
-    data.update({
-        "sample": {"pairs": len(segs), "path": "reproductions/data/bleu/", "hyphen_density": density},
-        "scores": {k: _as_dict(v) for k, v in scores.items()},
-        "chrf": {"score": chrf_score.score, "signature": chrf_score.signature},
-        **agreement, "why": why, "examples": examples,
-        "segments": [{"index": s.index, "hyp_13a": s.hyp_13a, "ref_13a": s.ref_13a, "hyp_paper": s.hyp_paper,
-                      "ref_paper": s.ref_paper, "counts_13a": list(s.counts_13a), "totals_13a": list(s.totals_13a),
-                      "counts_paper": list(s.counts_paper), "totals_paper": list(s.totals_paper)} for s in segs],
-    })  # fmt: skip
+    data.update(
+        {
+            "sample": {"pairs": len(segs), "path": "reproductions/data/bleu/", "hyphen_density": density},
+            "scores": {k: _as_dict(v) for k, v in scores.items()},
+            "chrf": {"score": chrf_score.score, "signature": chrf_score.signature},
+            **agreement,
+            "why": why,
+            "examples": examples,
+            "segments": [
+                {
+                    "index": s.index,
+                    "hyp_13a": s.hyp_13a,
+                    "ref_13a": s.ref_13a,
+                    "hyp_paper": s.hyp_paper,
+                    "ref_paper": s.ref_paper,
+                    "counts_13a": list(s.counts_13a),
+                    "totals_13a": list(s.totals_13a),
+                    "counts_paper": list(s.counts_paper),
+                    "totals_paper": list(s.totals_paper),
+                }
+                for s in segs
+            ],
+        }
+    )
     if wmt["available"]:
-        report.section("Signatures", *[f"- {k}: `{v}`" for k, v in wmt["signatures"].items()],
-                       f"- chrF: `{chrf_score.signature}`")  # fmt: skip
+        report.section(
+            "Signatures", *[f"- {k}: `{v}`" for k, v in wmt["signatures"].items()], f"- chrF: `{chrf_score.signature}`"
+        )
     report.data = data
     write_report(out_dir, report)
     return report.verdict

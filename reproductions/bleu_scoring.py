@@ -61,20 +61,104 @@ MULTI_BLEU_SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:none|split:none|smooth:non
 # reads its own per-language "nonbreaking prefix" files). Single letters ("z.", "B.") are handled
 # by rule in every language.
 ABBREVIATIONS: dict[str, frozenset[str]] = {
-    "de": frozenset({
-        "Abb", "Abs", "Abt", "Anm", "Bd", "Bsp", "bzw", "ca", "Co", "Dipl", "Dr", "etc", "evtl", "Fa", "ff", "Fr",
-        "geb", "ggf", "Hbf", "Hr", "Hrsg", "Ing", "inkl", "Jh", "Jr", "Mio", "Mr", "Mrs", "Mrd", "Ms", "Nr", "Prof",
-        "rd", "Sr", "St", "Std", "Str", "Tel", "usw", "vgl", "vs", "zzgl",
-    }),
-    "fr": frozenset({
-        "av", "apr", "art", "cf", "chap", "Cie", "Dr", "éd", "env", "etc", "ex", "fig", "Me", "Mgr", "Mlle", "Mlles", "MM",
-        "Mme", "Mmes", "no", "Pr", "St", "Ste", "vol", "vs",
-    }),
-    "en": frozenset({
-        "Co", "Corp", "Dr", "etc", "e.g", "Fig", "i.e", "Inc", "Jr", "Ltd", "Mr", "Mrs", "Ms", "No", "Prof", "Sr", "St",
-        "vs",
-    }),
-}  # fmt: skip
+    "de": frozenset(
+        {
+            "Abb",
+            "Abs",
+            "Abt",
+            "Anm",
+            "Bd",
+            "Bsp",
+            "bzw",
+            "ca",
+            "Co",
+            "Dipl",
+            "Dr",
+            "etc",
+            "evtl",
+            "Fa",
+            "ff",
+            "Fr",
+            "geb",
+            "ggf",
+            "Hbf",
+            "Hr",
+            "Hrsg",
+            "Ing",
+            "inkl",
+            "Jh",
+            "Jr",
+            "Mio",
+            "Mr",
+            "Mrs",
+            "Mrd",
+            "Ms",
+            "Nr",
+            "Prof",
+            "rd",
+            "Sr",
+            "St",
+            "Std",
+            "Str",
+            "Tel",
+            "usw",
+            "vgl",
+            "vs",
+            "zzgl",
+        }
+    ),
+    "fr": frozenset(
+        {
+            "av",
+            "apr",
+            "art",
+            "cf",
+            "chap",
+            "Cie",
+            "Dr",
+            "éd",
+            "env",
+            "etc",
+            "ex",
+            "fig",
+            "Me",
+            "Mgr",
+            "Mlle",
+            "Mlles",
+            "MM",
+            "Mme",
+            "Mmes",
+            "no",
+            "Pr",
+            "St",
+            "Ste",
+            "vol",
+            "vs",
+        }
+    ),
+    "en": frozenset(
+        {
+            "Co",
+            "Corp",
+            "Dr",
+            "etc",
+            "e.g",
+            "Fig",
+            "i.e",
+            "Inc",
+            "Jr",
+            "Ltd",
+            "Mr",
+            "Mrs",
+            "Ms",
+            "No",
+            "Prof",
+            "Sr",
+            "St",
+            "vs",
+        }
+    ),
+}
 LANGUAGES: tuple[str, ...] = tuple(ABBREVIATIONS)
 _PERIOD_RUN = re.compile(r"\.{2,}")
 # Everything that is neither a word character (letter, digit) nor whitespace nor one of the
@@ -215,8 +299,11 @@ class BleuScore:
     def summary(self) -> str:
         """sacreBLEU's one-line form: ``41.23 70.1/46.2/33.0/24.1 (BP = 1.000 ratio = 1.012 ...)``."""
         ratio = self.sys_len / self.ref_len if self.ref_len else 0.0
-        return (f"{self.score:.2f} " + "/".join(f"{p:.1f}" for p in self.precisions)
-                + f" (BP = {self.bp:.3f} ratio = {ratio:.3f} hyp_len = {self.sys_len} ref_len = {self.ref_len})")  # fmt: skip
+        return (
+            f"{self.score:.2f} "
+            + "/".join(f"{p:.1f}" for p in self.precisions)
+            + f" (BP = {self.bp:.3f} ratio = {ratio:.3f} hyp_len = {self.sys_len} ref_len = {self.ref_len})"
+        )
 
 
 @dataclass(frozen=True)
@@ -240,7 +327,9 @@ def _check_corpus(hyps: Sequence[str], refs: Sequence[str]) -> None:
             if "\n" in line or "\r" in line:
                 raise ValueError(f"{name}[{i}]: a segment is one line; got a line break in {line!r}")
     if len(hyps) != len(refs):
-        raise ValueError(f"hyps and refs: expected one reference per output, got {len(hyps)} outputs and {len(refs)} references")
+        raise ValueError(
+            f"hyps and refs: expected one reference per output, got {len(hyps)} outputs and {len(refs)} references"
+        )
 
 
 def ngram_stats(hyp: Sequence[str], ref: Sequence[str], max_order: int = MAX_ORDER) -> tuple[list[int], list[int]]:
@@ -316,8 +405,11 @@ def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str], lang: str = "de") -
     """
     _check_corpus(hyps, refs)
     _check_language(lang)
-    return multi_bleu([paper_tokens(h, lang) for h in hyps], [paper_tokens(r, lang) for r in refs],
-                      signature=TOKENIZED_SIGNATURES[lang])  # fmt: skip
+    return multi_bleu(
+        [paper_tokens(h, lang) for h in hyps],
+        [paper_tokens(r, lang) for r in refs],
+        signature=TOKENIZED_SIGNATURES[lang],
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,8 +419,16 @@ def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str], lang: str = "de") -
 
 def from_sacrebleu(s: object, signature: str) -> BleuScore:
     """A :class:`BleuScore` from sacreBLEU's ``BLEUScore`` and the metric's signature string."""
-    return BleuScore(float(s.score), tuple(s.counts), tuple(s.totals), tuple(float(p) for p in s.precisions),
-                     float(s.bp), int(s.sys_len), int(s.ref_len), signature)  # fmt: skip
+    return BleuScore(
+        float(s.score),
+        tuple(s.counts),
+        tuple(s.totals),
+        tuple(float(p) for p in s.precisions),
+        float(s.bp),
+        int(s.sys_len),
+        int(s.ref_len),
+        signature,
+    )
 
 
 def sacre_bleu(hyps: Sequence[str], refs: Sequence[str]) -> BleuScore:

@@ -43,7 +43,6 @@ from typing import NoReturn
 from aiayn.environment import cache_dir as aiayn_cache
 from aiayn.reproductions import bleu_scoring as scoring
 
-
 SDIST = "sacrebleu-2.6.0.tar.gz"
 # SHA-256 of the sdist as pip downloaded it from PyPI (1,893,419 bytes), recorded when this
 # reproduction was written; a file with any other hash is not used.
@@ -89,8 +88,23 @@ def fetch(cache: Path, *, network: bool) -> tuple[Path | None, str]:
     if not network:
         return None, f"{SDIST} is not in the cache ({cache}) and this run does not use the network"
     with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--retries", "0",
-                   "--timeout", "30", "--quiet", "--dest", tmp, "sacrebleu==2.6.0"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--retries",
+            "0",
+            "--timeout",
+            "30",
+            "--quiet",
+            "--dest",
+            tmp,
+            "sacrebleu==2.6.0",
+        ]
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -132,7 +146,7 @@ class Wmt17:
 
 
 def short_name(full: str) -> str:
-    """"newstest2017.uedin-nmt.4722.en-de" -> "uedin-nmt"."""
+    """ "newstest2017.uedin-nmt.4722.en-de" -> "uedin-nmt"."""
     match = re.fullmatch(r"newstest2017\.(.+)\.\d+\.en-de", full)
     if not match:
         raise ValueError(f"system name {full!r}: expected newstest2017.<system>.<id>.en-de")
@@ -176,7 +190,7 @@ VARIANTS: dict[str, str] = {
     "paper": "Moses-like tokens + compound splitting (the paper's)",
     "split_13a": "13a tokens + compound splitting, multi-bleu arithmetic",
     "paper_lc": "the paper's, lowercased (case-insensitive)",
-    "sacre_intl": "sacreBLEU, \"intl\" tokens (tensor2tensor's t2t-bleu tokenizer)",
+    "sacre_intl": 'sacreBLEU, "intl" tokens (tensor2tensor\'s t2t-bleu tokenizer)',
     "sacre_lc": "sacreBLEU, lowercased",
 }
 
@@ -198,24 +212,41 @@ def rescore(data: Wmt17) -> tuple[list[dict], dict[str, str]]:
     ref_paper = [scoring.split_compounds(r) for r in ref_tok]
     ref_13a_split = [scoring.split_compounds(t13(r)) for r in data.refs]
     ref_paper_lc = [r.lower() for r in ref_paper]
-    metrics = {"sacre": BLEU(references=[data.refs]), "sacre_intl": BLEU(references=[data.refs], tokenize="intl"),
-               "sacre_lc": BLEU(references=[data.refs], lowercase=True)}  # fmt: skip
+    metrics = {
+        "sacre": BLEU(references=[data.refs]),
+        "sacre_intl": BLEU(references=[data.refs], tokenize="intl"),
+        "sacre_lc": BLEU(references=[data.refs], lowercase=True),
+    }
     rows = []
     for name, hyps in data.systems.items():
         hyp_tok = [scoring.tokenize(h) for h in hyps]
         hyp_paper = [scoring.split_compounds(h) for h in hyp_tok]
-        ours = {"moses": scoring.multi_bleu(hyp_tok, ref_tok),
-                "paper": scoring.multi_bleu(hyp_paper, ref_paper, signature=scoring.TOKENIZED_SIGNATURE),
-                "split_13a": scoring.multi_bleu([scoring.split_compounds(t13(h)) for h in hyps], ref_13a_split),
-                "paper_lc": scoring.multi_bleu([h.lower() for h in hyp_paper], ref_paper_lc)}  # fmt: skip
-        sacre = {k: scoring.from_sacrebleu(m.corpus_score(hyps, None), str(m.get_signature())) for k, m in metrics.items()}
+        ours = {
+            "moses": scoring.multi_bleu(hyp_tok, ref_tok),
+            "paper": scoring.multi_bleu(hyp_paper, ref_paper, signature=scoring.TOKENIZED_SIGNATURE),
+            "split_13a": scoring.multi_bleu([scoring.split_compounds(t13(h)) for h in hyps], ref_13a_split),
+            "paper_lc": scoring.multi_bleu([h.lower() for h in hyp_paper], ref_paper_lc),
+        }
+        sacre = {
+            k: scoring.from_sacrebleu(m.corpus_score(hyps, None), str(m.get_signature())) for k, m in metrics.items()
+        }
         scores = {**{k: s.score for k, s in sacre.items()}, **{k: s.score for k, s in ours.items()}}
-        rows.append({"system": name, "full_name": data.full_names[name], "scores": {k: scores[k] for k in VARIANTS},
-                     "mteval_recorded": data.mteval.get(name), "sacre_detail": sacre["sacre"].summary(),
-                     "paper_detail": ours["paper"].summary(), "paper_counts": list(ours["paper"].counts),
-                     "paper_totals": list(ours["paper"].totals), "paper_lengths": [ours["paper"].sys_len, ours["paper"].ref_len],
-                     "tokens": sum(len(h.split()) for h in hyp_tok), "markers": sum(h.split().count(scoring.AT_SEPARATOR) for h in hyp_paper),
-                     "markers_matched": _matched_markers(hyp_paper, ref_paper)})  # fmt: skip
+        rows.append(
+            {
+                "system": name,
+                "full_name": data.full_names[name],
+                "scores": {k: scores[k] for k in VARIANTS},
+                "mteval_recorded": data.mteval.get(name),
+                "sacre_detail": sacre["sacre"].summary(),
+                "paper_detail": ours["paper"].summary(),
+                "paper_counts": list(ours["paper"].counts),
+                "paper_totals": list(ours["paper"].totals),
+                "paper_lengths": [ours["paper"].sys_len, ours["paper"].ref_len],
+                "tokens": sum(len(h.split()) for h in hyp_tok),
+                "markers": sum(h.split().count(scoring.AT_SEPARATOR) for h in hyp_paper),
+                "markers_matched": _matched_markers(hyp_paper, ref_paper),
+            }
+        )
     signatures = {f"sacrebleu ({k})": str(m.get_signature()) for k, m in metrics.items()}
     return sorted(rows, key=lambda r: (-r["scores"]["sacre"], r["system"])), signatures
 
@@ -253,9 +284,14 @@ def compound_stats(refs: list[str]) -> dict[str, int]:
     hyphens = sum(len(re.findall(r"(?<=\S)-(?=\S)", t)) for t in tokenized)
     markers = sum(s.split().count(scoring.AT_SEPARATOR) for s in split)
     unsplit = sum(len(re.findall(r"(?<=\S)-(?=\S)", s.replace(scoring.AT_SEPARATOR, " "))) for s in split)
-    return {"segments": len(refs), "tokens": sum(len(t.split()) for t in tokenized), "inner_hyphens": hyphens,
-            "markers": markers, "hyphens_left_by_quirk": unsplit,
-            "segments_with_compound": sum(1 for s in split if scoring.AT_SEPARATOR in s.split())}  # fmt: skip
+    return {
+        "segments": len(refs),
+        "tokens": sum(len(t.split()) for t in tokenized),
+        "inner_hyphens": hyphens,
+        "markers": markers,
+        "hyphens_left_by_quirk": unsplit,
+        "segments_with_compound": sum(1 for s in split if scoring.AT_SEPARATOR in s.split()),
+    }
 
 
 def chrf_check(data: Wmt17) -> list[dict]:
@@ -272,9 +308,20 @@ def cross_check(data: Wmt17, system: str) -> dict:
     hyp = [scoring.paper_tokens(h) for h in data.systems[system]]
     ref = [scoring.paper_tokens(r) for r in data.refs]
     ours, theirs = scoring.multi_bleu(hyp, ref), scoring.sacre_bleu_pretokenized(hyp, ref)
-    same = (ours.counts, ours.totals, ours.sys_len, ours.ref_len) == (theirs.counts, theirs.totals, theirs.sys_len, theirs.ref_len)
-    return {"system": system, "ours": ours.score, "sacrebleu_on_our_tokens": theirs.score, "same_counts": same,
-            "abs_difference": abs(ours.score - theirs.score), "rounding_bound": scoring.agreement_bound(ours)}  # fmt: skip
+    same = (ours.counts, ours.totals, ours.sys_len, ours.ref_len) == (
+        theirs.counts,
+        theirs.totals,
+        theirs.sys_len,
+        theirs.ref_len,
+    )
+    return {
+        "system": system,
+        "ours": ours.score,
+        "sacrebleu_on_our_tokens": theirs.score,
+        "same_counts": same,
+        "abs_difference": abs(ours.score - theirs.score),
+        "rounding_bound": scoring.agreement_bound(ours),
+    }
 
 
 def measure(*, network: bool = True) -> dict:
@@ -284,6 +331,15 @@ def measure(*, network: bool = True) -> dict:
         return {"available": False, "reason": how, "sdist": SDIST, "sha256": SDIST_SHA256}
     data = load(sdist)
     systems, signatures = rescore(data)
-    return {"available": True, "sdist": SDIST, "sha256": SDIST_SHA256, "segments": len(data.refs), "systems": systems,
-            "reference": compound_stats(data.refs), "chrf": chrf_check(data), "cross_check": cross_check(data, "uedin-nmt"),
-            "known": KNOWN, "signatures": {**signatures, "paper style (ours)": scoring.TOKENIZED_SIGNATURE}}  # fmt: skip
+    return {
+        "available": True,
+        "sdist": SDIST,
+        "sha256": SDIST_SHA256,
+        "segments": len(data.refs),
+        "systems": systems,
+        "reference": compound_stats(data.refs),
+        "chrf": chrf_check(data),
+        "cross_check": cross_check(data, "uedin-nmt"),
+        "known": KNOWN,
+        "signatures": {**signatures, "paper style (ours)": scoring.TOKENIZED_SIGNATURE},
+    }

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from aiayn.kit import Report, figure_style, progress, pyplot, save_png, write_report
 from aiayn.reference.counts import BASE, BIG
 from aiayn.reference.positional import positional_encoding
 from aiayn.reference.training import lrate
 from aiayn.reproductions import paper
-from aiayn.kit import Report, figure_style, progress, pyplot, save_png, write_report
 
 NAME = "figures"
 PE_POSITIONS, PE_D_MODEL = 100, 512
@@ -38,8 +38,11 @@ def _pe_figure(out_dir: Path, pe: np.ndarray) -> Path:
         fig, ax = plt.subplots(figsize=(9, 4))
         image = ax.imshow(pe, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
         fig.colorbar(image, ax=ax, label="PE(pos, dim)")
-        ax.set(xlabel="dimension (even: sin, odd: cos)", ylabel="position",
-               title=f"Sinusoidal positional encoding, §3.5 (d_model = {pe.shape[1]}, positions 0–{pe.shape[0] - 1})")  # fmt: skip
+        ax.set(
+            xlabel="dimension (even: sin, odd: cos)",
+            ylabel="position",
+            title=f"Sinusoidal positional encoding, §3.5 (d_model = {pe.shape[1]}, positions 0–{pe.shape[0] - 1})",
+        )
         fig.tight_layout()
         return save_png(fig, out_dir / "positional-encoding.png")
 
@@ -51,7 +54,11 @@ def _lrate_figure(out_dir: Path, curves: dict[str, tuple[np.ndarray, np.ndarray]
         for name, (steps, rates) in curves.items():
             ax.plot(steps, rates * 1e4, label=f"{name}: d_model = {RUNS[name].d_model}, {steps[-1]:,} steps")
         ax.axvline(warmup, color="grey", ls="--", lw=1, label=f"warmup_steps = {warmup}")
-        ax.set(xlabel="training step", ylabel="learning rate (×10⁻⁴)", title="Eq. (3): lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)")
+        ax.set(
+            xlabel="training step",
+            ylabel="learning rate (×10⁻⁴)",
+            title="Eq. (3): lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)",
+        )
         ax.legend(fontsize=8)
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
@@ -70,21 +77,36 @@ def main(out_dir: Path) -> str:
     for name, config in RUNS.items():
         steps = np.arange(0, config.train_steps + 1, 100)
         curves[name] = (steps, np.asarray(lrate(steps, config.d_model, warmup)))
-        peak, end = float(lrate(warmup, config.d_model, warmup)), float(lrate(config.train_steps, config.d_model, warmup))
+        peak, end = (
+            float(lrate(warmup, config.d_model, warmup)),
+            float(lrate(config.train_steps, config.d_model, warmup)),
+        )
         closed_peak = 1 / math.sqrt(config.d_model * warmup)
-        rows.append([name, str(config.d_model), f"{config.train_steps:,}", f"{peak:.4e}", f"{closed_peak:.4e}", f"{end:.4e}"])
-        data[name] = {"d_model": config.d_model, "train_steps": config.train_steps, "peak_step": warmup, "peak": peak,
-                      "peak_closed_form": closed_peak, "final": end}  # fmt: skip
+        rows.append(
+            [name, str(config.d_model), f"{config.train_steps:,}", f"{peak:.4e}", f"{closed_peak:.4e}", f"{end:.4e}"]
+        )
+        data[name] = {
+            "d_model": config.d_model,
+            "train_steps": config.train_steps,
+            "peak_step": warmup,
+            "peak": peak,
+            "peak_closed_form": closed_peak,
+            "final": end,
+        }
     _lrate_figure(out_dir, curves, warmup)
     longest = 2 * math.pi * 10000
-    report = Report(NAME, "Figures: positional encoding and the learning-rate schedule", precision="float64",
-                    packages=("numpy", "matplotlib"))  # fmt: skip
+    report = Report(
+        NAME,
+        "Figures: positional encoding and the learning-rate schedule",
+        precision="float64",
+        packages=("numpy", "matplotlib"),
+    )
     report.section(
         "Positional encoding (§3.5)",
         f"`aiayn.reference.positional.positional_encoding({PE_POSITIONS}, {PE_D_MODEL})`: rows are positions, columns "
         "dimensions (even: sin, odd: cos). Dimension pair i has wavelength 2π·10000^(2i/d_model): from 2π ≈ 6.3 "
         f"positions at the left to 2π·10000^(510/512) ≈ {2 * math.pi * 10000 ** (510 / 512):,.0f} at the right (§3.5: "
-        f"\"a geometric progression from 2π to 10000 · 2π\", {longest:,.0f}); over {PE_POSITIONS} positions the "
+        f'"a geometric progression from 2π to 10000 · 2π", {longest:,.0f}); over {PE_POSITIONS} positions the '
         "right half barely changes.",
         "",
         "![Positional encoding heatmap](positional-encoding.png)",
@@ -97,7 +119,9 @@ def main(out_dir: Path) -> str:
         "7.0·10⁻⁴ peak and 1.4·10⁻⁴ at step 100,000 for the base model are checked in seeds.md.",
         "",
     )
-    report.table(["model", "d_model", "steps", "peak (step 4000)", "1/√(d_model·warmup)", "at the last step"], rows, "lrrrrr")
+    report.table(
+        ["model", "d_model", "steps", "peak (step 4000)", "1/√(d_model·warmup)", "at the last step"], rows, "lrrrrr"
+    )
     report.add("", "![Learning-rate schedule](lrate.png)")
     report.section(
         "Figures drawn by the other reports",
@@ -109,7 +133,10 @@ def main(out_dir: Path) -> str:
         + ", ".join(f"{n} {d['peak']:.3e}" for n, d in data.items())
         + f" at step {warmup} ({'equal to' if agree else 'NOT equal to'} 1/√(d_model·warmup) within 4 ulps)"
     )
-    report.data = {"positional_encoding": {"positions": PE_POSITIONS, "d_model": PE_D_MODEL}, "lrate": data,
-                   "figures": ["positional-encoding.png", "lrate.png", *OTHER_FIGURES]}  # fmt: skip
+    report.data = {
+        "positional_encoding": {"positions": PE_POSITIONS, "d_model": PE_D_MODEL},
+        "lrate": data,
+        "figures": ["positional-encoding.png", "lrate.png", *OTHER_FIGURES],
+    }
     write_report(out_dir, report)
     return report.verdict

@@ -76,11 +76,19 @@ def _table1() -> Iterator[Printed]:
         for column, name, cell in zip(columns, names, cells):
             yield Printed(f"table1.{key}.{column}", cell, cell, "Table 1", row, name)
     yield Printed(
-        "s4.convolutional_contiguous.path", "O(n/k)", "O(n/k)", "§4", "",
+        "s4.convolutional_contiguous.path",
+        "O(n/k)",
+        "O(n/k)",
+        "§4",
+        "",
         "stacked layers for contiguous kernels",
     )
     yield Printed(
-        "s4.separable_convolutional.complexity", "O(k·n·d + n·d²)", "O(k·n·d + n·d²)", "§4", "",
+        "s4.separable_convolutional.complexity",
+        "O(k·n·d + n·d²)",
+        "O(k·n·d + n·d²)",
+        "§4",
+        "",
         "complexity of a separable convolution",
     )
 
@@ -135,19 +143,38 @@ def _table2() -> Iterator[Printed]:
             revision = V7 if note.startswith("v7 Table 2") else V7_AND_NIPS
             yield Printed(f"table2.{row}.{column}", value, cell, "Table 2", row, name, revision, note)
     yield Printed(
-        "s6.1.big.bleu_en_fr", 41.0, "41.0", "§6.1", "", "big EN-FR BLEU in the text", V7_AND_NIPS,
+        "s6.1.big.bleu_en_fr",
+        41.0,
+        "41.0",
+        "§6.1",
+        "",
+        "big EN-FR BLEU in the text",
+        V7_AND_NIPS,
         "v7 Table 2 and the v7 abstract print 41.8; the NIPS version prints 41.0",
     )
     for gpu, rate in (("K80", "2.8"), ("K40", "3.7"), ("M40", "6.0"), ("P100", "9.5")):
         yield Printed(
-            f"footnote5.{gpu}", float(rate), rate, "footnote 5", "", f"sustained TFLOPS of {gpu}",
+            f"footnote5.{gpu}",
+            float(rate),
+            rate,
+            "footnote 5",
+            "",
+            f"sustained TFLOPS of {gpu}",
         )
     yield Printed(
-        "s6.1.cost_claim", 0.25, "less than 1/4 the training cost of the previous state-of-the-art model",
-        "§6.1", "", "big EN-FR cost claim",
+        "s6.1.cost_claim",
+        0.25,
+        "less than 1/4 the training cost of the previous state-of-the-art model",
+        "§6.1",
+        "",
+        "big EN-FR cost claim",
     )
     yield Printed(
-        "s6.1.en_de_margin", 2.0, "by more than 2.0 BLEU", "§6.1", "",
+        "s6.1.en_de_margin",
+        2.0,
+        "by more than 2.0 BLEU",
+        "§6.1",
+        "",
         "big EN-DE outperforms the best previous models (including ensembles)",
     )
 
@@ -157,8 +184,19 @@ def _table2() -> Iterator[Printed]:
 # ---------------------------------------------------------------------------------------------
 
 TABLE3_COLUMNS: tuple[str, ...] = (
-    "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "steps", "PPL", "BLEU", "params",
-)  # fmt: skip
+    "N",
+    "d_model",
+    "d_ff",
+    "h",
+    "d_k",
+    "d_v",
+    "P_drop",
+    "eps_ls",
+    "steps",
+    "PPL",
+    "BLEU",
+    "params",
+)
 # label -> (row group as printed, cells in TABLE3_COLUMNS order, "" = blank = same as base).
 _TABLE3: dict[str, tuple[str, tuple[str, ...]]] = {
     "base": ("base", ("6", "512", "2048", "8", "64", "64", "0.1", "0.1", "100K", "4.92", "25.8", "65")),
@@ -181,7 +219,7 @@ _TABLE3: dict[str, tuple[str, tuple[str, ...]]] = {
     "D4": ("(D)", ("", "", "", "", "", "", "", "0.2", "", "5.47", "25.7", "")),
     "E": ("(E)", ("", "", "", "", "", "", "", "", "", "4.92", "25.7", "")),
     "big": ("big", ("6", "1024", "4096", "16", "", "", "0.3", "", "300K", "4.33", "26.4", "213")),
-}  # fmt: skip
+}
 TABLE3_ROWS: tuple[str, ...] = tuple(_TABLE3)
 TABLE3_ROW_E_TEXT = "positional embedding instead of sinusoids"
 
@@ -203,11 +241,22 @@ def _table3() -> Iterator[Printed]:
             if column == "params" and cell:
                 note = "×10^6, rounded to an integer number of millions"
             yield Printed(
-                f"table3.{label}.{column}", _table3_value(column, cell), cell, "Table 3",
-                f"{group} {label}", column, V7_AND_NIPS, note,
+                f"table3.{label}.{column}",
+                _table3_value(column, cell),
+                cell,
+                "Table 3",
+                f"{group} {label}",
+                column,
+                V7_AND_NIPS,
+                note,
             )
     yield Printed(
-        "s5.1.vocab_en_de", 37000, "about 37000 tokens", "§5.1", "", "shared source-target BPE vocabulary, EN-DE",
+        "s5.1.vocab_en_de",
+        37000,
+        "about 37000 tokens",
+        "§5.1",
+        "",
+        "shared source-target BPE vocabulary, EN-DE",
     )
     yield Printed("s5.1.vocab_en_fr", 32000, "32000 word-piece vocabulary", "§5.1", "", "vocabulary, EN-FR")
 
@@ -235,11 +284,19 @@ def _text() -> Iterator[Printed]:
     for key, value, text, column in hardware:
         yield Printed(key, value, text, "§5.2", "", column)
     yield Printed(
-        "s5.1.batch_source_tokens", 25000, "approximately 25000 source tokens", "§5.1", "",
+        "s5.1.batch_source_tokens",
+        25000,
+        "approximately 25000 source tokens",
+        "§5.1",
+        "",
         "source tokens per training batch",
     )
     yield Printed(
-        "s5.1.batch_target_tokens", 25000, "and 25000 target tokens", "§5.1", "",
+        "s5.1.batch_target_tokens",
+        25000,
+        "and 25000 target tokens",
+        "§5.1",
+        "",
         "target tokens per training batch",
     )
     yield Printed("s5.3.warmup_steps", 4000, "warmup_steps = 4000", "§5.3", "", "Eq. (3) warmup")

@@ -45,9 +45,14 @@ def run_one(name: str, out: Path, *, measure: bool = True) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     names = ", ".join(r.name for r in REPRODUCTIONS)
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"reproductions to run (default: all): {names}")
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default: the checkout's reports/, else ./aiayn-reports)")
-    parser.add_argument("--no-measure", action="store_true",
-                        help="measure nothing: re-render the measured reports (timings, WMT17, training) from their stored results")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output folder (default: the checkout's reports/, else ./aiayn-reports)"
+    )
+    parser.add_argument(
+        "--no-measure",
+        action="store_true",
+        help="measure nothing: re-render the measured reports (timings, WMT17, training) from their stored results",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,13 +108,17 @@ def write_index(out: Path, verdicts: dict[str, str]) -> None:
         r = BY_NAME[name]
         link = f"[{name}]({r.markdown})" if (out / r.markdown).exists() else name
         lines.append(f"| {link} | {r.title} | {_state(out, name)} | {verdict} |")
-    lines += ["", "Written by other commands (not by `aiayn reproduce`):", "",
-              "- `conformance-<impl>.md/.json`: `aiayn check <impl> --report reports` (the conformance suite, one report per "
-              "implementation; `conformance-mutants.md`: `aiayn mutants`);",
-              "- `benchmarks.md/.json/.png`: `make bench` / `aiayn bench` (attention and training throughput as a fraction of the "
-              "GEMM ceiling, against PyTorch's own peer);",
-              "- `zoo.md/.json/.png` and `zoo/conformance-<name>.md/.json`: `make zoo` / `aiayn zoo` (popular libraries' code "
-              "checked through thin adapters, one row per library, every failure named);",
-              "- `conformance-false-alarms-<profile>.md/.json`: `aiayn false-alarms` (the suite on correct implementations over "
-              "many seeds; resumable)."]
+    lines += [
+        "",
+        "Written by other commands (not by `aiayn reproduce`):",
+        "",
+        "- `conformance-<impl>.md/.json`: `aiayn check <impl> --report reports` (the conformance suite, one report per "
+        "implementation; `conformance-mutants.md`: `aiayn mutants`);",
+        "- `benchmarks.md/.json/.png`: `make bench` / `aiayn bench` (attention and training throughput as a fraction of the "
+        "GEMM ceiling, against PyTorch's own peer);",
+        "- `zoo.md/.json/.png` and `zoo/conformance-<name>.md/.json`: `make zoo` / `aiayn zoo` (popular libraries' code "
+        "checked through thin adapters, one row per library, every failure named);",
+        "- `conformance-false-alarms-<profile>.md/.json`: `aiayn false-alarms` (the suite on correct implementations over "
+        "many seeds; resumable).",
+    ]
     write_text(out / "README.md", "\n".join(lines) + "\n")

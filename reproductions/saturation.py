@@ -103,8 +103,14 @@ def _summary(samples: dict[str, list[np.ndarray]]) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _draw(scores_of: Callable[[np.random.Generator, int], np.ndarray], rng: np.random.Generator, trials: int,
-          per_trial: int, d_k: int, stats: Callable[[np.ndarray, int], dict[str, np.ndarray]]) -> dict[str, float]:
+def _draw(
+    scores_of: Callable[[np.random.Generator, int], np.ndarray],
+    rng: np.random.Generator,
+    trials: int,
+    per_trial: int,
+    d_k: int,
+    stats: Callable[[np.ndarray, int], dict[str, np.ndarray]],
+) -> dict[str, float]:
     """Draw ``trials`` score rows in chunks of at most CHUNK_ELEMENTS numbers; summarise ``stats`` of them."""
     per_chunk = max(1, CHUNK_ELEMENTS // per_trial)
     samples: dict[str, list[np.ndarray]] = {}
@@ -151,7 +157,7 @@ def _unscaled_max_share(scores: np.ndarray, d_k: int) -> dict[str, np.ndarray]:
 
 
 def _pm(stats: dict[str, float], key: str) -> str:
-    """"mean ± standard error", the error to two significant digits."""
+    """ "mean ± standard error", the error to two significant digits."""
     return f"{stats[key + '_mean']:.4f} ± {stats[key + '_se']:.2g}"
 
 
@@ -165,7 +171,7 @@ def crossing(ns: list[int], means: list[float], level: float) -> float | None:
 
 
 def _versus(mean: float, se: float, level: float) -> str:
-    """"above"/"below" only when the mean is more than 3 standard errors from ``level``."""
+    """ "above"/"below" only when the mean is more than 3 standard errors from ``level``."""
     if mean - 3 * se > level:
         return f"above {level}"
     if mean + 3 * se < level:
@@ -178,8 +184,16 @@ def _section_sweep(report: Report, sweep: dict[int, dict[int, dict[str, float]]]
         report.section(f"Against d_k, n = {n} keys ({sweep_trials(n):,} trials per d_k)")
         report.table(
             ["d_k", "largest share, unscaled", "largest share, scaled", "‖J‖_F unscaled", "‖J‖_F scaled"],
-            [[str(d_k), _pm(s, "unscaled_max_share"), _pm(s, "scaled_max_share"), _pm(s, "unscaled_jacobian"),
-              _pm(s, "scaled_jacobian")] for d_k, s in by_dk.items()],  # fmt: skip
+            [
+                [
+                    str(d_k),
+                    _pm(s, "unscaled_max_share"),
+                    _pm(s, "scaled_max_share"),
+                    _pm(s, "unscaled_jacobian"),
+                    _pm(s, "scaled_jacobian"),
+                ]
+                for d_k, s in by_dk.items()
+            ],
             "rrrrr",
         )
 
@@ -192,8 +206,16 @@ def _section_check(report: Report, sweep: dict[int, dict[int, dict[str, float]]]
             diff = a[key + "_mean"] - b[key + "_mean"]
             se = math.hypot(a[key + "_se"], b[key + "_se"])
             rows.append([str(d_k), str(n), key.replace("_", " "), _pm(a, key), _pm(b, key), f"{diff / se:+.1f}"])
-            data.append({"d_k": d_k, "n": n, "statistic": key, "direct": a[key + "_mean"], "chi": b[key + "_mean"],
-                         "z": diff / se})  # fmt: skip
+            data.append(
+                {
+                    "d_k": d_k,
+                    "n": n,
+                    "statistic": key,
+                    "direct": a[key + "_mean"],
+                    "chi": b[key + "_mean"],
+                    "z": diff / se,
+                }
+            )
     report.section(
         "Check: the χ sampler against sampling q and the keys directly",
         f"Direct: q and the n keys drawn component by component and multiplied ({CHECK_TRIALS} trials); χ: as in the "
@@ -213,8 +235,13 @@ def main(out_dir: Path) -> str:
         sweep[n] = {d_k: via_chi(d_k, n, sweep_trials(n)) for d_k in D_K}
     progress(NAME, f"claim check at d_k = {CLAIM_D_K}: n = {CLAIM_N[0]} ... {CLAIM_N[-1]}")
     claim = {n: via_chi(CLAIM_D_K, n, claim_trials(n), max_share_only=True) for n in CLAIM_N}
-    report = Report(NAME, "§3.2.1: softmax saturation against d_k, with and without 1/√d_k", precision="float64",
-                    seed=f"{SEED}(PCG64)", packages=("numpy", "matplotlib"))  # fmt: skip
+    report = Report(
+        NAME,
+        "§3.2.1: softmax saturation against d_k, with and without 1/√d_k",
+        precision="float64",
+        seed=f"{SEED}(PCG64)",
+        packages=("numpy", "matplotlib"),
+    )
     report.add(
         "",
         "One query against n keys, every component N(0, 1); p = softmax(q·k_j) unscaled or softmax(q·k_j / √d_k) "
@@ -230,11 +257,13 @@ def main(out_dir: Path) -> str:
     check = _section_check(report, sweep)
     means = [claim[n]["unscaled_max_share_mean"] for n in CLAIM_N]
     cross = crossing(list(CLAIM_N), means, CLAIM_SHARE)
-    verdicts = {n: _versus(claim[n]["unscaled_max_share_mean"], claim[n]["unscaled_max_share_se"], CLAIM_SHARE) for n in CLAIM_N}
+    verdicts = {
+        n: _versus(claim[n]["unscaled_max_share_mean"], claim[n]["unscaled_max_share_se"], CLAIM_SHARE) for n in CLAIM_N
+    }
     report.section(
-        f"Seed 000's claim: \"at d_k = {CLAIM_D_K} without scaling, the largest share averages above 0.9\"",
+        f'Seed 000\'s claim: "at d_k = {CLAIM_D_K} without scaling, the largest share averages above 0.9"',
         "Printed (seed 000, §3.2.1): above 0.9; the number of keys is not stated. Ours: the χ sampler, unscaled. "
-        "\"above\"/\"below\" only when the mean is more than 3 standard errors from 0.9.",
+        '"above"/"below" only when the mean is more than 3 standard errors from 0.9.',
         "",
     )
     report.table(
@@ -244,7 +273,11 @@ def main(out_dir: Path) -> str:
     )
     above = [n for n in CLAIM_N if verdicts[n].startswith("above")]
     below = [n for n in CLAIM_N if verdicts[n].startswith("below")]
-    cross_text = "stays above 0.9 over the whole range" if cross is None else f"crosses 0.9 near n ≈ {cross:.0f} keys (interpolated)"
+    cross_text = (
+        "stays above 0.9 over the whole range"
+        if cross is None
+        else f"crosses 0.9 near n ≈ {cross:.0f} keys (interpolated)"
+    )
     report.add(
         "",
         f"The mean largest share falls as the number of keys grows (more keys, smaller gaps between the top scores) "
@@ -252,7 +285,9 @@ def main(out_dir: Path) -> str:
         f"and fails for n >= {min(below) if below else '— (not reached)'}. Sentence-length key sets (the seed's own "
         "example has 10 tokens) are well inside the range where it holds.",
     )
-    ratio = {n: sweep[n][CLAIM_D_K]["unscaled_jacobian_mean"] / sweep[n][CLAIM_D_K]["scaled_jacobian_mean"] for n in SWEEP_N}
+    ratio = {
+        n: sweep[n][CLAIM_D_K]["unscaled_jacobian_mean"] / sweep[n][CLAIM_D_K]["scaled_jacobian_mean"] for n in SWEEP_N
+    }
     peak = {n: max(D_K, key=lambda d: sweep[n][d]["unscaled_jacobian_mean"]) for n in SWEEP_N}
     report.section(
         "What the scaling does",
@@ -260,7 +295,7 @@ def main(out_dir: Path) -> str:
         "flat across d_k. Unscaled, the largest share climbs towards 1, and the Jacobian norm first rises (peaking "
         "at d_k = " + ", ".join(f"{peak[n]} for n = {n}" for n in SWEEP_N) + ") and then falls: at d_k = "
         f"{CLAIM_D_K} it is " + ", ".join(f"{r:.2f}× the scaled value for n = {n}" for n, r in ratio.items()) + ". "
-        "So the \"extremely small gradients\" of §3.2.1 are the d_k → ∞ trend at a fixed number of keys; at "
+        'So the "extremely small gradients" of §3.2.1 are the d_k → ∞ trend at a fixed number of keys; at '
         "d_k = 512 the unscaled softmax's Jacobian is smaller than the scaled one only where the scaled softmax is "
         "not already nearly uniform (a uniform softmax over n keys has ‖J‖_F = √(n−1)/n, small for large n).",
         "",
@@ -278,14 +313,17 @@ def main(out_dir: Path) -> str:
         f"n = {SWEEP_N[-1]}."
     )
     report.data = {
-        "seed": SEED, "d_k": list(D_K),
-        "sweep": {str(n): {"trials": sweep_trials(n), "by_d_k": {str(d): s for d, s in v.items()}} for n, v in sweep.items()},
+        "seed": SEED,
+        "d_k": list(D_K),
+        "sweep": {
+            str(n): {"trials": sweep_trials(n), "by_d_k": {str(d): s for d, s in v.items()}} for n, v in sweep.items()
+        },
         "sampler_check": check,
         "claim_d_k": CLAIM_D_K,
         "claim": {str(n): {"trials": claim_trials(n), **s, "verdict": verdicts[n]} for n, s in claim.items()},
         "crossing_n": cross,
         "jacobian_ratio_unscaled_over_scaled_at_claim_d_k": {str(n): r for n, r in ratio.items()},
-    }  # fmt: skip
+    }
     write_report(out_dir, report)
     return report.verdict
 
@@ -301,14 +339,31 @@ def _figure(out_dir: Path, sweep: dict, claim: dict) -> Path:
                 axes[0].plot(D_K, [sweep[n][d][f"{label}_max_share_mean"] for d in D_K], **kw)
                 axes[1].plot(D_K, [sweep[n][d][f"{label}_jacobian_mean"] for d in D_K], **kw)
         axes[0].set(xscale="log", xlabel="d_k", ylabel="mean largest softmax share", title="Largest share")
-        axes[1].set(xscale="log", yscale="log", xlabel="d_k", ylabel="mean ‖diag(p) − p pᵀ‖_F", title="Softmax Jacobian norm (lines as on the left)")
+        axes[1].set(
+            xscale="log",
+            yscale="log",
+            xlabel="d_k",
+            ylabel="mean ‖diag(p) − p pᵀ‖_F",
+            title="Softmax Jacobian norm (lines as on the left)",
+        )
         ns = list(CLAIM_N)
-        axes[2].errorbar(ns, [claim[n]["unscaled_max_share_mean"] for n in ns],
-                         yerr=[3 * claim[n]["unscaled_max_share_se"] for n in ns], color="tab:red", marker="o", ms=3,
-                         capsize=2, label="unscaled (± 3 SE)")  # fmt: skip
+        axes[2].errorbar(
+            ns,
+            [claim[n]["unscaled_max_share_mean"] for n in ns],
+            yerr=[3 * claim[n]["unscaled_max_share_se"] for n in ns],
+            color="tab:red",
+            marker="o",
+            ms=3,
+            capsize=2,
+            label="unscaled (± 3 SE)",
+        )
         axes[2].axhline(CLAIM_SHARE, color="grey", ls="--", lw=1, label="seed 000's 0.9")
-        axes[2].set(xscale="log", xlabel="number of keys n", ylabel="mean largest share",
-                    title=f"Seed 000's claim at d_k = {CLAIM_D_K}")  # fmt: skip
+        axes[2].set(
+            xscale="log",
+            xlabel="number of keys n",
+            ylabel="mean largest share",
+            title=f"Seed 000's claim at d_k = {CLAIM_D_K}",
+        )
         for ax in axes:
             ax.grid(True, alpha=0.3)
         axes[0].legend(fontsize=7, loc="center right")  # the middle panel uses the same lines

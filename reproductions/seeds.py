@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aiayn.kit import Report, fmt_int, progress, write_report
 from aiayn.reference.attention import multi_head_attention, scaled_dot_product_attention, softmax
 from aiayn.reference.counts import (
     BASE,
@@ -33,7 +34,6 @@ from aiayn.reference.layers import embedding_lookup, feed_forward, layer_norm, s
 from aiayn.reference.positional import positional_encoding
 from aiayn.reference.training import label_smoothing, lrate
 from aiayn.reproductions import paper, saturation
-from aiayn.kit import Report, fmt_int, progress, write_report
 
 NAME = "seeds"
 SEED_000 = "000_3d3e892804d678ae.txt"
@@ -153,8 +153,11 @@ def _spread(scaled: bool) -> float:
 
 def _flip_point() -> int:
     """The smallest n at d = 512 where self-attention's count is no longer below the recurrent one."""
-    return next(n for n in range(1, 4097) if layer_operations("self_attention", n, 512).complexity
-                >= layer_operations("recurrent", n, 512).complexity)  # fmt: skip
+    return next(
+        n
+        for n in range(1, 4097)
+        if layer_operations("self_attention", n, 512).complexity >= layer_operations("recurrent", n, 512).complexity
+    )
 
 
 def _mha_shapes() -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -168,114 +171,341 @@ def _mha_shapes() -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 def _seed000_tested() -> Iterator[Claim]:
     s = SEED_000
-    yield Claim(s, "§1", "“down” reaches “The” only after surviving three hand-offs", "3",
-                lambda: _integer("3", layer_operations("recurrent", 4, 512).maximum_path_length),
-                "test_recurrent_path_three_hand_offs", "recurrent path over 4 words, aiayn.reference.counts")
-    yield Claim(s, "§1", "an RNN computes four steps in a strict chain", "4",
-                lambda: _integer("4", layer_operations("recurrent", 4, 512).sequential_operations),
-                "test_recurrent_path_three_hand_offs")
-    yield Claim(s, "§1", "“down” can look at “The” in a single step", "1",
-                lambda: _integer("1", layer_operations("self_attention", 4, 512).maximum_path_length),
-                "test_self_attention_path_single_step")
-    yield Claim(s, "§3.1", "the residual adds them: (3, 1)", "(3, 1)",
-                lambda: _vector("(3, 1)", sublayer_connection(_X, lambda t: np.ones_like(t), _ONES, _ZEROS, 0.0, norm="pre")),
-                "test_residual_sum_3_1", "x + Sublayer(LayerNorm(x)) with a constant sub-layer (1, 1)")
-    yield Claim(s, "§3.1", "the mean is 2", "2",
-                lambda: _integer("2", int(Fraction(3 + 1, 2))), "test_layer_norm_mean_2")
-    yield Claim(s, "§3.1", "the standard deviation is 1", "1",
-                lambda: _integer("1", int(math.sqrt(((3 - 2) ** 2 + (1 - 2) ** 2) / 2))), "test_layer_norm_std_1",
-                "population standard deviation, as LayerNorm uses")
-    yield Claim(s, "§3.1", "LayerNorm((3, 1)) = (1, −1)", "(1, −1)",
-                lambda: _vector("(1, −1)", layer_norm(np.array([3.0, 1.0]), _ONES, _ZEROS, 0.0)),
-                "test_layer_norm_3_1_is_1_minus_1", "eps = 0")
-    yield Claim(s, "§3.1", "LayerNorm((2, 0) + (1, 1)) = (1, −1)", "(1, −1)",
-                lambda: _vector("(1, −1)", sublayer_connection(_X, lambda t: _SUB + 0 * t, _ONES, _ZEROS, 0.0)),
-                "test_post_norm_sublayer_connection_gives_1_minus_1", "the paper's post-norm connection, eps = 0")
-    for i, (word, printed, test) in enumerate((("animal", "0.63", "animal_0_63"), ("tired", "0.23", "tired_0_23"),
-                                               ("street", "0.14", "street_0_14"))):  # fmt: skip
-        yield Claim(s, "§3.2.1", f"softmax(2.0, 1.0, 0.5): “{word}” gets {printed}", printed,
-                    lambda i=i, p=printed: _number(p, float(softmax(_SCORES)[i])), f"test_softmax_share_{test}")
+    yield Claim(
+        s,
+        "§1",
+        "“down” reaches “The” only after surviving three hand-offs",
+        "3",
+        lambda: _integer("3", layer_operations("recurrent", 4, 512).maximum_path_length),
+        "test_recurrent_path_three_hand_offs",
+        "recurrent path over 4 words, aiayn.reference.counts",
+    )
+    yield Claim(
+        s,
+        "§1",
+        "an RNN computes four steps in a strict chain",
+        "4",
+        lambda: _integer("4", layer_operations("recurrent", 4, 512).sequential_operations),
+        "test_recurrent_path_three_hand_offs",
+    )
+    yield Claim(
+        s,
+        "§1",
+        "“down” can look at “The” in a single step",
+        "1",
+        lambda: _integer("1", layer_operations("self_attention", 4, 512).maximum_path_length),
+        "test_self_attention_path_single_step",
+    )
+    yield Claim(
+        s,
+        "§3.1",
+        "the residual adds them: (3, 1)",
+        "(3, 1)",
+        lambda: _vector("(3, 1)", sublayer_connection(_X, lambda t: np.ones_like(t), _ONES, _ZEROS, 0.0, norm="pre")),
+        "test_residual_sum_3_1",
+        "x + Sublayer(LayerNorm(x)) with a constant sub-layer (1, 1)",
+    )
+    yield Claim(
+        s, "§3.1", "the mean is 2", "2", lambda: _integer("2", int(Fraction(3 + 1, 2))), "test_layer_norm_mean_2"
+    )
+    yield Claim(
+        s,
+        "§3.1",
+        "the standard deviation is 1",
+        "1",
+        lambda: _integer("1", int(math.sqrt(((3 - 2) ** 2 + (1 - 2) ** 2) / 2))),
+        "test_layer_norm_std_1",
+        "population standard deviation, as LayerNorm uses",
+    )
+    yield Claim(
+        s,
+        "§3.1",
+        "LayerNorm((3, 1)) = (1, −1)",
+        "(1, −1)",
+        lambda: _vector("(1, −1)", layer_norm(np.array([3.0, 1.0]), _ONES, _ZEROS, 0.0)),
+        "test_layer_norm_3_1_is_1_minus_1",
+        "eps = 0",
+    )
+    yield Claim(
+        s,
+        "§3.1",
+        "LayerNorm((2, 0) + (1, 1)) = (1, −1)",
+        "(1, −1)",
+        lambda: _vector("(1, −1)", sublayer_connection(_X, lambda t: _SUB + 0 * t, _ONES, _ZEROS, 0.0)),
+        "test_post_norm_sublayer_connection_gives_1_minus_1",
+        "the paper's post-norm connection, eps = 0",
+    )
+    for i, (word, printed, test) in enumerate(
+        (("animal", "0.63", "animal_0_63"), ("tired", "0.23", "tired_0_23"), ("street", "0.14", "street_0_14"))
+    ):
+        yield Claim(
+            s,
+            "§3.2.1",
+            f"softmax(2.0, 1.0, 0.5): “{word}” gets {printed}",
+            printed,
+            lambda i=i, p=printed: _number(p, float(softmax(_SCORES)[i])),
+            f"test_softmax_share_{test}",
+        )
     for z, printed, test in ((2.0, "7.39", "2_0_is_7_39"), (1.0, "2.72", "1_0_is_2_72"), (0.5, "1.65", "0_5_is_1_65")):
-        yield Claim(s, "§3.2.1", f"e^{z} = {printed}", printed, lambda z=z, p=printed: _number(p, math.exp(z)),
-                    f"test_exp_{test}")
-    yield Claim(s, "§3.2.1", "e^2.0 + e^1.0 + e^0.5 total 11.76", "11.76",
-                lambda: _number("11.76", math.fsum(math.exp(z) for z in _SCORES)), "test_exp_total_11_76")
-    yield Claim(s, "§3.2.1", "0.63·V(animal) + 0.23·V(tired) + 0.14·V(street), V one-hot", "(0.63, 0.23, 0.14)",
-                lambda: _vector("(0.63, 0.23, 0.14)", scaled_dot_product_attention(np.array([[1.0]]), _SCORES[:, None], np.eye(3))),
-                "test_attention_output_with_one_hot_values_0_63_0_23_0_14", "Eq. (1) with d_k = 1, q = (1), keys = the scores")
-    yield Claim(s, "§3.2.1", "d_k = 64: raw scores typically swing by √64 = 8.0", "8.0",
-                lambda: _number("8.0", _spread(False)), "test_raw_score_spread_sqrt_64_is_8_0",
-                "root mean square of q·k over 20,000 random pairs (N(0, 1) components)")
-    yield Claim(s, "§3.2.1", "after dividing by 8 they typically swing by about 1", "1.0",
-                lambda: _number("1.0", _spread(True)), "test_scaled_score_spread_1_0", "the same pairs, q·k / 8")
-    yield Claim(s, "§3.2.1", "dividing by √d_k: √64 = 8", "8",
-                lambda: _integer("8", math.isqrt(64)), "test_scaling_divides_by_exactly_8_for_d_k_64")
-    yield Claim(s, "§3.2.2", "each head sees 10 × 64", "(10, 64)",
-                lambda: (str(_mha_shapes()[0]), str(_mha_shapes()[0]), _same("(10, 64)", str(_mha_shapes()[0]))),
-                "test_head_shape_10_by_64", "head 0 of the canonical layout through Eq. (1)")
-    yield Claim(s, "§3.2.2", "eight heads concatenated give 10 × 512", "(10, 512)",
-                lambda: (str(_mha_shapes()[1]), str(_mha_shapes()[1]), _same("(10, 512)", str(_mha_shapes()[1]))),
-                "test_concat_shape_10_by_512", "multi_head_attention with W^O = I")
-    yield Claim(s, "§3.2.2", "projection weights total 4 × 512 × 512", "1,048,576",
-                lambda: _integer("1,048,576", multi_head_attention_parameters(BASE, biases=False)),
-                "test_attention_projection_weights_1_048_576")
-    yield Claim(s, "§3.3", "x W₁ = (1, −1, −2)", "(1, −1, −2)",
-                lambda: _vector("(1, −1, −2)", _hidden(_X_FFN) - _hidden(-_X_FFN)), "test_ffn_widened_1_minus1_minus2",
-                "max(0, a) − max(0, −a) = a, read through Eq. (2)")
-    yield Claim(s, "§3.3", "ReLU gives (1, 0, 0)", "(1, 0, 0)", lambda: _vector("(1, 0, 0)", _hidden(_X_FFN)),
-                "test_ffn_relu_1_0_0")
-    yield Claim(s, "§3.3", "FFN(1, −1) = (2, 0)", "(2, 0)",
-                lambda: _vector("(2, 0)", feed_forward(_X_FFN, _W1, np.zeros(3), _W2, np.zeros(2))), "test_ffn_output_2_0")
-    yield Claim(s, "§3.3", "2 × 512 × 2048 + 2048 + 512 parameters per layer", "2,099,712",
-                lambda: _integer("2,099,712", feed_forward_parameters(BASE)), "test_ffn_parameters_2_099_712")
-    yield Claim(s, "§3.3", "about twice the attention layer's projections", "2",
-                lambda: _number("2", feed_forward_parameters(BASE) / multi_head_attention_parameters(BASE, biases=False)),
-                "test_ffn_about_twice_attention_projections")
-    yield Claim(s, "§3.4", "√d_model = √512 ≈ 22.6", "22.6",
-                lambda: _number("22.6", float(embedding_lookup(np.array([0]), np.eye(1, 512))[0, 0])), "test_sqrt_512_is_22_6",
-                "the scale embedding_lookup applies")
-    yield Claim(s, "§3.4", "E is 37,000 × 512 numbers", "18,944,000",
-                lambda: _integer("18,944,000", parameter_breakdown(BASE, vocab_size=37_000)["embedding"]),
-                "test_embedding_numbers_18_944_000")
-    yield Claim(s, "§3.4", "sharing saves two more copies of that", "37,888,000",
-                lambda: _integer("37,888,000", parameter_count(BASE, embeddings="separate_all") - parameter_count(BASE)),
-                "test_sharing_saves_two_copies_37_888_000", "three matrices minus one, at 37,000 tokens")
-    for pos, dim, printed, test in ((1, 0, "0.841", "1_0_is_0_841"), (1, 1, "0.540", "1_1_is_0_540"),
-                                    (1, 2, "0.822", "1_2_is_0_822"), (1, 3, "0.570", "1_3_is_0_570"),
-                                    (10, 128, "0.841", "10_128_is_0_841")):  # fmt: skip
-        yield Claim(s, "§3.5", f"PE({pos}, {dim}) = {printed}", printed,
-                    lambda pos=pos, dim=dim, p=printed: _number(p, _pe(pos, dim)), f"test_pe_{test}")
-    yield Claim(s, "§3.5", "the i = 1 pair divides by 1.0366", "1.0366",
-                lambda: _number("1.0366", _divisor(1, 2)), "test_pe_divisor_pair_1_is_1_0366",
-                "read back from the PE table: pos / atan2(sin, cos)")
-    yield Claim(s, "§3.5", "pair i = 64 has 10000^(128/512) = 10", "10.0",
-                lambda: _number("10.0", _divisor(10, 128)), "test_pe_divisor_pair_64_is_10")
-    yield Claim(s, "§4", "past n = 512 the balance flips (n < d = 512)", "512",
-                lambda: _integer("512", _flip_point()), "test_attention_vs_recurrence_flips_at_n_512",
-                "first n where 2n²d >= 2nd² at d = 512")
-    yield Claim(s, "§5", "round(d_model ** -0.5, 4) → 0.0442", "0.0442",
-                lambda: _number("0.0442", float(lrate(1, 512, 1))), "test_lrate_d_model_factor_0_0442",
-                "Eq. (3) at step 1, warmup 1")
-    yield Claim(s, "§5", "round(4000 ** -0.5, 4) → 0.0158", "0.0158",
-                lambda: _number("0.0158", float(lrate(4000, 1, 4000))), "test_lrate_warmup_factor_0_0158",
-                "Eq. (3) with d_model = 1 at step 4000")
-    yield Claim(s, "§5", "peak lrate(4000), in units of 10^-4 → 7.0", "7.0",
-                lambda: _number("7.0", float(lrate(4000, 512)) * 1e4), "test_lrate_peak_7_0e_minus_4_at_4000")
-    yield Claim(s, "§5", "lrate(100,000), in units of 10^-4 → 1.4", "1.4",
-                lambda: _number("1.4", float(lrate(100_000, 512)) * 1e4), "test_lrate_at_100000_is_1_4e_minus_4")
-    yield Claim(s, "§5", "smoothed correct token, ε_ls = 0.1, K = 37,000 → 0.900003", "0.900003",
-                lambda: _number("0.900003", float(label_smoothing(np.array([0]), 37_000, 0.1)[0, 0])),
-                "test_smoothed_correct_token_0_900003")
-    yield Claim(s, "§5", "every other token → 0.0000027", "0.0000027",
-                lambda: _number("0.0000027", float(label_smoothing(np.array([0]), 37_000, 0.1)[0, 1])),
-                "test_smoothed_other_token_0_0000027")
-    yield Claim(s, "Abstract", "the big model trained in 3.5 days on 8 GPUs", "3.5 days",
-                lambda: _paper("3.5 days", "s5.2.big.days"), "test_big_model_3_5_days_on_8_gpus",
-                "the paper's §5.2 prints 3.5 days on 8 P100s")
-    yield Claim(s, "§6", "the base Transformer's cost", "3.3 × 10¹⁸",
-                lambda: (_times_ten(training_flops(12, 8, "P100")), repr(training_flops(12, 8, "P100")),
-                         _same("3.3 × 10¹⁸", _times_ten(training_flops(12, 8, "P100")))),
-                "test_base_cost_3_3e18_flops", "§6.1: 12 h × 8 P100 × 9.5 TFLOPS (table2.md)")
+        yield Claim(
+            s,
+            "§3.2.1",
+            f"e^{z} = {printed}",
+            printed,
+            lambda z=z, p=printed: _number(p, math.exp(z)),
+            f"test_exp_{test}",
+        )
+    yield Claim(
+        s,
+        "§3.2.1",
+        "e^2.0 + e^1.0 + e^0.5 total 11.76",
+        "11.76",
+        lambda: _number("11.76", math.fsum(math.exp(z) for z in _SCORES)),
+        "test_exp_total_11_76",
+    )
+    yield Claim(
+        s,
+        "§3.2.1",
+        "0.63·V(animal) + 0.23·V(tired) + 0.14·V(street), V one-hot",
+        "(0.63, 0.23, 0.14)",
+        lambda: _vector(
+            "(0.63, 0.23, 0.14)", scaled_dot_product_attention(np.array([[1.0]]), _SCORES[:, None], np.eye(3))
+        ),
+        "test_attention_output_with_one_hot_values_0_63_0_23_0_14",
+        "Eq. (1) with d_k = 1, q = (1), keys = the scores",
+    )
+    yield Claim(
+        s,
+        "§3.2.1",
+        "d_k = 64: raw scores typically swing by √64 = 8.0",
+        "8.0",
+        lambda: _number("8.0", _spread(False)),
+        "test_raw_score_spread_sqrt_64_is_8_0",
+        "root mean square of q·k over 20,000 random pairs (N(0, 1) components)",
+    )
+    yield Claim(
+        s,
+        "§3.2.1",
+        "after dividing by 8 they typically swing by about 1",
+        "1.0",
+        lambda: _number("1.0", _spread(True)),
+        "test_scaled_score_spread_1_0",
+        "the same pairs, q·k / 8",
+    )
+    yield Claim(
+        s,
+        "§3.2.1",
+        "dividing by √d_k: √64 = 8",
+        "8",
+        lambda: _integer("8", math.isqrt(64)),
+        "test_scaling_divides_by_exactly_8_for_d_k_64",
+    )
+    yield Claim(
+        s,
+        "§3.2.2",
+        "each head sees 10 × 64",
+        "(10, 64)",
+        lambda: (str(_mha_shapes()[0]), str(_mha_shapes()[0]), _same("(10, 64)", str(_mha_shapes()[0]))),
+        "test_head_shape_10_by_64",
+        "head 0 of the canonical layout through Eq. (1)",
+    )
+    yield Claim(
+        s,
+        "§3.2.2",
+        "eight heads concatenated give 10 × 512",
+        "(10, 512)",
+        lambda: (str(_mha_shapes()[1]), str(_mha_shapes()[1]), _same("(10, 512)", str(_mha_shapes()[1]))),
+        "test_concat_shape_10_by_512",
+        "multi_head_attention with W^O = I",
+    )
+    yield Claim(
+        s,
+        "§3.2.2",
+        "projection weights total 4 × 512 × 512",
+        "1,048,576",
+        lambda: _integer("1,048,576", multi_head_attention_parameters(BASE, biases=False)),
+        "test_attention_projection_weights_1_048_576",
+    )
+    yield Claim(
+        s,
+        "§3.3",
+        "x W₁ = (1, −1, −2)",
+        "(1, −1, −2)",
+        lambda: _vector("(1, −1, −2)", _hidden(_X_FFN) - _hidden(-_X_FFN)),
+        "test_ffn_widened_1_minus1_minus2",
+        "max(0, a) − max(0, −a) = a, read through Eq. (2)",
+    )
+    yield Claim(
+        s,
+        "§3.3",
+        "ReLU gives (1, 0, 0)",
+        "(1, 0, 0)",
+        lambda: _vector("(1, 0, 0)", _hidden(_X_FFN)),
+        "test_ffn_relu_1_0_0",
+    )
+    yield Claim(
+        s,
+        "§3.3",
+        "FFN(1, −1) = (2, 0)",
+        "(2, 0)",
+        lambda: _vector("(2, 0)", feed_forward(_X_FFN, _W1, np.zeros(3), _W2, np.zeros(2))),
+        "test_ffn_output_2_0",
+    )
+    yield Claim(
+        s,
+        "§3.3",
+        "2 × 512 × 2048 + 2048 + 512 parameters per layer",
+        "2,099,712",
+        lambda: _integer("2,099,712", feed_forward_parameters(BASE)),
+        "test_ffn_parameters_2_099_712",
+    )
+    yield Claim(
+        s,
+        "§3.3",
+        "about twice the attention layer's projections",
+        "2",
+        lambda: _number("2", feed_forward_parameters(BASE) / multi_head_attention_parameters(BASE, biases=False)),
+        "test_ffn_about_twice_attention_projections",
+    )
+    yield Claim(
+        s,
+        "§3.4",
+        "√d_model = √512 ≈ 22.6",
+        "22.6",
+        lambda: _number("22.6", float(embedding_lookup(np.array([0]), np.eye(1, 512))[0, 0])),
+        "test_sqrt_512_is_22_6",
+        "the scale embedding_lookup applies",
+    )
+    yield Claim(
+        s,
+        "§3.4",
+        "E is 37,000 × 512 numbers",
+        "18,944,000",
+        lambda: _integer("18,944,000", parameter_breakdown(BASE, vocab_size=37_000)["embedding"]),
+        "test_embedding_numbers_18_944_000",
+    )
+    yield Claim(
+        s,
+        "§3.4",
+        "sharing saves two more copies of that",
+        "37,888,000",
+        lambda: _integer("37,888,000", parameter_count(BASE, embeddings="separate_all") - parameter_count(BASE)),
+        "test_sharing_saves_two_copies_37_888_000",
+        "three matrices minus one, at 37,000 tokens",
+    )
+    for pos, dim, printed, test in (
+        (1, 0, "0.841", "1_0_is_0_841"),
+        (1, 1, "0.540", "1_1_is_0_540"),
+        (1, 2, "0.822", "1_2_is_0_822"),
+        (1, 3, "0.570", "1_3_is_0_570"),
+        (10, 128, "0.841", "10_128_is_0_841"),
+    ):
+        yield Claim(
+            s,
+            "§3.5",
+            f"PE({pos}, {dim}) = {printed}",
+            printed,
+            lambda pos=pos, dim=dim, p=printed: _number(p, _pe(pos, dim)),
+            f"test_pe_{test}",
+        )
+    yield Claim(
+        s,
+        "§3.5",
+        "the i = 1 pair divides by 1.0366",
+        "1.0366",
+        lambda: _number("1.0366", _divisor(1, 2)),
+        "test_pe_divisor_pair_1_is_1_0366",
+        "read back from the PE table: pos / atan2(sin, cos)",
+    )
+    yield Claim(
+        s,
+        "§3.5",
+        "pair i = 64 has 10000^(128/512) = 10",
+        "10.0",
+        lambda: _number("10.0", _divisor(10, 128)),
+        "test_pe_divisor_pair_64_is_10",
+    )
+    yield Claim(
+        s,
+        "§4",
+        "past n = 512 the balance flips (n < d = 512)",
+        "512",
+        lambda: _integer("512", _flip_point()),
+        "test_attention_vs_recurrence_flips_at_n_512",
+        "first n where 2n²d >= 2nd² at d = 512",
+    )
+    yield Claim(
+        s,
+        "§5",
+        "round(d_model ** -0.5, 4) → 0.0442",
+        "0.0442",
+        lambda: _number("0.0442", float(lrate(1, 512, 1))),
+        "test_lrate_d_model_factor_0_0442",
+        "Eq. (3) at step 1, warmup 1",
+    )
+    yield Claim(
+        s,
+        "§5",
+        "round(4000 ** -0.5, 4) → 0.0158",
+        "0.0158",
+        lambda: _number("0.0158", float(lrate(4000, 1, 4000))),
+        "test_lrate_warmup_factor_0_0158",
+        "Eq. (3) with d_model = 1 at step 4000",
+    )
+    yield Claim(
+        s,
+        "§5",
+        "peak lrate(4000), in units of 10^-4 → 7.0",
+        "7.0",
+        lambda: _number("7.0", float(lrate(4000, 512)) * 1e4),
+        "test_lrate_peak_7_0e_minus_4_at_4000",
+    )
+    yield Claim(
+        s,
+        "§5",
+        "lrate(100,000), in units of 10^-4 → 1.4",
+        "1.4",
+        lambda: _number("1.4", float(lrate(100_000, 512)) * 1e4),
+        "test_lrate_at_100000_is_1_4e_minus_4",
+    )
+    yield Claim(
+        s,
+        "§5",
+        "smoothed correct token, ε_ls = 0.1, K = 37,000 → 0.900003",
+        "0.900003",
+        lambda: _number("0.900003", float(label_smoothing(np.array([0]), 37_000, 0.1)[0, 0])),
+        "test_smoothed_correct_token_0_900003",
+    )
+    yield Claim(
+        s,
+        "§5",
+        "every other token → 0.0000027",
+        "0.0000027",
+        lambda: _number("0.0000027", float(label_smoothing(np.array([0]), 37_000, 0.1)[0, 1])),
+        "test_smoothed_other_token_0_0000027",
+    )
+    yield Claim(
+        s,
+        "Abstract",
+        "the big model trained in 3.5 days on 8 GPUs",
+        "3.5 days",
+        lambda: _paper("3.5 days", "s5.2.big.days"),
+        "test_big_model_3_5_days_on_8_gpus",
+        "the paper's §5.2 prints 3.5 days on 8 P100s",
+    )
+    yield Claim(
+        s,
+        "§6",
+        "the base Transformer's cost",
+        "3.3 × 10¹⁸",
+        lambda: (
+            _times_ten(training_flops(12, 8, "P100")),
+            repr(training_flops(12, 8, "P100")),
+            _same("3.3 × 10¹⁸", _times_ten(training_flops(12, 8, "P100"))),
+        ),
+        "test_base_cost_3_3e18_flops",
+        "§6.1: 12 h × 8 P100 × 9.5 TFLOPS (table2.md)",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,10 +536,12 @@ def _ffn_share() -> tuple[str, str, str]:
     non_embedding = sum(v for k, v in parts.items() if k != "embedding")
     total = sum(parts.values())
     decoder_only = Fraction(2 * 512 * 2048, 2 * 512 * 2048 + 4 * 512 * 512)
-    return (f"{ffn / non_embedding:.0%} of non-embedding, {ffn / total:.0%} of all",
-            f"{fmt_int(ffn)} / {fmt_int(non_embedding)} / {fmt_int(total)}; one attention + FFN per layer: {decoder_only}; "
-            f"'about 2/3' taken as [7/12, 3/4)",
-            ffn_share_verdict(Fraction(ffn, non_embedding), decoder_only))  # fmt: skip
+    return (
+        f"{ffn / non_embedding:.0%} of non-embedding, {ffn / total:.0%} of all",
+        f"{fmt_int(ffn)} / {fmt_int(non_embedding)} / {fmt_int(total)}; one attention + FFN per layer: {decoder_only}; "
+        f"'about 2/3' taken as [7/12, 3/4)",
+        ffn_share_verdict(Fraction(ffn, non_embedding), decoder_only),
+    )
 
 
 #: Keys at which the saturation claim is checked: the seed's own 10-token example, and many keys
@@ -332,9 +564,11 @@ def saturation_verdict(short: float, long: float, level: float = 0.9) -> str:
 def _saturation_claim() -> tuple[str, str, str]:
     short, long = (saturation.via_chi(512, n, 10_000 if n < 100 else 1_000, max_share_only=True) for n in SATURATION_N)
     m_short, m_long = short["unscaled_max_share_mean"], long["unscaled_max_share_mean"]
-    return (f"{m_short:.3f} at n = {SATURATION_N[0]} keys, {m_long:.3f} at n = {SATURATION_N[1]}",
-            f"± {short['unscaled_max_share_se']:.2g} and ± {long['unscaled_max_share_se']:.2g} (SE)",
-            saturation_verdict(m_short, m_long))  # fmt: skip
+    return (
+        f"{m_short:.3f} at n = {SATURATION_N[0]} keys, {m_long:.3f} at n = {SATURATION_N[1]}",
+        f"± {short['unscaled_max_share_se']:.2g} and ± {long['unscaled_max_share_se']:.2g} (SE)",
+        saturation_verdict(m_short, m_long),
+    )
 
 
 def margin_verdict(margin: Fraction, claimed: Fraction) -> str:
@@ -344,16 +578,27 @@ def margin_verdict(margin: Fraction, claimed: Fraction) -> str:
 
 def _bleu_margin() -> tuple[str, str, str]:
     big = Fraction(paper.printed("table2.Transformer (big).bleu_en_de").text)
-    best = max(Fraction(paper.printed(f"table2.{r}.bleu_en_de").text) for r in paper.TABLE2_ROWS
-               if not r.startswith("Transformer") and f"table2.{r}.bleu_en_de" in paper.PRINTED)  # fmt: skip
+    best = max(
+        Fraction(paper.printed(f"table2.{r}.bleu_en_de").text)
+        for r in paper.TABLE2_ROWS
+        if not r.startswith("Transformer") and f"table2.{r}.bleu_en_de" in paper.PRINTED
+    )
     margin = big - best
-    return f"{float(margin):.2f}", f"28.4 − {float(best)} (best earlier EN-DE, Table 2)", margin_verdict(margin, Fraction(2))
+    return (
+        f"{float(margin):.2f}",
+        f"28.4 − {float(best)} (best earlier EN-DE, Table 2)",
+        margin_verdict(margin, Fraction(2)),
+    )
 
 
 def _heads_difference() -> tuple[str, str, str]:
     bleu = {r: Fraction(paper.printed(f"table3.{r}.BLEU").text) for r in ("base", "A1", "A2", "A3", "A4")}
     diff = max(bleu.values()) - bleu["A1"]
-    return f"{float(diff):.1f}", f"best of base/A rows {float(max(bleu.values()))} − A1 (h = 1) {float(bleu['A1'])}", _same("0.9", f"{float(diff):.1f}")
+    return (
+        f"{float(diff):.1f}",
+        f"best of base/A rows {float(max(bleu.values()))} − A1 (h = 1) {float(bleu['A1'])}",
+        _same("0.9", f"{float(diff):.1f}"),
+    )
 
 
 def _big_adds_a_point() -> tuple[str, str, str]:
@@ -372,38 +617,108 @@ def fraction_verdict(ratio: Fraction) -> str:
 def _cost_fraction() -> tuple[str, str, str]:
     big = Fraction(str(paper.printed("table2.Transformer (big).cost_en_de").value))
     moe = Fraction(str(paper.printed("table2.MoE.cost_en_fr").value))
-    return (f"{float(big / moe):.2f}", "big (2.3·10^19) ÷ MoE EN-FR (1.2·10^20), the previous single-model best (table2.md)",
-            fraction_verdict(big / moe))  # fmt: skip
+    return (
+        f"{float(big / moe):.2f}",
+        "big (2.3·10^19) ÷ MoE EN-FR (1.2·10^20), the previous single-model best (table2.md)",
+        fraction_verdict(big / moe),
+    )
 
 
 def _extras() -> Iterator[Claim]:
     s0, s1 = SEED_000, SEED_001
-    yield Claim(s0, "Abstract", "28.4 BLEU on English→German", "28.4", lambda: _paper("28.4", "table2.Transformer (big).bleu_en_de"))
-    yield Claim(s0, "Abstract", "41.8 on English→French", "41.8", lambda: _paper("41.8", "table2.Transformer (big).bleu_en_fr"),
-                note="v7 Table 2 and abstract; v7 §6.1 text and NIPS print 41.0")
-    yield Claim(s0, "§3.2.1", "at d_k = 512 without scaling, the largest share averages above 0.9", "above 0.9",
-                _saturation_claim, note="the seed gives no number of keys; checked at 10 and 3000 (saturation.md sweeps n)")
+    yield Claim(
+        s0,
+        "Abstract",
+        "28.4 BLEU on English→German",
+        "28.4",
+        lambda: _paper("28.4", "table2.Transformer (big).bleu_en_de"),
+    )
+    yield Claim(
+        s0,
+        "Abstract",
+        "41.8 on English→French",
+        "41.8",
+        lambda: _paper("41.8", "table2.Transformer (big).bleu_en_fr"),
+        note="v7 Table 2 and abstract; v7 §6.1 text and NIPS print 41.0",
+    )
+    yield Claim(
+        s0,
+        "§3.2.1",
+        "at d_k = 512 without scaling, the largest share averages above 0.9",
+        "above 0.9",
+        _saturation_claim,
+        note="the seed gives no number of keys; checked at 10 and 3000 (saturation.md sweeps n)",
+    )
     yield Claim(s0, "§3.2.2", "h = 8 heads over 512 / 8 = 64 numbers each", "64", lambda: _integer("64", BASE.d_k))
-    yield Claim(s0, "§3.3", "feed-forward layers hold about two-thirds of a Transformer's parameters", "about 2/3",
-                _ffn_share, note="true of a decoder-only stack (FFN 8d² of 12d² per layer), not of the paper's base model")
-    yield Claim(s0, "§6", "3.3 × 10¹⁸ FLOPs, against 9.6 × 10¹⁸ for ConvS2S", "9.6 × 10¹⁸",
-                lambda: _paper("9.6 × 10¹⁸", "table2.ConvS2S.cost_en_de", 9.6e18))
+    yield Claim(
+        s0,
+        "§3.3",
+        "feed-forward layers hold about two-thirds of a Transformer's parameters",
+        "about 2/3",
+        _ffn_share,
+        note="true of a decoder-only stack (FFN 8d² of 12d² per layer), not of the paper's base model",
+    )
+    yield Claim(
+        s0,
+        "§6",
+        "3.3 × 10¹⁸ FLOPs, against 9.6 × 10¹⁸ for ConvS2S",
+        "9.6 × 10¹⁸",
+        lambda: _paper("9.6 × 10¹⁸", "table2.ConvS2S.cost_en_de", 9.6e18),
+    )
     yield Claim(s0, "§6 (Table 3)", "one head is 0.9 BLEU worse than the best setting", "0.9", _heads_difference)
     yield Claim(s0, "§6", "the big model adds another point", "1", _big_adds_a_point)
-    yield Claim(s1, "Attention Mechanism", "h = 8 heads with d_k = d_v = d_model/h = 64 (d_model = 512)", "64",
-                lambda: _integer("64", BASE.d_model // BASE.num_heads))
-    yield Claim(s1, "So… did it work?", "28.4 BLEU, beating every previous model by more than 2 points", "more than 2",
-                _bleu_margin)
-    yield Claim(s1, "So… did it work?", "41.8 BLEU after 3.5 days on 8 GPUs", "41.8", lambda: _paper("41.8", "table2.Transformer (big).bleu_en_fr"),
-                note="v7; the NIPS version prints 41.0")
-    yield Claim(s1, "So… did it work?", "a fraction of what the previous best cost to train", "a fraction", _cost_fraction)
-    yield Claim(s1, "So… did it work?", "the smaller base model was trained in just 12 hours", "12 hours",
-                lambda: _paper("12 hours", "s5.2.base.hours"))
-    yield Claim(s1, "Why Attention wins", "standard self-attention has O(n²) time complexity", "O(n²)",
-                lambda: _paper_complexity())
+    yield Claim(
+        s1,
+        "Attention Mechanism",
+        "h = 8 heads with d_k = d_v = d_model/h = 64 (d_model = 512)",
+        "64",
+        lambda: _integer("64", BASE.d_model // BASE.num_heads),
+    )
+    yield Claim(
+        s1,
+        "So… did it work?",
+        "28.4 BLEU, beating every previous model by more than 2 points",
+        "more than 2",
+        _bleu_margin,
+    )
+    yield Claim(
+        s1,
+        "So… did it work?",
+        "41.8 BLEU after 3.5 days on 8 GPUs",
+        "41.8",
+        lambda: _paper("41.8", "table2.Transformer (big).bleu_en_fr"),
+        note="v7; the NIPS version prints 41.0",
+    )
+    yield Claim(
+        s1, "So… did it work?", "a fraction of what the previous best cost to train", "a fraction", _cost_fraction
+    )
+    yield Claim(
+        s1,
+        "So… did it work?",
+        "the smaller base model was trained in just 12 hours",
+        "12 hours",
+        lambda: _paper("12 hours", "s5.2.base.hours"),
+    )
+    yield Claim(
+        s1,
+        "Why Attention wins",
+        "standard self-attention has O(n²) time complexity",
+        "O(n²)",
+        lambda: _paper_complexity(),
+    )
     for section, quote, printed, why in (
-        ("Attention Mechanism", "each token ID is encoded into a vector of size 768 (GPT-2)", "768", "a GPT-2 fact, not the paper's"),
-        ("Attention Mechanism", "the GPT-2 tokenizer gives 13 token IDs for the sentence", "13", "needs the GPT-2 tokenizer"),
+        (
+            "Attention Mechanism",
+            "each token ID is encoded into a vector of size 768 (GPT-2)",
+            "768",
+            "a GPT-2 fact, not the paper's",
+        ),
+        (
+            "Attention Mechanism",
+            "the GPT-2 tokenizer gives 13 token IDs for the sentence",
+            "13",
+            "needs the GPT-2 tokenizer",
+        ),
         ("Decoder", "DiffusionGemma: up to 4× faster generation", "4×", "a later model's report, outside the paper"),
     ):
         yield Claim(s1, section, quote, printed, None, note=why)
@@ -426,19 +741,41 @@ def main(out_dir: Path) -> str:
     rows, data = [], []
     for claim in all_claims:
         computed, unrounded, verdict = claim.compute() if claim.compute is not None else ("—", "", NOT_CHECKABLE)
-        rows.append([claim.seed[:3], claim.section, claim.quote, claim.printed, computed, verdict,
-                     "; ".join(x for x in (unrounded, claim.note) if x), f"`{claim.test}`" if claim.test else ""])  # fmt: skip
-        data.append({"seed": claim.seed, "section": claim.section, "claim": claim.quote, "printed": claim.printed,
-                     "computed": computed, "unrounded": unrounded, "verdict": verdict, "note": claim.note,
-                     "pinned_by": claim.test})  # fmt: skip
-    counts = {v: sum(d["verdict"] == v for d in data) for v in
-              (REPRODUCED, MATCHES_PAPER, QUALIFIED, NOT_CHECKABLE, DIFFERS, PAPER_DIFFERS)}  # fmt: skip
+        rows.append(
+            [
+                claim.seed[:3],
+                claim.section,
+                claim.quote,
+                claim.printed,
+                computed,
+                verdict,
+                "; ".join(x for x in (unrounded, claim.note) if x),
+                f"`{claim.test}`" if claim.test else "",
+            ]
+        )
+        data.append(
+            {
+                "seed": claim.seed,
+                "section": claim.section,
+                "claim": claim.quote,
+                "printed": claim.printed,
+                "computed": computed,
+                "unrounded": unrounded,
+                "verdict": verdict,
+                "note": claim.note,
+                "pinned_by": claim.test,
+            }
+        )
+    counts = {
+        v: sum(d["verdict"] == v for d in data)
+        for v in (REPRODUCED, MATCHES_PAPER, QUALIFIED, NOT_CHECKABLE, DIFFERS, PAPER_DIFFERS)
+    }
     pinned = len({d["pinned_by"] for d in data if d["pinned_by"]})
     report = Report(NAME, "The seeds' worked numbers", precision="float64", seed=f"{SEED}(PCG64)")
     report.add(
         "",
         f"Seeds: `shared/seeds/{SEED_000}` (000, an annotated walk through the paper) and `shared/seeds/{SEED_001}` "
-        "(001, an essay). \"Computed\" is ours, from the oracle's fast tier in this run, rounded the way the seed "
+        '(001, an essay). "Computed" is ours, from the oracle\'s fast tier in this run, rounded the way the seed '
         "rounds (the tests in `tests/test_seeds.py` also check the exact tier and the unrounded values against "
         "closed forms); for claims about the paper's own numbers, \"computed\" is the paper's printed value from "
         "`reproductions/paper.py`. Runtime: a few seconds.",
@@ -454,8 +791,11 @@ def main(out_dir: Path) -> str:
     report.table(["seed", "section", "claim", "printed", "computed", "verdict", "unrounded / note", "pinned by"], rows)
     report.section(
         "Qualified claims",
-        *(f"- {d['claim']} ({d['seed'][:3]} {d['section']}): {d['computed']}; {d['note'] or d['unrounded']}."
-          for d in data if d["verdict"] == QUALIFIED),  # fmt: skip
+        *(
+            f"- {d['claim']} ({d['seed'][:3]} {d['section']}): {d['computed']}; {d['note'] or d['unrounded']}."
+            for d in data
+            if d["verdict"] == QUALIFIED
+        ),
     )
     report.verdict = (
         f"{len(data)} claims (covering all {pinned} tests of tests/test_seeds.py): {counts[REPRODUCED]} reproduced, "

@@ -31,11 +31,22 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
+from aiayn.kit import (
+    Report,
+    aiayn_commit,
+    code_hash,
+    figure_style,
+    fmt_int,
+    progress,
+    pyplot,
+    rounded,
+    save_png,
+    write_report,
+)
 from aiayn.reference.counts import layer_operations
-from aiayn.reproductions import paper
 from aiayn.reproductions import _instrument as I
+from aiayn.reproductions import paper
 from aiayn.reproductions._layers import THREAD_VARIABLES
-from aiayn.kit import Report, aiayn_commit, code_hash, figure_style, fmt_int, progress, pyplot, rounded, save_png, write_report
 
 NAME = "table1"
 TYPES = ("self_attention", "recurrent", "convolutional", "restricted_self_attention")
@@ -48,7 +59,12 @@ LABELS = {
     "convolutional_contiguous": "Convolutional, contiguous kernels (§4)",
     "separable_convolutional": "Separable convolution (§4)",
 }
-POINT = {"n": 1024, "d": 512, "k": 3, "r": 32}  # the oracle's closed forms: where their exponents are read off (doubling each)
+POINT = {
+    "n": 1024,
+    "d": 512,
+    "k": 3,
+    "r": 32,
+}  # the oracle's closed forms: where their exponents are read off (doubling each)
 FIT_MIN_N = 256  # fit exponents on n >= this (smaller n are dominated by fixed per-call costs)
 _SUPERSCRIPTS = {"²": 2, "³": 3}
 
@@ -148,7 +164,11 @@ def measure_operations(layer_type: str) -> dict:
         sweeps["r"] = {r: I.flops(layer_type, point["n"], point["d"], point["k"], r) for r in SWEEP_R}
     fitted = {v: _sweep_exponent(values) for v, values in sweeps.items()}
     fitted = {v: e for v, e in fitted.items() if abs(e) > EXPONENT_TOLERANCE}  # a variable the count does not grow with
-    return {"sweeps": sweeps, "fitted": fitted, "at_point": I.flops(layer_type, point["n"], point["d"], point["k"], point["r"])}
+    return {
+        "sweeps": sweeps,
+        "fitted": fitted,
+        "at_point": I.flops(layer_type, point["n"], point["d"], point["k"], point["r"]),
+    }
 
 
 def _oracle_ops(layer_type: str, n: int, d: int, k: int, r: int) -> int:
@@ -170,13 +190,32 @@ def _section_complexity(report: Report) -> list[dict]:
         agree = "not a monomial: see text" if expected is None else ("yes" if _agree(m["fitted"], expected) else "NO")
         p = OPS_POINT
         oracle = _oracle_ops(layer_type, p["n"], p["d"], p["k"], p["r"])
-        rows.append([LABELS[layer_type], printed, I.DESCRIPTIONS[layer_type], fmt_int(m["at_point"]), _fmt_exponents(m["fitted"]),
-                     "—" if expected is None else ", ".join(f"{v}^{e}" for v, e in expected.items()), agree,
-                     "yes" if oracle == m["at_point"] else f"NO ({fmt_int(oracle)})"])  # fmt: skip
-        data.append({"layer_type": layer_type, "printed": printed, "layer": I.DESCRIPTIONS[layer_type], "at_point": m["at_point"],
-                     "sweeps": {v: {str(x): c for x, c in sw.items()} for v, sw in m["sweeps"].items()},
-                     "fitted_exponents": m["fitted"], "printed_exponents": expected, "agree": agree,
-                     "oracle_closed_form": oracle, "oracle_equals_count": oracle == m["at_point"]})  # fmt: skip
+        rows.append(
+            [
+                LABELS[layer_type],
+                printed,
+                I.DESCRIPTIONS[layer_type],
+                fmt_int(m["at_point"]),
+                _fmt_exponents(m["fitted"]),
+                "—" if expected is None else ", ".join(f"{v}^{e}" for v, e in expected.items()),
+                agree,
+                "yes" if oracle == m["at_point"] else f"NO ({fmt_int(oracle)})",
+            ]
+        )
+        data.append(
+            {
+                "layer_type": layer_type,
+                "printed": printed,
+                "layer": I.DESCRIPTIONS[layer_type],
+                "at_point": m["at_point"],
+                "sweeps": {v: {str(x): c for x, c in sw.items()} for v, sw in m["sweeps"].items()},
+                "fitted_exponents": m["fitted"],
+                "printed_exponents": expected,
+                "agree": agree,
+                "oracle_closed_form": oracle,
+                "oracle_equals_count": oracle == m["at_point"],
+            }
+        )
     p = OPS_POINT
     report.section(
         "Complexity per layer: operations counted on the real layers",
@@ -192,23 +231,38 @@ def _section_complexity(report: Report) -> list[dict]:
         "layer_operations`, ×2) against the count at the point.",
         "",
     )
-    report.table(["layer type", "printed", "layer measured", f"operations at n={p['n']}, d={p['d']}", "fitted exponents",
-                  "printed exponents", "agree", "oracle = count"], rows, "lllrllll")  # fmt: skip
+    report.table(
+        [
+            "layer type",
+            "printed",
+            "layer measured",
+            f"operations at n={p['n']}, d={p['d']}",
+            "fitted exponents",
+            "printed exponents",
+            "agree",
+            "oracle = count",
+        ],
+        rows,
+        "lllrllll",
+    )
     sep = next(d for d in data if d["layer_type"] == "separable_convolutional")
     report.add(
         "",
         f"The separable convolution is a sum, O(k·n·d + n·d²), so no single exponent exists: its fitted d exponent "
         f"{sep['fitted_exponents'].get('d', 0):.3f} lies between the two terms' 1 and 2, close to 2 because the pointwise "
         f"n·d² dominates the depthwise k·n·d when d > k, and its k exponent {sep['fitted_exponents'].get('k', 0):.3f} is "
-        "near 0 for the same reason (§4: \"equal to the combination of a self-attention layer and a point-wise "
-        "feed-forward layer\" for k = n).",
+        'near 0 for the same reason (§4: "equal to the combination of a self-attention layer and a point-wise '
+        'feed-forward layer" for k = n).',
     )
     return data
 
 
 def measure_sequential(layer_type: str) -> dict:
     depths = {n: I.sequential_depth(layer_type, n) for n in DEPTH_N}
-    return {"depth": {n: v["depth"] for n, v in depths.items()}, "operations": {n: v["operations"] for n, v in depths.items()}}
+    return {
+        "depth": {n: v["depth"] for n, v in depths.items()},
+        "operations": {n: v["operations"] for n, v in depths.items()},
+    }
 
 
 def measure_paths(layer_type: str) -> dict[int, int]:
@@ -252,12 +306,36 @@ def _section_paths(report: Report) -> list[dict]:
             fitted = _growth(values, kind, k)
             ratios = [values[n] / _printed_f(text, n, k, r) for n in ns]
             agree = abs(fitted - expected) <= EXPONENT_TOLERANCE
-            growth = f"slope in log_3 n {fitted:.3f} (printed 1)" if kind == "log" else f"n^{fitted:.3f} (printed n^{expected:g})"
-            rows.append([LABELS[layer_type], column, text, ", ".join(f"{values[n]}" for n in ns), growth,
-                         f"{min(ratios):.2f}–{max(ratios):.2f}", "yes" if agree else "NO"])  # fmt: skip
-            data.append({"layer_type": layer_type, "column": column, "printed": text, "n": list(ns),
-                         "values": {str(n): values[n] for n in ns}, "growth": kind, "fitted": fitted, "printed_exponent": expected,
-                         "ratio_range": [min(ratios), max(ratios)], "agree": agree})  # fmt: skip
+            growth = (
+                f"slope in log_3 n {fitted:.3f} (printed 1)"
+                if kind == "log"
+                else f"n^{fitted:.3f} (printed n^{expected:g})"
+            )
+            rows.append(
+                [
+                    LABELS[layer_type],
+                    column,
+                    text,
+                    ", ".join(f"{values[n]}" for n in ns),
+                    growth,
+                    f"{min(ratios):.2f}–{max(ratios):.2f}",
+                    "yes" if agree else "NO",
+                ]
+            )
+            data.append(
+                {
+                    "layer_type": layer_type,
+                    "column": column,
+                    "printed": text,
+                    "n": list(ns),
+                    "values": {str(n): values[n] for n in ns},
+                    "growth": kind,
+                    "fitted": fitted,
+                    "printed_exponent": expected,
+                    "ratio_range": [min(ratios), max(ratios)],
+                    "agree": agree,
+                }
+            )
     report.section(
         "Sequential operations and maximum path length, measured",
         f"Sequential operations: the longest chain of dependent operations in one call of the layer, recorded operation by "
@@ -270,25 +348,36 @@ def _section_paths(report: Report) -> list[dict]:
         "layer l), §4's contiguous one not; restricted attention's window is centred. Growth: the fitted exponent in n, "
         "or for O(log_k(n)) the fitted slope of the values against log_k n; agreement within "
         f"{EXPONENT_TOLERANCE}. The ratio column divides ours by the printed O(·)'s function of n: bounded and non-vanishing "
-        "across the sweep is what \"ours is O(that)\" means.",
+        'across the sweep is what "ours is O(that)" means.',
         "",
     )
-    report.table(["layer type", "column", "printed", "measured over the sweep", "fitted growth", "ours ÷ printed f(n)", "agree"],
-                 rows, "lllllrl")  # fmt: skip
+    report.table(
+        ["layer type", "column", "printed", "measured over the sweep", "fitted growth", "ours ÷ printed f(n)", "agree"],
+        rows,
+        "lllllrl",
+    )
     return data
 
 
 def _section_crossover(report: Report) -> dict:
     d = POINT["d"]
     counted = {n: (I.flops("self_attention", n, d), I.flops("recurrent", n, d)) for n in (d - 1, d, d + 1)}
-    below, equal, above = counted[d - 1][0] < counted[d - 1][1], counted[d][0] == counted[d][1], counted[d + 1][0] > counted[d + 1][1]
-    with_proj = [n for n in (1, d // 8, d, 8 * d)
-                 if layer_operations("self_attention", n, d).complexity + layer_operations("self_attention", n, d).projection_complexity
-                 < layer_operations("recurrent", n, d).complexity]  # fmt: skip
+    below, equal, above = (
+        counted[d - 1][0] < counted[d - 1][1],
+        counted[d][0] == counted[d][1],
+        counted[d + 1][0] > counted[d + 1][1],
+    )
+    with_proj = [
+        n
+        for n in (1, d // 8, d, 8 * d)
+        if layer_operations("self_attention", n, d).complexity
+        + layer_operations("self_attention", n, d).projection_complexity
+        < layer_operations("recurrent", n, d).complexity
+    ]
     report.section(
         "The n = d crossover (§4)",
-        f"§4: self-attention layers are faster than recurrent layers \"when the sequence length n is smaller than the "
-        f"representation dimensionality d\". Counted on the layers above at d = {d} (self-attention 4·n²·d operations, "
+        f'§4: self-attention layers are faster than recurrent layers "when the sequence length n is smaller than the '
+        f'representation dimensionality d". Counted on the layers above at d = {d} (self-attention 4·n²·d operations, '
         f"the Elman cell's two d × d products 4·n·d²): at n = d they are {'equal' if equal else 'NOT equal'} "
         f"({fmt_int(counted[d][0])} and {fmt_int(counted[d][1])}); self-attention is {'cheaper' if below else 'NOT cheaper'} "
         f"at n = d − 1 and {'dearer' if above else 'NOT dearer'} at n = d + 1. The comparison is of the sequence-mixing step "
@@ -298,8 +387,14 @@ def _section_crossover(report: Report) -> dict:
         "8·n·d² multiply-adds; our arithmetic) would put that crossover at n = 2d (2·n²·d + 4·n·d² < 8·n·d² exactly when "
         "n < 2d). See table1.png.",
     )
-    return {"d": d, "counted": {str(n): list(v) for n, v in counted.items()}, "equal_at_n_equals_d": equal, "cheaper_below": below,
-            "dearer_above": above, "with_projections_cheaper_at": with_proj}  # fmt: skip
+    return {
+        "d": d,
+        "counted": {str(n): list(v) for n, v in counted.items()},
+        "equal_at_n_equals_d": equal,
+        "cheaper_below": below,
+        "dearer_above": above,
+        "with_projections_cheaper_at": with_proj,
+    }
 
 
 def _figure_counts(out_dir: Path) -> Path:
@@ -310,11 +405,21 @@ def _figure_counts(out_dir: Path) -> Path:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for layer_type in TYPES:
             pts = [(n, I.flops(layer_type, n, d, k, r)) for n in ns]
-            ax.plot(*zip(*pts), marker="o", ms=3, label=f"{LABELS[layer_type]} ({paper.printed(f'table1.{layer_type}.complexity').text})")
+            ax.plot(
+                *zip(*pts),
+                marker="o",
+                ms=3,
+                label=f"{LABELS[layer_type]} ({paper.printed(f'table1.{layer_type}.complexity').text})",
+            )
         ax.axvline(d, color="grey", ls="--", lw=1)
         ax.annotate(f"n = d = {d}", (d, 1e8), xytext=(6, 0), textcoords="offset points", color="grey")
-        ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel="operations per layer (FlopCounterMode)",
-               title=f"Table 1 layers counted at d = {d}, k = {k}, r = {r}")  # fmt: skip
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="sequence length n",
+            ylabel="operations per layer (FlopCounterMode)",
+            title=f"Table 1 layers counted at d = {d}, k = {k}, r = {r}",
+        )
         ax.legend(fontsize=8)
         ax.grid(True, which="major", alpha=0.3)
         return save_png(fig, out_dir / "table1.png")
@@ -322,8 +427,12 @@ def _figure_counts(out_dir: Path) -> Path:
 
 def write_counts(out_dir: Path) -> str:
     """The deterministic part: table1.md, table1.json, table1.png. Returns the verdict."""
-    report = Report(NAME, "Table 1: per-layer complexity, sequential operations, path length, measured on real layers",
-                    precision="exact-integer", packages=("numpy", "torch", "matplotlib"))  # fmt: skip
+    report = Report(
+        NAME,
+        "Table 1: per-layer complexity, sequential operations, path length, measured on real layers",
+        precision="exact-integer",
+        packages=("numpy", "torch", "matplotlib"),
+    )
     report.add(
         "",
         "Printed values: Table 1 and §4 of arXiv:1706.03762 v7 (the same in NIPS 2017), from `reproductions/paper.py`. "
@@ -350,8 +459,13 @@ def write_counts(out_dir: Path) -> str:
         f"forms {'equal' if oracle_ok else 'DIFFER from'} the counts; counts cross at n = d = {POINT['d']}: "
         f"{'yes' if crossover['equal_at_n_equals_d'] else 'NO'}."
     )
-    report.data = {"operations_point": OPS_POINT, "complexity": complexity, "sequential_and_path": paths, "crossover": crossover,
-                   "exponent_tolerance": EXPONENT_TOLERANCE}  # fmt: skip
+    report.data = {
+        "operations_point": OPS_POINT,
+        "complexity": complexity,
+        "sequential_and_path": paths,
+        "crossover": crossover,
+        "exponent_tolerance": EXPONENT_TOLERANCE,
+    }
     write_report(out_dir, report)
     return report.verdict
 
@@ -364,8 +478,9 @@ def write_counts(out_dir: Path) -> str:
 def run_sweep() -> dict:
     """Run aiayn.reproductions._layers in a fresh interpreter with one BLAS/OpenMP thread; return its JSON."""
     env = {**os.environ, **{v: "1" for v in THREAD_VARIABLES}}
-    result = subprocess.run([sys.executable, "-m", "aiayn.reproductions._layers"], env=env, stdout=subprocess.PIPE,
-                            text=True, check=False)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn.reproductions._layers"], env=env, stdout=subprocess.PIPE, text=True, check=False
+    )
     if result.returncode != 0:
         raise RuntimeError(f"aiayn.reproductions._layers exited with {result.returncode}; its stderr is above")
     return json.loads(result.stdout)
@@ -424,11 +539,21 @@ def _write_measured(out_dir: Path, sweep: dict, measurement: dict) -> str:
     fits = {t: fit_exponent(fit_ns, [sweep["seconds"][t][str(n)] for n in fit_ns]) for t in TYPES}
     counted_n = {t: counted_exponents(t)["n"] for t in TYPES}
     cross = crossover(ns, series["self_attention"], series["recurrent"])
-    rate = {t: [2 * _complexity(t, {"n": n, "d": sweep["d"], "k": sweep["k"], "r": min(sweep["r"], n)}) / s / 1e9
-                for n, s in zip(ns, series[t])] for t in TYPES}  # fmt: skip
+    rate = {
+        t: [
+            2 * _complexity(t, {"n": n, "d": sweep["d"], "k": sweep["k"], "r": min(sweep["r"], n)}) / s / 1e9
+            for n, s in zip(ns, series[t])
+        ]
+        for t in TYPES
+    }
     threads = ", ".join(f"{v}={sweep['threads'][v]}" for v in THREAD_VARIABLES)
-    report = Report(f"{NAME}-measured", "Table 1, measured: our NumPy layers on one thread", precision="float64",
-                    seed=str(sweep["seed"]), packages=("numpy", "matplotlib"))  # fmt: skip
+    report = Report(
+        f"{NAME}-measured",
+        "Table 1, measured: our NumPy layers on one thread",
+        precision="float64",
+        seed=str(sweep["seed"]),
+        packages=("numpy", "matplotlib"),
+    )
     report.generator = (__name__,)
     report.fields = {"results_commit": ",".join(measurement["commits"]), "results_code": ",".join(measurement["codes"])}
     report.add(
@@ -442,14 +567,28 @@ def _write_measured(out_dir: Path, sweep: dict, measurement: dict) -> str:
         staleness_line(BY_NAME[f"{NAME}-measured"], measurement),
     )
     report.section("Seconds per call")
-    report.table(["layer type", *(f"n={n}" for n in ns)], [[LABELS[t], *(f"{s:.2e}" for s in series[t])] for t in TYPES],
-                 "l" + "r" * len(ns))  # fmt: skip
-    report.section("Growth exponents in n", f"Least-squares slope of log(time) on log(n) over n >= {FIT_MIN_N} (below that, "
-                   "fixed per-call costs dominate), against the counted exponent (table1.md).", "")  # fmt: skip
-    report.table(["layer type", "measured", "counted"], [[LABELS[t], f"{fits[t]:.2f}", f"{counted_n[t]:g}"] for t in TYPES], "lrr")
+    report.table(
+        ["layer type", *(f"n={n}" for n in ns)],
+        [[LABELS[t], *(f"{s:.2e}" for s in series[t])] for t in TYPES],
+        "l" + "r" * len(ns),
+    )
+    report.section(
+        "Growth exponents in n",
+        f"Least-squares slope of log(time) on log(n) over n >= {FIT_MIN_N} (below that, "
+        "fixed per-call costs dominate), against the counted exponent (table1.md).",
+        "",
+    )
+    report.table(
+        ["layer type", "measured", "counted"],
+        [[LABELS[t], f"{fits[t]:.2f}", f"{counted_n[t]:g}"] for t in TYPES],
+        "lrr",
+    )
     report.section("Achieved rate (2 × counted multiply-adds ÷ time, GFLOP/s)")
-    report.table(["layer type", *(f"n={n}" for n in ns)], [[LABELS[t], *(f"{g:.1f}" for g in rate[t])] for t in TYPES],
-                 "l" + "r" * len(ns))  # fmt: skip
+    report.table(
+        ["layer type", *(f"n={n}" for n in ns)],
+        [[LABELS[t], *(f"{g:.1f}" for g in rate[t])] for t in TYPES],
+        "l" + "r" * len(ns),
+    )
     med = {t: statistics.median(g for n, g in zip(ns, rate[t]) if n >= FIT_MIN_N) for t in TYPES}
     cross_text = "never within the sweep" if cross is None else f"n ≈ {cross:.0f}"
     report.section(
@@ -465,11 +604,19 @@ def _write_measured(out_dir: Path, sweep: dict, measurement: dict) -> str:
         "![Measured seconds per call against n](table1-measured.png)",
     )
     report.verdict = (
-        "measured growth in n: " + ", ".join(f"{LABELS[t]} {fits[t]:.2f} (counted {counted_n[t]:g})" for t in TYPES)
+        "measured growth in n: "
+        + ", ".join(f"{LABELS[t]} {fits[t]:.2f} (counted {counted_n[t]:g})" for t in TYPES)
         + f"; self-attention overtakes recurrent at {cross_text} (counted: n = d = {sweep['d']})"
     )
-    report.data = {"sweep": sweep, "measurement": measurement, "fit_min_n": FIT_MIN_N, "fitted_exponents": fits,
-                   "counted_exponents": counted_n, "crossover_n": cross, "gflops": rate}  # fmt: skip
+    report.data = {
+        "sweep": sweep,
+        "measurement": measurement,
+        "fit_min_n": FIT_MIN_N,
+        "fitted_exponents": fits,
+        "counted_exponents": counted_n,
+        "crossover_n": cross,
+        "gflops": rate,
+    }
     _figure_measured(out_dir, ns, series, cross, sweep["d"])
     write_report(out_dir, report, stem=f"{NAME}-measured")
     return report.verdict
@@ -484,8 +631,13 @@ def _figure_measured(out_dir: Path, ns: list[int], series: dict[str, list[float]
         ax.axvline(d, color="grey", ls="--", lw=1, label=f"n = d = {d} (counted crossover)")
         if cross is not None:
             ax.axvline(cross, color="black", ls=":", lw=1, label=f"measured crossover n ≈ {cross:.0f}")
-        ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel="seconds per call (one thread)",
-               title=f"Our NumPy layers, d = {d} (measured; varies run to run)")  # fmt: skip
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="sequence length n",
+            ylabel="seconds per call (one thread)",
+            title=f"Our NumPy layers, d = {d} (measured; varies run to run)",
+        )
         ax.legend(fontsize=8)
         ax.grid(True, which="major", alpha=0.3)
         return save_png(fig, out_dir / "table1-measured.png")

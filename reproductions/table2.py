@@ -16,9 +16,17 @@ from __future__ import annotations
 from fractions import Fraction
 from pathlib import Path
 
-from aiayn.reference.counts import BASE, BIG, GPU_TFLOPS, TransformerConfig, parameter_breakdown, parameter_count, training_flops
-from aiayn.reproductions import paper
 from aiayn.kit import Report, fmt_int, fmt_sci, progress, write_report
+from aiayn.reference.counts import (
+    BASE,
+    BIG,
+    GPU_TFLOPS,
+    TransformerConfig,
+    parameter_breakdown,
+    parameter_count,
+    training_flops,
+)
+from aiayn.reproductions import paper
 
 NAME = "table2"
 GPUS = ("K80", "K40", "M40", "P100")
@@ -100,32 +108,54 @@ def _section_cells(report: Report, runs: dict[str, dict]) -> list[dict]:
         step_hours = run["steps"] * run["seconds_per_step"] / 3600
         by_steps = exact_cost(step_hours, run["gpus"], rate)
         printed = run["printed"]
-        rows.append([
-            name, f"{run['time_text']} = {float(run['hours']):g} h × {run['gpus']} × 9.5·10^12 FLOP/s × 3600 s/h",
-            fmt_int(int(by_time)), as_printed(by_time), printed.text,
-            "yes" if as_printed(by_time) == printed.text else "NO",
-            f"{run['steps']:,} × {float(run['seconds_per_step'])} s = {float(step_hours):.2f} h → {as_printed(by_steps)}",
-        ])  # fmt: skip
-        data.append({
-            "model": name, "hours": float(run["hours"]), "gpus": run["gpus"], "tflops": float(rate),
-            "exact_flops": int(by_time), "oracle_training_flops": oracle, "as_printed": as_printed(by_time),
-            "printed": printed.text, "printed_provenance": printed.provenance(),
-            "reproduced": as_printed(by_time) == printed.text,
-            "hours_from_steps": float(step_hours), "flops_from_steps": float(by_steps),
-        })  # fmt: skip
+        rows.append(
+            [
+                name,
+                f"{run['time_text']} = {float(run['hours']):g} h × {run['gpus']} × 9.5·10^12 FLOP/s × 3600 s/h",
+                fmt_int(int(by_time)),
+                as_printed(by_time),
+                printed.text,
+                "yes" if as_printed(by_time) == printed.text else "NO",
+                f"{run['steps']:,} × {float(run['seconds_per_step'])} s = {float(step_hours):.2f} h → {as_printed(by_steps)}",
+            ]
+        )
+        data.append(
+            {
+                "model": name,
+                "hours": float(run["hours"]),
+                "gpus": run["gpus"],
+                "tflops": float(rate),
+                "exact_flops": int(by_time),
+                "oracle_training_flops": oracle,
+                "as_printed": as_printed(by_time),
+                "printed": printed.text,
+                "printed_provenance": printed.provenance(),
+                "reproduced": as_printed(by_time) == printed.text,
+                "hours_from_steps": float(step_hours),
+                "flops_from_steps": float(by_steps),
+            }
+        )
         if Fraction(oracle) != by_time:
             rel = abs(Fraction(oracle) - by_time) / by_time
             report.add(f"(oracle `training_flops` differs from the exact product by {float(rel):.1e} relative)")
     report.section(
         "The Transformer cells, by §6.1's method",
-        "§6.1: \"multiplying the training time, the number of GPUs used, and an estimate of the sustained "
-        "single-precision floating-point capacity of each GPU\"; footnote 5: 9.5 TFLOPS for a P100; §5.2: "
+        '§6.1: "multiplying the training time, the number of GPUs used, and an estimate of the sustained '
+        'single-precision floating-point capacity of each GPU"; footnote 5: 9.5 TFLOPS for a P100; §5.2: '
         "8 P100s, base 12 hours, big 3.5 days. Ours is the exact product (rational arithmetic; "
         "`aiayn.reference.counts.training_flops` gives the same float). Table 2 prints one cell for both language pairs.",
         "",
     )
     report.table(
-        ["model", "time × GPUs × rate", "ours, exact (FLOPs)", "ours as printed", "printed", "reproduced", "from steps × s/step instead"],
+        [
+            "model",
+            "time × GPUs × rate",
+            "ours, exact (FLOPs)",
+            "ours as printed",
+            "printed",
+            "reproduced",
+            "from steps × s/step instead",
+        ],
         rows,
         "llrllll",
     )
@@ -136,7 +166,7 @@ def _section_cells(report: Report, runs: dict[str, dict]) -> list[dict]:
         notes.append(f"{d['model']}: {d['hours_from_steps']:.2f} h against the stated {d['hours']:g} h, {agree}")
     report.add(
         "",
-        "§5.2 also gives steps and seconds per step (\"about 0.4 seconds\" for base is itself rounded). "
+        '§5.2 also gives steps and seconds per step ("about 0.4 seconds" for base is itself rounded). '
         "Timing the run that way instead: " + "; ".join(notes) + ". The printed cells follow the stated times.",
     )
     return data
@@ -206,24 +236,50 @@ def _section_quarter(report: Report, runs: dict[str, dict]) -> dict:
         ratio = _frac(big.value) / _frac(other.value)
         worst = big_hi / printed_interval(other)[0]  # largest ratio the two rounded cells allow
         kind = "ensemble" if row in paper.TABLE2_ENSEMBLES else "single"
-        rows.append([
-            row, kind, bleu.text, other.text, f"{float(ratio):.3f}", f"{float(big_exact / _frac(other.value)):.3f}",
-            f"{float(worst):.3f}", "yes" if worst < claim else "no",
-        ])  # fmt: skip
-        data.append({"model": row, "kind": kind, "bleu_en_fr": bleu.value, "cost_en_fr": other.text,
-                     "ratio_printed": float(ratio), "ratio_exact_big": float(big_exact / _frac(other.value)),
-                     "ratio_worst_case": float(worst), "below_quarter": worst < claim})  # fmt: skip
+        rows.append(
+            [
+                row,
+                kind,
+                bleu.text,
+                other.text,
+                f"{float(ratio):.3f}",
+                f"{float(big_exact / _frac(other.value)):.3f}",
+                f"{float(worst):.3f}",
+                "yes" if worst < claim else "no",
+            ]
+        )
+        data.append(
+            {
+                "model": row,
+                "kind": kind,
+                "bleu_en_fr": bleu.value,
+                "cost_en_fr": other.text,
+                "ratio_printed": float(ratio),
+                "ratio_exact_big": float(big_exact / _frac(other.value)),
+                "ratio_worst_case": float(worst),
+                "below_quarter": worst < claim,
+            }
+        )
     singles = [d for d in data if d["kind"] == "single"]
     sota = max(singles, key=lambda d: d["bleu_en_fr"])
     report.section(
-        "\"At less than 1/4 the training cost of the previous state-of-the-art model\" (§6.1)",
+        '"At less than 1/4 the training cost of the previous state-of-the-art model" (§6.1)',
         f"Big's cost {big.text} (one cell for both pairs; exact by §6.1's method {fmt_sci(float(big_exact), 6)}) "
-        "divided by each earlier system's EN-FR cost. \"Worst case\" takes big at the top of its printed rounding "
+        'divided by each earlier system\'s EN-FR cost. "Worst case" takes big at the top of its printed rounding '
         "interval and the other at the bottom of its own.",
         "",
     )
     report.table(
-        ["earlier system", "kind", "EN-FR BLEU", "EN-FR cost", "ratio (printed)", "ratio (big exact)", "worst case", "< 1/4"],
+        [
+            "earlier system",
+            "kind",
+            "EN-FR BLEU",
+            "EN-FR cost",
+            "ratio (printed)",
+            "ratio (big exact)",
+            "worst case",
+            "< 1/4",
+        ],
         rows,
         "lllrrrrl",
     )
@@ -232,8 +288,8 @@ def _section_quarter(report: Report, runs: dict[str, dict]) -> dict:
         f"The previous single-model state of the art on EN-FR in Table 2 is {sota['model']} ({sota['bleu_en_fr']} BLEU): "
         f"ratio {sota['ratio_printed']:.3f}. The claim holds against every earlier EN-FR system, single or ensemble, "
         f"even in the worst rounding case (largest: {max(d['ratio_worst_case'] for d in data):.3f})."
-        if all(d["below_quarter"] for d in data) else
-        "The claim fails against at least one earlier system in the worst rounding case (see the table).",
+        if all(d["below_quarter"] for d in data)
+        else "The claim fails against at least one earlier system in the worst rounding case (see the table).",
         "",
         f"Big's EN-FR BLEU is printed as {bleu_big['v7'].text} in v7's Table 2 and abstract and as "
         f"{bleu_big['text'].text} in v7's §6.1 text and the NIPS version; either beats every earlier single model "
@@ -262,7 +318,8 @@ def _section_en_de(report: Report, runs: dict[str, dict]) -> dict:
     )
     above = {name: [d["model"] for d in data if d["transformer"] == name and d["ratio"] >= 1] for name in runs}
     summary = "; ".join(
-        f"{name} is cheaper than every earlier EN-DE system" if not models
+        f"{name} is cheaper than every earlier EN-DE system"
+        if not models
         else f"{name} is not cheaper than {', '.join(models)}"
         for name, models in above.items()
     )
@@ -274,7 +331,7 @@ def _section_en_de(report: Report, runs: dict[str, dict]) -> dict:
     report.table(["Transformer", "earlier system", "EN-DE cost", "ratio"], rows, "lllr")
     report.add(
         "",
-        f"§6.1's EN-DE quality claim, \"{_p('s6.1.en_de_margin').text}\" over the best previous models including "
+        f'§6.1\'s EN-DE quality claim, "{_p("s6.1.en_de_margin").text}" over the best previous models including '
         f"ensembles: 28.4 minus the best earlier EN-DE cell is {float(margin):.2f} BLEU "
         f"({'holds' if margin > _frac(_p('s6.1.en_de_margin').value) else 'does not hold'}, by the printed values).",
     )
@@ -331,9 +388,13 @@ def six_nd(config: TransformerConfig, vocab: int, steps: int, src_tokens: int, t
     n_src, n_tgt = per_token_parameters(config, vocab)
     if n_src + n_tgt != n_total:
         raise AssertionError(f"per-side parameters {n_src} + {n_tgt} != total {n_total} at V = {vocab}")
-    return {"parameters": n_total, "source_side": n_src, "target_side": n_tgt,
-            "six_n_d_all_tokens": 6 * n_total * (src_tokens + tgt_tokens) * steps,
-            "six_n_d_per_side": 6 * (n_src * src_tokens + n_tgt * tgt_tokens) * steps}  # fmt: skip
+    return {
+        "parameters": n_total,
+        "source_side": n_src,
+        "target_side": n_tgt,
+        "six_n_d_all_tokens": 6 * n_total * (src_tokens + tgt_tokens) * steps,
+        "six_n_d_per_side": 6 * (n_src * src_tokens + n_tgt * tgt_tokens) * steps,
+    }
 
 
 def _section_six_nd(report: Report, runs: dict[str, dict]) -> dict:
@@ -353,10 +414,19 @@ def _section_six_nd(report: Report, runs: dict[str, dict]) -> dict:
                 return "–".join(texts)
 
             ratio = [e["six_n_d_per_side"] / float(paper_cost) for e in ends]
-            rows.append([name, f"{kind}: {_vocab_text((lo, hi))}", span("parameters", fmt_int),
-                         span("source_side", fmt_int) + " / " + span("target_side", fmt_int), f"{run['steps']:,}",
-                         span("six_n_d_all_tokens"), span("six_n_d_per_side"), fmt_sci(float(paper_cost), 3),
-                         "–".join(dict.fromkeys(f"{x:.0%}" for x in ratio))])  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    f"{kind}: {_vocab_text((lo, hi))}",
+                    span("parameters", fmt_int),
+                    span("source_side", fmt_int) + " / " + span("target_side", fmt_int),
+                    f"{run['steps']:,}",
+                    span("six_n_d_all_tokens"),
+                    span("six_n_d_per_side"),
+                    fmt_sci(float(paper_cost), 3),
+                    "–".join(dict.fromkeys(f"{x:.0%}" for x in ratio)),
+                ]
+            )
             data[name]["vocabularies"][kind] = {"vocab": [lo, hi], "at": ends, "per_side_over_paper": ratio}
     report.section(
         "Another way: 6·N·D, at both vocabularies",
@@ -364,17 +434,26 @@ def _section_six_nd(report: Report, runs: dict[str, dict]) -> dict:
         "backward). Which tokens count matters in an encoder-decoder: a source token passes only through the "
         "encoder (and the cross-attention K/V projections), a target token only through the rest of the decoder "
         "and the tied output projection. So the right product is 6·(N_src·D_src + N_tgt·D_tgt) with "
-        f"D_src = {src_tokens:,} and D_tgt = {tgt_tokens:,} tokens per step (§5.1, \"approximately\") times the "
+        f'D_src = {src_tokens:,} and D_tgt = {tgt_tokens:,} tokens per step (§5.1, "approximately") times the '
         f"steps (§5.2); N_src + N_tgt = N, so with equal token counts this is 6·N·{src_tokens:,}·steps. Multiplying "
-        "the whole N by source plus target tokens (the \"all tokens\" column) counts every token twice. "
+        'the whole N by source plus target tokens (the "all tokens" column) counts every token twice. '
         "N: `aiayn.reference.counts` at two vocabularies, because N depends on V through the shared embedding: the "
         f"stated {_vocab_text(vocabs['stated'])} (§5.1) and {_vocab_text(vocabs['inferred'])}, the vocabulary the other rows "
         "of Table 3's params column imply (table3.md).",
         "",
     )
     report.table(
-        ["model", "vocabulary", "N", "N_src / N_tgt", "steps", "6·N·(D_src+D_tgt)", "6·(N_src·D_src + N_tgt·D_tgt)", "§6.1 method",
-         "ratio"],
+        [
+            "model",
+            "vocabulary",
+            "N",
+            "N_src / N_tgt",
+            "steps",
+            "6·N·(D_src+D_tgt)",
+            "6·(N_src·D_src + N_tgt·D_tgt)",
+            "§6.1 method",
+            "ratio",
+        ],
         rows,
         "llrrrrrrr",
     )
@@ -410,10 +489,15 @@ def _section_epoch(report: Report, runs: dict[str, dict], six: dict) -> dict:
     floor_min = min(min(f) for f in floors.values())
     below = EPOCH_BIG_FLOP < floor_min
     # the utilisation of peak a run must reach to do at least the 6·N·D floor in 84 h on 8 GPUs
-    needed = {kind: [f / float(gpu_seconds * peak * 10**12) for f in fl] for kind, fl in floors.items()
-              for peak in (P100_PCIE_PEAK_TFLOPS,)}  # fmt: skip
-    tokens_for_epoch = {kind: [EPOCH_BIG_FLOP / (6 * e["parameters"]) / big["steps"] for e in v["at"]]
-                        for kind, v in six["big"]["vocabularies"].items()}  # fmt: skip
+    needed = {
+        kind: [f / float(gpu_seconds * peak * 10**12) for f in fl]
+        for kind, fl in floors.items()
+        for peak in (P100_PCIE_PEAK_TFLOPS,)
+    }
+    tokens_for_epoch = {
+        kind: [EPOCH_BIG_FLOP / (6 * e["parameters"]) / big["steps"] for e in v["at"]]
+        for kind, v in six["big"]["vocabularies"].items()
+    }
     report.section(
         "Another way: Epoch AI's 7.4·10^18 FLOP for the big model",
         f"Epoch AI's published estimate for the big model is {EPOCH_BIG_TEXT} FLOP, a hardware estimate: "
@@ -424,22 +508,43 @@ def _section_epoch(report: Report, runs: dict[str, dict], six: dict) -> dict:
     report.table(
         ["estimate", "arithmetic", "FLOP", "as printed"],
         [
-            ["paper (§6.1)", f"{float(big['hours']):g} h × 3600 × 8 × 9.5 TFLOPS", fmt_sci(float(gpu_seconds * _frac(GPU_TFLOPS['P100']) * 10**12), 4), big["printed"].text],
+            [
+                "paper (§6.1)",
+                f"{float(big['hours']):g} h × 3600 × 8 × 9.5 TFLOPS",
+                fmt_sci(float(gpu_seconds * _frac(GPU_TFLOPS["P100"]) * 10**12), 4),
+                big["printed"].text,
+            ],
             ["33% of the paper's rate", "× 0.33", fmt_sci(float(at_95), 4), as_printed(at_95)],
-            ["33% of 9.3 TFLOPS (P100 PCIe listed peak)", f"{float(big['hours']):g} h × 3600 × 8 × 9.3 TFLOPS × 0.33", fmt_sci(float(at_93), 4), as_printed(at_93)],
+            [
+                "33% of 9.3 TFLOPS (P100 PCIe listed peak)",
+                f"{float(big['hours']):g} h × 3600 × 8 × 9.3 TFLOPS × 0.33",
+                fmt_sci(float(at_93), 4),
+                as_printed(at_93),
+            ],
             ["Epoch AI (published)", "—", "—", EPOCH_BIG_TEXT],
-            *[[f"6·N·D floor, per side, V = {_vocab_text(six['big']['vocabularies'][k]['vocab'])} ({k})", "above",
-               " – ".join(fmt_sci(f, 4) for f in floors[k]), " – ".join(as_printed(f) for f in floors[k])] for k in floors],
+            *[
+                [
+                    f"6·N·D floor, per side, V = {_vocab_text(six['big']['vocabularies'][k]['vocab'])} ({k})",
+                    "above",
+                    " – ".join(fmt_sci(f, 4) for f in floors[k]),
+                    " – ".join(as_printed(f) for f in floors[k]),
+                ]
+                for k in floors
+            ],
         ],
         "lllr",
-    )  # fmt: skip
+    )
     report.add(
         "",
         f"At 33% utilisation of 84 h × 8 GPUs, a result that prints as {EPOCH_BIG_TEXT} needs a peak rate between "
         f"{float(rate_lo):.3f} and {float(rate_hi):.3f} TFLOPS: footnote 5's 9.5 does not give it, the P100 PCIe's "
         "listed 9.3 does. Which rate Epoch used is our inference, not a statement of theirs.",
         "",
-        ("**Epoch's estimate lies below the 6·N·D floor** " if below else "Epoch's estimate is not below the 6·N·D floor ")
+        (
+            "**Epoch's estimate lies below the 6·N·D floor** "
+            if below
+            else "Epoch's estimate is not below the 6·N·D floor "
+        )
         + f"({EPOCH_BIG_TEXT} against {' and '.join(as_printed(min(f)) for f in floors.values())} at the stated and inferred "
         "vocabularies). 6·N·D counts only the model's own multiply-adds for §5's steps and batch sizes (no attention "
         "scores, padding, recomputation or idle time), so it is a floor on what the run must have done. "
@@ -452,12 +557,20 @@ def _section_epoch(report: Report, runs: dict[str, dict], six: dict) -> dict:
             + " tokens per side per step, against the printed about 25,000. So if §5's steps and batch sizes are right, 33% "
             "understates this run's utilisation; the paper's own figure (100% of a sustained 9.5 TFLOPS) is above the "
             "floor and so consistent with it."
-            if below else "Epoch's figure is consistent with the floor."
+            if below
+            else "Epoch's figure is consistent with the floor."
         ),
     )
-    return {"epoch_published": EPOCH_BIG_FLOP, "at_paper_rate_33pct": float(at_95), "at_9_3_tflops_33pct": float(at_93),
-            "rate_interval_reproducing_epoch_tflops": [float(rate_lo), float(rate_hi)], "six_n_d_floor": floors,
-            "below_floor": below, "utilisation_needed_of_9_3": needed, "tokens_per_side_per_step_for_epoch": tokens_for_epoch}  # fmt: skip
+    return {
+        "epoch_published": EPOCH_BIG_FLOP,
+        "at_paper_rate_33pct": float(at_95),
+        "at_9_3_tflops_33pct": float(at_93),
+        "rate_interval_reproducing_epoch_tflops": [float(rate_lo), float(rate_hi)],
+        "six_n_d_floor": floors,
+        "below_floor": below,
+        "utilisation_needed_of_9_3": needed,
+        "tokens_per_side_per_step_for_epoch": tokens_for_epoch,
+    }
 
 
 def _section_bleu(report: Report) -> list[dict]:
@@ -469,7 +582,9 @@ def _section_bleu(report: Report) -> list[dict]:
             p = paper.PRINTED.get(key)
             cells.append(p.text if p else "")
             if p:
-                data.append({"model": row, "column": column, "printed": p.text, "provenance": p.provenance(), "note": p.note})
+                data.append(
+                    {"model": row, "column": column, "printed": p.text, "provenance": p.provenance(), "note": p.note}
+                )
         rows.append([row, *cells])
     report.section(
         "BLEU cells: provenance only",
@@ -483,7 +598,7 @@ def _section_bleu(report: Report) -> list[dict]:
 
 
 def _pct(model: dict) -> str:
-    """"29% / 31%": per-side 6·N·D over the §6.1 figure at the stated / inferred vocabulary (the inferred one's low end)."""
+    """ "29% / 31%": per-side 6·N·D over the §6.1 figure at the stated / inferred vocabulary (the inferred one's low end)."""
     return " / ".join(f"{model['vocabularies'][k]['per_side_over_paper'][0]:.0%}" for k in ("stated", "inferred"))
 
 
@@ -517,7 +632,14 @@ def main(out_dir: Path) -> str:
         f"inferred {_vocab_text(six_nd['big']['vocabularies']['inferred']['vocab'])}; Epoch's 7.4·10^18 = 33% × 84 h × 8 × "
         f"9.3 TFLOPS, {'below' if epoch['below_floor'] else 'not below'} the 6·N·D floor; BLEU not recomputable."
     )
-    report.data = {"transformer_cells": cells, "implied_gpu_days": days, "quarter_claim": quarter,
-                   "en_de_comparison": en_de, "six_n_d": six_nd, "epoch_ai": epoch, "bleu_provenance": bleu}  # fmt: skip
+    report.data = {
+        "transformer_cells": cells,
+        "implied_gpu_days": days,
+        "quarter_claim": quarter,
+        "en_de_comparison": en_de,
+        "six_n_d": six_nd,
+        "epoch_ai": epoch,
+        "bleu_provenance": bleu,
+    }
     write_report(out_dir, report)
     return report.verdict

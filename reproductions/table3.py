@@ -24,9 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiayn.kit import Report, fmt_int, fmt_millions, progress, write_report
 from aiayn.reference.counts import TABLE3, TransformerConfig, parameter_count
 from aiayn.reproductions import paper
-from aiayn.kit import Report, fmt_int, fmt_millions, progress, write_report
 
 NAME = "table3"
 STATED_VOCAB = 37000  # §5.1: "about 37000 tokens" (the printed record is paper.printed("s5.1.vocab_en_de"))
@@ -177,7 +177,9 @@ def analyse(rounding: str = "nearest") -> dict[str, dict]:
         intervals = {row: vocab_interval(p, lines[row], rounding) for row, p in printed_rows.items()}
         cover, rows = best_cover(intervals)
         at_stated = tuple(
-            row for row, p in printed_rows.items() if count_bounds(p)[0] <= lines[row].at(STATED_VOCAB) < count_bounds(p)[1]
+            row
+            for row, p in printed_rows.items()
+            if count_bounds(p)[0] <= lines[row].at(STATED_VOCAB) < count_bounds(p)[1]
         )
         results[a.label] = {
             "assumption": a,
@@ -209,7 +211,9 @@ def _section_stated_vocab(report: Report, printed_rows: Mapping[str, int]) -> li
         ours = parameter_count(config, vocab_size=STATED_VOCAB, **a.kwargs())
         if printed is None:
             same = "yes" if ours == base_count else "NO"
-            table.append([row, _changes(row), "blank (= base)", fmt_int(ours), fmt_millions(ours), "—", f"equals base: {same}"])
+            table.append(
+                [row, _changes(row), "blank (= base)", fmt_int(ours), fmt_millions(ours), "—", f"equals base: {same}"]
+            )
             data.append({"row": row, "printed_millions": None, "ours": ours, "equals_base": ours == base_count})
             continue
         lo, hi = count_bounds(printed)
@@ -222,8 +226,8 @@ def _section_stated_vocab(report: Report, printed_rows: Mapping[str, int]) -> li
         "Ours: `aiayn.reference.counts.parameter_count(config, vocab_size=37000)` with the oracle's defaults "
         "(one embedding matrix shared by source input, target input and pre-softmax as in §3.4; biases on "
         "every projection and both FFN maps; LayerNorm gain and bias after every sub-layer; sinusoids, no "
-        "positional parameters). Printed: Table 3, column \"params ×10^6\" (v7 = NIPS), an integer number "
-        "of millions. \"Reproduced\" means ours rounds to the printed integer.",
+        'positional parameters). Printed: Table 3, column "params ×10^6" (v7 = NIPS), an integer number '
+        'of millions. "Reproduced" means ours rounds to the printed integer.',
         "",
     )
     report.table(
@@ -234,7 +238,7 @@ def _section_stated_vocab(report: Report, printed_rows: Mapping[str, int]) -> li
     report.add(
         "",
         "Row E (learned positional embeddings) adds one table of L positions × d_model for the encoder "
-        "and one for the decoder; the paper gives no L. Blank params cells mean \"same as base\"; rows A "
+        'and one for the decoder; the paper gives no L. Blank params cells mean "same as base"; rows A '
         "and D change nothing that is counted (h·d_k = h·d_v = 512 in every A row).",
     )
     return data
@@ -246,11 +250,20 @@ def _section_arithmetic(report: Report, results: Mapping[str, dict], printed_row
     for row, printed in printed_rows.items():
         line, interval = r["lines"][row], r["intervals"][row]
         lo, hi = count_bounds(printed)
-        rows.append([
-            row, str(printed), fmt_int(line.intercept), fmt_int(line.slope),
-            f"⌈({fmt_int(lo)} − {fmt_int(line.intercept)}) / {line.slope}⌉ = {fmt_int(interval[0])}" if interval else "—",
-            f"⌈({fmt_int(hi)} − {fmt_int(line.intercept)}) / {line.slope}⌉ − 1 = {fmt_int(interval[1])}" if interval else "—",
-        ])  # fmt: skip
+        rows.append(
+            [
+                row,
+                str(printed),
+                fmt_int(line.intercept),
+                fmt_int(line.slope),
+                f"⌈({fmt_int(lo)} − {fmt_int(line.intercept)}) / {line.slope}⌉ = {fmt_int(interval[0])}"
+                if interval
+                else "—",
+                f"⌈({fmt_int(hi)} − {fmt_int(line.intercept)}) / {line.slope}⌉ − 1 = {fmt_int(interval[1])}"
+                if interval
+                else "—",
+            ]
+        )
     report.section(
         "The arithmetic, under the oracle's defaults",
         "Each count is A + s·V: A collects every weight that does not depend on the vocabulary, s = d_model "
@@ -271,15 +284,17 @@ def _section_arithmetic(report: Report, results: Mapping[str, dict], printed_row
 def _section_all_sets(report: Report, results: Mapping[str, dict], printed_rows: Mapping[str, int]) -> None:
     rows = []
     for label, r in results.items():
-        rows.append([
-            label,
-            _interval_text(r["all_rows"]),
-            f"{len(r['best_rows'])}/{len(printed_rows)}",
-            _interval_text(r["best_interval"]),
-            ", ".join(r["flagged"]) or "none",
-            _interval_text(r["intervals"].get("big")),
-            ", ".join(r["reproduced_at_37000"]) or "none",
-        ])  # fmt: skip
+        rows.append(
+            [
+                label,
+                _interval_text(r["all_rows"]),
+                f"{len(r['best_rows'])}/{len(printed_rows)}",
+                _interval_text(r["best_interval"]),
+                ", ".join(r["flagged"]) or "none",
+                _interval_text(r["intervals"].get("big")),
+                ", ".join(r["reproduced_at_37000"]) or "none",
+            ]
+        )
     report.section(
         "Every counting assumption set",
         "For each of the 12 sets: the vocabularies consistent with every printed row at once; the "
@@ -324,27 +339,51 @@ class Hypothesis:
 
 
 BIG_HYPOTHESES: tuple[Hypothesis, ...] = (
-    Hypothesis("same as the other rows", "shared embedding, biases, LayerNorm, at the vocabulary the other 10 rows share",
-               PAPER_ASSUMPTION, "shared"),
-    Hypothesis("the stated vocabulary", "the same counting at §5.1's \"about 37000\" tokens", PAPER_ASSUMPTION, "stated"),
-    Hypothesis("EN-FR's vocabulary", "the same counting at §5.1's 32000 EN-FR word-pieces (big is also an EN-FR model)",
-               PAPER_ASSUMPTION, "en_fr"),
-    Hypothesis("an unshared output projection", "pre-softmax matrix of its own (two V × d_model matrices)",
-               Assumption(True, True, "separate_output"), "shared"),
-    Hypothesis("three embedding matrices", "source, target and pre-softmax matrices all separate", Assumption(True, True, "separate_all"), "shared"),
+    Hypothesis(
+        "same as the other rows",
+        "shared embedding, biases, LayerNorm, at the vocabulary the other 10 rows share",
+        PAPER_ASSUMPTION,
+        "shared",
+    ),
+    Hypothesis(
+        "the stated vocabulary", 'the same counting at §5.1\'s "about 37000" tokens', PAPER_ASSUMPTION, "stated"
+    ),
+    Hypothesis(
+        "EN-FR's vocabulary",
+        "the same counting at §5.1's 32000 EN-FR word-pieces (big is also an EN-FR model)",
+        PAPER_ASSUMPTION,
+        "en_fr",
+    ),
+    Hypothesis(
+        "an unshared output projection",
+        "pre-softmax matrix of its own (two V × d_model matrices)",
+        Assumption(True, True, "separate_output"),
+        "shared",
+    ),
+    Hypothesis(
+        "three embedding matrices",
+        "source, target and pre-softmax matrices all separate",
+        Assumption(True, True, "separate_all"),
+        "shared",
+    ),
     Hypothesis("no biases", "projection and FFN biases not counted", Assumption(False, True, "shared"), "shared"),
-    Hypothesis("no LayerNorm parameters", "LayerNorm gains and biases not counted", Assumption(True, False, "shared"), "shared"),
+    Hypothesis(
+        "no LayerNorm parameters", "LayerNorm gains and biases not counted", Assumption(True, False, "shared"), "shared"
+    ),
     Hypothesis("neither biases nor LayerNorm", "weight matrices only", Assumption(False, False, "shared"), "shared"),
     Hypothesis("a vocabulary of its own", "the same counting, with V solved for big alone", PAPER_ASSUMPTION, "own"),
-)  # fmt: skip
+)
 
 
 def big_hypotheses(results: Mapping[str, dict]) -> list[dict]:
     """Each :data:`BIG_HYPOTHESES` counted: big's parameters over its vocabularies, and whether any prints as 213."""
     printed_big = int(paper.printed("table3.big.params").value)
     shared = results[PAPER_ASSUMPTION.label]["best_interval"]
-    vocabularies = {"shared": shared, "stated": (STATED_VOCAB, STATED_VOCAB),
-                    "en_fr": (int(paper.printed("s5.1.vocab_en_fr").value),) * 2}  # fmt: skip
+    vocabularies = {
+        "shared": shared,
+        "stated": (STATED_VOCAB, STATED_VOCAB),
+        "en_fr": (int(paper.printed("s5.1.vocab_en_fr").value),) * 2,
+    }
     out = []
     for h in BIG_HYPOTHESES:
         line = count_line(TABLE3["big"], h.assumption)
@@ -355,9 +394,18 @@ def big_hypotheses(results: Mapping[str, dict]) -> list[dict]:
         else:
             lo, hi = vocabularies[h.vocab]
             gives = intersect([fits, (lo, hi)]) is not None
-        out.append({"name": h.name, "what": h.what, "assumption": h.assumption.label, "vocab": [lo, hi],
-                    "count": [line.at(lo), line.at(hi)], "gives_printed": gives, "vocab_kind": h.vocab,
-                    "vocab_that_would": fits})  # fmt: skip
+        out.append(
+            {
+                "name": h.name,
+                "what": h.what,
+                "assumption": h.assumption.label,
+                "vocab": [lo, hi],
+                "count": [line.at(lo), line.at(hi)],
+                "gives_printed": gives,
+                "vocab_kind": h.vocab,
+                "vocab_that_would": fits,
+            }
+        )
     return out
 
 
@@ -367,36 +415,71 @@ def _section_big(report: Report, results: Mapping[str, dict]) -> list[dict]:
     rows = []
     for h in hyps:
         lo, hi = h["vocab"]
-        count = fmt_millions(h["count"][0]) if lo == hi else f"{fmt_millions(h['count'][0])}–{fmt_millions(h['count'][1])}"
+        count = (
+            fmt_millions(h["count"][0]) if lo == hi else f"{fmt_millions(h['count'][0])}–{fmt_millions(h['count'][1])}"
+        )
         vocab = fmt_int(lo) if lo == hi else f"{fmt_int(lo)}–{fmt_int(hi)}"
-        rows.append([h["name"], h["what"], vocab, count, "yes" if h["gives_printed"] else "no", _interval_text(h["vocab_that_would"])])
+        rows.append(
+            [
+                h["name"],
+                h["what"],
+                vocab,
+                count,
+                "yes" if h["gives_printed"] else "no",
+                _interval_text(h["vocab_that_would"]),
+            ]
+        )
     same = [h for h in hyps if h["gives_printed"] and h["vocab_kind"] != "own"]
     own = next(h for h in hyps if h["vocab_kind"] == "own")
     own_iv = own["vocab_that_would"]
     en_fr = int(paper.printed("s5.1.vocab_en_fr").value)
-    inside = [f"{fmt_int(v)} ({name})" for v, name in ((STATED_VOCAB, "stated"), (en_fr, "EN-FR")) if own_iv and own_iv[0] <= v <= own_iv[1]]
+    inside = [
+        f"{fmt_int(v)} ({name})"
+        for v, name in ((STATED_VOCAB, "stated"), (en_fr, "EN-FR"))
+        if own_iv and own_iv[0] <= v <= own_iv[1]
+    ]
     shared_iv = results[PAPER_ASSUMPTION.label]["best_interval"]
     overlaps = own_iv is not None and intersect([own_iv, shared_iv]) is not None
     report.section(
         f"The big row's {printed_big}M: hypotheses tested",
         f"Every other printed count agrees with one shared vocabulary under the oracle's counting (above); big does not. "
         "Each named hypothesis below is counted with `aiayn.reference.counts.parameter_count` (big: N = 6, d_model = 1024, "
-        "d_ff = 4096, h = 16, d_k = d_v = 64) at the vocabulary it names, and \"gives\" means some vocabulary in that range "
+        'd_ff = 4096, h = 16, d_k = d_v = 64) at the vocabulary it names, and "gives" means some vocabulary in that range '
         f"makes big's count print as {printed_big} (rounded to the nearest million). The last column is the vocabulary range "
         f"that would give {printed_big}M under that counting.",
         "",
     )
-    report.table(["hypothesis", "what is counted", "vocabulary", "big's parameters ×10^6", f"gives {printed_big}M", "V that would"],
-                 rows, "llrrll")  # fmt: skip
+    report.table(
+        [
+            "hypothesis",
+            "what is counted",
+            "vocabulary",
+            "big's parameters ×10^6",
+            f"gives {printed_big}M",
+            "V that would",
+        ],
+        rows,
+        "llrrll",
+    )
     report.add(
         "",
-        (f"Under the same assumptions as the other rows, {'none gives' if not same else 'these give'} {printed_big}M"
-         + (": " + ", ".join(h["name"] for h in same) if same else "")
-         + f". A vocabulary of big's own does ({_interval_text(own_iv)} tokens), which "
-         + (f"contains {', '.join(inside)}" if inside else f"contains neither the stated {fmt_int(STATED_VOCAB)} nor EN-FR's {fmt_int(en_fr)}")
-         + f" and {'overlaps' if overlaps else 'does not overlap'} the other rows' {_interval_text(shared_iv)}"
-         + ("" if same or overlaps else f": no single counting of the kind the other rows follow reproduces the printed {printed_big}")
-         + "."),
+        (
+            f"Under the same assumptions as the other rows, {'none gives' if not same else 'these give'} {printed_big}M"
+            + (": " + ", ".join(h["name"] for h in same) if same else "")
+            + f". A vocabulary of big's own does ({_interval_text(own_iv)} tokens), which "
+            + (
+                f"contains {', '.join(inside)}"
+                if inside
+                else f"contains neither the stated {fmt_int(STATED_VOCAB)} nor EN-FR's {fmt_int(en_fr)}"
+            )
+            + f" and {'overlaps' if overlaps else 'does not overlap'} the other rows' {_interval_text(shared_iv)}"
+            + (
+                ""
+                if same or overlaps
+                else f": no single counting of the kind the other rows follow reproduces the printed {printed_big}"
+            )
+            + "."
+        ),
     )
     return hyps
 
@@ -431,14 +514,27 @@ def _section_truncation(report: Report, printed_rows: Mapping[str, int]) -> dict
     same = all(truncated[label]["flagged"] == rounded[label]["flagged"] for label in truncated)
     rows, data = [], {}
     for label, r in truncated.items():
-        rows.append([label, f"{len(r['best_rows'])}/{len(printed_rows)}", _interval_text(r["best_interval"]),
-                     ", ".join(r["flagged"]) or "none"])  # fmt: skip
-        data[label] = {"best_interval": r["best_interval"], "best_rows": list(r["best_rows"]), "flagged": list(r["flagged"])}
+        rows.append(
+            [
+                label,
+                f"{len(r['best_rows'])}/{len(printed_rows)}",
+                _interval_text(r["best_interval"]),
+                ", ".join(r["flagged"]) or "none",
+            ]
+        )
+        data[label] = {
+            "best_interval": r["best_interval"],
+            "best_rows": list(r["best_rows"]),
+            "flagged": list(r["flagged"]),
+        }
     report.section(
         "Sensitivity: if the printed counts were truncated instead of rounded",
         "Reading P as [P·10^6, (P+1)·10^6) moves every interval up by 500000/s. "
-        + ("The flagged rows are the same as under rounding for every set." if same else
-           "The flagged rows change for some sets (compare with the table above)."),
+        + (
+            "The flagged rows are the same as under rounding for every set."
+            if same
+            else "The flagged rows change for some sets (compare with the table above)."
+        ),
         "",
     )
     report.table(["assumption set", "rows reproduced", "by V in", "flagged"], rows)
@@ -472,7 +568,11 @@ def _verdict(results: Mapping[str, dict], printed_rows: Mapping[str, int]) -> st
     always_flagged = sorted(set.intersection(*(set(x["flagged"]) for x in results.values())))
     none_all = all(x["all_rows"] is None for x in results.values())
     none_at_37000 = sum(len(x["reproduced_at_37000"]) for x in results.values()) == 0
-    head = "no single counting assumption set reproduces all 11 printed counts" if none_all else "some set reproduces all rows"
+    head = (
+        "no single counting assumption set reproduces all 11 printed counts"
+        if none_all
+        else "some set reproduces all rows"
+    )
     return (
         f"{head}; with shared embeddings, biases and LayerNorm, {len(r['best_rows'])} of {len(printed_rows)} rows "
         f"agree on V = {_interval_text(r['best_interval'])} and {', '.join(r['flagged']) or 'none'} needs "
@@ -493,7 +593,7 @@ def main(out_dir: Path) -> str:
         "",
         "Printed values: Table 3 of arXiv:1706.03762 v7 (the same in NIPS 2017), from `reproductions/paper.py`. "
         "Ours: `aiayn.reference.counts.parameter_count`, exact integers. The vocabulary is stated only as "
-        "\"about 37000\" shared BPE tokens (§5.1), so the printed counts are also run backwards to the "
+        '"about 37000" shared BPE tokens (§5.1), so the printed counts are also run backwards to the '
         "vocabulary sizes each one allows. Runtime: under a second.",
     )
     stated = _section_stated_vocab(report, printed_rows)
@@ -536,9 +636,7 @@ def per_row_choice(results: Mapping[str, dict], rows: Sequence[str]) -> list[tup
     common = [(2, 10**12)]
     for row in rows:
         union = _merge(r["intervals"][row] for r in results.values() if r["intervals"][row] is not None)
-        common = _merge(
-            (max(a, c), min(b, d)) for a, b in common for c, d in union if max(a, c) <= min(b, d)
-        )
+        common = _merge((max(a, c), min(b, d)) for a, b in common for c, d in union if max(a, c) <= min(b, d))
     return common
 
 
@@ -560,7 +658,7 @@ def _conclusions(results: Mapping[str, dict], printed_rows: Mapping[str, int]) -
         f"- Under every one of the 12 sets the rows other than big agree with each other on one vocabulary "
         f"(shared matrix: {_interval_text(r['best_interval'])} with the oracle's defaults; two matrices roughly halve it, "
         f"three roughly divide it by three), so the column is internally consistent for those rows, and the stated "
-        f"\"about 37000\" is {shortfall:.0%} below the middle of the shared-matrix interval.",
+        f'"about 37000" is {shortfall:.0%} below the middle of the shared-matrix interval.',
         f"- Big is flagged under every set: at the other rows' vocabulary (oracle defaults, "
         f"V = {_interval_text(r['best_interval'])}) it counts {fmt_millions(big_counts[0])}–"
         f"{fmt_millions(big_counts[1])} million against the printed {printed_big}. Letting each row pick its own "
@@ -569,5 +667,6 @@ def _conclusions(results: Mapping[str, dict], printed_rows: Mapping[str, int]) -
         f"{', '.join(map(_interval_text, others)) or 'none'}).",
         "- The named hypotheses for big (another vocabulary, unshared projections, biases or LayerNorm left out) are "
         "tested in their own section above; those that give the printed count: "
-        + (", ".join(h["name"] for h in big_hypotheses(results) if h["gives_printed"]) or "none") + ".",
+        + (", ".join(h["name"] for h in big_hypotheses(results) if h["gives_printed"]) or "none")
+        + ".",
     ]

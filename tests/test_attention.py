@@ -50,7 +50,9 @@ def gamma(n: int, unit: float = u) -> float:
 def _check_within(got: np.ndarray, expected: np.ndarray, bound: np.ndarray, what: str, inputs: str) -> None:
     """Assert |got - expected| <= bound elementwise (NaN must match NaN), with a replayable message."""
     nan_got, nan_exp = np.isnan(got), np.isnan(expected)
-    assert np.array_equal(nan_got, nan_exp), f"{what}: NaN pattern differs; got NaN at {np.argwhere(nan_got).tolist()}, expected at {np.argwhere(nan_exp).tolist()}; {inputs}"
+    assert np.array_equal(nan_got, nan_exp), (
+        f"{what}: NaN pattern differs; got NaN at {np.argwhere(nan_got).tolist()}, expected at {np.argwhere(nan_exp).tolist()}; {inputs}"
+    )
     err = np.where(nan_exp, 0.0, np.abs(got - expected))
     ratio = np.where(nan_exp, 0.0, err / bound)
     worst = np.unravel_index(np.argmax(ratio), ratio.shape) if ratio.size else ()
@@ -62,6 +64,7 @@ def _check_within(got: np.ndarray, expected: np.ndarray, bound: np.ndarray, what
 
 # --------------------------------------------------------------------------------------------
 # strategies: small shapes (the exact tier is mpmath), magnitudes that matter
+
 
 def _floats(scale: float):
     return st.floats(min_value=-scale, max_value=scale, allow_nan=False, allow_infinity=False, allow_subnormal=True)
@@ -83,6 +86,7 @@ def logits(draw, max_n: int = 7):
 
 # --------------------------------------------------------------------------------------------
 # softmax
+
 
 def softmax_fast_error(x: np.ndarray, p: np.ndarray) -> np.ndarray:
     """E for the fast softmax (longdouble), per element, relative to p.
@@ -147,6 +151,7 @@ def test_softmax_rows_sum_to_one_exactly_in_the_exact_tier_for_two_entries():
 # --------------------------------------------------------------------------------------------
 # scaled dot-product attention, Eq. (1)
 
+
 @st.composite
 def attention_inputs(draw, max_n: int = 5, max_d: int = 5):
     batch = draw(st.sampled_from([(), (2,), (2, 1)]))
@@ -197,8 +202,13 @@ def test_attention_fast_tier_matches_exact_tier(inputs):
         exact = scaled_dot_product_attention_exact(q, k, v, mask, fully_masked=policy)
         fast = scaled_dot_product_attention(q, k, v, mask, fully_masked=policy)
         bound = 2 * U * np.abs(np.nan_to_num(exact)) + TINY + attention_fast_error(q, k, v, mask, exact)
-        _check_within(fast, exact, bound, "scaled_dot_product_attention (§3.2.1, Eq. 1)",
-                      f"shapes q{q.shape} k{k.shape} v{v.shape}, mask={None if mask is None else mask.tolist()}, policy={policy}")
+        _check_within(
+            fast,
+            exact,
+            bound,
+            "scaled_dot_product_attention (§3.2.1, Eq. 1)",
+            f"shapes q{q.shape} k{k.shape} v{v.shape}, mask={None if mask is None else mask.tolist()}, policy={policy}",
+        )
 
 
 @settings(max_examples=10)
@@ -240,7 +250,9 @@ def test_masked_keys_are_the_same_as_removed_keys(inputs):
     keep = np.arange(n_k) % 2 == 0  # drop every odd key; key 0 always stays
     masked = scaled_dot_product_attention_exact(q, k, v, keep[None, :])
     removed = scaled_dot_product_attention_exact(q, k[..., keep, :], v[..., keep, :])
-    assert np.array_equal(masked, removed), f"shapes q{q.shape} k{k.shape}: masked {masked.tolist()} vs removed {removed.tolist()}"
+    assert np.array_equal(masked, removed), (
+        f"shapes q{q.shape} k{k.shape}: masked {masked.tolist()} vs removed {removed.tolist()}"
+    )
 
 
 def test_fully_masked_rows_follow_the_policy():
@@ -274,6 +286,7 @@ def test_huge_values_at_masked_positions_change_nothing():
 # --------------------------------------------------------------------------------------------
 # masks, §3.2.3
 
+
 def test_causal_mask_blocks_future_positions():
     assert causal_mask(3, 3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
     # end-aligned when queries are the last n_q positions (incremental decoding)
@@ -300,6 +313,7 @@ def test_padding_mask_hides_keys_at_and_beyond_each_length():
 # --------------------------------------------------------------------------------------------
 # multi-head attention, §3.2.2
 
+
 @st.composite
 def mha_inputs(draw):
     h = draw(st.integers(1, 3))
@@ -309,8 +323,12 @@ def mha_inputs(draw):
     batch = draw(st.sampled_from([(), (2,)]))
     el = _floats(3.0)
     arr = lambda shape: draw(hnp.arrays(np.float64, shape, elements=el))  # noqa: E731
-    params = {"w_q": arr((d_model, h * d_k)), "w_k": arr((d_model, h * d_k)), "w_v": arr((d_model, h * d_v)),
-              "w_o": arr((h * d_v, d_model))}
+    params = {
+        "w_q": arr((d_model, h * d_k)),
+        "w_k": arr((d_model, h * d_k)),
+        "w_v": arr((d_model, h * d_v)),
+        "w_o": arr((h * d_v, d_model)),
+    }
     if draw(st.booleans()):
         params.update(b_q=arr((h * d_k,)), b_k=arr((h * d_k,)), b_v=arr((h * d_v,)), b_o=arr((d_model,)))
     query, key, value = arr((*batch, n_q, d_model)), arr((*batch, n_k, d_model)), arr((*batch, n_k, d_model))
@@ -329,9 +347,11 @@ def mha_fast_error(query, key, value, params, h, mask):
     The output projection adds |dH||W_o| + gamma_{h d_v + 1} (|H||W_o| + |b_o|), with |H| <= max|V|.
     """
     zero = lambda n: np.zeros(n)  # noqa: E731
+
     def proj(x, w, b):
         a = np.abs(x) @ np.abs(w) + np.abs(b)
         return a, gamma(w.shape[0] + 1) * a
+
     wq, wk, wv, wo = (params[n] for n in ("w_q", "w_k", "w_v", "w_o"))
     a_q, e_q = proj(query, wq, params.get("b_q", zero(wq.shape[1])))
     a_k, e_k = proj(key, wk, params.get("b_k", zero(wk.shape[1])))
@@ -343,8 +363,12 @@ def mha_fast_error(query, key, value, params, h, mask):
         cq = ck = slice(i * d_k, (i + 1) * d_k)
         cv = slice(i * d_v, (i + 1) * d_v)
         t = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
-        delta = (e_q[..., cq] @ t(a_k[..., ck]) + a_q[..., cq] @ t(e_k[..., ck]) + e_q[..., cq] @ t(e_k[..., ck])
-                 + gamma(d_k + 2) * a_q[..., cq] @ t(a_k[..., ck])) / math.sqrt(d_k)
+        delta = (
+            e_q[..., cq] @ t(a_k[..., ck])
+            + a_q[..., cq] @ t(e_k[..., ck])
+            + e_q[..., cq] @ t(e_k[..., ck])
+            + gamma(d_k + 2) * a_q[..., cq] @ t(a_k[..., ck])
+        ) / math.sqrt(d_k)
         if mask is not None:
             delta = np.where(mask, delta, 0.0)
         big_d = np.max(delta, axis=-1, keepdims=True)
@@ -364,8 +388,13 @@ def test_mha_fast_tier_matches_exact_tier(inputs):
     exact = multi_head_attention_exact(query, key, value, params, h, mask)
     fast = multi_head_attention(query, key, value, params, h, mask)
     bound = 2 * U * np.abs(exact) + TINY + mha_fast_error(query, key, value, params, h, mask)
-    _check_within(fast, exact, bound, "multi_head_attention (§3.2.2)",
-                  f"h={h}, shapes query{query.shape} key{key.shape}, params { {n: p.shape for n, p in params.items()} }")
+    _check_within(
+        fast,
+        exact,
+        bound,
+        "multi_head_attention (§3.2.2)",
+        f"h={h}, shapes query{query.shape} key{key.shape}, params { {n: p.shape for n, p in params.items()} }",
+    )
 
 
 @settings(max_examples=8)
@@ -385,8 +414,12 @@ def test_one_head_with_identity_projections_is_equation_1():
     params = {"w_q": eye, "w_k": eye, "w_v": eye, "w_o": eye}
     mask = rng.random((4, 5)) < 0.7
     mask[:, 0] = True
-    assert np.array_equal(multi_head_attention_exact(x, mem, mem, params, 1, mask), scaled_dot_product_attention_exact(x, mem, mem, mask))
-    assert np.array_equal(multi_head_attention(x, mem, mem, params, 1, mask), scaled_dot_product_attention(x, mem, mem, mask))
+    assert np.array_equal(
+        multi_head_attention_exact(x, mem, mem, params, 1, mask), scaled_dot_product_attention_exact(x, mem, mem, mask)
+    )
+    assert np.array_equal(
+        multi_head_attention(x, mem, mem, params, 1, mask), scaled_dot_product_attention(x, mem, mem, mask)
+    )
 
 
 def test_heads_use_their_own_column_blocks():
@@ -413,28 +446,107 @@ def test_mha_output_shapes_follow_the_paper():
 # --------------------------------------------------------------------------------------------
 # bad input
 
+
 @pytest.mark.parametrize(
     "call, error, words",
     [
         (lambda: scaled_dot_product_attention(np.ones((2, 3)), np.ones((4, 2)), np.ones((4, 1))), ValueError, "d_k"),
-        (lambda: scaled_dot_product_attention(np.ones((2, 0)), np.ones((4, 0)), np.ones((4, 1))), ValueError, "d_k must be >= 1"),
+        (
+            lambda: scaled_dot_product_attention(np.ones((2, 0)), np.ones((4, 0)), np.ones((4, 1))),
+            ValueError,
+            "d_k must be >= 1",
+        ),
         (lambda: scaled_dot_product_attention(np.ones((2, 3)), np.ones((4, 3)), np.ones((5, 1))), ValueError, "n_k"),
-        (lambda: scaled_dot_product_attention(np.ones((2, 3)), np.ones((4, 3)), np.ones((4, 1)), np.ones((2, 4))), TypeError, "boolean"),
-        (lambda: scaled_dot_product_attention(np.ones((2, 3)), np.ones((4, 3)), np.ones((4, 1)), np.ones((3, 4), bool)), ValueError, "broadcast"),
-        (lambda: scaled_dot_product_attention(np.array([[np.nan]]), np.ones((1, 1)), np.ones((1, 1))), ValueError, "q: expected finite"),
-        (lambda: scaled_dot_product_attention(np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)), fully_masked="zero"), ValueError, "fully_masked"),
-        (lambda: scaled_dot_product_attention(np.ones((2, 2, 3)), np.ones((3, 4, 3)), np.ones((3, 4, 1))), ValueError, "batch dimensions"),
+        (
+            lambda: scaled_dot_product_attention(np.ones((2, 3)), np.ones((4, 3)), np.ones((4, 1)), np.ones((2, 4))),
+            TypeError,
+            "boolean",
+        ),
+        (
+            lambda: scaled_dot_product_attention(
+                np.ones((2, 3)), np.ones((4, 3)), np.ones((4, 1)), np.ones((3, 4), bool)
+            ),
+            ValueError,
+            "broadcast",
+        ),
+        (
+            lambda: scaled_dot_product_attention(np.array([[np.nan]]), np.ones((1, 1)), np.ones((1, 1))),
+            ValueError,
+            "q: expected finite",
+        ),
+        (
+            lambda: scaled_dot_product_attention(
+                np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)), fully_masked="zero"
+            ),
+            ValueError,
+            "fully_masked",
+        ),
+        (
+            lambda: scaled_dot_product_attention(np.ones((2, 2, 3)), np.ones((3, 4, 3)), np.ones((3, 4, 1))),
+            ValueError,
+            "batch dimensions",
+        ),
         (lambda: softmax(np.array([1.0, np.inf])), ValueError, "x: expected finite"),
         (lambda: softmax(3.0), ValueError, "at least 1"),
         (lambda: causal_mask(3, 2), ValueError, "n_k >= n_q"),
         (lambda: causal_mask(0, 2), ValueError, "n_q"),
         (lambda: padding_mask(np.array([4]), 3), ValueError, "lengths"),
         (lambda: padding_mask(np.array([1.5]), 3), TypeError, "integer"),
-        (lambda: multi_head_attention(np.ones((2, 4)), np.ones((2, 4)), np.ones((2, 4)), {n: np.ones((4, 4)) for n in ("w_q", "w_k", "w_v", "w_o")}, 3), ValueError, "num_heads"),
-        (lambda: multi_head_attention(np.ones((2, 4)), np.ones((2, 4)), np.ones((2, 4)), {n: np.ones((4, 4)) for n in ("w_q", "w_k", "w_v")}, 2), ValueError, "w_o"),
-        (lambda: multi_head_attention(np.ones((2, 5)), np.ones((2, 4)), np.ones((2, 4)), {n: np.ones((4, 4)) for n in ("w_q", "w_k", "w_v", "w_o")}, 2), ValueError, "d_model"),
-        (lambda: multi_head_attention(np.ones((2, 4)), np.ones((2, 4)), np.ones((2, 4)), {**{n: np.ones((4, 4)) for n in ("w_q", "w_k", "w_v", "w_o")}, "b_q": np.ones(3)}, 2), ValueError, "b_q"),
-        (lambda: multi_head_attention(np.ones((2, 4)), np.ones((2, 4)), np.ones((2, 4)), {n: np.ones((4, 4)) for n in ("w_q", "w_k", "w_v", "w_o")}, 0), ValueError, "num_heads"),
+        (
+            lambda: multi_head_attention(
+                np.ones((2, 4)),
+                np.ones((2, 4)),
+                np.ones((2, 4)),
+                {n: np.ones((4, 4)) for n in ("w_q", "w_k", "w_v", "w_o")},
+                3,
+            ),
+            ValueError,
+            "num_heads",
+        ),
+        (
+            lambda: multi_head_attention(
+                np.ones((2, 4)),
+                np.ones((2, 4)),
+                np.ones((2, 4)),
+                {n: np.ones((4, 4)) for n in ("w_q", "w_k", "w_v")},
+                2,
+            ),
+            ValueError,
+            "w_o",
+        ),
+        (
+            lambda: multi_head_attention(
+                np.ones((2, 5)),
+                np.ones((2, 4)),
+                np.ones((2, 4)),
+                {n: np.ones((4, 4)) for n in ("w_q", "w_k", "w_v", "w_o")},
+                2,
+            ),
+            ValueError,
+            "d_model",
+        ),
+        (
+            lambda: multi_head_attention(
+                np.ones((2, 4)),
+                np.ones((2, 4)),
+                np.ones((2, 4)),
+                {**{n: np.ones((4, 4)) for n in ("w_q", "w_k", "w_v", "w_o")}, "b_q": np.ones(3)},
+                2,
+            ),
+            ValueError,
+            "b_q",
+        ),
+        (
+            lambda: multi_head_attention(
+                np.ones((2, 4)),
+                np.ones((2, 4)),
+                np.ones((2, 4)),
+                {n: np.ones((4, 4)) for n in ("w_q", "w_k", "w_v", "w_o")},
+                0,
+            ),
+            ValueError,
+            "num_heads",
+        ),
     ],
 )
 def test_bad_input_is_named(call, error, words):

@@ -57,7 +57,9 @@ def _run_smoke(json_path: Path) -> subprocess.CompletedProcess[str]:
         "--bench-training-step=aiayn.reproductions.translation.bench:training_step",
     ]
     if BASELINE.exists():
-        cmd.append(f"--benchmark-compare={BASELINE}")  # pytest-benchmark's own (time) comparison must accept our baseline
+        cmd.append(
+            f"--benchmark-compare={BASELINE}"
+        )  # pytest-benchmark's own (time) comparison must accept our baseline
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST") and k != "PYTEST_CURRENT_TEST"}
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
 
@@ -80,7 +82,9 @@ def test_smoke_run(tmp_path: Path) -> None:
     impls = [name for name in C.BUILTIN_IMPLS if _loadable(name)]
     expected = {c.id for c in C.build_cases(impls, C.DTYPES, C.SMOKE.sizes, C.SMOKE.big_sizes, C.MEMORY_BOUNDED_IMPLS)}
     got = _by_case(run)
-    assert expected <= got.keys(), f"smoke run is missing cases {sorted(expected - got.keys())}; it recorded {sorted(got)}"
+    assert expected <= got.keys(), (
+        f"smoke run is missing cases {sorted(expected - got.keys())}; it recorded {sorted(got)}"
+    )
     for case_id in sorted(expected):
         info = got[case_id]
         for key in ("gflops_full", "ratio_full", "ratio_useful", "ceiling_gflops"):
@@ -111,9 +115,14 @@ def test_smoke_run(tmp_path: Path) -> None:
     for case_id, info in training.items():
         assert info["mfu"] > 0 and info["tokens_per_s"] > 0 and info["flops"] > 0, f"{case_id}: {info}"
         assert info["profile"]["total_s"] >= info["profile"]["gemm_s"] > 0, f"{case_id}: profile {info['profile']}"
-    memory = {(b["extra_info"]["memory_model"], b["extra_info"]["n"]): b["extra_info"]["peak_bytes"] for b in run["benchmarks"]
-              if "memory_model" in b["extra_info"]}  # fmt: skip
-    assert set(memory) == {(m, n) for m in ("ours", "ours-untiled", "peer") for n in (64, 128)} and all(v > 0 for v in memory.values())
+    memory = {
+        (b["extra_info"]["memory_model"], b["extra_info"]["n"]): b["extra_info"]["peak_bytes"]
+        for b in run["benchmarks"]
+        if "memory_model" in b["extra_info"]
+    }
+    assert set(memory) == {(m, n) for m in ("ours", "ours-untiled", "peer") for n in (64, 128)} and all(
+        v > 0 for v in memory.values()
+    )
 
     stages = {b["extra_info"]["stage"] for b in run["benchmarks"] if "stage" in b["extra_info"]}
     assert len(stages) == 12, f"expected the 12 NumPy stage benchmarks (2 layouts x 6 stages), got {sorted(stages)}"
@@ -133,7 +142,9 @@ def test_smoke_run(tmp_path: Path) -> None:
             f"{case_id}: divided by a ceiling of {info['ceiling_gflops']} GFLOP/s, expected the session ceiling {want} "
             f"of {info['library']}/{info['dtype']}/{info['device']} (ceilings_best: {session})"
         )
-        assert want >= info["ceiling_adjacent_gflops"], f"{case_id}: session ceiling {want} below its adjacent {info['ceiling_adjacent_gflops']}"
+        assert want >= info["ceiling_adjacent_gflops"], (
+            f"{case_id}: session ceiling {want} below its adjacent {info['ceiling_adjacent_gflops']}"
+        )
 
     from aiayn.cli import main
 
@@ -142,8 +153,13 @@ def test_smoke_run(tmp_path: Path) -> None:
     data = json.loads((out / "benchmarks.json").read_text(encoding="utf-8"))
     assert {row["case"] for row in data["cases"]} >= expected, "the report's JSON lacks some smoke cases"
     md = (out / "benchmarks.md").read_text(encoding="utf-8")
-    for heading in ("## Targets", "## GEMM ceilings", "## Results", "## What bounds the NumPy attention",
-                    "## Training throughput: our model against nn.Transformer"):
+    for heading in (
+        "## Targets",
+        "## GEMM ceilings",
+        "## Results",
+        "## What bounds the NumPy attention",
+        "## Training throughput: our model against nn.Transformer",
+    ):
         assert heading in md, f"benchmarks.md has no section {heading!r}"
     assert (out / "benchmarks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", "benchmarks.png is not a PNG file"
 
@@ -190,7 +206,9 @@ def test_compare_warns_when_thread_counts_differ() -> None:
 
 def test_memory_exponent_reads_linear_and_quadratic_growth() -> None:
     """Peaks proportional to n give exponent 1, to n^2 give 2 (from the two largest n, no mask)."""
-    rows = [{"impl": "x", "dtype": "float32", "causal": False, "n": n, "peak_bytes": 1000 * n} for n in (128, 2048, 8192)]
+    rows = [
+        {"impl": "x", "dtype": "float32", "causal": False, "n": n, "peak_bytes": 1000 * n} for n in (128, 2048, 8192)
+    ]
     rows += [{"impl": "y", "dtype": "float32", "causal": False, "n": n, "peak_bytes": 3 * n * n} for n in (512, 2048)]
     assert memory_exponent(rows, "x", "float32")["exponent"] == pytest.approx(1.0, abs=1e-12)
     assert memory_exponent(rows, "y", "float32")["exponent"] == pytest.approx(2.0, abs=1e-12)
@@ -203,9 +221,19 @@ def test_session_ceiling_makes_equal_speeds_equal_ratios() -> None:
 
     def case(name: str, gflops: float, before: float, after: float) -> dict:
         ceiling = max(before, after)
-        info = {"case": name, "library": "numpy", "dtype": "float32", "device": "cpu", "gflops_full": gflops,
-                "gflops_useful": gflops / 2, "ceiling_before_gflops": before, "ceiling_after_gflops": after,
-                "ceiling_gflops": ceiling, "ratio_full": gflops / ceiling, "ratio_useful": gflops / 2 / ceiling}  # fmt: skip
+        info = {
+            "case": name,
+            "library": "numpy",
+            "dtype": "float32",
+            "device": "cpu",
+            "gflops_full": gflops,
+            "gflops_useful": gflops / 2,
+            "ceiling_before_gflops": before,
+            "ceiling_after_gflops": after,
+            "ceiling_gflops": ceiling,
+            "ratio_full": gflops / ceiling,
+            "ratio_useful": gflops / 2 / ceiling,
+        }
         return {"extra_info": info}
 
     runs = [case("a", 48.0, 72.0, 74.0), case("b", 48.0, 86.0, 80.0), {"extra_info": {"stage": "s"}}]

@@ -227,7 +227,7 @@ def test_corpus_sums_before_dividing() -> None:
 
 
 def test_ngram_stats_by_hand() -> None:
-    """"a b a b" against "a b b": unigrams a×2 (ref has 1) + b×2 (ref 2) → 3; bigrams ab×2 (ref 1),
+    """ "a b a b" against "a b b": unigrams a×2 (ref has 1) + b×2 (ref 2) → 3; bigrams ab×2 (ref 1),
     ba×1 (ref 0) → 1; trigrams aba, bab (ref: abb) → 0; no 4-gram but the one of the output."""
     assert ngram_stats(["a", "b", "a", "b"], ["a", "b", "b"]) == ([3, 1, 0, 0], [4, 3, 2, 1])
     assert ngram_stats([], ["a"]) == ([0, 0, 0, 0], [0, 0, 0, 0])
@@ -280,7 +280,12 @@ def test_multi_bleu_agrees_with_sacrebleu(corpus: tuple[list[str], list[str]]) -
     """
     hyps, refs = corpus
     ours, theirs = multi_bleu(hyps, refs), sacre_bleu_pretokenized(hyps, refs)
-    assert (ours.counts, ours.totals, ours.sys_len, ours.ref_len) == (theirs.counts, theirs.totals, theirs.sys_len, theirs.ref_len)
+    assert (ours.counts, ours.totals, ours.sys_len, ours.ref_len) == (
+        theirs.counts,
+        theirs.totals,
+        theirs.sys_len,
+        theirs.ref_len,
+    )
     if min(ours.counts) == 0 or ours.sys_len == 0:
         assert ours.score == theirs.score == 0.0, f"{hyps} / {refs}: {ours.score} vs {theirs.score}"
         return
@@ -288,7 +293,9 @@ def test_multi_bleu_agrees_with_sacrebleu(corpus: tuple[list[str], list[str]]) -
     big_l_pct = max(abs(math.log(100 * c / t)) for c, t in zip(ours.counts, ours.totals))
     bound = U * (9 + 3 * big_l + 5 * big_l_pct) * ours.score
     miss = abs(ours.score - theirs.score)
-    assert miss <= bound, f"{hyps} / {refs}: ours {ours.score!r}, sacreBLEU {theirs.score!r}, miss {miss:.3g} > {bound:.3g}"
+    assert miss <= bound, (
+        f"{hyps} / {refs}: ours {ours.score!r}, sacreBLEU {theirs.score!r}, miss {miss:.3g} > {bound:.3g}"
+    )
     assert bleu_scoring.agreement_bound(ours) == bound, "the report's agreement_bound differs from this derivation"
 
 
@@ -330,8 +337,14 @@ def test_signatures_are_sacrebleus_own() -> None:
 
     sample = bleu.load_sample()
     v = sacrebleu.__version__
-    assert sacre_bleu(sample["hyp.de"], sample["ref.de"]).signature == f"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{v}"
-    assert bleu_scoring.chrf(sample["hyp.de"], sample["ref.de"]).signature == f"nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:{v}"
+    assert (
+        sacre_bleu(sample["hyp.de"], sample["ref.de"]).signature
+        == f"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{v}"
+    )
+    assert (
+        bleu_scoring.chrf(sample["hyp.de"], sample["ref.de"]).signature
+        == f"nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:{v}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,7 +393,9 @@ def test_sample_files_align() -> None:
     assert all(line.strip() == line and line for lines in sample.values() for line in lines)
 
 
-def test_main_without_data_writes_the_worked_example_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_main_without_data_writes_the_worked_example_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Offline with an empty cache: bleu.md leads with the WMT17 section saying it was not measured (and how
     to measure it), then the worked example; the sample's own statistics are computed all the same."""
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "empty"))
@@ -393,7 +408,9 @@ def test_main_without_data_writes_the_worked_example_and_says_why(tmp_path: Path
     assert bleu_wmt17.PIP_COMMAND in md and bleu_wmt17.SDIST_SHA256 in md and "{" not in md
     assert md.index("## Sixteen WMT17 systems: not measured") < md.index("## Worked example")
     density = data["sample"]["hyphen_density"]
-    assert density["markers"] == sum(r.split().count(AT_SEPARATOR) for r in (paper_tokens(x) for x in bleu.load_sample()["ref.de"]))
+    assert density["markers"] == sum(
+        r.split().count(AT_SEPARATOR) for r in (paper_tokens(x) for x in bleu.load_sample()["ref.de"])
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,7 +423,9 @@ def test_kendall_tau_by_hand() -> None:
     assert bleu_wmt17.kendall_tau([1, 2, 3], [10, 20, 30]) == 1.0
     assert bleu_wmt17.kendall_tau([1, 2, 3], [3, 2, 1]) == -1.0
     assert bleu_wmt17.kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3, rel=0, abs=U)
-    assert bleu_wmt17.kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / 3, rel=0, abs=U)  # the tie counts as neither
+    assert bleu_wmt17.kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(
+        2 / 3, rel=0, abs=U
+    )  # the tie counts as neither
     with pytest.raises(ValueError, match="same length"):
         bleu_wmt17.kendall_tau([1], [1])
 
@@ -448,7 +467,10 @@ def test_unpickler_accepts_data_and_refuses_objects() -> None:
 def _synthetic_sdist(folder: Path, refs: list[str], systems: dict[str, list[str]], test_sh: str) -> Path:
     """A stand-in for sacrebleu-2.6.0.tar.gz holding the two members the rescoring reads."""
     named = [(f"newstest2017.{name}.1.en-de", lines) for name, lines in systems.items()] + [("reference", [refs])]
-    members = {bleu_wmt17.SYSTEMS_MEMBER: bz2.compress(pickle.dumps(named)), bleu_wmt17.TEST_SH_MEMBER: test_sh.encode()}
+    members = {
+        bleu_wmt17.SYSTEMS_MEMBER: bz2.compress(pickle.dumps(named)),
+        bleu_wmt17.TEST_SH_MEMBER: test_sh.encode(),
+    }
     path = folder / bleu_wmt17.SDIST
     with tarfile.open(path, "w:gz") as tar:
         for name, payload in members.items():
@@ -471,7 +493,10 @@ def test_rescoring_on_synthetic_data_and_rerendering(tmp_path: Path, monkeypatch
     NOT reproduced and the verdict must say so), C-3MA and FBK differ by one hyphenated word.
     The recorded mteval figure 100 for uedin-nmt agrees; 50 for C-3MA does not. Re-rendering from the
     stored JSON gives the same report (signature aside)."""
-    refs = ["Der US-Präsident traf die EU-Kommissarin am Dienstag in Berlin .", "Das ist ein sehr guter Test für uns alle ."]
+    refs = [
+        "Der US-Präsident traf die EU-Kommissarin am Dienstag in Berlin .",
+        "Das ist ein sehr guter Test für uns alle .",
+    ]
     systems = {
         "uedin-nmt": list(refs),
         "C-3MA": ["Der US-Präsident traf die EU-Kommissarin am Montag in Berlin .", refs[1]],
@@ -488,7 +513,9 @@ def test_rescoring_on_synthetic_data_and_rerendering(tmp_path: Path, monkeypatch
     data = json.loads((tmp_path / "a" / "bleu.json").read_text(encoding="utf-8"))
     rows = {r["system"]: r for r in data["wmt17"]["systems"]}
     assert rows["uedin-nmt"]["scores"]["sacre"] == 100.0 and rows["uedin-nmt"]["scores"]["paper"] == 100.0
-    assert rows["FBK"]["mteval_recorded"] is None and rows["FBK"]["markers"] == 1 and rows["FBK"]["markers_matched"] == 1
+    assert (
+        rows["FBK"]["mteval_recorded"] is None and rows["FBK"]["markers"] == 1 and rows["FBK"]["markers_matched"] == 1
+    )
     sacre = [r["scores"]["sacre"] for r in data["wmt17"]["systems"]]
     assert sacre == sorted(sacre, reverse=True) and data["wmt17"]["systems"][0]["system"] == "uedin-nmt"
     assert "1 of 3 WMT17 systems equal" in verdict
@@ -497,7 +524,9 @@ def test_rescoring_on_synthetic_data_and_rerendering(tmp_path: Path, monkeypatch
     assert strip(tmp_path / "a" / "bleu.md") == strip(tmp_path / "b" / "bleu.md")
 
 
-@pytest.mark.skipif(not (bleu_wmt17.cache_dir() / bleu_wmt17.SDIST).exists(), reason="sacreBLEU 2.6.0's sdist is not in the cache")
+@pytest.mark.skipif(
+    not (bleu_wmt17.cache_dir() / bleu_wmt17.SDIST).exists(), reason="sacreBLEU 2.6.0's sdist is not in the cache"
+)
 def test_uedin_nmt_is_28_30_sacrebleu() -> None:
     """The known figure (issue 7): uedin-nmt scores 28.30 sacreBLEU on newstest2017 EN→DE."""
     sdist, _ = bleu_wmt17.fetch(bleu_wmt17.cache_dir(), network=False)
@@ -513,8 +542,16 @@ def test_uedin_nmt_is_28_30_sacrebleu() -> None:
 # ---------------------------------------------------------------------------------------------
 
 OTHER_LANGUAGE_CASES = [
-    ("fr", "Car Dieu a tant aimé le monde qu'il a donné son Fils.", "Car Dieu a tant aimé le monde qu' il a donné son Fils ."),
-    ("fr", "L’homme d'aujourd'hui dit : « peut-être ».", "L’ homme d' aujourd' hui dit : « peut-être » ."),  # elision, no split
+    (
+        "fr",
+        "Car Dieu a tant aimé le monde qu'il a donné son Fils.",
+        "Car Dieu a tant aimé le monde qu' il a donné son Fils .",
+    ),
+    (
+        "fr",
+        "L’homme d'aujourd'hui dit : « peut-être ».",
+        "L’ homme d' aujourd' hui dit : « peut-être » .",
+    ),  # elision, no split
     ("fr", "M. Dupont et Mme. Durand arrivent.", "M. Dupont et Mme. Durand arrivent ."),  # French abbreviations
     ("fr", "Il en avait 3. Puis il partit.", "Il en avait 3 . Puis il partit ."),  # no German ordinal rule in French
     ("fr", "l' 'isolé'", "l ' ' isolé '"),  # an apostrophe not between two letters stands alone
@@ -539,7 +576,7 @@ def test_french_paper_style_does_not_split_compounds() -> None:
 
 
 def test_repetition_rate_by_hand() -> None:
-    """"der Fürsten der Fürsten der Fürsten der Fürsten": 8 tokens, 5 4-grams of which 2 distinct
+    """ "der Fürsten der Fürsten der Fürsten der Fürsten": 8 tokens, 5 4-grams of which 2 distinct
     ("der Fürsten der Fürsten" x3, "Fürsten der Fürsten der" x2): 3 repeats, and a 4-gram occurs 3 times
     (a loop). "a b c d e": 2 distinct 4-grams. Pooled: 3 repeats of 7 4-grams."""
     from aiayn.reproductions.bleu_scoring import repetition_rate

@@ -36,9 +36,23 @@ SIMULATED = {dtype: f"aiayn.conformance.simulated:{dtype}" for dtype in DTYPES}
 def _suite(tmp_path: Path, specs: list[str], *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     reports = tmp_path / "reports"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "AIAYN_IMPL"))} | {
-        "AIAYN_FAILURES": str(tmp_path / "failures"), "AIAYN_PROFILE": "ci"}
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "aiayn.conformance", "-q", "-p", "no:cacheprovider", "--tb=short",
-           f"--aiayn-report={reports}", *[f"--impl={s}" for s in specs], *extra]
+        "AIAYN_FAILURES": str(tmp_path / "failures"),
+        "AIAYN_PROFILE": "ci",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--pyargs",
+        "aiayn.conformance",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--tb=short",
+        f"--aiayn-report={reports}",
+        *[f"--impl={s}" for s in specs],
+        *extra,
+    ]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False), reports
 
 
@@ -54,9 +68,16 @@ def honest(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Complet
 def test_an_honest_low_precision_implementation_passes(honest: tuple, dtype: str) -> None:
     proc, data = honest
     rows = data[dtype]["rows"]
-    bad = [f"{r['equation']} [{r['dtype']}]: {r['status']} {r['failed_tests']}" for r in rows if r["status"] not in ("pass", "n/a")]
-    assert not bad, f"the simulated {dtype} implementation (every intermediate rounded to {dtype}) does not pass:\n" + "\n".join(bad) + \
-        f"\n{proc.stdout[-4000:]}"
+    bad = [
+        f"{r['equation']} [{r['dtype']}]: {r['status']} {r['failed_tests']}"
+        for r in rows
+        if r["status"] not in ("pass", "n/a")
+    ]
+    assert not bad, (
+        f"the simulated {dtype} implementation (every intermediate rounded to {dtype}) does not pass:\n"
+        + "\n".join(bad)
+        + f"\n{proc.stdout[-4000:]}"
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -69,8 +90,10 @@ def test_the_budgets_apply_to_at_least_the_stated_fraction(honest: tuple, dtype:
         total = r["checked"] + r["not_checked"]
         assert total > 0, f"{r['equation']} [{dtype}]: nothing was checked at all"
         if r["not_checked"] / total > max_unchecked(r["equation"], dtype):
-            short.append(f"{r['equation']} [{dtype}]: {r['not_checked']} of {total} not checked "
-                         f"(stated maximum {100 * max_unchecked(r['equation'], dtype):g}%): {r['not_checked_reasons']}")
+            short.append(
+                f"{r['equation']} [{dtype}]: {r['not_checked']} of {total} not checked "
+                f"(stated maximum {100 * max_unchecked(r['equation'], dtype):g}%): {r['not_checked_reasons']}"
+            )
     assert not short, "\n".join(short)
 
 
@@ -88,6 +111,11 @@ def test_a_finite_masked_score_passes_under_the_uniform_policy(tmp_path: Path) -
     proc, reports = _suite(tmp_path, specs, "-k", "attention")
     assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout[-4000:]}"
     for spec in specs:
-        data = json.loads((reports / f"conformance-{spec.split(':')[1].replace('_', '-').replace('finite-mask', 'simulated-finite-mask')}.json").read_text())
+        data = json.loads(
+            (
+                reports
+                / f"conformance-{spec.split(':')[1].replace('_', '-').replace('finite-mask', 'simulated-finite-mask')}.json"
+            ).read_text()
+        )
         rows = [r for r in data["rows"] if r["equation"] in ("scaled_dot_product_attention", "multi_head_attention")]
         assert rows and all(r["status"] == "pass" and r["checked"] > 0 for r in rows), rows

@@ -40,8 +40,17 @@ def test_every_command_has_help_with_defaults(command: str, capsys: pytest.Captu
     assert options or command in ("replay",), f"aiayn {command} --help lists no options"
 
 
-@pytest.mark.parametrize("argv", [["check"], ["nosuchcommand"], ["check", "numpy", "--workers", "x"], ["reproduce", "--bogus"],
-                                  ["train", "--preset", "nosuch"], ["replay"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check"],
+        ["nosuchcommand"],
+        ["check", "numpy", "--workers", "x"],
+        ["reproduce", "--bogus"],
+        ["train", "--preset", "nosuch"],
+        ["replay"],
+    ],
+)
 def test_a_bad_command_line_is_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 4
     assert "error:" in capsys.readouterr().err
@@ -76,16 +85,24 @@ def test_unknown_reproduction_and_positional_passthrough(capsys: pytest.CaptureF
 
 def _without(modules: list[str], argv: list[str]) -> subprocess.CompletedProcess[str]:
     """Run ``aiayn ARGV`` in a fresh interpreter in which importing any of ``modules`` fails."""
-    code = (f"import sys\nfor m in {modules!r}: sys.modules[m] = None\n"
-            f"from aiayn.cli import main\nsys.exit(main({argv!r}))")
+    code = (
+        f"import sys\nfor m in {modules!r}: sys.modules[m] = None\nfrom aiayn.cli import main\nsys.exit(main({argv!r}))"
+    )
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
 
 
-@pytest.mark.parametrize(("modules", "argv", "extra"), [
-    (["torch"], ["train", "--preset", "smoke", "--work", "/nonexistent/never-written"], "pip install 'aiayn[torch]'"),
-    (["torch"], ["check", "torch", "--workers", "0"], "pip install 'aiayn[torch]'"),
-    (["matplotlib"], ["reproduce", "figures", "--out", "/nonexistent/never-written"], "pip install 'aiayn[plots]'"),
-])
+@pytest.mark.parametrize(
+    ("modules", "argv", "extra"),
+    [
+        (
+            ["torch"],
+            ["train", "--preset", "smoke", "--work", "/nonexistent/never-written"],
+            "pip install 'aiayn[torch]'",
+        ),
+        (["torch"], ["check", "torch", "--workers", "0"], "pip install 'aiayn[torch]'"),
+        (["matplotlib"], ["reproduce", "figures", "--out", "/nonexistent/never-written"], "pip install 'aiayn[plots]'"),
+    ],
+)
 def test_a_missing_extra_is_one_line_naming_it(modules: list[str], argv: list[str], extra: str) -> None:
     proc = _without(modules, argv)
     assert proc.returncode == 4, f"exit {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
@@ -113,5 +130,7 @@ def test_list_names_every_builtin(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_python_dash_m_aiayn_is_the_same_command() -> None:
-    proc = subprocess.run([sys.executable, "-m", "aiayn", "--version"], capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "aiayn", "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 0 and proc.stdout.startswith("aiayn "), proc.stdout + proc.stderr

@@ -1,7 +1,8 @@
-"""The code hash in every signature, and the staleness it lets the registry flag (issue 14, item 7).
+"""The code hash in every signature, and the staleness it lets the registry flag.
 
 - ``aiayn.kit.code_closure`` follows every import of aiayn modules (also inside functions, relative ones
-  resolved), leaves out the ground floor, and ``code_hash`` changes when any module in the closure does;
+  resolved), leaves out the ground floor, and ``code_hash`` changes when the code of any module in the
+  closure does (not its layout, comments or docstrings);
 - the registry calls a measured report current only when every stored code hash equals its
   measurement module's current one, and the report's own line says STALE otherwise;
 - every signature names the commit and the code.
@@ -15,16 +16,23 @@ from aiayn import kit
 
 
 def _fake_sources(monkeypatch: pytest.MonkeyPatch, sources: dict[str, bytes]) -> None:
-    monkeypatch.setattr(kit, "_source", lambda module: (f"/fake/{module.replace('.', '/')}.py", sources[module]) if module in sources else None)
+    monkeypatch.setattr(
+        kit,
+        "_source",
+        lambda module: (f"/fake/{module.replace('.', '/')}.py", sources[module]) if module in sources else None,
+    )
 
 
 def test_closure_follows_imports_and_skips_the_ground_floor(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_sources(monkeypatch, {
-        "aiayn.pkg.a": b"import aiayn.pkg.b\nfrom aiayn.kit import Report\nimport numpy\n",
-        "aiayn.pkg.b": b"def f():\n    from . import c\n    return c\n",
-        "aiayn.pkg.c": b"from aiayn.environment import require\n",
-        "aiayn.pkg": b"",
-    })  # fmt: skip
+    _fake_sources(
+        monkeypatch,
+        {
+            "aiayn.pkg.a": b"import aiayn.pkg.b\nfrom aiayn.kit import Report\nimport numpy\n",
+            "aiayn.pkg.b": b"def f():\n    from . import c\n    return c\n",
+            "aiayn.pkg.c": b"from aiayn.environment import require\n",
+            "aiayn.pkg": b"",
+        },
+    )
     assert kit.code_closure("aiayn.pkg.a") == ["aiayn.pkg", "aiayn.pkg.a", "aiayn.pkg.b", "aiayn.pkg.c"]
     assert kit.code_closure("aiayn.kit") == []
 
@@ -40,17 +48,44 @@ def test_code_hash_moves_with_any_module_of_the_closure(monkeypatch: pytest.Monk
     assert kit.code_hash("aiayn.pkg.a") != first
 
 
+def test_code_hash_ignores_layout_comments_and_docstrings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reformatted, re-commented or re-documented module ran the same code: same hash; a changed string or
+    name that the code uses is new code."""
+    sources = {"aiayn.pkg.a": b'"""Doc."""\ndef f(x):\n    """Doc."""\n    return g(x, "s")\n'}
+    _fake_sources(monkeypatch, sources)
+    first = kit.code_hash("aiayn.pkg.a")
+    sources["aiayn.pkg.a"] = (
+        b'"""Other doc,\nlonger."""\n\n\ndef f(x):  # a comment\n    return g(\n        x,\n        "s",\n    )\n'
+    )
+    assert kit.code_hash("aiayn.pkg.a") == first
+    sources["aiayn.pkg.a"] = b'def f(x):\n    return g(x, "t")\n'
+    assert kit.code_hash("aiayn.pkg.a") != first
+    sources["aiayn.pkg.a"] = b'def f(y):\n    return g(y, "s")\n'
+    assert kit.code_hash("aiayn.pkg.a") != first
+
+
 def test_real_closures_hold_what_computes_the_numbers() -> None:
     """The training run's hash covers the model, the loop, the decoder, the scorer and the checked equations;
     not the report that renders it, nor the ground floor."""
     closure = kit.code_closure("aiayn.reproductions.translation.run")
-    for module in ("aiayn.reproductions.translation.model", "aiayn.reproductions.translation.train",
-                   "aiayn.reproductions.translation.decode", "aiayn.reproductions.bleu_scoring",
-                   "aiayn.implementations.torch_impl"):  # fmt: skip
+    for module in (
+        "aiayn.reproductions.translation.model",
+        "aiayn.reproductions.translation.train",
+        "aiayn.reproductions.translation.decode",
+        "aiayn.reproductions.bleu_scoring",
+        "aiayn.implementations.torch_impl",
+    ):
         assert module in closure, f"{module} missing from the training run's code closure"
-    for module in ("aiayn.reproductions.translation.report", "aiayn.kit", "aiayn.environment", "aiayn.reproductions.registry"):
+    for module in (
+        "aiayn.reproductions.translation.report",
+        "aiayn.kit",
+        "aiayn.environment",
+        "aiayn.reproductions.registry",
+    ):
         assert module not in closure, f"{module} should not make a training run stale"
-    assert "aiayn.reproductions.translation.ablation_report" not in kit.code_closure("aiayn.reproductions.translation.ablation")
+    assert "aiayn.reproductions.translation.ablation_report" not in kit.code_closure(
+        "aiayn.reproductions.translation.ablation"
+    )
 
 
 def test_registry_flags_a_changed_measurement_as_stale() -> None:

@@ -31,12 +31,21 @@ from aiayn.reproductions.seeds import (
 )
 
 REPRODUCTIONS = Path(seeds.__file__).resolve().parent
-VERDICT_NAMES = {"REPRODUCED", "DIFFERS", "QUALIFIED", "NOT_CHECKABLE", "MATCHES_PAPER", "PAPER_DIFFERS", "AGREES", "DISAGREES",
-                 "NOT_SEPARABLE"}  # fmt: skip
+VERDICT_NAMES = {
+    "REPRODUCED",
+    "DIFFERS",
+    "QUALIFIED",
+    "NOT_CHECKABLE",
+    "MATCHES_PAPER",
+    "PAPER_DIFFERS",
+    "AGREES",
+    "DISAGREES",
+    "NOT_SEPARABLE",
+}
 
 
 def test_ffn_share_verdict_flips_at_its_criterion() -> None:
-    """"about 2/3" is [7/12, 3/4): the paper's model inside it reproduces; only a decoder-only stack
+    """ "about 2/3" is [7/12, 3/4): the paper's model inside it reproduces; only a decoder-only stack
     inside it qualifies; neither differs. The edges are where the criterion puts them."""
     assert ffn_share_verdict(Fraction(2, 3), Fraction(1, 2)) == REPRODUCED
     assert ffn_share_verdict(Fraction(7, 12), Fraction(1, 2)) == REPRODUCED
@@ -121,10 +130,17 @@ def test_no_verdict_is_written_down() -> None:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for fn in _functions(tree):
             body = [fn.body] if isinstance(fn, ast.Lambda) else fn.body
-            returns = [fn.body] if isinstance(fn, ast.Lambda) else [n.value for n in ast.walk(ast.Module(body=body, type_ignores=[]))
-                                                                   if isinstance(n, ast.Return)]  # fmt: skip
+            returns = (
+                [fn.body]
+                if isinstance(fn, ast.Lambda)
+                else [n.value for n in ast.walk(ast.Module(body=body, type_ignores=[])) if isinstance(n, ast.Return)]
+            )
             if any(_constant_verdict(r) for r in returns):
-                compares = any(isinstance(n, (ast.Compare, ast.IfExp, ast.If)) for b in body for n in ast.walk(b if isinstance(b, ast.AST) else b))
+                compares = any(
+                    isinstance(n, (ast.Compare, ast.IfExp, ast.If))
+                    for b in body
+                    for n in ast.walk(b if isinstance(b, ast.AST) else b)
+                )
                 if not compares:
                     name = getattr(fn, "name", "<lambda>")
                     offenders.append(f"{path.relative_to(REPRODUCTIONS)}:{fn.lineno} {name}")
@@ -134,6 +150,16 @@ def test_no_verdict_is_written_down() -> None:
 def test_the_structural_check_catches_a_constant_verdict() -> None:
     """The check above must fail on the two shapes the audit found (a tuple ending in a constant, a bare return)."""
     bad = ast.parse("def _f():\n    return 'x', 'y', QUALIFIED\nclaim = lambda: ('x', 'y', REPRODUCED)\n")
-    found = [fn for fn in _functions(bad) if any(_constant_verdict(r) for r in ([fn.body] if isinstance(fn, ast.Lambda) else
-             [n.value for n in ast.walk(fn) if isinstance(n, ast.Return)]))]  # fmt: skip
+    found = [
+        fn
+        for fn in _functions(bad)
+        if any(
+            _constant_verdict(r)
+            for r in (
+                [fn.body]
+                if isinstance(fn, ast.Lambda)
+                else [n.value for n in ast.walk(fn) if isinstance(n, ast.Return)]
+            )
+        )
+    ]
     assert len(found) == 2

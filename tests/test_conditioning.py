@@ -51,8 +51,11 @@ def test_encoder_layer_budget_applies_to_every_drawn_element(dtype: str) -> None
     @given(st.data())
     def run(data: st.DataObject) -> None:
         a = _rounded(data.draw(S.encoder_inputs(dtype)), dtype)
-        bound = PR.encoder_layer(a["x"], a["params"], a["num_heads"], a["mask"], EPS, [precision(dtype), precision("float64")])
+        bound = PR.encoder_layer(
+            a["x"], a["params"], a["num_heads"], a["mask"], EPS, [precision(dtype), precision("float64")]
+        )
         assert _unchecked(bound) == 0, f"{_unchecked(bound)} of {bound.size} elements have no bound in {dtype}"
+
     run()
 
 
@@ -67,9 +70,18 @@ def test_decoder_layer_budget_applies_to_every_drawn_element(dtype: str, causal_
         if causal_check:  # the check compares the rows up to ``upto`` of the call on y2
             a = {**a, "y": a["y2"], "self_mask": None, "memory_mask": None}
             rows = slice(0, a["upto"] + 1)
-        bound = PR.decoder_layer(a["y"], a["memory"], a["params"], a["num_heads"], a["self_mask"], a["memory_mask"], EPS,
-                                 [precision(dtype), precision("float64")])[..., rows, :]
+        bound = PR.decoder_layer(
+            a["y"],
+            a["memory"],
+            a["params"],
+            a["num_heads"],
+            a["self_mask"],
+            a["memory_mask"],
+            EPS,
+            [precision(dtype), precision("float64")],
+        )[..., rows, :]
         assert _unchecked(bound) == 0, f"{_unchecked(bound)} of {bound.size} elements have no bound in {dtype}"
+
     run()
 
 
@@ -80,9 +92,18 @@ def test_whole_model_budget_applies_to_every_drawn_element(dtype: str) -> None:
     def run(data: st.DataObject) -> None:
         a = data.draw(S.forward_inputs(dtype))
         params = _rounded(a["params"], dtype)
-        bound = PR.transformer_forward(a["src"], a["tgt"], params, a["num_heads"], a["src_lengths"], a["tgt_lengths"], EPS,
-                                       [precision(dtype), precision("float64")])
+        bound = PR.transformer_forward(
+            a["src"],
+            a["tgt"],
+            params,
+            a["num_heads"],
+            a["src_lengths"],
+            a["tgt_lengths"],
+            EPS,
+            [precision(dtype), precision("float64")],
+        )
         assert _unchecked(bound) == 0, f"{_unchecked(bound)} of {bound.size} logits have no bound in {dtype}"
+
     run()
 
 
@@ -93,7 +114,8 @@ def test_score_error_bound_covers_the_worst_inputs_it_admits(dtype: str) -> None
     rng = np.random.default_rng(7)
     d, h = 8, 2
     attn = {name: rng.uniform(-1.2, 1.2, (d, d)) for name in ("w_q", "w_k", "w_v", "w_o")} | {
-        name: rng.uniform(-0.5, 0.5, d) for name in ("b_q", "b_k", "b_v", "b_o")}
+        name: rng.uniform(-0.5, 0.5, d) for name in ("b_q", "b_k", "b_v", "b_o")
+    }
     radius = 2.0 * np.sqrt(d)
     before = S.score_error_bound(attn, radius, radius, h, dtype)
     conditioned = S.condition_attention(attn, radius, radius, h, dtype)
@@ -111,7 +133,9 @@ def test_score_error_bound_covers_the_worst_inputs_it_admits(dtype: str) -> None
     assert actual <= after * (1 + 4 * prec.u), f"a-priori bound {after} below the D of the budget itself, {actual}"
     assert actual > after / 4, f"the extreme inputs reach only {actual} of the a-priori {after}: not the extreme"
     budget = B.multi_head_attention(x, x, x, seen, h, None, prec)
-    assert np.all(applicable(budget)), f"the conditioned attention's budget is not finite for inputs at the radius in {dtype}"
+    assert np.all(applicable(budget)), (
+        f"the conditioned attention's budget is not finite for inputs at the radius in {dtype}"
+    )
 
 
 def test_wide_dtypes_keep_the_drawn_weights() -> None:

@@ -36,14 +36,22 @@ def _failures_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_every_mutant_is_caught_and_the_unbroken_numpy_implementation_passes(tmp_path: Path) -> None:
     proc = mutants.run_mutants(tmp_path / "reports", workers=2)
-    assert (tmp_path / "reports" / "conformance-numpy.json").exists(), f"the suite did not run:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert (tmp_path / "reports" / "conformance-numpy.json").exists(), (
+        f"the suite did not run:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     table = mutants.kill_table(tmp_path / "reports")
     missed = [f"{r['mutant']}: {r['bug']}" for r in table["mutants"] if not r["caught"]]
     assert not missed, f"{len(missed)} of {table['total']} mutants were not caught: {missed}"
-    wrong = [f"{r['mutant']}: diagnosed as {r['diagnosed_as']}, expected {r['departure']!r}" for r in table["mutants"] if not r["diagnosed"]]
+    wrong = [
+        f"{r['mutant']}: diagnosed as {r['diagnosed_as']}, expected {r['departure']!r}"
+        for r in table["mutants"]
+        if not r["diagnosed"]
+    ]
     assert not wrong, f"{len(wrong)} of {table['total']} mutants were not diagnosed as themselves:\n" + "\n".join(wrong)
     assert table["total"] >= 15
-    assert table["control"]["verdict"] == "PASS", f"the unbroken numpy implementation failed: {table['control']['failing']}"
+    assert table["control"]["verdict"] == "PASS", (
+        f"the unbroken numpy implementation failed: {table['control']['failing']}"
+    )
 
 
 def _no_scale_case() -> dict[str, np.ndarray | None]:
@@ -53,15 +61,23 @@ def _no_scale_case() -> dict[str, np.ndarray | None]:
     return {"q": q, "k": k, "v": v, "mask": None}
 
 
-def test_a_failure_message_says_what_where_by_how_much_on_what_and_how_to_replay(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failure_message_says_what_where_by_how_much_on_what_and_how_to_replay(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     impl = mutants.NoScale()
     register_spec(impl, "aiayn.conformance.mutants:NoScale")
     with pytest.raises(ConformanceFailure) as failure:
         A.attention_agreement(impl, "float64", **_no_scale_case())
     message = str(failure.value)
-    for part in ("scaled dot-product attention (§3.2.1, Eq. (1))", "disagrees with the oracle", "worst element at index (",
-                 "x budget", "elements over budget", "q float64 (2, 3); k float64 (3, 3); v float64 (3, 2)",
-                 "replay: aiayn replay "):
+    for part in (
+        "scaled dot-product attention (§3.2.1, Eq. (1))",
+        "disagrees with the oracle",
+        "worst element at index (",
+        "x budget",
+        "elements over budget",
+        "q float64 (2, 3); k float64 (3, 3); v float64 (3, 2)",
+        "replay: aiayn replay ",
+    ):
         assert part in message, f"{part!r} missing from the failure message:\n{message}"
     ratio = float(message.split(" x budget")[0].rsplit("= ", 1)[1])
     assert ratio > 1e6, f"no scaling is an O(1) error, expected a huge multiple of the budget, got {ratio}"
@@ -165,9 +181,28 @@ def _run_poison_checks(spec: str, tmp_path: Path) -> tuple[int, str, dict]:
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": str(root), "AIAYN_PROFILE": "ci", "AIAYN_FIND_ONLY": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "conformance/test_attention.py", "-q", "-p", "no:cacheprovider", "-k", "poison",
-         "--impl", spec, "--dtype", "float64", "--aiayn-report", str(tmp_path)],
-        cwd=root, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "conformance/test_attention.py",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "poison",
+            "--impl",
+            spec,
+            "--dtype",
+            "float64",
+            "--aiayn-report",
+            str(tmp_path),
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     reports = list(tmp_path.glob("conformance-*.json"))
     return proc.returncode, proc.stdout + proc.stderr, json.loads(reports[0].read_text()) if reports else {}

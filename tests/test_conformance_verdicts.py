@@ -72,8 +72,21 @@ def test_zero_d_and_empty_results(stats: Stats) -> None:
 
 
 def _results(**row: Any) -> list[dict[str, Any]]:
-    base = {"spec": "x", "equation": "layer_norm", "dtype": "float32", "test": "test_layer_norm", "outcome": "passed", "reason": "",
-            "examples": 10, "checked": 90, "unchecked": {"why": 10}, "exact": 0, "worst": 0.5, "nan_mismatches": 0, "largest": None}
+    base = {
+        "spec": "x",
+        "equation": "layer_norm",
+        "dtype": "float32",
+        "test": "test_layer_norm",
+        "outcome": "passed",
+        "reason": "",
+        "examples": 10,
+        "checked": 90,
+        "unchecked": {"why": 10},
+        "exact": 0,
+        "worst": 0.5,
+        "nan_mismatches": 0,
+        "largest": None,
+    }
     return [base | row]
 
 
@@ -89,19 +102,26 @@ def _row(data: dict[str, Any], equation: str = "layer_norm") -> dict[str, Any]:
 def test_a_row_above_the_stated_unchecked_fraction_is_inconclusive_unless_declared() -> None:
     impl = NumpyImplementation()
     data = report.build(_Entry(impl), _results(), {})
-    assert _row(data)["status"] == "inconclusive" and _row(data)["fraction_checked"] == 0.9 and data["verdict"] == "INCONCLUSIVE"
+    assert (
+        _row(data)["status"] == "inconclusive"
+        and _row(data)["fraction_checked"] == 0.9
+        and data["verdict"] == "INCONCLUSIVE"
+    )
     impl.declared_inconclusive = {"layer_norm@float32": "our rows are near-constant"}
     data = report.build(_Entry(impl), _results(), {})
     assert _row(data)["status"] == "inconclusive (declared)" and data["verdict"] == "PASS"
     assert _row(report.build(_Entry(NumpyImplementation()), _results(unchecked={"why": 0}), {}))["status"] == "pass"
 
 
-@pytest.mark.parametrize(("row", "cell"), [
-    ({"equation": "contract", "checked": 5, "exact": 5, "unchecked": {}, "worst": None}, "contract (exact)"),
-    ({"outcome": "failed", "nan_mismatches": 1, "worst": None, "unchecked": {}}, "NaN mismatch"),
-    ({"checked": 0, "unchecked": {"why": 4}, "worst": None}, "not measured"),
-    ({"worst": 0.25, "unchecked": {}}, "0.25"),
-])
+@pytest.mark.parametrize(
+    ("row", "cell"),
+    [
+        ({"equation": "contract", "checked": 5, "exact": 5, "unchecked": {}, "worst": None}, "contract (exact)"),
+        ({"outcome": "failed", "nan_mismatches": 1, "worst": None, "unchecked": {}}, "NaN mismatch"),
+        ({"checked": 0, "unchecked": {"why": 4}, "worst": None}, "not measured"),
+        ({"worst": 0.25, "unchecked": {}}, "0.25"),
+    ],
+)
 def test_report_cells_say_what_happened(row: dict[str, Any], cell: str) -> None:
     data = report.build(_Entry(NumpyImplementation()), _results(**row), {})
     assert _row(data, row.get("equation", "layer_norm"))["measure"] == cell
@@ -141,7 +161,7 @@ class DeclaredInconclusive(LayerNormOnly):
     declared_inconclusive = {"layer_norm": "this run checks LayerNorm on rows no budget covers, on purpose"}
 
 
-_ROWS_NO_BUDGET_COVERS = '''
+_ROWS_NO_BUDGET_COVERS = """
 import numpy as np
 import pytest
 from aiayn.conformance.checks import layers as L
@@ -151,31 +171,54 @@ from aiayn.conformance.checks import layers as L
 def test_layer_norm_on_rows_no_budget_covers(impl, dtype):
     # rows at 1e300: the bound's own magnitudes overflow, so no element can be checked
     L.layer_norm_agreement(impl, dtype, x=np.full((2, 4), 1e300), gain=np.ones(4), bias=np.zeros(4), eps=1e-6)
-'''
+"""
 
 
 def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
-    env |= {"PYTHONPATH": os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]), "AIAYN_FAILURES": str(tmp_path / "failures"),
-            "AIAYN_PROFILE": "ci"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    env |= {
+        "PYTHONPATH": os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]),
+        "AIAYN_FAILURES": str(tmp_path / "failures"),
+        "AIAYN_PROFILE": "ci",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize(("impl", "status", "code"), [("LayerNormOnly", "inconclusive", 1), ("DeclaredInconclusive", "inconclusive (declared)", 0)])
+@pytest.mark.parametrize(
+    ("impl", "status", "code"),
+    [("LayerNormOnly", "inconclusive", 1), ("DeclaredInconclusive", "inconclusive (declared)", 0)],
+)
 def test_inconclusive_fails_the_run_unless_declared(tmp_path: Path, impl: str, status: str, code: int) -> None:
     (tmp_path / "test_rows.py").write_text(textwrap.dedent(_ROWS_NO_BUDGET_COVERS))
     proc = _pytest(tmp_path, "test_rows.py", f"--impl={MODULE}:{impl}", f"--aiayn-report={tmp_path / 'r'}")
     assert proc.returncode == code, f"exit {proc.returncode}, expected {code}:\n{proc.stdout[-3000:]}"
     data = json.loads(next((tmp_path / "r").glob("*.json")).read_text())
     row = next(r for r in data["rows"] if r["equation"] == "layer_norm")
-    assert row["status"] == status and row["checked"] == 0 and row["not_checked"] == 8 and row["measure"] == "not measured", row
+    assert (
+        row["status"] == status and row["checked"] == 0 and row["not_checked"] == 8 and row["measure"] == "not measured"
+    ), row
     assert ("INCONCLUSIVE" in proc.stdout) == bool(code)
 
 
 def test_two_distinct_failures_get_their_own_messages_and_replay_files(tmp_path: Path) -> None:
-    proc = _pytest(tmp_path, "--pyargs", "aiayn.conformance", f"--impl={MODULE}:UnbiasedStdLayerNorm", "--dtype=float64",
-                   "-k", "test_layer_norm and not shifting and not fixed", f"--aiayn-report={tmp_path / 'r'}")
+    proc = _pytest(
+        tmp_path,
+        "--pyargs",
+        "aiayn.conformance",
+        f"--impl={MODULE}:UnbiasedStdLayerNorm",
+        "--dtype=float64",
+        "-k",
+        "test_layer_norm and not shifting and not fixed",
+        f"--aiayn-report={tmp_path / 'r'}",
+    )
     out = proc.stdout
     assert proc.returncode == 1, out[-3000:]
     assert "NaNMismatch" in out and "OverBudget" in out, f"expected both failures reported:\n{out[-4000:]}"

@@ -44,13 +44,19 @@ def test_declarations_are_valid(impl: Any) -> None:
     assert isinstance(impl, protocol.Implementation)
     assert impl.name in registry.BUILTINS
     assert impl.version.strip(), f"{impl.name}: empty version"
-    assert re.fullmatch(r"cpu|cuda(:\d+)?", impl.device), f"{impl.name}: device {impl.device!r} is not 'cpu' or 'cuda[:N]'"
-    assert impl.dtypes and set(impl.dtypes) <= set(DTYPES), f"{impl.name}: dtypes {impl.dtypes} not a subset of {DTYPES}"
+    assert re.fullmatch(r"cpu|cuda(:\d+)?", impl.device), (
+        f"{impl.name}: device {impl.device!r} is not 'cpu' or 'cuda[:N]'"
+    )
+    assert impl.dtypes and set(impl.dtypes) <= set(DTYPES), (
+        f"{impl.name}: dtypes {impl.dtypes} not a subset of {DTYPES}"
+    )
 
 
 def test_provided_equations_are_known_and_callable(impl: Any) -> None:
     declared = impl.provides()
-    assert isinstance(declared, frozenset), f"{impl.name}.provides() returned {type(declared).__name__}, expected frozenset"
+    assert isinstance(declared, frozenset), (
+        f"{impl.name}.provides() returned {type(declared).__name__}, expected frozenset"
+    )
     assert declared <= set(EQUATIONS), f"{impl.name} declares unknown equations {sorted(declared - set(EQUATIONS))}"
     missing = sorted(n for n in declared if not callable(getattr(impl, n, None)))
     assert not missing, f"{impl.name} declares {missing} but has no such methods"
@@ -60,7 +66,9 @@ def test_provided_equations_are_known_and_callable(impl: Any) -> None:
 
 def test_policies_are_declared_with_allowed_values(impl: Any) -> None:
     policies = impl.policies
-    assert set(policies) >= set(protocol.DEFAULT_POLICIES), f"{impl.name}: policy keys {sorted(policies)} miss some of {sorted(protocol.DEFAULT_POLICIES)}"
+    assert set(policies) >= set(protocol.DEFAULT_POLICIES), (
+        f"{impl.name}: policy keys {sorted(policies)} miss some of {sorted(protocol.DEFAULT_POLICIES)}"
+    )
     for key, allowed in POLICY_CHOICES.items():
         assert policies[key] in allowed, f"{impl.name}: policies[{key!r}] = {policies[key]!r}, allowed {allowed}"
     eps = policies["layer_norm_eps"]
@@ -104,7 +112,9 @@ def test_float_round_trip_rounds_like_numpy(impl: Any) -> None:
     for dtype in impl.dtypes:
         back = impl.to_numpy(impl.from_numpy(ROUND_TRIP_VALUES, dtype))
         expected = _expected_round_trip(ROUND_TRIP_VALUES, dtype)
-        assert isinstance(back, np.ndarray) and back.dtype == np.float64, f"{impl.name}/{dtype}: to_numpy gave {type(back)} {getattr(back, 'dtype', '')}, expected float64 ndarray"
+        assert isinstance(back, np.ndarray) and back.dtype == np.float64, (
+            f"{impl.name}/{dtype}: to_numpy gave {type(back)} {getattr(back, 'dtype', '')}, expected float64 ndarray"
+        )
         assert back.shape == ROUND_TRIP_VALUES.shape
         bad = np.flatnonzero(back != expected)
         assert bad.size == 0, (
@@ -137,7 +147,9 @@ def test_from_numpy_copies_and_to_numpy_returns_a_copy(impl: Any) -> None:
     first = impl.to_numpy(native)
     first[0, 1] = -99.0  # must not reach the native array either
     second = impl.to_numpy(native)
-    assert np.array_equal(second, np.arange(6.0).reshape(2, 3)), f"{impl.name}: native array changed through a shared buffer: {second}"
+    assert np.array_equal(second, np.arange(6.0).reshape(2, 3)), (
+        f"{impl.name}: native array changed through a shared buffer: {second}"
+    )
 
 
 def test_from_numpy_rejects_an_undeclared_dtype(impl: Any) -> None:
@@ -187,25 +199,49 @@ def _equation_cases(rng: np.random.Generator) -> dict[str, tuple[tuple, tuple[in
         "softmax": ((normal((2, 3, 5)), -1), (2, 3, 5)),
         "scaled_dot_product_attention": ((q, k, v, causal_ish), (2, 3, 6)),
         "multi_head_attention": (
-            (normal((2, 3, D_MODEL)), normal((2, 5, D_MODEL)), normal((2, 5, D_MODEL)), _layer_params(rng, False)["self_attn"], HEADS, causal_ish),
+            (
+                normal((2, 3, D_MODEL)),
+                normal((2, 5, D_MODEL)),
+                normal((2, 5, D_MODEL)),
+                _layer_params(rng, False)["self_attn"],
+                HEADS,
+                causal_ish,
+            ),
             (2, 3, D_MODEL),
         ),
         "positional_encoding": ((7, D_MODEL, "<dtype>"), (7, D_MODEL)),
-        "layer_norm": ((normal((2, 3, D_MODEL)), 1 + 0.1 * normal(D_MODEL), 0.1 * normal(D_MODEL), 1e-6), (2, 3, D_MODEL)),
+        "layer_norm": (
+            (normal((2, 3, D_MODEL)), 1 + 0.1 * normal(D_MODEL), 0.1 * normal(D_MODEL), 1e-6),
+            (2, 3, D_MODEL),
+        ),
         "feed_forward": ((normal((2, 3, D_MODEL)), *_layer_params(rng, False)["ffn"].values()), (2, 3, D_MODEL)),
         "lrate": ((100, 512, 4000), None),
         "label_smoothing": ((ids(2, 5), VOCAB, 0.1), (2, 5, VOCAB)),
         "smoothed_cross_entropy": ((normal((2, 5, VOCAB)), ids(2, 5), 0.1), (2, 5)),
-        "encoder_layer": ((normal((2, 5, D_MODEL)), _layer_params(rng, False), HEADS, np.arange(5) < np.array([[[5]], [[3]]])), (2, 5, D_MODEL)),
+        "encoder_layer": (
+            (normal((2, 5, D_MODEL)), _layer_params(rng, False), HEADS, np.arange(5) < np.array([[[5]], [[3]]])),
+            (2, 5, D_MODEL),
+        ),
         "decoder_layer": (
-            (normal((2, 4, D_MODEL)), normal((2, 5, D_MODEL)), _layer_params(rng, True), HEADS, None, np.arange(5) < np.array([[[5]], [[3]]])),
+            (
+                normal((2, 4, D_MODEL)),
+                normal((2, 5, D_MODEL)),
+                _layer_params(rng, True),
+                HEADS,
+                None,
+                np.arange(5) < np.array([[[5]], [[3]]]),
+            ),
             (2, 4, D_MODEL),
         ),
         "transformer_forward": (
             (
                 ids(2, 5),
                 ids(2, 4),
-                {"embedding": normal((VOCAB, D_MODEL)) / np.sqrt(D_MODEL), "encoder": [_layer_params(rng, False)], "decoder": [_layer_params(rng, True)]},
+                {
+                    "embedding": normal((VOCAB, D_MODEL)) / np.sqrt(D_MODEL),
+                    "encoder": [_layer_params(rng, False)],
+                    "decoder": [_layer_params(rng, True)],
+                },
                 HEADS,
                 np.array([5, 3]),
                 np.array([4, 2]),
@@ -271,11 +307,17 @@ def test_equation_keeps_inputs_and_returns_the_declared_shape_and_dtype(impl: An
         changed = [p for i, (b, a) in enumerate(zip(before, after)) for p in _changed_leaves(b, a, f"arg{i}")]
         assert not changed, f"{impl.name}.{equation} ({dtype}) modified its input(s) {changed}"
         if shape is None:
-            assert isinstance(out, float), f"{impl.name}.{equation} returned {type(out).__name__}, expected a Python float"
+            assert isinstance(out, float), (
+                f"{impl.name}.{equation} returned {type(out).__name__}, expected a Python float"
+            )
             continue
         result = impl.to_numpy(out)
-        assert result.shape == shape, f"{impl.name}.{equation} ({dtype}) returned shape {result.shape}, expected {shape}"
-        assert np.all(np.isfinite(result)), f"{impl.name}.{equation} ({dtype}) returned non-finite values on finite, unmasked-row inputs"
+        assert result.shape == shape, (
+            f"{impl.name}.{equation} ({dtype}) returned shape {result.shape}, expected {shape}"
+        )
+        assert np.all(np.isfinite(result)), (
+            f"{impl.name}.{equation} ({dtype}) returned non-finite values on finite, unmasked-row inputs"
+        )
         expected_dtype = _result_dtype(equation, impl, dtype)
         assert _on_dtype_grid(impl, result, expected_dtype), (
             f"{impl.name}.{equation} ({dtype}) returned values not representable in {expected_dtype}: "

@@ -36,9 +36,18 @@ U = 2.0**-53  # unit roundoff of binary64
 
 # Table 3 "params x10^6" as printed in arXiv:1706.03762 v7 (see ../shared/PAPER.md).
 PRINTED_MILLIONS = {
-    "base": 65, "B1": 58, "B2": 60, "C1": 36, "C2": 50, "C3": 80,
-    "C4": 28, "C5": 168, "C6": 53, "C7": 90, "big": 213,
-}  # fmt: skip
+    "base": 65,
+    "B1": 58,
+    "B2": 60,
+    "C1": 36,
+    "C2": 50,
+    "C3": 80,
+    "C4": 28,
+    "C5": 168,
+    "C6": 53,
+    "C7": 90,
+    "big": 213,
+}
 
 
 def _hand_count(n_layers: int, d: int, d_ff: int, h: int, d_k: int, d_v: int, vocab: int) -> int:
@@ -79,8 +88,28 @@ def test_big_config_is_table3_big_row_with_default_head_width() -> None:
 
 
 def test_table3_lists_every_row_in_printed_order() -> None:
-    expected = ["base", "A1", "A2", "A3", "A4", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7",
-                "D1", "D2", "D3", "D4", "E", "big"]  # fmt: skip
+    expected = [
+        "base",
+        "A1",
+        "A2",
+        "A3",
+        "A4",
+        "B1",
+        "B2",
+        "C1",
+        "C2",
+        "C3",
+        "C4",
+        "C5",
+        "C6",
+        "C7",
+        "D1",
+        "D2",
+        "D3",
+        "D4",
+        "E",
+        "big",
+    ]
     assert list(TABLE3) == expected, f"TABLE3 labels {list(TABLE3)}, expected {expected}"
 
 
@@ -250,12 +279,18 @@ def test_every_printed_count_but_big_fits_one_vocabulary_of_41000() -> None:
     """At 41,000 shared tokens (inside the 40,932..41,160 window every row allows) each printed
     Table 3 count is reproduced to the printed million except big's (218 vs 213)."""
     rows = {  # label: (N, d_model, d_ff, h, d_k, d_v) from Table 3
-        "base": (6, 512, 2048, 8, 64, 64), "B1": (6, 512, 2048, 8, 16, 64), "B2": (6, 512, 2048, 8, 32, 64),
-        "C1": (2, 512, 2048, 8, 64, 64), "C2": (4, 512, 2048, 8, 64, 64), "C3": (8, 512, 2048, 8, 64, 64),
-        "C4": (6, 256, 2048, 8, 32, 32), "C5": (6, 1024, 2048, 8, 128, 128),
-        "C6": (6, 512, 1024, 8, 64, 64), "C7": (6, 512, 4096, 8, 64, 64),
+        "base": (6, 512, 2048, 8, 64, 64),
+        "B1": (6, 512, 2048, 8, 16, 64),
+        "B2": (6, 512, 2048, 8, 32, 64),
+        "C1": (2, 512, 2048, 8, 64, 64),
+        "C2": (4, 512, 2048, 8, 64, 64),
+        "C3": (8, 512, 2048, 8, 64, 64),
+        "C4": (6, 256, 2048, 8, 32, 32),
+        "C5": (6, 1024, 2048, 8, 128, 128),
+        "C6": (6, 512, 1024, 8, 64, 64),
+        "C7": (6, 512, 4096, 8, 64, 64),
         "big": (6, 1024, 4096, 16, 64, 64),
-    }  # fmt: skip
+    }
     misses = {}
     for label, sizes in rows.items():
         expected = _hand_count(*sizes, 41_000)
@@ -403,8 +438,21 @@ def test_recurrent_counts() -> None:
     assert (ops.printed_complexity, ops.printed_sequential, ops.printed_path) == ("O(n·d²)", "O(n)", "O(n)")
 
 
-@pytest.mark.parametrize(("n", "k", "layers"), [(1, 3, 0), (2, 3, 1), (3, 3, 1), (4, 3, 2), (9, 3, 2), (10, 3, 3),
-                                                (27, 3, 3), (28, 3, 4), (1024, 2, 10), (1025, 2, 11)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n", "k", "layers"),
+    [
+        (1, 3, 0),
+        (2, 3, 1),
+        (3, 3, 1),
+        (4, 3, 2),
+        (9, 3, 2),
+        (10, 3, 3),
+        (27, 3, 3),
+        (28, 3, 4),
+        (1024, 2, 10),
+        (1025, 2, 11),
+    ],
+)
 def test_dilated_convolution_path_is_ceil_log_k_n(n: int, k: int, layers: int) -> None:
     """Table 1: O(log_k(n)); receptive field k^L must cover n (hand values of ceil(log_k n))."""
     ops = layer_operations("convolutional", n, 8, k=k)
@@ -442,8 +490,13 @@ def test_restricted_self_attention_counts() -> None:
 
 
 def test_every_path_is_zero_for_one_position() -> None:
-    for layer_type, r in (("self_attention", None), ("recurrent", None), ("convolutional", None),
-                          ("convolutional_contiguous", None), ("separable_convolutional", None)):  # fmt: skip
+    for layer_type, r in (
+        ("self_attention", None),
+        ("recurrent", None),
+        ("convolutional", None),
+        ("convolutional_contiguous", None),
+        ("separable_convolutional", None),
+    ):
         assert layer_operations(layer_type, 1, 8, r=r).maximum_path_length == 0, layer_type
 
 
@@ -566,7 +619,13 @@ def test_bad_training_cost_arguments_are_named(args: tuple, error: type, pattern
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cfg", [dict(n_layers=2, d_model=32, d_ff=64, num_heads=4), dict(n_layers=1, d_model=24, d_ff=40, num_heads=2, d_k=8, d_v=16)])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        dict(n_layers=2, d_model=32, d_ff=64, num_heads=4),
+        dict(n_layers=1, d_model=24, d_ff=40, num_heads=2, d_k=8, d_v=16),
+    ],
+)
 def test_forward_flops_equal_the_flop_counter_on_the_trained_model(cfg: dict) -> None:
     """forward_flops (closed form, reference/counts.py) equals torch.utils.flop_counter's count of the training
     model's forward pass run on meta tensors (where SDPA decomposes into its two batched products): an

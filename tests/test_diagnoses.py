@@ -44,33 +44,81 @@ def _paper_cases() -> list[tuple[str, dict[str, Any], Any]]:
     mask = RNG.random((2, 3, 5)) < 0.6
     mask[1, 1] = False
     p = _params(2)
-    mha = {n: RNG.normal(size=(4, 4)) for n in ("w_q", "w_k", "w_v", "w_o")} | {n: RNG.normal(size=4) for n in ("b_q", "b_k", "b_v", "b_o")}
+    mha = {n: RNG.normal(size=(4, 4)) for n in ("w_q", "w_k", "w_v", "w_o")} | {
+        n: RNG.normal(size=4) for n in ("b_q", "b_k", "b_v", "b_o")
+    }
     g, b = RNG.normal(size=4), RNG.normal(size=4)
     w1, b1, w2, b2 = RNG.normal(size=(4, 8)), RNG.normal(size=8), RNG.normal(size=(8, 4)), RNG.normal(size=4)
     targets, logits = np.array([[0, 3, 6], [2, 2, 5]]), RNG.normal(size=(2, 3, 7))
     src, tgt = np.array([[1, 2, 3], [4, 5, 6]]), np.array([[0, 1], [2, 3]])
     return [
         ("softmax", {"x": x, "axis": 1}, lambda: R.softmax(x, 1)),
-        *[("scaled_dot_product_attention", {"q": q, "k": k, "v": v, "mask": mask, "fully_masked": fm},
-           lambda fm=fm: R.scaled_dot_product_attention(q, k, v, mask, fully_masked=fm)) for fm in ("nan", "zeros", "uniform")],
-        ("multi_head_attention", {"query": x, "key": x, "value": x, "params": mha, "num_heads": 2, "mask": None, "fully_masked": "nan"},
-         lambda: R.multi_head_attention(x, x, x, mha, 2)),
+        *[
+            (
+                "scaled_dot_product_attention",
+                {"q": q, "k": k, "v": v, "mask": mask, "fully_masked": fm},
+                lambda fm=fm: R.scaled_dot_product_attention(q, k, v, mask, fully_masked=fm),
+            )
+            for fm in ("nan", "zeros", "uniform")
+        ],
+        (
+            "multi_head_attention",
+            {"query": x, "key": x, "value": x, "params": mha, "num_heads": 2, "mask": None, "fully_masked": "nan"},
+            lambda: R.multi_head_attention(x, x, x, mha, 2),
+        ),
         ("positional_encoding", {"length": 30, "d_model": 12}, lambda: R.positional_encoding(30, 12)),
         ("layer_norm", {"x": x, "gain": g, "bias": b, "eps": 1e-6}, lambda: R.layer_norm(x, g, b, 1e-6)),
         ("feed_forward", {"x": x, "w1": w1, "b1": b1, "w2": w2, "b2": b2}, lambda: R.feed_forward(x, w1, b1, w2, b2)),
-        ("lrate", {"steps": [1, 10, 4000, 9000], "d_model": 512, "warmup_steps": 4000, "step_zero": "zero"},
-         lambda: RT.lrate(np.array([1, 10, 4000, 9000]), 512, 4000)),
-        ("label_smoothing", {"targets": targets, "vocab_size": 7, "eps": 0.1, "declared": "K-2", "padding_id": 0},
-         lambda: RT.label_smoothing(targets, 7, 0.1, variant="K-1", padding_id=0)),
-        ("smoothed_cross_entropy", {"logits": logits, "targets": targets, "eps": 0.1, "declared": "K", "padding_id": 0},
-         lambda: RT.smoothed_cross_entropy(logits, targets, 0.1)),
-        ("encoder_layer", {"x": x, "params": p["encoder"][0], "num_heads": 2, "mask": None, "eps": 1e-6, "fully_masked": "nan"},
-         lambda: RM.encoder_layer(x, p["encoder"][0], 2, None, eps=1e-6)),
-        ("decoder_layer", {"y": x[:, :2], "memory": x, "params": p["decoder"][0], "num_heads": 2, "self_mask": None, "memory_mask": None,
-                           "eps": 1e-6, "fully_masked": "nan"}, lambda: RM.decoder_layer(x[:, :2], x, p["decoder"][0], 2, None, None, eps=1e-6)),
-        ("transformer_forward", {"src": src, "tgt": tgt, "params": p, "num_heads": 2, "src_lengths": np.array([3, 2]),
-                                 "tgt_lengths": np.array([2, 1]), "eps": 1e-6, "fully_masked": "nan"},
-         lambda: RM.transformer_forward(src, tgt, p, 2, src_lengths=np.array([3, 2]), tgt_lengths=np.array([2, 1]), eps=1e-6)),
+        (
+            "lrate",
+            {"steps": [1, 10, 4000, 9000], "d_model": 512, "warmup_steps": 4000, "step_zero": "zero"},
+            lambda: RT.lrate(np.array([1, 10, 4000, 9000]), 512, 4000),
+        ),
+        (
+            "label_smoothing",
+            {"targets": targets, "vocab_size": 7, "eps": 0.1, "declared": "K-2", "padding_id": 0},
+            lambda: RT.label_smoothing(targets, 7, 0.1, variant="K-1", padding_id=0),
+        ),
+        (
+            "smoothed_cross_entropy",
+            {"logits": logits, "targets": targets, "eps": 0.1, "declared": "K", "padding_id": 0},
+            lambda: RT.smoothed_cross_entropy(logits, targets, 0.1),
+        ),
+        (
+            "encoder_layer",
+            {"x": x, "params": p["encoder"][0], "num_heads": 2, "mask": None, "eps": 1e-6, "fully_masked": "nan"},
+            lambda: RM.encoder_layer(x, p["encoder"][0], 2, None, eps=1e-6),
+        ),
+        (
+            "decoder_layer",
+            {
+                "y": x[:, :2],
+                "memory": x,
+                "params": p["decoder"][0],
+                "num_heads": 2,
+                "self_mask": None,
+                "memory_mask": None,
+                "eps": 1e-6,
+                "fully_masked": "nan",
+            },
+            lambda: RM.decoder_layer(x[:, :2], x, p["decoder"][0], 2, None, None, eps=1e-6),
+        ),
+        (
+            "transformer_forward",
+            {
+                "src": src,
+                "tgt": tgt,
+                "params": p,
+                "num_heads": 2,
+                "src_lengths": np.array([3, 2]),
+                "tgt_lengths": np.array([2, 1]),
+                "eps": 1e-6,
+                "fully_masked": "nan",
+            },
+            lambda: RM.transformer_forward(
+                src, tgt, p, 2, src_lengths=np.array([3, 2]), tgt_lengths=np.array([2, 1]), eps=1e-6
+            ),
+        ),
     ]
 
 
@@ -84,7 +132,9 @@ def test_the_catalogues_paper_is_the_oracle(equation: str, args: dict[str, Any],
     # both compute in longdouble (64-bit significand) and round to float64; their orders of operations
     # differ, so they agree to a few units of longdouble's roundoff times the magnitudes involved
     scale = float(np.nanmax(np.abs(theirs))) if theirs.size else 0.0
-    assert np.allclose(np.nan_to_num(ours), np.nan_to_num(theirs), rtol=2.0**-48, atol=2.0**-48 * scale), f"{equation}: {np.nanmax(np.abs(ours - theirs))}"
+    assert np.allclose(np.nan_to_num(ours), np.nan_to_num(theirs), rtol=2.0**-48, atol=2.0**-48 * scale), (
+        f"{equation}: {np.nanmax(np.abs(ours - theirs))}"
+    )
 
 
 @pytest.mark.parametrize("departure", [d for d in D.CATALOGUE if d.precision is None], ids=lambda d: d.name)
@@ -95,7 +145,9 @@ def test_every_departure_changes_some_output(departure: D.Departure) -> None:
             continue
         args = dict(args)
         if equation == "softmax":
-            args["x"] = np.concatenate([args["x"], 1e4 * np.ones((2, 3, 1))], axis=-1)  # overflow for the unshifted form
+            args["x"] = np.concatenate(
+                [args["x"], 1e4 * np.ones((2, 3, 1))], axis=-1
+            )  # overflow for the unshifted form
         if equation == "lrate":
             args["step_zero"] = "zero"
         if equation == "label_smoothing" or equation == "smoothed_cross_entropy":
@@ -104,10 +156,15 @@ def test_every_departure_changes_some_output(departure: D.Departure) -> None:
             if "fully_masked" in args:
                 args["fully_masked"] = fm
             paper, variant = D.evaluate(equation, args), departure.output(equation, args, "float32")
-            if paper.shape != variant.shape or not np.array_equal(np.isnan(paper), np.isnan(variant)) or not np.allclose(
-                    np.nan_to_num(paper), np.nan_to_num(variant), rtol=1e-9, atol=1e-12):
+            if (
+                paper.shape != variant.shape
+                or not np.array_equal(np.isnan(paper), np.isnan(variant))
+                or not np.allclose(np.nan_to_num(paper), np.nan_to_num(variant), rtol=1e-9, atol=1e-12)
+            ):
                 return
-    pytest.fail(f"{departure.name!r} gives the paper's output on every test input: it could match a correct implementation")
+    pytest.fail(
+        f"{departure.name!r} gives the paper's output on every test input: it could match a correct implementation"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,7 +183,9 @@ def stats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 class TutorialLayerNorm(NumpyImplementation):
     def layer_norm(self, x, gain, bias, eps):  # type: ignore[no-untyped-def]
         with np.errstate(invalid="ignore", divide="ignore"):
-            return (gain * (x - x.mean(-1, keepdims=True)) / (x.std(-1, keepdims=True, ddof=1) + eps) + bias).astype(x.dtype)
+            return (gain * (x - x.mean(-1, keepdims=True)) / (x.std(-1, keepdims=True, ddof=1) + eps) + bias).astype(
+                x.dtype
+            )
 
 
 class GeluFFN(NumpyImplementation):
@@ -148,7 +207,11 @@ class MaskedFill(NumpyImplementation):
 
 class Float32Inside(NumpyImplementation):
     def layer_norm(self, x, gain, bias, eps):  # type: ignore[no-untyped-def]
-        return super().layer_norm(x.astype(np.float32), gain.astype(np.float32), bias.astype(np.float32), eps).astype(x.dtype)
+        return (
+            super()
+            .layer_norm(x.astype(np.float32), gain.astype(np.float32), bias.astype(np.float32), eps)
+            .astype(x.dtype)
+        )
 
 
 def _message(check: Any, impl: Any, dtype: str, **args: Any) -> str:
@@ -159,24 +222,38 @@ def _message(check: Any, impl: Any, dtype: str, **args: Any) -> str:
 
 def test_a_tutorial_layer_norm_is_named_on_the_nan_and_on_the_miss(stats: Stats) -> None:
     gain, bias = np.ones(1), np.zeros(1)
-    nan = _message(L.layer_norm_agreement, TutorialLayerNorm(), "float64", x=np.array([[3.0]]), gain=gain, bias=bias, eps=1e-6)
+    nan = _message(
+        L.layer_norm_agreement, TutorialLayerNorm(), "float64", x=np.array([[3.0]]), gain=gain, bias=bias, eps=1e-6
+    )
     assert "NaN at index" in nan and "'unbiased variance, eps added to the std'" in nan, nan
     x = np.array([[1.0, 2.0, 4.0, 8.0]])
-    miss = _message(L.layer_norm_agreement, TutorialLayerNorm(), "float64", x=x, gain=np.ones(4), bias=np.zeros(4), eps=1e-6)
+    miss = _message(
+        L.layer_norm_agreement, TutorialLayerNorm(), "float64", x=x, gain=np.ones(4), bias=np.zeros(4), eps=1e-6
+    )
     assert "'unbiased variance, eps added to the std'" in miss and "x budget" in miss, miss
     assert "unbiased variance, eps added to the std" in stats.departures
 
 
 def test_gelu_masked_fill_and_float32_inside_are_named(stats: Stats) -> None:
     x = RNG.normal(size=(2, 3))
-    ffn = {"w1": RNG.normal(size=(3, 5)), "b1": RNG.normal(size=5), "w2": RNG.normal(size=(5, 3)), "b2": RNG.normal(size=3)}
+    ffn = {
+        "w1": RNG.normal(size=(3, 5)),
+        "b1": RNG.normal(size=5),
+        "w2": RNG.normal(size=(5, 3)),
+        "b2": RNG.normal(size=3),
+    }
     assert "'GELU instead of ReLU'" in _message(L.ffn_agreement, GeluFFN(), "float64", x=x, **ffn)
     q, k, v = RNG.normal(size=(3, 4)), RNG.normal(size=(3, 4)), RNG.normal(size=(3, 2))
     mask = np.array([[True, False, True], [False, False, False], [True, True, False]])
     filled = _message(A.attention_agreement, MaskedFill(), "float64", q=q, k=k, v=v, mask=mask)
-    assert "'masked scores set to -1e9 (masked_fill)'" in filled and "'fully masked rows give the mean of the values'" in filled, filled
+    assert (
+        "'masked scores set to -1e9 (masked_fill)'" in filled
+        and "'fully masked rows give the mean of the values'" in filled
+    ), filled
     rows = RNG.normal(size=(3, 16)) + 1.0
-    inside = _message(L.layer_norm_agreement, Float32Inside(), "float64", x=rows, gain=np.ones(16), bias=np.zeros(16), eps=1e-6)
+    inside = _message(
+        L.layer_norm_agreement, Float32Inside(), "float64", x=rows, gain=np.ones(16), bias=np.zeros(16), eps=1e-6
+    )
     assert "'float32 inside a float64 claim'" in inside, inside
 
 
@@ -184,7 +261,15 @@ def test_a_pre_norm_encoder_is_named(stats: Stats) -> None:
     from aiayn.conformance.mutants import PreNormEncoder
 
     p = _params(1)["encoder"][0]
-    message = _message(M.encoder_layer_agreement, PreNormEncoder(), "float64", x=RNG.normal(size=(1, 3, 4)), params=p, num_heads=2, mask=None)
+    message = _message(
+        M.encoder_layer_agreement,
+        PreNormEncoder(),
+        "float64",
+        x=RNG.normal(size=(1, 3, 4)),
+        params=p,
+        num_heads=2,
+        mask=None,
+    )
     assert "'pre-norm sub-layers x + Sublayer(LayerNorm(x))'" in message, message
 
 
@@ -201,6 +286,7 @@ def test_a_failing_property_names_what_the_paper_states(stats: Stats) -> None:
     """A property check has no oracle value to match departures against: its failure names the statement of the paper it breaks."""
     q, k, v = RNG.normal(size=(3, 4)), RNG.normal(size=(3, 4)), RNG.normal(size=(3, 2))
     keep = np.array([True, False, True])
+
     class AddedMask(NumpyImplementation):  # an additive -1e9 mask: a masked score of 1e300 outweighs it
         def scaled_dot_product_attention(self, q, k, v, mask=None):  # type: ignore[no-untyped-def]
             with np.errstate(over="ignore", invalid="ignore"):
@@ -220,7 +306,9 @@ def test_a_crash_in_a_property_check_names_no_statement(stats: Stats) -> None:
             raise RuntimeError("kernel not available")
 
     q = RNG.normal(size=(2, 4))
-    message = _message(A.attention_poison, Raises(), "float64", q=q, k=q, v=q, keep=np.array([True, False]), poison="nan_keys")
+    message = _message(
+        A.attention_poison, Raises(), "float64", q=q, k=q, v=q, keep=np.array([True, False]), poison="nan_keys"
+    )
     assert "raised RuntimeError" in message and "breaks what the paper states" not in message and not stats.violations
 
 
@@ -270,10 +358,14 @@ def test_declared_flush_to_zero_is_checked_within_its_own_budget(stats: Stats) -
 
     declared = FlushToZero(policies={"flush_subnormals": {"float32": ("softmax",)}})
     A.softmax_agreement(declared, "float32", x=np.array([[0.0, -95.0, -1.0]]), axis=-1)
-    message = _message(A.softmax_agreement, declared, "float64", x=np.array([[0.0, -720.0, -1.0]]), axis=-1)  # exp(-720): a float64 subnormal
+    message = _message(
+        A.softmax_agreement, declared, "float64", x=np.array([[0.0, -720.0, -1.0]]), axis=-1
+    )  # exp(-720): a float64 subnormal
     assert "'subnormal results flushed to zero'" in message, message
     assert not contract_problems(declared)
-    elsewhere = FlushToZero(policies={"flush_subnormals": {"float32": ("layer_norm",)}})  # declared, but not for softmax
+    elsewhere = FlushToZero(
+        policies={"flush_subnormals": {"float32": ("layer_norm",)}}
+    )  # declared, but not for softmax
     message = _message(A.softmax_agreement, elsewhere, "float32", x=np.array([[0.0, -95.0, -1.0]]), axis=-1)
     assert "'subnormal results flushed to zero'" in message, message
     assert flushes_subnormals(declared.policies, "softmax", "float32")
@@ -284,7 +376,9 @@ def test_declared_flush_to_zero_is_checked_within_its_own_budget(stats: Stats) -
             FlushToZero(policies={"flush_subnormals": bad})
 
 
-def test_an_arithmetic_departure_is_named_before_an_equation_departure_the_input_cannot_tell_apart(stats: Stats) -> None:
+def test_an_arithmetic_departure_is_named_before_an_equation_departure_the_input_cannot_tell_apart(
+    stats: Stats,
+) -> None:
     """Scores so large that softmax is one-hot either way: the paper's output is one subnormal term,
     w = exp(-90) = 8.2e-40 (score gap a^2 / sqrt(2) = 90), which FTZ arithmetic flushes to 0; without the
     1/sqrt(d_k) scale the term is exp(-127) = 6.5e-56, also 0 within the budget. Both departures agree
@@ -296,7 +390,13 @@ def test_an_arithmetic_departure_is_named_before_an_equation_departure_the_input
     assert "'subnormal results flushed to zero'" in message, message
     assert "no 1/sqrt(d_k) scaling" not in message, message
     assert stats.departures == {"subnormal results flushed to zero"}, stats.departures
-    args = {"q": q, "k": k, "v": v, "mask": None, "fully_masked": "nan"}  # the same input, the paper's output, no scale: apart by the flushed term only
+    args = {
+        "q": q,
+        "k": k,
+        "v": v,
+        "mask": None,
+        "fully_masked": "nan",
+    }  # the same input, the paper's output, no scale: apart by the flushed term only
     assert abs(float(D.evaluate("scaled_dot_product_attention", args)[0, 0]) - np.exp(-90.0)) < 1e-3 * np.exp(-90.0)
 
 
@@ -309,7 +409,13 @@ def test_torch_sdpa_declares_flush_to_zero_only_where_its_flash_kernel_runs() ->
 
     policies = TorchSDPAImplementation().policies
     flushed = {e for e in EQUATIONS if flushes_subnormals(policies, e, "bfloat16")}
-    assert flushed == {"scaled_dot_product_attention", "multi_head_attention", "encoder_layer", "decoder_layer", "transformer_forward"}
+    assert flushed == {
+        "scaled_dot_product_attention",
+        "multi_head_attention",
+        "encoder_layer",
+        "decoder_layer",
+        "transformer_forward",
+    }
     assert not any(flushes_subnormals(policies, e, d) for e in EQUATIONS for d in ("float64", "float32", "float16"))
 
 

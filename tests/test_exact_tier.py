@@ -42,7 +42,9 @@ def test_double_rounding_trap_in_the_subnormal_range_is_avoided():
     expected = (k + 1) * 2.0**-1074
     naive = float(v)  # what mpmath's own conversion gives: rounds twice
     got = round_to_float64(v)
-    assert got == expected, f"round_to_float64 gave {got!r} (bits {_bits(got)}), expected {expected!r} (bits {_bits(expected)})"
+    assert got == expected, (
+        f"round_to_float64 gave {got!r} (bits {_bits(got)}), expected {expected!r} (bits {_bits(expected)})"
+    )
     assert naive != expected, "the trap no longer triggers double rounding in float(mpf); the test needs a new witness"
 
 
@@ -74,7 +76,9 @@ def test_rounding_matches_the_correctly_rounded_fraction(man, exp, negative):
     except OverflowError:
         expected = -math.inf if negative else math.inf
     got = round_to_float64(v)
-    assert _bits(got) == _bits(expected), f"mpf {v} (man={man}, exp={exp}): got {got!r}, correctly rounded is {expected!r}"
+    assert _bits(got) == _bits(expected), (
+        f"mpf {v} (man={man}, exp={exp}): got {got!r}, correctly rounded is {expected!r}"
+    )
 
 
 def test_ties_go_to_even_at_a_normal_midpoint():

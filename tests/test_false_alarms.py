@@ -13,8 +13,19 @@ def _fake(calls: list[tuple[str, int]], alarm: tuple[str, int] | None = None):
     def one(specs: list[str], profile: str, seed: int, workers: int, folder: Path) -> dict[str, Any]:
         (spec,) = specs
         calls.append((spec, seed))
-        alarms = [{"impl": spec, "equation": "softmax", "dtype": "float32", "status": "fail", "tests": ["t"]}] if alarm == (spec, seed) else []
-        return {"seed": seed, "seconds": 1.0, "exit": 1 if alarms else 0, "alarms": alarms, "failed_lines": [], "summary": "ok"}
+        alarms = (
+            [{"impl": spec, "equation": "softmax", "dtype": "float32", "status": "fail", "tests": ["t"]}]
+            if alarm == (spec, seed)
+            else []
+        )
+        return {
+            "seed": seed,
+            "seconds": 1.0,
+            "exit": 1 if alarms else 0,
+            "alarms": alarms,
+            "failed_lines": [],
+            "summary": "ok",
+        }
 
     return one
 

@@ -94,12 +94,12 @@ def test_our_own_property(n):
         f.write("x")
 '''
 
-OUTSIDE_CONFTEST = '''
+OUTSIDE_CONFTEST = """
 from hypothesis import settings
 
 settings.register_profile("mine", max_examples=7, derandomize=True, database=None)
 settings.load_profile("mine")
-'''
+"""
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -107,7 +107,9 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -
 
 
 def _copy_checkout(target: Path) -> None:
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True)
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
+    )
     for name in files.stdout.splitlines():
         source = REPO / name
         if source.is_file() and not name.startswith("reports/"):
@@ -126,14 +128,40 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     source.mkdir()
     _copy_checkout(source)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH", "AIAYN_"))}
-    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", str(wheels), str(source)],
-                 root, env)
+    built = _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "-w",
+            str(wheels),
+            str(source),
+        ],
+        root,
+        env,
+    )
     assert built.returncode == 0, f"building the wheel failed:\n{built.stdout[-3000:]}\n{built.stderr[-3000:]}"
     wheel = next(wheels.glob("aiayn-*.whl"))
     made = _run([sys.executable, "-m", "venv", str(venv)], root, env)
     assert made.returncode == 0, made.stderr
-    pip = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "-c", str(REPO / "constraints.txt"), str(wheel)],
-               root, env)
+    pip = _run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "-c",
+            str(REPO / "constraints.txt"),
+            str(wheel),
+        ],
+        root,
+        env,
+    )
     assert pip.returncode == 0, f"installing the wheel failed:\n{pip.stdout[-3000:]}\n{pip.stderr[-3000:]}"
     (outside / "ext").mkdir(parents=True)
     (outside / "ext" / "__init__.py").write_text("")
@@ -164,13 +192,20 @@ def test_the_wheel_installs_only_aiayn_and_runs_from_outside(installed: dict[str
     assert {t for t in top if not t.endswith(".dist-info")} == {"aiayn"}, f"the wheel installs top-level {sorted(top)}"
     for data in ("aiayn/benchmarks/baseline/benchmarks-baseline.json", "aiayn/reproductions/data/bleu/ref.de.txt"):
         assert data in names, f"{data} (read at run time) is not in the wheel"
-    where = _run([str(installed["venv"] / "bin" / "python"), "-c", "import aiayn, sys; print(aiayn.__file__); print(sys.path)"],
-                 installed["outside"], _env(installed))
-    assert str(installed["venv"]) in where.stdout.splitlines()[0], f"aiayn imported from outside the fresh venv: {where.stdout}"
+    where = _run(
+        [str(installed["venv"] / "bin" / "python"), "-c", "import aiayn, sys; print(aiayn.__file__); print(sys.path)"],
+        installed["outside"],
+        _env(installed),
+    )
+    assert str(installed["venv"]) in where.stdout.splitlines()[0], (
+        f"aiayn imported from outside the fresh venv: {where.stdout}"
+    )
     assert str(REPO) not in where.stdout, f"the repository is on sys.path: {where.stdout}"
 
     good = _aiayn(installed, "check", "ext.impl:Good", "--profile", "smoke", "--report", "out")
-    assert good.returncode == 0, f"aiayn check ext.impl:Good exited {good.returncode}:\n{good.stdout[-4000:]}\n{good.stderr[-2000:]}"
+    assert good.returncode == 0, (
+        f"aiayn check ext.impl:Good exited {good.returncode}:\n{good.stdout[-4000:]}\n{good.stderr[-2000:]}"
+    )
     assert "aiayn conformance: per equation" in good.stdout and "LayerNorm (§3.1)" in good.stdout, good.stdout[-3000:]
     assert (installed["outside"] / "out" / "conformance-ext-good.md").exists()
 
@@ -178,27 +213,66 @@ def test_the_wheel_installs_only_aiayn_and_runs_from_outside(installed: dict[str
     assert broken.returncode == 1, f"aiayn check ext.impl:Broken exited {broken.returncode}:\n{broken.stdout[-3000:]}"
     assert "LayerNorm (§3.1)" in broken.stdout and "fail" in broken.stdout
 
-    assert not list(installed["outside"].glob(".hypothesis")) and not list(installed["outside"].glob(".pytest_cache")), (
-        "aiayn check wrote into the current directory")
+    assert not list(installed["outside"].glob(".hypothesis")) and not list(
+        installed["outside"].glob(".pytest_cache")
+    ), "aiayn check wrote into the current directory"
 
     missing = _aiayn(installed, "check", "nosuch:X")
-    assert missing.returncode == 4 and "nosuch" in missing.stdout + missing.stderr, (missing.returncode, missing.stdout[-2000:])
+    assert missing.returncode == 4 and "nosuch" in missing.stdout + missing.stderr, (
+        missing.returncode,
+        missing.stdout[-2000:],
+    )
     undeclared = _aiayn(installed, "check", "ext.impl:Good", "--dtype", "bfloat16")
-    assert undeclared.returncode == 4 and "does not declare dtype bfloat16" in undeclared.stdout + undeclared.stderr, undeclared.stdout[-2000:]
+    assert undeclared.returncode == 4 and "does not declare dtype bfloat16" in undeclared.stdout + undeclared.stderr, (
+        undeclared.stdout[-2000:]
+    )
 
-    plain = _run([str(installed["venv"] / "bin" / "python"), "-m", "pytest", "--pyargs", "aiayn.conformance", "--impl", "ext.impl:Good",
-                  "--aiayn-profile", "smoke", "-q", "-p", "no:cacheprovider"], installed["outside"], _env(installed))
-    assert plain.returncode == 0, f"pytest --pyargs aiayn.conformance exited {plain.returncode}:\n{plain.stdout[-3000:]}"
+    plain = _run(
+        [
+            str(installed["venv"] / "bin" / "python"),
+            "-m",
+            "pytest",
+            "--pyargs",
+            "aiayn.conformance",
+            "--impl",
+            "ext.impl:Good",
+            "--aiayn-profile",
+            "smoke",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ],
+        installed["outside"],
+        _env(installed),
+    )
+    assert plain.returncode == 0, (
+        f"pytest --pyargs aiayn.conformance exited {plain.returncode}:\n{plain.stdout[-3000:]}"
+    )
 
 
 def test_the_suite_inside_the_users_own_run_leaves_their_profile_alone(installed: dict[str, Path]) -> None:
     env = _env(installed) | {"AIAYN_PROFILE": "smoke"}
     counter = installed["outside"] / "own-examples.txt"
     counter.unlink(missing_ok=True)
-    own = _run([str(installed["venv"] / "bin" / "python"), "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider",
-                "--aiayn-report", "own-report"], installed["outside"], env)
+    own = _run(
+        [
+            str(installed["venv"] / "bin" / "python"),
+            "-m",
+            "pytest",
+            "tests",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--aiayn-report",
+            "own-report",
+        ],
+        installed["outside"],
+        env,
+    )
     assert own.returncode == 0, f"the outside package's own run failed:\n{own.stdout[-4000:]}\n{own.stderr[-2000:]}"
-    assert counter.read_text() == "x" * 7, f"their test ran {len(counter.read_text())} examples under their 7-example profile"
+    assert counter.read_text() == "x" * 7, (
+        f"their test ran {len(counter.read_text())} examples under their 7-example profile"
+    )
     report = json.loads((installed["outside"] / "own-report" / "conformance-ext-good.json").read_text())
     softmax = next(r for r in report["rows"] if r["equation"] == "softmax" and r["dtype"] == "float32")
     assert report["hypothesis_profile"] == "smoke" and softmax["status"] == "pass" and softmax["examples"] >= 8, softmax
@@ -208,7 +282,9 @@ def test_a_crash_and_a_hang_fail_their_equations_and_the_run_goes_on(installed: 
     run = _aiayn(installed, "check", "ext.impl:Fragile", "--profile", "smoke", "--timeout", "3", "--report", "fragile")
     out = run.stdout
     assert run.returncode == 1, f"exit {run.returncode}:\n{out[-4000:]}\n{run.stderr[-2000:]}"
-    assert "softmax (§3.2.1, inside Eq. (1)): the worker process crashed during ext-fragile.softmax(" in out, out[-4000:]
+    assert "softmax (§3.2.1, inside Eq. (1)): the worker process crashed during ext-fragile.softmax(" in out, out[
+        -4000:
+    ]
     assert "Segmentation fault" in out
     assert "LayerNorm (§3.1): ext-fragile.layer_norm(" in out and "did not return within 3 s" in out, out[-4000:]
     assert out.count("replay: aiayn replay ") >= 2
@@ -217,5 +293,7 @@ def test_a_crash_and_a_hang_fail_their_equations_and_the_run_goes_on(installed: 
     assert status[("softmax", "float64")] == "fail" and status[("layer_norm", "float64")] == "fail", status
     for equation in ("scaled_dot_product_attention", "positional_encoding"):
         for dtype in ("float64", "float32"):
-            assert status[(equation, dtype)] == "pass", f"{equation} [{dtype}] was not checked after the crash: {status}"
+            assert status[(equation, dtype)] == "pass", (
+                f"{equation} [{dtype}] was not checked after the crash: {status}"
+            )
     assert status[("lrate", "float64")] == "pass", status

@@ -23,7 +23,12 @@ def test_the_slot_returns_the_latest_record(tmp_path: Path) -> None:
 
 def test_an_oversized_record_is_cut_to_fit_and_stays_json(tmp_path: Path) -> None:
     """Every value is cut to an equal share, whatever the characters (12 bytes each, escaped, at worst)."""
-    huge = {"equation": "softmax", "inputs": "\U0001f600" * _Slot.SIZE, "test": "t" * (2 * _Slot.SIZE), "dtype": "float32"}
+    huge = {
+        "equation": "softmax",
+        "inputs": "\U0001f600" * _Slot.SIZE,
+        "test": "t" * (2 * _Slot.SIZE),
+        "dtype": "float32",
+    }
     _Slot(tmp_path / "gw1.json").write(huge)
     record = _Slot.read(tmp_path / "gw1.json")
     assert record is not None, "the cut record did not parse"

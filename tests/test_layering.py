@@ -68,10 +68,21 @@ def _imports(path: Path) -> list[tuple[int, str]]:
             else:
                 module = node.module or ""
             found += [(node.lineno, _from_aiayn(alias.name) if module == "aiayn" else module) for alias in node.names]
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module" and node.args:
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+            and node.args
+        ):
             arg = node.args[0]
-            text = arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else (
-                arg.values[0].value if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant) else "")
+            text = (
+                arg.value
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                else (
+                    arg.values[0].value
+                    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant)
+                    else ""
+                )
+            )
             if text:
                 found.append((node.lineno, text.rstrip(".")))
     return [(line, module) for line, module in found if module == "aiayn" or module.startswith("aiayn.")]
@@ -79,7 +90,11 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 def _from_aiayn(name: str) -> str:
     """``from aiayn import NAME``: the module aiayn.NAME if there is one, else the package aiayn itself."""
-    is_module = (REPO / name).is_dir() or (REPO / "aiayn" / f"{name}.py").exists() or name in {r.split(".")[-1] for r in ROOMS.values()}
+    is_module = (
+        (REPO / name).is_dir()
+        or (REPO / "aiayn" / f"{name}.py").exists()
+        or name in {r.split(".")[-1] for r in ROOMS.values()}
+    )
     return f"aiayn.{name}" if is_module else "aiayn"
 
 
@@ -100,8 +115,11 @@ def _violations(module: str, imports: list[tuple[int, str]]) -> list[tuple[int, 
     room = _room(module)
     if room == "top":
         return []
-    return [(line, imported) for line, imported in imports
-            if not (_room(imported) == room or any(_within(imported, a) for a in ALLOWED[room]))]
+    return [
+        (line, imported)
+        for line, imported in imports
+        if not (_room(imported) == room or any(_within(imported, a) for a in ALLOWED[room]))
+    ]
 
 
 def _files() -> list[Path]:
@@ -118,17 +136,26 @@ def test_imports_follow_the_layering(path: Path) -> None:
     module = _module_name(path)
     bad = _violations(module, _imports(path))
     room = _room(module)
-    assert not bad, (f"{path.relative_to(REPO)} ({room}) imports " + ", ".join(f"{m} (line {n})" for n, m in bad)
-                     + f"; allowed: {room} itself and {', '.join(ALLOWED[room]) or 'nothing else of ours'} "
-                     "(README.md, 'How the code is layered')")
+    assert not bad, (
+        f"{path.relative_to(REPO)} ({room}) imports "
+        + ", ".join(f"{m} (line {n})" for n, m in bad)
+        + f"; allowed: {room} itself and {', '.join(ALLOWED[room]) or 'nothing else of ours'} "
+        "(README.md, 'How the code is layered')"
+    )
 
 
 def test_the_rules_can_fail() -> None:
     """Forbidden imports are reported; allowed ones are not."""
-    assert _violations("aiayn.reproductions.table2", [(1, "aiayn.conformance.harness")]) == [(1, "aiayn.conformance.harness")]
-    assert _violations("aiayn.benchmarks.report", [(2, "aiayn.reproductions.table1")]) == [(2, "aiayn.reproductions.table1")]
+    assert _violations("aiayn.reproductions.table2", [(1, "aiayn.conformance.harness")]) == [
+        (1, "aiayn.conformance.harness")
+    ]
+    assert _violations("aiayn.benchmarks.report", [(2, "aiayn.reproductions.table1")]) == [
+        (2, "aiayn.reproductions.table1")
+    ]
     assert _violations("aiayn.reference.layers", [(3, "aiayn.kit")]) == [(3, "aiayn.kit")]
-    assert _violations("aiayn.implementations.numpy_impl", [(4, "aiayn.reference.layers")]) == [(4, "aiayn.reference.layers")]
+    assert _violations("aiayn.implementations.numpy_impl", [(4, "aiayn.reference.layers")]) == [
+        (4, "aiayn.reference.layers")
+    ]
     assert _violations("aiayn.kit", [(5, "aiayn.cli")]) == [(5, "aiayn.cli")]
     assert _violations("aiayn.conformance.harness", [(6, "aiayn.kit"), (7, "aiayn.reference.attention")]) == []
     assert _violations("aiayn.cli", [(8, "aiayn.reproductions.runner")]) == []

@@ -29,11 +29,11 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
+from _sandwich import TINY, U, assert_exact_equal, assert_sandwiched, u
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from _sandwich import u, U, TINY, assert_exact_equal, assert_sandwiched
 from aiayn.reference._exact import HIGH_DPS, correctly_rounded, round_to_float64, to_mp
 from aiayn.reference.layers import (
     EXACT_PREC,
@@ -99,8 +99,10 @@ def layer_rows(draw, batch: tuple[int, ...], d: int) -> np.ndarray:
         offset = draw(st.sampled_from([1e8, -3e15, 2.0**60, 1e300]))
         return offset + draw(hnp.arrays(np.float64, shape, elements=_floats(1.0))) * offset * 2.0**-45
     if kind == "mixed":
-        return draw(hnp.arrays(np.float64, shape, elements=st.sampled_from([1e-300, -1e-300, 0.0, 1.0, -3.5, 1e300, -7e299])))
-    return draw(hnp.arrays(np.float64, shape, elements=st.integers(-2**20, 2**20))) * 2.0**-1074
+        return draw(
+            hnp.arrays(np.float64, shape, elements=st.sampled_from([1e-300, -1e-300, 0.0, 1.0, -3.5, 1e300, -7e299]))
+        )
+    return draw(hnp.arrays(np.float64, shape, elements=st.integers(-(2**20), 2**20))) * 2.0**-1074
 
 
 EPSILONS = st.sampled_from([0.0, 1e-12, 1e-6, 1e-5, 0.5625, 1.0, 1e3]) | st.floats(0, 10)
@@ -135,7 +137,9 @@ def layer_norm_inputs(draw, max_d: int = 6):
 # LayerNorm: the fast tier's error bound
 
 
-def layer_norm_fast_bound(x_true: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, u_in: mpmath.mpf = mpmath.mpf(0)) -> np.ndarray:
+def layer_norm_fast_bound(
+    x_true: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, u_in: mpmath.mpf = mpmath.mpf(0)
+) -> np.ndarray:
     """E for the fast LayerNorm (corrected two-pass in longdouble), per element.
 
     The fast tier gets the row r_hat with |r_hat_j - x_j| <= u_in |x_j| (u_in = 0 for layer_norm:
@@ -207,16 +211,25 @@ def _ln_inputs(x, gain, bias, eps) -> str:
 @given(layer_norm_inputs())
 def test_layer_norm_fast_tier_matches_exact_tier(args):
     x, gain, bias, eps = args
-    assert_sandwiched(layer_norm(x, gain, bias, eps), _ln_truth(x, gain, bias, eps),
-                      layer_norm_fast_bound(x, gain, bias, eps), "layer_norm (§3.1)", _ln_inputs(x, gain, bias, eps))
+    assert_sandwiched(
+        layer_norm(x, gain, bias, eps),
+        _ln_truth(x, gain, bias, eps),
+        layer_norm_fast_bound(x, gain, bias, eps),
+        "layer_norm (§3.1)",
+        _ln_inputs(x, gain, bias, eps),
+    )
 
 
 @settings(max_examples=15)
 @given(layer_norm_inputs(max_d=4))
 def test_layer_norm_exact_tier_is_stable_at_higher_precision(args):
     x, gain, bias, eps = args
-    assert_exact_equal(layer_norm_exact(x, gain, bias, eps), layer_norm_exact(x, gain, bias, eps, dps=HIGH_DPS),
-                       "layer_norm_exact at DEFAULT_DPS vs HIGH_DPS", _ln_inputs(x, gain, bias, eps))
+    assert_exact_equal(
+        layer_norm_exact(x, gain, bias, eps),
+        layer_norm_exact(x, gain, bias, eps, dps=HIGH_DPS),
+        "layer_norm_exact at DEFAULT_DPS vs HIGH_DPS",
+        _ln_inputs(x, gain, bias, eps),
+    )
 
 
 def test_layer_norm_fast_tier_at_model_width():
@@ -224,8 +237,13 @@ def test_layer_norm_fast_tier_at_model_width():
     rng = np.random.default_rng(31)
     x = np.stack([rng.normal(size=512), 1e4 + rng.integers(-4, 5, size=512) * np.spacing(1e4)])
     gain, bias = rng.normal(size=512), rng.normal(size=512)
-    assert_sandwiched(layer_norm(x, gain, bias), _ln_truth(x, gain, bias, 1e-6),
-                      layer_norm_fast_bound(x, gain, bias, 1e-6), "layer_norm (§3.1), d=512", "seeded rows")
+    assert_sandwiched(
+        layer_norm(x, gain, bias),
+        _ln_truth(x, gain, bias, 1e-6),
+        layer_norm_fast_bound(x, gain, bias, 1e-6),
+        "layer_norm (§3.1), d=512",
+        "seeded rows",
+    )
 
 
 def test_layer_norm_closed_form_3_1():
@@ -251,8 +269,12 @@ def test_layer_norm_eps_is_inside_the_square_root():
     its correct rounding); eps outside the root would give 1/(1 + 9/16) = 0.64."""
     ones, zeros = np.ones(2), np.zeros(2)
     expected = float(Fraction(4, 5))
-    assert_exact_equal(layer_norm_exact([3.0, 1.0], ones, zeros, eps=0.5625), np.array([expected, -expected]), "eps inside sqrt", "")
-    assert_exact_equal(layer_norm([3.0, 1.0], ones, zeros, eps=0.5625), np.array([expected, -expected]), "eps inside sqrt (fast)", "")
+    assert_exact_equal(
+        layer_norm_exact([3.0, 1.0], ones, zeros, eps=0.5625), np.array([expected, -expected]), "eps inside sqrt", ""
+    )
+    assert_exact_equal(
+        layer_norm([3.0, 1.0], ones, zeros, eps=0.5625), np.array([expected, -expected]), "eps inside sqrt (fast)", ""
+    )
 
 
 def test_layer_norm_default_eps_is_1e_6():
@@ -275,17 +297,27 @@ def test_layer_norm_is_invariant_to_shifting_the_input(d, data):
     the exact tier must agree bit for bit, and the fast tier on x + c must sit within its own
     bound (which grows with mean|x + c|, the near-constant case) of the truth for x."""
     e = data.draw(st.integers(-30, 30))
-    ints = data.draw(hnp.arrays(np.int64, (d,), elements=st.integers(-2**20, 2**20)))
+    ints = data.draw(hnp.arrays(np.int64, (d,), elements=st.integers(-(2**20), 2**20)))
     if np.all(ints == ints[0]):
         ints[-1] += 1
     x = ints * 2.0**e
-    shifted = x + data.draw(st.integers(-2**32, 2**32)) * 2.0**e
+    shifted = x + data.draw(st.integers(-(2**32), 2**32)) * 2.0**e
     gain, bias = np.linspace(0.5, 2.0, d), np.linspace(-1.0, 1.0, d)
     for eps in (0.0, 1e-6):
         inputs = f"x={x.tolist()!r}, shifted={shifted.tolist()!r}, eps={eps}"
-        assert_exact_equal(layer_norm_exact(shifted, gain, bias, eps), layer_norm_exact(x, gain, bias, eps), "shift invariance (exact)", inputs)
-        assert_sandwiched(layer_norm(shifted, gain, bias, eps), _ln_truth(x, gain, bias, eps),
-                          layer_norm_fast_bound(shifted, gain, bias, eps), "shift invariance (fast)", inputs)
+        assert_exact_equal(
+            layer_norm_exact(shifted, gain, bias, eps),
+            layer_norm_exact(x, gain, bias, eps),
+            "shift invariance (exact)",
+            inputs,
+        )
+        assert_sandwiched(
+            layer_norm(shifted, gain, bias, eps),
+            _ln_truth(x, gain, bias, eps),
+            layer_norm_fast_bound(shifted, gain, bias, eps),
+            "shift invariance (fast)",
+            inputs,
+        )
 
 
 @settings(max_examples=25)
@@ -300,7 +332,12 @@ def test_layer_norm_is_invariant_to_power_of_two_scaling_with_eps_zero(d, data):
     gain = data.draw(hnp.arrays(np.float64, (d,), elements=_floats(10.0)))
     bias = data.draw(hnp.arrays(np.float64, (d,), elements=_floats(10.0)))
     for fn in (layer_norm, layer_norm_exact):
-        assert_exact_equal(fn(x * 2.0**k, gain, bias, 0.0), fn(x, gain, bias, 0.0), f"{fn.__name__} scale 2^{k}", _ln_inputs(x, gain, bias, 0.0))
+        assert_exact_equal(
+            fn(x * 2.0**k, gain, bias, 0.0),
+            fn(x, gain, bias, 0.0),
+            f"{fn.__name__} scale 2^{k}",
+            _ln_inputs(x, gain, bias, 0.0),
+        )
 
 
 def test_layer_norm_output_rows_have_mean_0_and_variance_1():
@@ -317,7 +354,9 @@ def test_layer_norm_output_rows_have_mean_0_and_variance_1():
             mean = mpmath.fsum(vals) / 7
             var = mpmath.fsum(v * v for v in vals) / 7
             mean_abs = mpmath.fsum(abs(v) for v in vals) / 7
-            assert abs(mean) <= U * mean_abs / (1 - U), f"row {r}: mean {mean}, bound {U * mean_abs}; x={x[r].tolist()!r}"
+            assert abs(mean) <= U * mean_abs / (1 - U), (
+                f"row {r}: mean {mean}, bound {U * mean_abs}; x={x[r].tolist()!r}"
+            )
             assert abs(var - 1) <= (2 * U + U * U) / (1 - U) ** 2, f"row {r}: variance {var}; x={x[r].tolist()!r}"
 
 
@@ -355,7 +394,9 @@ def test_layer_norm_with_eps_zero_rejects_a_constant_row():
         with pytest.raises(ValueError, match=r"x: row \(1,\) is constant.*eps"):
             fn([[1.0, 2.0], [5.0, 5.0]], [1.0, 1.0], [0.0, 0.0], 0.0)
     # with eps > 0 a constant row is fine: zero deviations, output = bias
-    assert_exact_equal(layer_norm([5.0, 5.0], [1.0, 1.0], [0.25, -2.0]), np.array([0.25, -2.0]), "constant row", "eps=1e-6")
+    assert_exact_equal(
+        layer_norm([5.0, 5.0], [1.0, 1.0], [0.25, -2.0]), np.array([0.25, -2.0]), "constant row", "eps=1e-6"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -377,9 +418,15 @@ def test_post_norm_is_the_papers_and_differs_from_pre_norm():
     ones, zeros = np.ones(2), np.zeros(2)
     cases = [(sublayer_connection, lambda t: t), (sublayer_connection_exact, lambda t: t)]
     for fn, identity in cases:
-        assert_exact_equal(fn([3.0, 1.0], identity, ones, zeros, 0.0), np.array([1.0, -1.0]), f"{fn.__name__} default (post)", "")
-        assert_exact_equal(fn([3.0, 1.0], identity, ones, zeros, 0.0, norm="post"), np.array([1.0, -1.0]), f"{fn.__name__} post", "")
-        assert_exact_equal(fn([3.0, 1.0], identity, ones, zeros, 0.0, norm="pre"), np.array([4.0, 0.0]), f"{fn.__name__} pre", "")
+        assert_exact_equal(
+            fn([3.0, 1.0], identity, ones, zeros, 0.0), np.array([1.0, -1.0]), f"{fn.__name__} default (post)", ""
+        )
+        assert_exact_equal(
+            fn([3.0, 1.0], identity, ones, zeros, 0.0, norm="post"), np.array([1.0, -1.0]), f"{fn.__name__} post", ""
+        )
+        assert_exact_equal(
+            fn([3.0, 1.0], identity, ones, zeros, 0.0, norm="pre"), np.array([4.0, 0.0]), f"{fn.__name__} pre", ""
+        )
         assert inspect.signature(fn).parameters["norm"].default == "post"
         assert inspect.signature(fn).parameters["eps"].default == 1e-6
 
@@ -423,19 +470,40 @@ def test_sublayer_connection_fast_tier_matches_exact_tier(args):
         residual = to_mp(x) + _twice_reversed_mp(to_mp(x))  # exact
     post_truth = truth(_layer_norm_mp, residual, to_mp(gain), to_mp(bias), mpmath.mpf(eps))
     post_bound = layer_norm_fast_bound(residual, gain, bias, eps, u_in=u)
-    assert_sandwiched(sublayer_connection(x, _twice_reversed, gain, bias, eps), post_truth, post_bound, "post-norm (fast)", inputs)
+    assert_sandwiched(
+        sublayer_connection(x, _twice_reversed, gain, bias, eps), post_truth, post_bound, "post-norm (fast)", inputs
+    )
     post_exact = rounded_truth(lambda: _layer_norm_mp(residual, to_mp(gain), to_mp(bias), mpmath.mpf(eps)))
-    assert_exact_equal(sublayer_connection_exact(x, _twice_reversed_mp, gain, bias, eps), post_exact, "post-norm (exact)", inputs)
+    assert_exact_equal(
+        sublayer_connection_exact(x, _twice_reversed_mp, gain, bias, eps), post_exact, "post-norm (exact)", inputs
+    )
 
     n = _ln_truth(x, gain, bias, eps)
     e_ln = layer_norm_fast_bound(x, gain, bias, eps)
     with mpmath.workdps(HIGH_DPS):
         pre_truth = to_mp(x) + _twice_reversed_mp(n)
         dist = np.vectorize(lambda e, v: e + U * (abs(v) + e) + TINY, otypes=[object])(e_ln, n)[..., ::-1]
-        pre_bound = 2 * dist + u * (np.vectorize(abs, otypes=[object])(to_mp(x)) + 2 * np.vectorize(abs, otypes=[object])(n[..., ::-1]) + 2 * dist)
-    assert_sandwiched(sublayer_connection(x, _twice_reversed, gain, bias, eps, norm="pre"), pre_truth, pre_bound, "pre-norm (fast)", inputs)
-    pre_exact = rounded_truth(lambda: to_mp(x) + _twice_reversed_mp(_layer_norm_mp(to_mp(x), to_mp(gain), to_mp(bias), mpmath.mpf(eps))))
-    assert_exact_equal(sublayer_connection_exact(x, _twice_reversed_mp, gain, bias, eps, norm="pre"), pre_exact, "pre-norm (exact)", inputs)
+        pre_bound = 2 * dist + u * (
+            np.vectorize(abs, otypes=[object])(to_mp(x))
+            + 2 * np.vectorize(abs, otypes=[object])(n[..., ::-1])
+            + 2 * dist
+        )
+    assert_sandwiched(
+        sublayer_connection(x, _twice_reversed, gain, bias, eps, norm="pre"),
+        pre_truth,
+        pre_bound,
+        "pre-norm (fast)",
+        inputs,
+    )
+    pre_exact = rounded_truth(
+        lambda: to_mp(x) + _twice_reversed_mp(_layer_norm_mp(to_mp(x), to_mp(gain), to_mp(bias), mpmath.mpf(eps)))
+    )
+    assert_exact_equal(
+        sublayer_connection_exact(x, _twice_reversed_mp, gain, bias, eps, norm="pre"),
+        pre_exact,
+        "pre-norm (exact)",
+        inputs,
+    )
 
 
 def test_sublayer_connection_rejects_bad_input():
@@ -465,8 +533,13 @@ def _fraction_affine(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> list
     rows = x.reshape(-1, k)
     out = []
     for row in rows:
-        out.append([sum((Fraction(float(row[i])) * Fraction(float(w[i, c])) for i in range(k)), Fraction(0))
-                    + (Fraction(float(b[c])) if b is not None else 0) for c in range(n)])
+        out.append(
+            [
+                sum((Fraction(float(row[i])) * Fraction(float(w[i, c])) for i in range(k)), Fraction(0))
+                + (Fraction(float(b[c])) if b is not None else 0)
+                for c in range(n)
+            ]
+        )
     return out
 
 
@@ -475,8 +548,14 @@ def _ffn_fraction(x, w1, b1, w2, b2) -> np.ndarray:
     d_ff, d_model = w2.shape
     out = []
     for row in hidden:
-        out.append([float(sum((row[i] * Fraction(float(w2[i, c])) for i in range(d_ff)), Fraction(0)) + Fraction(float(b2[c])))
-                    for c in range(d_model)])
+        out.append(
+            [
+                float(
+                    sum((row[i] * Fraction(float(w2[i, c])) for i in range(d_ff)), Fraction(0)) + Fraction(float(b2[c]))
+                )
+                for c in range(d_model)
+            ]
+        )
     return np.array(out, dtype=np.float64).reshape(*x.shape[:-1], d_model)
 
 
@@ -531,8 +610,13 @@ def test_feed_forward_fast_tier_matches_exact_tier(args):
     with mpmath.workdps(HIGH_DPS):
         hidden = np.vectorize(lambda v: max(v, 0), otypes=[object])(_affine_mp(to_mp(x), to_mp(w1), to_mp(b1)))
         true_y = _affine_mp(hidden, to_mp(w2), to_mp(b2))  # exact (EXACT_PREC bits)
-    assert_sandwiched(feed_forward(*args), true_y, ffn_fast_bound(*args), "feed_forward (§3.3, Eq. 2)",
-                      f"x={x.tolist()!r}, w1={w1.tolist()!r}, b1={b1.tolist()!r}, w2={w2.tolist()!r}, b2={b2.tolist()!r}")
+    assert_sandwiched(
+        feed_forward(*args),
+        true_y,
+        ffn_fast_bound(*args),
+        "feed_forward (§3.3, Eq. 2)",
+        f"x={x.tolist()!r}, w1={w1.tolist()!r}, b1={b1.tolist()!r}, w2={w2.tolist()!r}, b2={b2.tolist()!r}",
+    )
 
 
 @settings(max_examples=20)
@@ -543,7 +627,9 @@ def test_feed_forward_exact_tier_is_exact_rational_arithmetic(args):
     x = args[0]
     inputs = ", ".join(f"{n}={a.tolist()!r}" for n, a in zip(("x", "w1", "b1", "w2", "b2"), args))
     got = feed_forward_exact(*args)
-    assert_exact_equal(got, _ffn_fraction(*args) if x.size else np.zeros(got.shape), "feed_forward_exact vs Fraction", inputs)
+    assert_exact_equal(
+        got, _ffn_fraction(*args) if x.size else np.zeros(got.shape), "feed_forward_exact vs Fraction", inputs
+    )
     assert_exact_equal(feed_forward_exact(*args, dps=HIGH_DPS), got, "feed_forward_exact at HIGH_DPS", inputs)
 
 
@@ -554,7 +640,13 @@ def test_feed_forward_fast_tier_at_model_width():
     with mpmath.workdps(HIGH_DPS):
         hidden = np.vectorize(lambda v: max(v, 0), otypes=[object])(_affine_mp(to_mp(x), to_mp(w1), to_mp(b1)))
         true_y = _affine_mp(hidden, to_mp(w2), to_mp(b2))
-    assert_sandwiched(feed_forward(x, w1, b1, w2, b2), true_y, ffn_fast_bound(x, w1, b1, w2, b2), "feed_forward d=64, d_ff=256", "seeded")
+    assert_sandwiched(
+        feed_forward(x, w1, b1, w2, b2),
+        true_y,
+        ffn_fast_bound(x, w1, b1, w2, b2),
+        "feed_forward d=64, d_ff=256",
+        "seeded",
+    )
 
 
 @pytest.mark.parametrize(
@@ -624,7 +716,9 @@ def test_embedding_lookup_fast_tier_matches_exact_tier(args):
     assert_sandwiched(embedding_lookup(tokens, emb), true_y, bound, "embedding_lookup (§3.4)", inputs)
     exact = embedding_lookup_exact(tokens, emb)
     assert_exact_equal(exact, rounded_truth(lambda: to_mp(emb[tokens]) * mpmath.sqrt(d)), "exact tier vs truth", inputs)
-    assert_exact_equal(embedding_lookup_exact(tokens, emb, dps=HIGH_DPS), exact, "embedding_lookup_exact at HIGH_DPS", inputs)
+    assert_exact_equal(
+        embedding_lookup_exact(tokens, emb, dps=HIGH_DPS), exact, "embedding_lookup_exact at HIGH_DPS", inputs
+    )
 
 
 def test_output_logits_is_tied_and_has_no_sqrt_factor():
@@ -656,7 +750,9 @@ def test_output_logits_fast_tier_matches_exact_tier_and_fractions(args):
     inputs = f"x={x.tolist()!r}, embedding={emb.tolist()!r}"
     with mpmath.workdps(HIGH_DPS):
         true_y = _affine_mp(to_mp(x), to_mp(emb.T), None)
-        bound = gamma(d) * _affine_mp(np.vectorize(abs, otypes=[object])(to_mp(x)), np.vectorize(abs, otypes=[object])(to_mp(emb.T)), None)
+        bound = gamma(d) * _affine_mp(
+            np.vectorize(abs, otypes=[object])(to_mp(x)), np.vectorize(abs, otypes=[object])(to_mp(emb.T)), None
+        )
     assert_sandwiched(output_logits(x, emb), true_y, bound, "output_logits (§3.4)", inputs)
     exact = output_logits_exact(x, emb)
     fractions = np.array([[float(v) for v in row] for row in _fraction_affine(x, emb.T, None)]).reshape(exact.shape)

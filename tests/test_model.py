@@ -46,8 +46,14 @@ def test_closed_form_two_wide_model():
     """
     emb = np.array([[3.0, 0.0], [0.0, 3.0], [1.0, 1.0]])
     enc = {"self_attn": _zero_mha(2), "norm1": _norm(), "ffn": _zero_ffn(), "norm2": _norm()}
-    dec = {"self_attn": _zero_mha(2), "norm1": _norm(), "cross_attn": _zero_mha(2), "norm2": _norm(),
-           "ffn": _zero_ffn(), "norm3": _norm(gain=(2.0, 3.0), bias=(0.5, 0.0))}
+    dec = {
+        "self_attn": _zero_mha(2),
+        "norm1": _norm(),
+        "cross_attn": _zero_mha(2),
+        "norm2": _norm(),
+        "ffn": _zero_ffn(),
+        "norm3": _norm(gain=(2.0, 3.0), bias=(0.5, 0.0)),
+    }
     params = {"embedding": emb, "encoder": [enc], "decoder": [dec]}
     logits = transformer_forward(np.array([[0, 1]]), np.array([[2, 2, 0, 1]]), params, 1, eps=0.0)
     up, down = [7.5, -9.0, -0.5], [-4.5, 9.0, 1.5]
@@ -102,7 +108,7 @@ def test_batch_elements_are_independent():
     tgt = rng.integers(0, 11, size=(3, 5))
     whole = transformer_forward(src, tgt, params, SMALL.num_heads)
     for b in range(3):
-        alone = transformer_forward(src[b:b + 1], tgt[b:b + 1], params, SMALL.num_heads)
+        alone = transformer_forward(src[b : b + 1], tgt[b : b + 1], params, SMALL.num_heads)
         assert np.array_equal(whole[b], alone[0]), f"batch element {b} depends on the others"
 
 

@@ -100,7 +100,9 @@ def _f(x: np.ndarray) -> np.ndarray:
 # error propagation, one function per operation of the implementation
 
 
-def b_softmax_weights(s: np.ndarray, ds: np.ndarray, visible: np.ndarray, u: float, tiles: int) -> tuple[np.ndarray, np.ndarray]:
+def b_softmax_weights(
+    s: np.ndarray, ds: np.ndarray, visible: np.ndarray, u: float, tiles: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Bound log(p^/p) for the softmax weights of scores ``s`` (±``ds``) along the last axis.
 
     Per row: delta = max_j ds_j shifts each score, so each weight exp(s_j - shift) changes by a
@@ -253,7 +255,9 @@ def r_layer_norm(x: Rows, gain: np.ndarray, bias: np.ndarray, eps: float, u: flo
     sigma, z_norm = _f(sigma_ld), _norm(z)
     d_mu = gamma(d, u) * np.mean(_f(np.abs(x.v)) + x.e[..., None], axis=-1)
     e_z = x.e + math.sqrt(d) * d_mu + u * (z_norm + x.e + math.sqrt(d) * d_mu)
-    assert np.all(e_z / math.sqrt(d) < 0.5 * sigma), "LayerNorm's input is too uncertain for this analysis (needs e_z/sqrt(d) < sigma)"
+    assert np.all(e_z / math.sqrt(d) < 0.5 * sigma), (
+        "LayerNorm's input is too uncertain for this analysis (needs e_z/sqrt(d) < sigma)"
+    )
     e_n = e_z / (sigma - e_z / math.sqrt(d))
     y = z / sigma_ld[..., None]
     eta = SLACK * (gamma(d + 2, u) / 2 + u)
@@ -284,7 +288,11 @@ def r_attention(q: Rows, k: Rows, v: Rows, mask: np.ndarray | None, u: float) ->
     k_t = np.swapaxes(k.v, -1, -2)
     s = q_s @ k_t  # (..., n_q, n_k)
     mag = _f((np.abs(q_s) + e_qs[..., None]) @ np.swapaxes(np.abs(k.v) + k.e[..., None], -1, -2))
-    ds = e_qs[..., :, None] * (_norm(k.v) + k.e)[..., None, :] + _norm(q_s)[..., :, None] * k.e[..., None, :] + gamma(d_k, u) * mag
+    ds = (
+        e_qs[..., :, None] * (_norm(k.v) + k.e)[..., None, :]
+        + _norm(q_s)[..., :, None] * k.e[..., None, :]
+        + gamma(d_k, u) * mag
+    )
     visible = np.ones(s.shape, dtype=bool) if mask is None else np.broadcast_to(mask, s.shape)
     delta, evaluation = (x[..., 0] for x in b_softmax_weights(s, ds, visible, u, 1))  # (..., n_q)
     p = _softmax_ld(s, visible)  # (..., n_q, n_k)
@@ -299,7 +307,9 @@ def r_attention(q: Rows, k: Rows, v: Rows, mask: np.ndarray | None, u: float) ->
     return Rows(o, err)
 
 
-def r_mha(query: Rows, key: Rows, value: Rows, params: Mapping[str, np.ndarray], h: int, mask: np.ndarray | None, u: float) -> Rows:
+def r_mha(
+    query: Rows, key: Rows, value: Rows, params: Mapping[str, np.ndarray], h: int, mask: np.ndarray | None, u: float
+) -> Rows:
     """§3.2.2. Each head's projection is bounded on its own columns (``r_affine`` on W[:, head]:
     the dot products are the same ones the full projection computes); the concatenated heads'
     error norm is the root-sum-square of the heads'; then the output projection."""
@@ -332,7 +342,16 @@ def r_encoder_layer(x: Rows, p: Mapping[str, Any], h: int, mask: np.ndarray | No
     return r_residual_norm(z, r_ffn(z, p["ffn"], u), p["norm2"], eps, u)
 
 
-def r_decoder_layer(y: Rows, mem: Rows, p: Mapping[str, Any], h: int, self_mask: np.ndarray, mem_mask: np.ndarray | None, eps: float, u: float) -> Rows:
+def r_decoder_layer(
+    y: Rows,
+    mem: Rows,
+    p: Mapping[str, Any],
+    h: int,
+    self_mask: np.ndarray,
+    mem_mask: np.ndarray | None,
+    eps: float,
+    u: float,
+) -> Rows:
     a = r_residual_norm(y, r_mha(y, y, y, p["self_attn"], h, self_mask, u), p["norm1"], eps, u)
     b = r_residual_norm(a, r_mha(a, mem, mem, p["cross_attn"], h, mem_mask, u), p["norm2"], eps, u)
     return r_residual_norm(b, r_ffn(b, p["ffn"], u), p["norm3"], eps, u)
@@ -348,7 +367,16 @@ def r_embed(tokens: np.ndarray, emb: np.ndarray, u: float) -> Rows:
     return r_add(scaled, Rows(np.broadcast_to(pe.v, x.shape), np.broadcast_to(_norm(pe.e), x.shape[:-1])), u)
 
 
-def r_forward(src: np.ndarray, tgt: np.ndarray, params: Mapping[str, Any], h: int, src_len: np.ndarray, tgt_len: np.ndarray, eps: float, u: float) -> np.ndarray:
+def r_forward(
+    src: np.ndarray,
+    tgt: np.ndarray,
+    params: Mapping[str, Any],
+    h: int,
+    src_len: np.ndarray,
+    tgt_len: np.ndarray,
+    eps: float,
+    u: float,
+) -> np.ndarray:
     """Figure 1; returns an elementwise bound on the logits y E^T (a d_model-term product per entry):
     |dlogit_ij| <= ||dy_i|| ||E_j|| + gamma_d sum_l (|y_il| + ||dy_i||) |E_jl|."""
     n_src, n_tgt = src.shape[1], tgt.shape[1]
@@ -374,7 +402,9 @@ def _assert_within(name: str, dtype: str, got: np.ndarray, expected: np.ndarray,
     got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
     assert got.shape == expected.shape, f"{name} ({dtype}): shape {got.shape}, expected {expected.shape}"
     nan_got, nan_exp = np.isnan(got), np.isnan(expected)
-    assert np.array_equal(nan_got, nan_exp), f"{name} ({dtype}): NaN at {np.argwhere(nan_got != nan_exp)[:5].tolist()} differs from the oracle"
+    assert np.array_equal(nan_got, nan_exp), (
+        f"{name} ({dtype}): NaN at {np.argwhere(nan_got != nan_exp)[:5].tolist()} differs from the oracle"
+    )
     diff = np.abs(np.where(nan_exp, 0.0, got - expected))
     bound = np.broadcast_to(np.where(nan_exp, 0.0, bound), diff.shape)
     ratio = np.max(np.divide(diff, bound, out=np.zeros_like(diff), where=bound > 0), initial=0.0)
@@ -417,8 +447,12 @@ def _layer_params(rng: np.random.Generator, d: int, d_ff: int, decoder: bool) ->
     def norm() -> dict[str, np.ndarray]:
         return {"gain": 1 + 0.1 * rng.standard_normal(d), "bias": 0.1 * rng.standard_normal(d)}
 
-    ffn = {"w1": rng.standard_normal((d, d_ff)) / np.sqrt(d), "b1": 0.1 * rng.standard_normal(d_ff),
-           "w2": rng.standard_normal((d_ff, d)) / np.sqrt(d_ff), "b2": 0.1 * rng.standard_normal(d)}
+    ffn = {
+        "w1": rng.standard_normal((d, d_ff)) / np.sqrt(d),
+        "b1": 0.1 * rng.standard_normal(d_ff),
+        "w2": rng.standard_normal((d_ff, d)) / np.sqrt(d_ff),
+        "b2": 0.1 * rng.standard_normal(d),
+    }
     if decoder:
         return {"self_attn": mha(), "norm1": norm(), "cross_attn": mha(), "norm2": norm(), "ffn": ffn, "norm3": norm()}
     return {"self_attn": mha(), "norm1": norm(), "ffn": ffn, "norm2": norm()}
@@ -432,8 +466,14 @@ def _layer_params(rng: np.random.Generator, d: int, d_ff: int, decoder: bool) ->
 def test_softmax_agrees_with_the_oracle(dtype: str) -> None:
     """Rows of moderate, large (±40) and near-constant logits, and one -inf (a masked score)."""
     impl, u = NumpyImplementation(), _u_eff(dtype)
-    x = np.array([[0.3, -1.2, 2.5, 0.0, 1.1, -0.7], [40.0, 39.5, -40.0, 12.0, 0.5, 38.9],
-                  [1.0, 1.0 + 1e-7, 1.0 - 1e-7, 1.0, 1.0, 1.0], [-np.inf, 0.5, -3.0, 2.0, 2.0, -0.1]])
+    x = np.array(
+        [
+            [0.3, -1.2, 2.5, 0.0, 1.1, -0.7],
+            [40.0, 39.5, -40.0, 12.0, 0.5, 38.9],
+            [1.0, 1.0 + 1e-7, 1.0 - 1e-7, 1.0, 1.0, 1.0],
+            [-np.inf, 0.5, -3.0, 2.0, 2.0, -0.1],
+        ]
+    )
     native, seen = _rounded(impl, x, dtype)
     got = impl.to_numpy(impl.softmax(native))
     expected = oracle_softmax(seen)
@@ -495,7 +535,10 @@ def test_blocked_path_matches_direct_path_on_a_long_sequence(dtype: str) -> None
     (qn, qs), (kn, ks), (vn, vs) = (_rounded(direct, a, dtype) for a in (q, k, v))
     got_direct = direct.to_numpy(direct.scaled_dot_product_attention(qn, kn, vn, mask))
     got_blocked = blocked.to_numpy(blocked.scaled_dot_product_attention(qn, kn, vn, mask))
-    bound = b_attention(exact(qs), exact(ks), exact(vs), mask, u, 1).e + b_attention(exact(qs), exact(ks), exact(vs), mask, u, 10).e
+    bound = (
+        b_attention(exact(qs), exact(ks), exact(vs), mask, u, 1).e
+        + b_attention(exact(qs), exact(ks), exact(vs), mask, u, 10).e
+    )
     _assert_within("blocked vs direct attention", dtype, got_blocked, got_direct, bound)
     assert not np.array_equal(got_blocked, got_direct), "the paths agree bit for bit: is the blocked path running?"
 
@@ -503,7 +546,11 @@ def test_blocked_path_matches_direct_path_on_a_long_sequence(dtype: str) -> None
 def test_auto_takes_the_blocked_path_above_the_threshold_only() -> None:
     """Bitwise: auto == blocked above ``blocked_threshold`` (n_q n_k), auto == direct at or below it."""
     rng = _rng()
-    q, k, v = (rng.standard_normal((20, 8)).astype(np.float32), rng.standard_normal((30, 8)).astype(np.float32), rng.standard_normal((30, 4)).astype(np.float32))
+    q, k, v = (
+        rng.standard_normal((20, 8)).astype(np.float32),
+        rng.standard_normal((30, 8)).astype(np.float32),
+        rng.standard_normal((30, 4)).astype(np.float32),
+    )
     blocked = NumpyImplementation(attention="blocked", block_size=8).scaled_dot_product_attention(q, k, v)
     direct = NumpyImplementation(attention="direct").scaled_dot_product_attention(q, k, v)
     assert not np.array_equal(blocked, direct), "the fixture must tell the two paths apart"
@@ -540,10 +587,16 @@ def test_blocked_path_peak_memory_grows_linearly_not_quadratically() -> None:
     direct = NumpyImplementation(attention="direct")
     for masked in (False, True):
         b1, b2 = _peak_bytes(blocked, n, masked), _peak_bytes(blocked, 2 * n, masked)
-        assert b2 / b1 <= 2.0, f"blocked peak (masked={masked}) grew {b2 / b1:.2f}x when n doubled ({b1} -> {b2} bytes); linear growth allows <= 2x"
+        assert b2 / b1 <= 2.0, (
+            f"blocked peak (masked={masked}) grew {b2 / b1:.2f}x when n doubled ({b1} -> {b2} bytes); linear growth allows <= 2x"
+        )
     d1, d2 = _peak_bytes(direct, n), _peak_bytes(direct, 2 * n)
-    assert d2 / d1 > 3.5, f"direct peak grew only {d2 / d1:.2f}x ({d1} -> {d2} bytes): the measurement misses the n^2 scores"
-    assert b2 < (2 * n) ** 2 * 8 / 4, f"blocked peak {b2} bytes is not far below the {(2 * n) ** 2 * 8}-byte score matrix"
+    assert d2 / d1 > 3.5, (
+        f"direct peak grew only {d2 / d1:.2f}x ({d1} -> {d2} bytes): the measurement misses the n^2 scores"
+    )
+    assert b2 < (2 * n) ** 2 * 8 / 4, (
+        f"blocked peak {b2} bytes is not far below the {(2 * n) ** 2 * 8}-byte score matrix"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -588,7 +641,9 @@ def test_layer_norm_agrees_with_the_oracle(dtype: str) -> None:
     x = rng.standard_normal((3, 16))
     x[1] += 1000.0
     x[2] *= 1e-2
-    (xn, xs), (gn, gs), (bn, bs) = (_rounded(impl, a, dtype) for a in (x, 1 + 0.1 * rng.standard_normal(16), 0.1 * rng.standard_normal(16)))
+    (xn, xs), (gn, gs), (bn, bs) = (
+        _rounded(impl, a, dtype) for a in (x, 1 + 0.1 * rng.standard_normal(16), 0.1 * rng.standard_normal(16))
+    )
     got = impl.to_numpy(impl.layer_norm(xn, gn, bn, 1e-6))
     bound = r_layer_norm(rows_exact(xs), gs, bs, 1e-6, u).e[..., None]
     _assert_within("layer_norm", dtype, got, layer_norm(xs, gs, bs, 1e-6), bound)
@@ -611,7 +666,10 @@ def test_feed_forward_agrees_with_the_oracle(dtype: str) -> None:
 # §5.3, §5.4
 
 
-@pytest.mark.parametrize(("step", "d_model", "warmup"), [(1, 512, 4000), (3999, 512, 4000), (4000, 512, 4000), (100000, 1024, 4000), (7, 64, 1)])
+@pytest.mark.parametrize(
+    ("step", "d_model", "warmup"),
+    [(1, 512, 4000), (3999, 512, 4000), (4000, 512, 4000), (100000, 1024, 4000), (7, 64, 1)],
+)
 def test_lrate_agrees_with_the_oracle(step: int, d_model: int, warmup: int) -> None:
     """Python float64 arithmetic. Branch step^-0.5: two powers (glibc pow < 1 ulp, i.e. < 2u
     relative, each) and a product: 5u. Branch step * warmup^-1.5: d_model^-0.5 (2u), warmup^-1.5
@@ -622,7 +680,9 @@ def test_lrate_agrees_with_the_oracle(step: int, d_model: int, warmup: int) -> N
     got = NumpyImplementation().lrate(step, d_model, warmup)
     expected = float(lrate(step, d_model, warmup))
     assert isinstance(got, float)
-    assert abs(got - expected) <= SLACK * 7 * U64 * abs(expected), f"lrate({step}, {d_model}, {warmup}) = {got!r}, oracle {expected!r}"
+    assert abs(got - expected) <= SLACK * 7 * U64 * abs(expected), (
+        f"lrate({step}, {d_model}, {warmup}) = {got!r}, oracle {expected!r}"
+    )
 
 
 def test_lrate_step_zero_follows_the_policy() -> None:
@@ -646,7 +706,9 @@ def test_label_smoothing_agrees_with_the_oracle(variant: str) -> None:
     _assert_within(f"label_smoothing[{variant}]", "float64", got, expected, (gamma(3, U64) + U64) * np.abs(expected))
     # Rows sum to 1: entries within gamma_3 of exact values summing to 1, an 11-term sum adds gamma_10.
     row_error = np.abs(got.sum(-1) - 1.0)
-    assert np.all(row_error <= gamma(3, U64) + gamma(10, U64)), f"label_smoothing[{variant}]: rows sum to 1 +- {row_error}"
+    assert np.all(row_error <= gamma(3, U64) + gamma(10, U64)), (
+        f"label_smoothing[{variant}]: rows sum to 1 +- {row_error}"
+    )
 
 
 def _cross_entropy_bound(z: np.ndarray, targets: np.ndarray, eps: float, variant: str, u: float) -> np.ndarray:
@@ -711,7 +773,9 @@ def test_encoder_layer_agrees_with_the_oracle(dtype: str) -> None:
     mask = np.arange(6) < np.array([6, 3])[:, None, None]
     got = impl.to_numpy(impl.encoder_layer(xn, pn, HEADS, impl.from_numpy(mask, "bool")))
     expected = encoder_layer(xs, ps, HEADS, mask, eps=1e-6)
-    _assert_within("encoder_layer", dtype, got, expected, r_encoder_layer(rows_exact(xs), ps, HEADS, mask, 1e-6, u).e[..., None])
+    _assert_within(
+        "encoder_layer", dtype, got, expected, r_encoder_layer(rows_exact(xs), ps, HEADS, mask, 1e-6, u).e[..., None]
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -721,11 +785,16 @@ def test_decoder_layer_agrees_with_the_oracle(dtype: str) -> None:
 
     impl, u, rng = NumpyImplementation(), _u_eff(dtype), _rng()
     pn, ps = _rounded_tree(impl, _layer_params(rng, D, D_FF, decoder=True), dtype)
-    (yn, ys), (mn, ms) = _rounded(impl, rng.standard_normal((2, 5, D)), dtype), _rounded(impl, rng.standard_normal((2, 6, D)), dtype)
+    (yn, ys), (mn, ms) = (
+        _rounded(impl, rng.standard_normal((2, 5, D)), dtype),
+        _rounded(impl, rng.standard_normal((2, 6, D)), dtype),
+    )
     mem_mask = np.arange(6) < np.array([6, 2])[:, None, None]
     got = impl.to_numpy(impl.decoder_layer(yn, mn, pn, HEADS, None, impl.from_numpy(mem_mask, "bool")))
     expected = decoder_layer(ys, ms, ps, HEADS, None, mem_mask, eps=1e-6)
-    bound = r_decoder_layer(rows_exact(ys), rows_exact(ms), ps, HEADS, np.tri(5, dtype=bool), mem_mask, 1e-6, u).e[..., None]
+    bound = r_decoder_layer(rows_exact(ys), rows_exact(ms), ps, HEADS, np.tri(5, dtype=bool), mem_mask, 1e-6, u).e[
+        ..., None
+    ]
     _assert_within("decoder_layer", dtype, got, expected, bound)
 
 
@@ -753,7 +822,9 @@ def test_transformer_forward_agrees_with_the_oracle(dtype: str, n_layers: int) -
     src, tgt = rng.integers(0, VOCAB, size=(2, 7)), rng.integers(0, VOCAB, size=(2, 5))
     src_len, tgt_len = np.array([7, 4]), np.array([5, 3])
     native_ints = [impl.from_numpy(a, "int64") for a in (src, tgt, src_len, tgt_len)]
-    got = impl.to_numpy(impl.transformer_forward(native_ints[0], native_ints[1], pn, HEADS, native_ints[2], native_ints[3]))
+    got = impl.to_numpy(
+        impl.transformer_forward(native_ints[0], native_ints[1], pn, HEADS, native_ints[2], native_ints[3])
+    )
     expected = transformer_forward(src, tgt, ps, HEADS, src_lengths=src_len, tgt_lengths=tgt_len, eps=1e-6)
     bound = r_forward(src, tgt, ps, HEADS, src_len, tgt_len, 1e-6, u)
     _assert_within("transformer_forward", dtype, got, expected, bound)

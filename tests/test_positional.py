@@ -36,10 +36,10 @@ import math
 import mpmath
 import numpy as np
 import pytest
+from _sandwich import TINY, U, assert_exact_equal, assert_sandwiched, u
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _sandwich import u, U, TINY, assert_exact_equal, assert_sandwiched
 from aiayn.reference._exact import HIGH_DPS, correctly_rounded
 from aiayn.reference.positional import (
     _angles_mp,
@@ -89,11 +89,16 @@ def test_positional_encoding_fast_tier_matches_exact_tier(length, d_model, base)
     values, bound = truth_and_bound(list(range(length)), d_model, base)
     got = positional_encoding(length, d_model, base=base)
     assert got.shape == (length, d_model)
-    assert_sandwiched(got, values.reshape(length, d_model), bound.reshape(length, d_model),
-                      "positional_encoding (§3.5)", f"length={length}, d_model={d_model}, base={base}")
+    assert_sandwiched(
+        got,
+        values.reshape(length, d_model),
+        bound.reshape(length, d_model),
+        "positional_encoding (§3.5)",
+        f"length={length}, d_model={d_model}, base={base}",
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def long_table() -> np.ndarray:
     """Fast-tier PE for positions 0 .. 10^5 - 1 at d_model = 16 (computed once)."""
     return positional_encoding(100_000, 16)
@@ -104,15 +109,20 @@ def long_table() -> np.ndarray:
 def test_positional_encoding_fast_tier_at_long_positions(positions):
     """Rows far out (pos up to 10^5): the angle term rho |theta| of the bound dominates."""
     values, bound = truth_and_bound(positions, 16, 10000.0)
-    assert_sandwiched(long_table()[positions], values, bound, "positional_encoding at long positions", f"positions={positions}")
+    assert_sandwiched(
+        long_table()[positions], values, bound, "positional_encoding at long positions", f"positions={positions}"
+    )
 
 
 @settings(max_examples=10)
 @given(length=st.integers(0, 12), d_model=WIDTHS, base=BASES)
 def test_positional_encoding_exact_tier_is_stable_at_higher_precision(length, d_model, base):
-    assert_exact_equal(positional_encoding_exact(length, d_model, base=base),
-                       positional_encoding_exact(length, d_model, base=base, dps=HIGH_DPS),
-                       "positional_encoding_exact at DEFAULT_DPS vs HIGH_DPS", f"length={length}, d_model={d_model}, base={base}")
+    assert_exact_equal(
+        positional_encoding_exact(length, d_model, base=base),
+        positional_encoding_exact(length, d_model, base=base, dps=HIGH_DPS),
+        "positional_encoding_exact at DEFAULT_DPS vs HIGH_DPS",
+        f"length={length}, d_model={d_model}, base={base}",
+    )
 
 
 def _rounded(fn) -> float:
@@ -134,9 +144,17 @@ def test_positional_encoding_seed_values():
     }
     for (pos, dim), value in expected.items():
         assert pe[pos, dim] == value, f"PE({pos},{dim}) = {pe[pos, dim]!r}, expected {value!r}"
-    assert (round(pe[1, 0], 3), round(pe[1, 1], 3), round(pe[1, 2], 3), round(pe[1, 3], 3), round(pe[10, 128], 3)) == (0.841, 0.540, 0.822, 0.570, 0.841)
+    assert (round(pe[1, 0], 3), round(pe[1, 1], 3), round(pe[1, 2], 3), round(pe[1, 3], 3), round(pe[10, 128], 3)) == (
+        0.841,
+        0.540,
+        0.822,
+        0.570,
+        0.841,
+    )
     values, bound = truth_and_bound([1, 10], 512, 10000.0)
-    assert_sandwiched(positional_encoding(11, 512)[[1, 10]], values, bound, "positional_encoding seed rows", "d_model=512")
+    assert_sandwiched(
+        positional_encoding(11, 512)[[1, 10]], values, bound, "positional_encoding seed rows", "d_model=512"
+    )
 
 
 def test_positional_encoding_column_0_is_sin_pos_and_position_0_is_0_1():
@@ -159,7 +177,9 @@ def test_positional_encoding_frequencies_form_the_geometric_progression():
         for i in range(256):
             got = mpmath.atan2(mpmath.mpf(float(pe[1, 2 * i])), mpmath.mpf(float(pe[1, 2 * i + 1])))
             expected = mpmath.power(10000, -mpmath.mpf(2 * i) / 512)
-            assert abs(got - expected) <= mpmath.mpf("1.01") * U, f"pair {i}: angle {got}, expected 10000^(-{2 * i}/512) = {expected}"
+            assert abs(got - expected) <= mpmath.mpf("1.01") * U, (
+                f"pair {i}: angle {got}, expected 10000^(-{2 * i}/512) = {expected}"
+            )
     assert mpmath.power(10000, mpmath.mpf(128) / 512) == 10  # the seeds' 10000^(128/512) = 10
 
 
@@ -174,7 +194,9 @@ def test_positional_encoding_is_bounded_and_pairs_lie_on_the_unit_circle():
     bound = float(2 * e_max + e_max**2 + gamma(2, u) * (1 + 2 * e_max + e_max**2))
     radius = pe[:, 0::2] ** 2 + pe[:, 1::2] ** 2
     worst = np.unravel_index(np.argmax(np.abs(radius - 1)), radius.shape)
-    assert abs(float(radius[worst] - 1)) <= bound, f"sin^2 + cos^2 - 1 = {float(radius[worst] - 1)} at (pos, pair) {worst}, bound {bound}"
+    assert abs(float(radius[worst] - 1)) <= bound, (
+        f"sin^2 + cos^2 - 1 = {float(radius[worst] - 1)} at (pos, pair) {worst}, bound {bound}"
+    )
 
 
 def test_positional_encoding_empty_and_base_choice():
@@ -226,20 +248,26 @@ def _m_truth_and_bound(k: int, d_model: int, base: float) -> tuple[np.ndarray, n
     return m, e
 
 
-@given(k=st.integers(-10**6, 10**6), d_model=WIDTHS, base=BASES)
+@given(k=st.integers(-(10**6), 10**6), d_model=WIDTHS, base=BASES)
 def test_pe_shift_matrix_fast_tier_matches_exact_tier(k, d_model, base):
     m, e = _m_truth_and_bound(k, d_model, base)
-    assert_sandwiched(pe_shift_matrix(k, d_model, base=base), m, e, "pe_shift_matrix (§3.5)", f"k={k}, d_model={d_model}, base={base}")
+    assert_sandwiched(
+        pe_shift_matrix(k, d_model, base=base), m, e, "pe_shift_matrix (§3.5)", f"k={k}, d_model={d_model}, base={base}"
+    )
 
 
 @settings(max_examples=15)
-@given(k=st.integers(-10**6, 10**6), d_model=WIDTHS, base=BASES)
+@given(k=st.integers(-(10**6), 10**6), d_model=WIDTHS, base=BASES)
 def test_pe_shift_matrix_exact_tier_is_stable_at_higher_precision(k, d_model, base):
-    assert_exact_equal(pe_shift_matrix_exact(k, d_model, base=base), pe_shift_matrix_exact(k, d_model, base=base, dps=HIGH_DPS),
-                       "pe_shift_matrix_exact at DEFAULT_DPS vs HIGH_DPS", f"k={k}, d_model={d_model}, base={base}")
+    assert_exact_equal(
+        pe_shift_matrix_exact(k, d_model, base=base),
+        pe_shift_matrix_exact(k, d_model, base=base, dps=HIGH_DPS),
+        "pe_shift_matrix_exact at DEFAULT_DPS vs HIGH_DPS",
+        f"k={k}, d_model={d_model}, base={base}",
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def exact_table(d_model: int, base: float) -> np.ndarray:
     return positional_encoding_exact(48, d_model, base=base)
 
@@ -248,7 +276,10 @@ def _product_mp(m: np.ndarray, p: np.ndarray) -> list:
     """M @ p on the exact values of float64 entries (products and sums exact at 400 bits: each
     term needs 106 bits, and all entries lie in [2^-60, 1])."""
     with mpmath.workprec(400):
-        return [mpmath.fsum(mpmath.mpf(float(m[a, b])) * mpmath.mpf(float(p[b])) for b in range(len(p))) for a in range(len(p))]
+        return [
+            mpmath.fsum(mpmath.mpf(float(m[a, b])) * mpmath.mpf(float(p[b])) for b in range(len(p)))
+            for a in range(len(p))
+        ]
 
 
 @given(d_model=WIDTHS, base=BASES, data=st.data())
@@ -265,7 +296,9 @@ def test_shift_property_holds_in_the_exact_tier(d_model, base, data):
         with mpmath.workprec(400):
             bound = gamma(3) * mag[a, 0] + gamma(1) * abs(table[pos + k, a]) + 2 * TINY
             miss = abs(got[a] - mpmath.mpf(float(table[pos + k, a])))
-        assert miss <= bound, f"(M_k PE(pos))[{a}] = {got[a]}, PE(pos+k) = {table[pos + k, a]!r}, miss {miss} > {bound}; pos={pos}, k={k}, d={d_model}, base={base}"
+        assert miss <= bound, (
+            f"(M_k PE(pos))[{a}] = {got[a]}, PE(pos+k) = {table[pos + k, a]!r}, miss {miss} > {bound}; pos={pos}, k={k}, d={d_model}, base={base}"
+        )
 
 
 @settings(max_examples=25)
@@ -285,7 +318,10 @@ def test_shift_property_holds_in_the_fast_tier_at_long_positions(pos, k):
         dist = np.vectorize(lambda e, x: e + U * (abs(x) + e) + TINY, otypes=[object])
         dm, dp = dist(m_e, m_true), dist(p_e, p_true)
         for a in range(d):
-            bound = mpmath.fsum(dm[a, b] * abs(p_true[0, b]) + (abs(m_true[a, b]) + dm[a, b]) * dp[0, b] for b in range(d)) + dp[1, a]
+            bound = (
+                mpmath.fsum(dm[a, b] * abs(p_true[0, b]) + (abs(m_true[a, b]) + dm[a, b]) * dp[0, b] for b in range(d))
+                + dp[1, a]
+            )
             miss = abs(got[a] - mpmath.mpf(float(table[pos + k, a])))
             assert miss <= bound, f"(M_k PE(pos))[{a}] misses PE(pos+k) by {miss} > bound {bound}; pos={pos}, k={k}"
 
@@ -312,7 +348,15 @@ def test_shift_matrix_composes_and_is_orthogonal():
     for j, k in ((1, 2), (-5, 300), (4000, 96000)):
         a, b, c = (pe_shift_matrix_exact(n, 6) for n in (j, k, j + k))
         with mpmath.workprec(400):
-            prod = np.array([[mpmath.fsum(mpmath.mpf(float(a[r, t])) * mpmath.mpf(float(b[t, s])) for t in range(6)) for s in range(6)] for r in range(6)])
+            prod = np.array(
+                [
+                    [
+                        mpmath.fsum(mpmath.mpf(float(a[r, t])) * mpmath.mpf(float(b[t, s])) for t in range(6))
+                        for s in range(6)
+                    ]
+                    for r in range(6)
+                ]
+            )
         mag = _abs_product_mp(a, b)
         gram, gmag = _gram(b), _abs_product_mp(b, b.T)
         for r in range(6):
@@ -331,13 +375,21 @@ def _abs_product_mp(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     with mpmath.workprec(400):
         for r in range(a.shape[0]):
             for s in range(b.shape[1]):
-                out[r, s] = mpmath.fsum(abs(mpmath.mpf(float(a[r, t]))) * abs(mpmath.mpf(float(b[t, s]))) for t in range(a.shape[1]))
+                out[r, s] = mpmath.fsum(
+                    abs(mpmath.mpf(float(a[r, t]))) * abs(mpmath.mpf(float(b[t, s]))) for t in range(a.shape[1])
+                )
     return out
 
 
 def _gram(m: np.ndarray) -> list:
     with mpmath.workprec(400):
-        return [[mpmath.fsum(mpmath.mpf(float(m[r, t])) * mpmath.mpf(float(m[s, t])) for t in range(m.shape[1])) for s in range(m.shape[0])] for r in range(m.shape[0])]
+        return [
+            [
+                mpmath.fsum(mpmath.mpf(float(m[r, t])) * mpmath.mpf(float(m[s, t])) for t in range(m.shape[1]))
+                for s in range(m.shape[0])
+            ]
+            for r in range(m.shape[0])
+        ]
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ clear message listing the known names.
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 import textwrap
@@ -18,7 +17,13 @@ from pathlib import Path
 import pytest
 
 from aiayn.implementations import protocol, registry
-from aiayn.implementations.registry import BUILTINS, ENTRY_POINT_GROUP, ImplementationNotFound, InvalidImplementation, load
+from aiayn.implementations.registry import (
+    BUILTINS,
+    ENTRY_POINT_GROUP,
+    ImplementationNotFound,
+    InvalidImplementation,
+    load,
+)
 
 TORCH_MISSING = importlib.util.find_spec("torch") is None
 EXAMPLE = "aiayn.implementations.examples.my_attention:MyAttention"
@@ -37,7 +42,9 @@ def _skip_if_needs_missing_torch(name: str) -> None:
 def test_every_builtin_name_resolves_to_a_conforming_implementation_of_that_name(name: str) -> None:
     _skip_if_needs_missing_torch(name)
     impl = load(name)
-    assert protocol.contract_problems(impl) == [], f"load({name!r}) broke the contract: {protocol.contract_problems(impl)}"
+    assert protocol.contract_problems(impl) == [], (
+        f"load({name!r}) broke the contract: {protocol.contract_problems(impl)}"
+    )
     assert isinstance(impl, protocol.Implementation)
     assert impl.name == name, f"load({name!r}) gave an implementation named {impl.name!r}; expected the registry name"
 
@@ -45,12 +52,16 @@ def test_every_builtin_name_resolves_to_a_conforming_implementation_of_that_name
 def test_builtin_targets_are_module_attr_strings_inside_implementations() -> None:
     for name, target in BUILTINS.items():
         module, _, attr = target.partition(":")
-        assert module.startswith("aiayn.implementations.") and attr, f"BUILTINS[{name!r}] = {target!r}: expected 'aiayn.implementations.<module>:<attr>'"
+        assert module.startswith("aiayn.implementations.") and attr, (
+            f"BUILTINS[{name!r}] = {target!r}: expected 'aiayn.implementations.<module>:<attr>'"
+        )
 
 
 def test_known_names_lists_the_builtins_first_in_order() -> None:
     names = registry.known_names()
-    assert names[: len(BUILTINS)] == list(BUILTINS), f"known_names() = {names}; expected it to start with {list(BUILTINS)}"
+    assert names[: len(BUILTINS)] == list(BUILTINS), (
+        f"known_names() = {names}; expected it to start with {list(BUILTINS)}"
+    )
 
 
 def test_numpy_blocked_forces_the_blocked_attention_path() -> None:
@@ -84,7 +95,12 @@ _PLUGIN_SOURCE = """
 
 @pytest.mark.parametrize(
     ("attr", "expected_name"),
-    [("MyAttention", "my-attention"), ("factory", "from-factory"), ("INSTANCE", "the-instance"), ("Nested.make", "nested")],
+    [
+        ("MyAttention", "my-attention"),
+        ("factory", "from-factory"),
+        ("INSTANCE", "the-instance"),
+        ("Nested.make", "nested"),
+    ],
     ids=["class", "factory", "instance", "dotted-factory"],
 )
 def test_module_attr_accepts_a_class_a_factory_an_instance_and_a_dotted_attr(
@@ -94,13 +110,17 @@ def test_module_attr_accepts_a_class_a_factory_an_instance_and_a_dotted_attr(
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "aiayn_test_plugin_forms", raising=False)
     impl = load(f"aiayn_test_plugin_forms:{attr}")
-    assert impl.name == expected_name, f"load('aiayn_test_plugin_forms:{attr}').name = {impl.name!r}, expected {expected_name!r}"
+    assert impl.name == expected_name, (
+        f"load('aiayn_test_plugin_forms:{attr}').name = {impl.name!r}, expected {expected_name!r}"
+    )
 
 
 def test_the_example_third_party_implementation_loads_and_provides_two_equations() -> None:
     impl = load(EXAMPLE)
     assert protocol.provided_equations(impl) == {"softmax", "scaled_dot_product_attention"}
-    assert not isinstance(impl, protocol.ImplementationBase), "the example must satisfy the protocol structurally, not by subclassing"
+    assert not isinstance(impl, protocol.ImplementationBase), (
+        "the example must satisfy the protocol structurally, not by subclassing"
+    )
 
 
 def _install_fake_distribution(site: Path, entry_points: str) -> None:
@@ -114,12 +134,16 @@ def _install_fake_distribution(site: Path, entry_points: str) -> None:
 def test_an_entry_point_is_listed_and_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _install_fake_distribution(tmp_path, f"from-entry-point = {EXAMPLE}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert "from-entry-point" in registry.known_names(), f"known_names() = {registry.known_names()} misses the entry point"
+    assert "from-entry-point" in registry.known_names(), (
+        f"known_names() = {registry.known_names()} misses the entry point"
+    )
     impl = load("from-entry-point")
     assert type(impl).__name__ == "MyAttention" and protocol.contract_problems(impl) == []
 
 
-def test_a_builtin_name_shadows_an_entry_point_of_the_same_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_builtin_name_shadows_an_entry_point_of_the_same_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _install_fake_distribution(tmp_path, f"numpy = {EXAMPLE}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert registry.known_names().count("numpy") == 1
@@ -142,7 +166,9 @@ def test_an_unknown_name_raises_with_every_known_name_in_the_message() -> None:
     assert isinstance(info.value, LookupError)
 
 
-def test_an_entry_point_name_appears_in_the_unknown_name_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_entry_point_name_appears_in_the_unknown_name_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _install_fake_distribution(tmp_path, f"listed-plugin = {EXAMPLE}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ImplementationNotFound, match="listed-plugin"):
@@ -259,4 +285,6 @@ def test_loading_numpy_never_imports_torch() -> None:
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert result.returncode == 0, f"subprocess failed:\n{result.stderr}"
-    assert result.stdout.strip() == "False", f"importing the registry and loading 'numpy' imported torch (stdout {result.stdout!r})"
+    assert result.stdout.strip() == "False", (
+        f"importing the registry and loading 'numpy' imported torch (stdout {result.stdout!r})"
+    )

@@ -57,7 +57,9 @@ def _regenerate(out: Path) -> dict[str, str]:
             verdicts[r.name] = run_one(r.name, out, measure=False)
         else:
             data = stored(REPORTS, r)
-            verdicts[r.name] = resolve(r.rerender)(data, out) if data is not None else f"{NOT_MEASURED}: run `{r.command}`"
+            verdicts[r.name] = (
+                resolve(r.rerender)(data, out) if data is not None else f"{NOT_MEASURED}: run `{r.command}`"
+            )
     write_index(out, verdicts)
     return verdicts
 
@@ -113,8 +115,11 @@ def test_reports_do_not_drift_from_the_code(regenerated: Path) -> None:
     same_matplotlib = _matplotlib_of(REPORTS) == matplotlib.__version__
     for name in sorted(fresh):
         if name.endswith(".png") and not same_matplotlib:
-            warnings.warn(f"{name}: not compared (committed with matplotlib {_matplotlib_of(REPORTS)}, "
-                          f"installed {matplotlib.__version__})", stacklevel=1)  # fmt: skip
+            warnings.warn(
+                f"{name}: not compared (committed with matplotlib {_matplotlib_of(REPORTS)}, "
+                f"installed {matplotlib.__version__})",
+                stacklevel=1,
+            )
             continue
         ours, theirs = _without_signature(regenerated / name), _without_signature(REPORTS / name)
         assert ours == theirs, f"reports/{name} differs from a fresh regeneration; run `aiayn reproduce`"
@@ -179,7 +184,6 @@ BIG_INTERCEPT = 176_357_376
 
 def test_count_line_matches_hand_count() -> None:
     from aiayn.reference.counts import BASE, BIG
-
     from aiayn.reproductions.table3 import PAPER_ASSUMPTION, Line, count_line
 
     assert count_line(BASE, PAPER_ASSUMPTION) == Line(BASE_INTERCEPT, 512)
@@ -261,7 +265,7 @@ def test_exact_cost_of_the_transformer_runs() -> None:
 
 
 def test_printed_interval_and_gpu_days() -> None:
-    """"2.3·10^19" covers [2.25e19, 2.35e19); 1.0e20 FLOPs at 2.8 TFLOPS is 10^20 / (2.8e12 · 86400) K80-days."""
+    """ "2.3·10^19" covers [2.25e19, 2.35e19); 1.0e20 FLOPs at 2.8 TFLOPS is 10^20 / (2.8e12 · 86400) K80-days."""
     from aiayn.reproductions import paper
     from aiayn.reproductions.table2 import gpu_days, printed_interval
 
@@ -275,7 +279,6 @@ def test_per_token_parameters_split_the_base_model() -> None:
     """Source side: encoder 6·3,152,384 = 18,914,304 + cross-attention K/V 6·(2·512² + 2·512) = 3,151,872;
     target side: decoder 25,224,192 − 3,151,872 + tied output 37,000·512 = 41,016,320."""
     from aiayn.reference.counts import BASE
-
     from aiayn.reproductions.table2 import per_token_parameters
 
     assert per_token_parameters(BASE, 37_000) == (22_066_176, 41_016_320)
@@ -370,7 +373,6 @@ def test_self_attention_layers_agree_with_the_oracle() -> None:
     """Our mixing step against aiayn.reference.attention's Eq. (1) with Q = K = V = x; restricted attention with a
     window covering every position (r = 2n − 1) is full attention."""
     from aiayn.reference.attention import scaled_dot_product_attention
-
     from aiayn.reproductions._layers import restricted_self_attention, self_attention
 
     x = np.random.default_rng(2).integers(-2, 3, (6, 4)).astype(float)
@@ -378,7 +380,9 @@ def test_self_attention_layers_agree_with_the_oracle() -> None:
     oracle = scaled_dot_product_attention(x, x, x)
     for name, ours in (("self_attention", self_attention(x)), ("restricted", restricted_self_attention(x, 11))):
         miss = np.abs(ours - oracle)
-        assert np.all(miss <= bound), f"{name}: max miss {miss.max():.3g} vs bound {bound[miss.argmax() // 4].max():.3g}"
+        assert np.all(miss <= bound), (
+            f"{name}: max miss {miss.max():.3g} vs bound {bound[miss.argmax() // 4].max():.3g}"
+        )
 
 
 def test_restricted_attention_sees_only_its_window() -> None:
@@ -411,7 +415,9 @@ def test_jacobian_norm_against_mpmath_including_saturated_rows() -> None:
             e = [mpmath.exp(mpmath.mpf(s)) for s in scores]
             p = [v / mpmath.fsum(e) for v in e]
             n = len(p)
-            exact = mpmath.sqrt(mpmath.fsum(((p[i] if i == j else 0) - p[i] * p[j]) ** 2 for i in range(n) for j in range(n)))
+            exact = mpmath.sqrt(
+                mpmath.fsum(((p[i] if i == j else 0) - p[i] * p[j]) ** 2 for i in range(n) for j in range(n))
+            )
         ours = float(jacobian_frobenius(softmax_rows(np.array([scores])))[0])
         assert abs(ours - float(exact)) <= (4 * len(scores) + 16) * U * float(exact), f"{scores}: {ours} vs {exact}"
     p = softmax_rows(np.array([50.0, 0.0, 0.0]))
@@ -485,7 +491,9 @@ def test_paper_values_match_paper_md() -> None:
     for label, cells in zip(paper.TABLE3_ROWS, table3):
         printed = cells[1:] if label != "E" else ["", "", "", "", "", "", "", "", "", *cells[-3:]]
         ours = [paper.printed(f"table3.{label}.{c}").text for c in paper.TABLE3_COLUMNS]
-        assert ours == printed[: len(ours)] or (label == "E" and ours[-3:] == printed[-3:]), f"Table 3 row {label}: {ours} vs {cells}"
+        assert ours == printed[: len(ours)] or (label == "E" and ours[-3:] == printed[-3:]), (
+            f"Table 3 row {label}: {ours} vs {cells}"
+        )
     table2 = _markdown_table(text, "## Table 2")
     for cells in table2:
         row = cells[0]
@@ -498,18 +506,30 @@ def test_paper_values_match_paper_md() -> None:
 def test_paper_params_agree_with_the_oracles_transcription() -> None:
     """Two independent transcriptions of Table 3's params column (paper.py and aiayn.reference.counts)."""
     from aiayn.reference.counts import TABLE3, TABLE3_PRINTED_PARAMS_MILLIONS
-
     from aiayn.reproductions import paper
 
-    assert {r: paper.printed(f"table3.{r}.params").value for r in paper.TABLE3_ROWS} == dict(TABLE3_PRINTED_PARAMS_MILLIONS)
+    assert {r: paper.printed(f"table3.{r}.params").value for r in paper.TABLE3_ROWS} == dict(
+        TABLE3_PRINTED_PARAMS_MILLIONS
+    )
     base = TABLE3["base"]
-    fields = {"N": "n_layers", "d_model": "d_model", "d_ff": "d_ff", "h": "num_heads", "d_k": "d_k", "d_v": "d_v",
-              "P_drop": "p_drop", "eps_ls": "eps_ls", "steps": "train_steps"}  # fmt: skip
+    fields = {
+        "N": "n_layers",
+        "d_model": "d_model",
+        "d_ff": "d_ff",
+        "h": "num_heads",
+        "d_k": "d_k",
+        "d_v": "d_v",
+        "P_drop": "p_drop",
+        "eps_ls": "eps_ls",
+        "steps": "train_steps",
+    }
     for row, config in TABLE3.items():
         for column, attr in fields.items():
             value = paper.printed(f"table3.{row}.{column}").value
             if value is not None:
-                assert getattr(config, attr) == value, f"{row}.{column}: oracle {getattr(config, attr)}, printed {value}"
+                assert getattr(config, attr) == value, (
+                    f"{row}.{column}: oracle {getattr(config, attr)}, printed {value}"
+                )
             elif row != "big" or column not in ("d_k", "d_v"):
                 assert getattr(config, attr) == getattr(base, attr), f"{row}.{column} is blank but differs from base"
 
@@ -528,8 +548,11 @@ def test_seeds_report_covers_every_seed_test() -> None:
     source = REPO / "tests" / "test_seeds.py"
     if not source.exists():
         pytest.skip("tests/test_seeds.py not present")
-    tests = {n.name for n in ast.parse(source.read_text(encoding="utf-8")).body
-             if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}  # fmt: skip
+    tests = {
+        n.name
+        for n in ast.parse(source.read_text(encoding="utf-8")).body
+        if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+    }
     pinned = {c.test for c in claims() if c.test}
     assert tests == pinned, f"not covered: {sorted(tests - pinned)}; unknown: {sorted(pinned - tests)}"
 
@@ -575,8 +598,16 @@ def test_path_lengths_by_hand() -> None:
     pytest.importorskip("torch")
     from aiayn.reproductions._instrument import path_length
 
-    assert [path_length(t, 9) for t in ("self_attention", "recurrent", "convolutional_contiguous", "convolutional",
-                                        "restricted_self_attention")] == [1, 9, 4, 2, 3]  # fmt: skip
+    assert [
+        path_length(t, 9)
+        for t in (
+            "self_attention",
+            "recurrent",
+            "convolutional_contiguous",
+            "convolutional",
+            "restricted_self_attention",
+        )
+    ] == [1, 9, 4, 2, 3]
 
 
 def test_big_hypotheses_by_hand() -> None:
@@ -588,7 +619,10 @@ def test_big_hypotheses_by_hand() -> None:
     hyps = {h["name"]: h for h in big_hypotheses(analyse())}
     assert hyps["the stated vocabulary"]["count"] == [BIG_INTERCEPT + 1024 * 37_000] * 2 == [214_245_376] * 2
     assert hyps["EN-FR's vocabulary"]["count"][0] == 209_125_376 and not hyps["EN-FR's vocabulary"]["gives_printed"]
-    assert hyps["a vocabulary of its own"]["vocab_that_would"] == (35_296, 36_272) and hyps["a vocabulary of its own"]["gives_printed"]
+    assert (
+        hyps["a vocabulary of its own"]["vocab_that_would"] == (35_296, 36_272)
+        and hyps["a vocabulary of its own"]["gives_printed"]
+    )
     assert [h for h, v in hyps.items() if v["gives_printed"]] == ["a vocabulary of its own"]
 
 
@@ -597,7 +631,6 @@ def test_six_nd_floor_and_epoch_by_hand() -> None:
     per-side 6·N·D is 6·214,245,376·25,000·300,000 = 9.6410·10^18 > Epoch's 7.4·10^18. Doing that in 84 h on 8 GPUs
     of 9.3 TFLOPS peak (2.24986·10^19 FLOP) takes 42.85% of peak, not 33%."""
     from aiayn.reference.counts import BIG
-
     from aiayn.reproductions.table2 import EPOCH_BIG_FLOP, six_nd
 
     r = six_nd(BIG, 37_000, 300_000, 25_000, 25_000)

@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from aiayn.implementations.numpy_impl import NumpyImplementation
 from aiayn.implementations.protocol import Scope, Unsupported, contract_problems
@@ -41,7 +40,14 @@ class GPTLike(NumpyImplementation):
     @staticmethod
     def _causal_only(n_q: int, n_k: int, mask) -> None:  # type: ignore[no-untyped-def]
         causal = np.tril(np.ones((n_q, n_k), dtype=bool))
-        if n_q != n_k or mask is None or not np.array_equal(np.broadcast_to(mask, (*np.shape(mask)[:-2], n_q, n_k)), np.broadcast_to(causal, (*np.shape(mask)[:-2], n_q, n_k))):
+        if (
+            n_q != n_k
+            or mask is None
+            or not np.array_equal(
+                np.broadcast_to(mask, (*np.shape(mask)[:-2], n_q, n_k)),
+                np.broadcast_to(causal, (*np.shape(mask)[:-2], n_q, n_k)),
+            )
+        ):
             raise ValueError("this attention is causal self-attention only")
 
     def scaled_dot_product_attention(self, q, k, v, mask=None):  # type: ignore[no-untyped-def]
@@ -84,7 +90,10 @@ class Biasless(NumpyImplementation):
     Hugging Face cross-attention): anything else raises ValueError."""
 
     name = "biasless"
-    scope = {equation: BIASLESS_SCOPE for equation in ("multi_head_attention", "layer_norm", "feed_forward", "encoder_layer", "decoder_layer")}
+    scope = {
+        equation: BIASLESS_SCOPE
+        for equation in ("multi_head_attention", "layer_norm", "feed_forward", "encoder_layer", "decoder_layer")
+    }
 
     def provides(self) -> frozenset[str]:
         return frozenset(self.scope)
@@ -119,11 +128,33 @@ class Biasless(NumpyImplementation):
 
 def _suite(tmp_path: Path, spec: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
-    env |= {"PYTHONPATH": os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]), "AIAYN_FAILURES": str(tmp_path / "failures"),
-            "AIAYN_PROFILE": "ci"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "aiayn.conformance", "-q", "-p", "no:cacheprovider", "--tb=short",
-                           f"--impl={spec}", f"--aiayn-report={tmp_path / 'r'}", *extra], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=900, check=False)
+    env |= {
+        "PYTHONPATH": os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]),
+        "AIAYN_FAILURES": str(tmp_path / "failures"),
+        "AIAYN_PROFILE": "ci",
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--pyargs",
+            "aiayn.conformance",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--tb=short",
+            f"--impl={spec}",
+            f"--aiayn-report={tmp_path / 'r'}",
+            *extra,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     reports = list((tmp_path / "r").glob("*.json"))
     return proc, json.loads(reports[0].read_text()) if reports else {}
 
@@ -138,7 +169,9 @@ def test_a_scoped_implementation_passes_within_its_scope_and_says_so(tmp_path: P
             assert row["status"] == "pass within scope", row
             assert row["scope"] == GPT_SCOPE.describe() and "self-attention only" in row["scope"]
             assert row["checked"] > 0
-    assert rows[("scaled_dot_product_attention", "float64")]["out_of_scope_tests"], "tests needing padding or random masks must be out of scope"
+    assert rows[("scaled_dot_product_attention", "float64")]["out_of_scope_tests"], (
+        "tests needing padding or random masks must be out of scope"
+    )
     assert data["verdict"] == "PASS WITHIN DECLARED SCOPE"
     md = (tmp_path / "r" / "conformance-gpt-like.md").read_text()
     assert "pass within scope" in md and "self-attention only; masks causal only; eps = 1e-05" in md
@@ -157,7 +190,11 @@ def test_an_invalid_scope_is_a_contract_problem() -> None:
         scope = {"softmax": Scope(masks=("sideways",)), "nonsense": Scope(), "layer_norm": Scope(dtypes=("float16",))}
 
     problems = " ".join(contract_problems(Bad()))
-    assert "sideways" in problems and "'nonsense' is not one of EQUATIONS" in problems and "not all among the declared dtypes" in problems
+    assert (
+        "sideways" in problems
+        and "'nonsense' is not one of EQUATIONS" in problems
+        and "not all among the declared dtypes" in problems
+    )
 
 
 def test_code_without_biases_and_with_one_memory_tensor_passes_within_its_scope(tmp_path: Path) -> None:

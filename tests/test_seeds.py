@@ -508,7 +508,7 @@ def test_sharing_saves_two_copies_37_888_000() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pe_tables(length: int) -> tuple[np.ndarray, np.ndarray]:
     """Both tiers of PE for d_model = 512 (cached: several tests read the same table)."""
     from aiayn.reference.positional import positional_encoding, positional_encoding_exact
@@ -660,7 +660,7 @@ K_VOCAB, EPS_LS = 37_000, 0.1
 EPS_FLOAT = Fraction(EPS_LS)  # the binary64 value the reference receives: 0.1000000000000000055...
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _smoothed_rows() -> tuple[np.ndarray, np.ndarray]:
     from aiayn.reference.training import label_smoothing, label_smoothing_exact
 

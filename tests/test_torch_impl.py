@@ -44,10 +44,14 @@ def _run_fixed(impl: Any, case: F.Fixed, dtype: str) -> Stats:
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("case", [c for c in F.FIXED if c.equation in ("encoder_layer", "decoder_layer", "transformer_forward")], ids=str)
+@pytest.mark.parametrize(
+    "case", [c for c in F.FIXED if c.equation in ("encoder_layer", "decoder_layer", "transformer_forward")], ids=str
+)
 def test_low_precision_composites_are_checked_not_skipped(case: F.Fixed, dtype: str) -> None:
     stats = _run_fixed(TorchImplementation("cpu"), case, dtype)
-    assert stats.checked > 0 and not stats.unchecked, f"{case.equation} [{case}] in {dtype}: not checked {stats.unchecked}"
+    assert stats.checked > 0 and not stats.unchecked, (
+        f"{case.equation} [{case}] in {dtype}: not checked {stats.unchecked}"
+    )
     assert stats.worst is not None and stats.worst <= 1.0
 
 
@@ -64,6 +68,7 @@ def test_the_fast_path_deviation_is_declared_and_still_there() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # the checks can fail: deliberately wrong implementations are caught
+
 
 class _NoScale(TorchImplementation):
     """Eq. (1) without the 1/sqrt(d_k) of §3.2.1."""
@@ -138,8 +143,28 @@ def _round_exact(v: float, p: int, emin: int) -> float:
     return math.copysign(math.inf if n * quantum > largest else float(n * quantum), v)
 
 
-_TRICKY = [1 + 2**-11 + 2**-30, 1 + 2**-8 + 2**-40, 1 + 2**-11, 1 + 3 * 2**-11, 1 + 2**-8, 1 + 3 * 2**-8, 65504.0, 65520.0,
-           65519.99, 3.3895e38, 3.4e38, 2**-24, 2**-25, 2**-25 + 2**-60, 2**-134, 2**-134 + 2**-170, 3 * 2**-134, -0.0, 0.0, -1e-300]
+_TRICKY = [
+    1 + 2**-11 + 2**-30,
+    1 + 2**-8 + 2**-40,
+    1 + 2**-11,
+    1 + 3 * 2**-11,
+    1 + 2**-8,
+    1 + 3 * 2**-8,
+    65504.0,
+    65520.0,
+    65519.99,
+    3.3895e38,
+    3.4e38,
+    2**-24,
+    2**-25,
+    2**-25 + 2**-60,
+    2**-134,
+    2**-134 + 2**-170,
+    3 * 2**-134,
+    -0.0,
+    0.0,
+    -1e-300,
+]
 
 
 @pytest.mark.parametrize(("dtype", "p", "emin"), [("float16", 11, -14), ("bfloat16", 8, -126)])
@@ -150,14 +175,18 @@ def test_from_numpy_rounds_to_nearest_even(dtype: str, p: int, emin: int) -> Non
     got = impl.to_numpy(impl.from_numpy(x, dtype))
     want = np.array([_round_exact(float(v), p, emin) for v in x])
     bad = np.flatnonzero(got != want)
-    assert bad.size == 0, f"from_numpy(..., {dtype!r}) misrounds {bad.size} values, first {x[bad[0]]!r}: got {got[bad[0]]!r}, correctly rounded {want[bad[0]]!r}"
+    assert bad.size == 0, (
+        f"from_numpy(..., {dtype!r}) misrounds {bad.size} values, first {x[bad[0]]!r}: got {got[bad[0]]!r}, correctly rounded {want[bad[0]]!r}"
+    )
 
 
 def test_pytorch_cast_double_rounds_which_is_why_we_round_ourselves() -> None:
     # 1 + 2^-11 + 2^-30 is just above the midpoint between the float16 neighbours 1 and 1 + 2^-10;
     # through float32 the 2^-30 is lost, the tie goes to even (1), off by one unit in the last place.
     x = torch.tensor([1 + 2**-11 + 2**-30], dtype=torch.float64)
-    assert x.to(torch.float16).item() == 1.0, "PyTorch's float64->float16 cast no longer double-rounds; round_from_float64 could use it"
+    assert x.to(torch.float16).item() == 1.0, (
+        "PyTorch's float64->float16 cast no longer double-rounds; round_from_float64 could use it"
+    )
     assert round_from_float64(x, torch.float16).item() == 1 + 2**-10
 
 
@@ -177,8 +206,12 @@ def test_to_numpy_returns_a_float64_copy() -> None:
 def test_sdpa_returns_zeros_on_a_fully_masked_row_as_declared() -> None:
     q = torch.randn(1, 3, 4, dtype=torch.float64)
     mask = torch.tensor([[True, True, False, True]] * 2 + [[False] * 4], dtype=torch.bool)[None].expand(1, 3, 4)
-    out = torch.nn.functional.scaled_dot_product_attention(q, q[:, :1].expand(1, 4, 4).contiguous(), q[:, :1].expand(1, 4, 4).contiguous(), attn_mask=mask)
-    assert torch.equal(out[0, 2], torch.zeros(4, dtype=torch.float64)), f"SDPA on a fully masked row gave {out[0, 2].tolist()}, expected zeros"
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, q[:, :1].expand(1, 4, 4).contiguous(), q[:, :1].expand(1, 4, 4).contiguous(), attn_mask=mask
+    )
+    assert torch.equal(out[0, 2], torch.zeros(4, dtype=torch.float64)), (
+        f"SDPA on a fully masked row gave {out[0, 2].tolist()}, expected zeros"
+    )
     assert TorchSDPAImplementation("cpu").policies["fully_masked"] == "zeros"
     assert TorchNNImplementation("cpu").policies["fully_masked"] == "zeros"
     assert TorchImplementation("cpu").policies["fully_masked"] == "nan"
@@ -189,7 +222,12 @@ def test_torch_nn_layers_use_the_declared_eps_not_pytorchs_default() -> None:
     kwargs = impl._layer_kwargs({"ffn": {"w1": torch.zeros(8, 16, dtype=torch.float64)}}, 2)
     assert kwargs["layer_norm_eps"] == impl.policies["layer_norm_eps"] == 1e-6
     assert torch.nn.LayerNorm(8).eps == 1e-5, "PyTorch's default LayerNorm eps changed; update the torch_nn docstring"
-    assert (kwargs["norm_first"], kwargs["dropout"], kwargs["activation"], kwargs["batch_first"]) == (False, 0.0, "relu", True)
+    assert (kwargs["norm_first"], kwargs["dropout"], kwargs["activation"], kwargs["batch_first"]) == (
+        False,
+        0.0,
+        "relu",
+        True,
+    )
 
 
 @pytest.mark.parametrize("fastpath", [False, True])
@@ -203,8 +241,12 @@ def test_torch_nn_fastpath_switch_selects_the_fused_kernels(fastpath: bool, monk
     d = 8
     mha = {n: impl.from_numpy(rng.normal(size=(d, d)), "float32") for n in ("w_q", "w_k", "w_v", "w_o")}
     norm = {"gain": impl.from_numpy(np.ones(d), "float32"), "bias": impl.from_numpy(np.zeros(d), "float32")}
-    ffn = {"w1": impl.from_numpy(rng.normal(size=(d, 16)), "float32"), "b1": impl.from_numpy(np.zeros(16), "float32"),
-           "w2": impl.from_numpy(rng.normal(size=(16, d)), "float32"), "b2": impl.from_numpy(np.zeros(d), "float32")}
+    ffn = {
+        "w1": impl.from_numpy(rng.normal(size=(d, 16)), "float32"),
+        "b1": impl.from_numpy(np.zeros(16), "float32"),
+        "w2": impl.from_numpy(rng.normal(size=(16, d)), "float32"),
+        "b2": impl.from_numpy(np.zeros(d), "float32"),
+    }
     x = impl.from_numpy(rng.normal(size=(2, 4, d)), "float32")
     impl.multi_head_attention(x, x, x, mha, 2)
     impl.encoder_layer(x, {"self_attn": mha, "norm1": norm, "ffn": ffn, "norm2": norm}, 2)

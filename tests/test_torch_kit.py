@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -36,7 +35,11 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def test_copy_linear_computes_x_at_w_plus_b():
-    w, b, x = torch.randn(3, 5, dtype=torch.float64), torch.randn(5, dtype=torch.float64), torch.randn(2, 3, dtype=torch.float64)
+    w, b, x = (
+        torch.randn(3, 5, dtype=torch.float64),
+        torch.randn(5, dtype=torch.float64),
+        torch.randn(2, 3, dtype=torch.float64),
+    )
     lin = nn.Linear(3, 5, dtype=torch.float64)
     copy_linear(lin, w, b)
     torch.testing.assert_close(lin(x), x @ w + b, rtol=0, atol=1e-14)
@@ -46,7 +49,9 @@ def test_copy_linear_computes_x_at_w_plus_b():
 
 
 def test_fused_qkv_stacks_transposed_weights_and_zero_absent_biases():
-    params = {n: torch.full((2, 2), float(k)) for k, n in enumerate(("w_q", "w_k", "w_v"), 1)} | {"b_k": torch.tensor([7.0, 8.0])}
+    params = {n: torch.full((2, 2), float(k)) for k, n in enumerate(("w_q", "w_k", "w_v"), 1)} | {
+        "b_k": torch.tensor([7.0, 8.0])
+    }
     weight, bias = fused_qkv(params, 2)
     assert weight.shape == (6, 2) and torch.equal(weight[2:4], torch.full((2, 2), 2.0))
     assert bias.tolist() == [0.0, 0.0, 7.0, 8.0, 0.0, 0.0]
@@ -79,14 +84,39 @@ def test_build_and_layer_norm_keep_the_global_default_dtype():
 
 def test_the_readme_adapter_passes_within_its_scope(tmp_path: Path):
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Checking code that is not yours"):]
+    section = text[text.index("## Checking code that is not yours") :]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    (tmp_path / "readme_mha.py").write_text(code + '\nfrom aiayn.implementations.protocol import Scope\n'
-                                            'MHA.scope = {"multi_head_attention": Scope(batch_dims=(1,))}\n', encoding="utf-8")
+    (tmp_path / "readme_mha.py").write_text(
+        code + "\nfrom aiayn.implementations.protocol import Scope\n"
+        'MHA.scope = {"multi_head_attention": Scope(batch_dims=(1,))}\n',
+        encoding="utf-8",
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
-    env |= {"PYTHONPATH": os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]), "AIAYN_FAILURES": str(tmp_path / "failures")}
-    proc = subprocess.run([sys.executable, "-m", "aiayn", "check", "readme_mha:MHA", "--profile", "smoke", "--workers", "0",
-                           "--report", str(tmp_path / "r")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False)
+    env |= {
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]),
+        "AIAYN_FAILURES": str(tmp_path / "failures"),
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "check",
+            "readme_mha:MHA",
+            "--profile",
+            "smoke",
+            "--workers",
+            "0",
+            "--report",
+            str(tmp_path / "r"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     data = json.loads((tmp_path / "r" / "conformance-my-mha.json").read_text(encoding="utf-8"))
     row = next(r for r in data["rows"] if r["equation"] == "multi_head_attention" and r["dtype"] == "float64")

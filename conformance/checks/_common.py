@@ -33,8 +33,14 @@ def prepare(case: Case, **args: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """
     natives: dict[str, Any] = {}
     for name, value in args.items():
-        same = next((other for other, earlier in args.items() if other in natives and earlier is value and isinstance(value, np.ndarray)), None)
+        same = next(
+            (
+                other
+                for other, earlier in args.items()
+                if other in natives and earlier is value and isinstance(value, np.ndarray)
+            ),
+            None,
+        )
         natives[name] = natives[same] if same is not None else case.native(value)
     seen = {name: case.numpy(natives[name], name) for name in args}
     return natives, seen
-

@@ -29,8 +29,11 @@ def _softmax(case: Case, x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarr
     got = case.run("softmax", [nat["x"], axis])
     expected = oracle(seen["x"], axis)
     budget = total_budget(lambda p: B.softmax(seen["x"], axis, p), case.arithmetic, expected)
-    case.diagnosis = Diagnosis("softmax", {"x": seen["x"], "axis": axis},
-                               lambda dt: total_budget(lambda p: B.softmax(seen["x"], axis, p), dt, expected))
+    case.diagnosis = Diagnosis(
+        "softmax",
+        {"x": seen["x"], "axis": axis},
+        lambda dt: total_budget(lambda p: B.softmax(seen["x"], axis, p), dt, expected),
+    )
     return got, expected, budget
 
 
@@ -41,8 +44,7 @@ def softmax_agreement(case: Case, x: np.ndarray, axis: int) -> None:
     compare(case, got, expected, budget, budget_name="shifted-softmax bound, budgets.softmax")
 
 
-@check("softmax_rows_sum_to_one", "softmax", kind="property",
-       violates="softmax weights sum to 1 (§3.2.1)")
+@check("softmax_rows_sum_to_one", "softmax", kind="property", violates="softmax weights sum to 1 (§3.2.1)")
 def softmax_rows_sum_to_one(case: Case, x: np.ndarray, axis: int) -> None:
     """Each slice along ``axis`` sums to 1 (rows that are all -inf excepted: they are NaN).
 
@@ -53,28 +55,48 @@ def softmax_rows_sum_to_one(case: Case, x: np.ndarray, axis: int) -> None:
     n = got.shape[axis]
     total = np.sum(got, axis=axis)
     alive = ~np.all(np.isnan(expected), axis=axis)
-    bound = np.sum(np.where(np.isnan(budget), 0.0, budget), axis=axis) + float(gamma(n, 2.0**-53)) * np.nansum(np.abs(got), axis=axis)
-    compare(case, np.where(alive, total, np.nan), np.where(alive, 1.0, np.nan), bound,
-            what=f"softmax slices along axis {axis} do not sum to 1", expected_name="the required sum")
+    bound = np.sum(np.where(np.isnan(budget), 0.0, budget), axis=axis) + float(gamma(n, 2.0**-53)) * np.nansum(
+        np.abs(got), axis=axis
+    )
+    compare(
+        case,
+        np.where(alive, total, np.nan),
+        np.where(alive, 1.0, np.nan),
+        bound,
+        what=f"softmax slices along axis {axis} do not sum to 1",
+        expected_name="the required sum",
+    )
 
 
-@check("softmax_shift_invariance", "softmax", kind="property",
-       violates="softmax is unchanged by adding a constant to its inputs (§3.2.1)")
+@check(
+    "softmax_shift_invariance",
+    "softmax",
+    kind="property",
+    violates="softmax is unchanged by adding a constant to its inputs (§3.2.1)",
+)
 def softmax_shift_invariance(case: Case, x: np.ndarray, axis: int, shift: float) -> None:
     """softmax(x + c) = softmax(x) (§3.2.1): x and x + c are drawn so that both are exact in the dtype."""
     if not (np.all(is_representable(x, case.dtype)) and np.all(is_representable(x + shift, case.dtype))):
         raise ValueError(f"test construction: x and x + {shift} must be exact in {case.dtype}")
     got, _, budget = _softmax(case, x, axis)
     got_shifted, _, budget_shifted = _softmax(case, x + shift, axis)
-    compare(case, got_shifted, got, budget + budget_shifted, what=f"softmax(x + {shift}) differs from softmax(x)",
-            expected_name="softmax(x)")
+    compare(
+        case,
+        got_shifted,
+        got,
+        budget + budget_shifted,
+        what=f"softmax(x + {shift}) differs from softmax(x)",
+        expected_name="softmax(x)",
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # scaled dot-product attention, Eq. (1), and masks, §3.2.3
 
 
-def _attention(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _attention(
+    case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(implementation's result, oracle's, budget) for Eq. (1) on the rounded inputs."""
     from aiayn.reference.attention import scaled_dot_product_attention as oracle
 
@@ -83,12 +105,19 @@ def _attention(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np
     got = case.run("scaled_dot_product_attention", [nat["q"], nat["k"], nat["v"], native_mask])
     declared = policy(case, "fully_masked")
     expected = oracle(seen["q"], seen["k"], seen["v"], mask, fully_masked=declared)
-    budget = total_budget(lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p, declared), case.arithmetic, expected)
+    budget = total_budget(
+        lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p, declared),
+        case.arithmetic,
+        expected,
+    )
     # the diagnoses compare variants under every policy: fully masked rows get the widest bound, the "uniform" row's
-    case.diagnosis = Diagnosis("scaled_dot_product_attention",
-                               {"q": seen["q"], "k": seen["k"], "v": seen["v"], "mask": mask, "fully_masked": declared},
-                               lambda dt: total_budget(lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p, "uniform"),
-                                                       dt, expected))
+    case.diagnosis = Diagnosis(
+        "scaled_dot_product_attention",
+        {"q": seen["q"], "k": seen["k"], "v": seen["v"], "mask": mask, "fully_masked": declared},
+        lambda dt: total_budget(
+            lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p, "uniform"), dt, expected
+        ),
+    )
     return got, expected, budget
 
 
@@ -99,40 +128,78 @@ def attention_agreement(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray,
     compare(case, got, expected, budget, budget_name="Eq. (1) bound, budgets.attention_core")
 
 
-@check("attention_keys_values_permuted", "scaled_dot_product_attention", kind="property",
-       violates="attention does not depend on the order of the key-value pairs (Eq. (1))")
-def attention_keys_values_permuted(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, perm: np.ndarray) -> None:
+@check(
+    "attention_keys_values_permuted",
+    "scaled_dot_product_attention",
+    kind="property",
+    violates="attention does not depend on the order of the key-value pairs (Eq. (1))",
+)
+def attention_keys_values_permuted(
+    case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, perm: np.ndarray
+) -> None:
     """Permuting keys and values together (and the mask's key axis) leaves the output unchanged."""
     got, _, budget = _attention(case, q, k, v, mask)
     pm = None if mask is None else mask[..., perm]
     got_p, _, budget_p = _attention(case, q, k[..., perm, :], v[..., perm, :], pm)
-    compare(case, got_p, got, budget + budget_p, what=f"permuting keys and values together by {perm.tolist()} changed the output",
-            expected_name="the unpermuted call")
+    compare(
+        case,
+        got_p,
+        got,
+        budget + budget_p,
+        what=f"permuting keys and values together by {perm.tolist()} changed the output",
+        expected_name="the unpermuted call",
+    )
 
 
-@check("attention_queries_permuted", "scaled_dot_product_attention", kind="property",
-       violates="each output row depends on its own query only (Eq. (1))")
-def attention_queries_permuted(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, perm: np.ndarray) -> None:
+@check(
+    "attention_queries_permuted",
+    "scaled_dot_product_attention",
+    kind="property",
+    violates="each output row depends on its own query only (Eq. (1))",
+)
+def attention_queries_permuted(
+    case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, perm: np.ndarray
+) -> None:
     """Permuting the queries (and the mask's query axis) permutes the output rows the same way."""
     got, _, budget = _attention(case, q, k, v, mask)
     pm = None if mask is None else np.broadcast_to(mask, (*mask.shape[:-2], q.shape[-2], k.shape[-2]))[..., perm, :]
     got_p, _, budget_p = _attention(case, q[..., perm, :], k, v, pm)
-    compare(case, got_p, got[..., perm, :], budget[..., perm, :] + budget_p,
-            what=f"permuting the queries by {perm.tolist()} did not permute the output rows the same way", expected_name="the permuted original")
+    compare(
+        case,
+        got_p,
+        got[..., perm, :],
+        budget[..., perm, :] + budget_p,
+        what=f"permuting the queries by {perm.tolist()} did not permute the output rows the same way",
+        expected_name="the permuted original",
+    )
 
 
-@check("attention_masked_equals_removed", "scaled_dot_product_attention", kind="property",
-       violates="a masked key is as if removed: weight exactly 0 (§3.2.3)")
+@check(
+    "attention_masked_equals_removed",
+    "scaled_dot_product_attention",
+    kind="property",
+    violates="a masked key is as if removed: weight exactly 0 (§3.2.3)",
+)
 def attention_masked_equals_removed(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray) -> None:
     """Masking keys out (§3.2.3) gives the output of deleting those keys and values."""
     got, _, budget = _attention(case, q, k, v, keep[None, :])
     got_r, _, budget_r = _attention(case, q, k[..., keep, :], v[..., keep, :], None)
-    compare(case, got, got_r, budget + budget_r, what=f"masking keys {np.flatnonzero(~keep).tolist()} is not the same as removing them",
-            expected_name="the call without those keys")
+    compare(
+        case,
+        got,
+        got_r,
+        budget + budget_r,
+        what=f"masking keys {np.flatnonzero(~keep).tolist()} is not the same as removing them",
+        expected_name="the call without those keys",
+    )
 
 
-@check("attention_poison_at_masked_positions", "scaled_dot_product_attention", kind="property",
-       violates="masked scores are set to -inf: what a masked key or value holds cannot matter (§3.2.3)")
+@check(
+    "attention_poison_at_masked_positions",
+    "scaled_dot_product_attention",
+    kind="property",
+    violates="masked scores are set to -inf: what a masked key or value holds cannot matter (§3.2.3)",
+)
 def attention_poison(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray, poison: str) -> None:
     """Garbage at masked key/value positions changes nothing: the largest finite values there, or NaN in keys.
 
@@ -170,13 +237,25 @@ def attention_poison(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, ke
         raise ValueError(f"poison: expected 'huge' or 'nan_keys', got {poison!r}")
     nat, _ = prepare(case, q=q, k=k2, v=v2)
     got_p = case.run("scaled_dot_product_attention", [nat["q"], nat["k"], nat["v"], case.native(keep[None, :])])
-    compare(case, got_p, got, 2 * budget, what=f"poison ({poison}) at masked key/value positions {np.flatnonzero(~keep).tolist()} changed the output",
-            expected_name="the call with clean masked positions")
+    compare(
+        case,
+        got_p,
+        got,
+        2 * budget,
+        what=f"poison ({poison}) at masked key/value positions {np.flatnonzero(~keep).tolist()} changed the output",
+        expected_name="the call with clean masked positions",
+    )
 
 
-@check("attention_causal_ignores_future", "scaled_dot_product_attention", kind="property",
-       violates="with the causal mask, position i sees only positions j <= i (§3.2.3)")
-def attention_causal(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, upto: int, q2: np.ndarray, k2: np.ndarray, v2: np.ndarray) -> None:
+@check(
+    "attention_causal_ignores_future",
+    "scaled_dot_product_attention",
+    kind="property",
+    violates="with the causal mask, position i sees only positions j <= i (§3.2.3)",
+)
+def attention_causal(
+    case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, upto: int, q2: np.ndarray, k2: np.ndarray, v2: np.ndarray
+) -> None:
     """With the causal mask (§3.2.3), the output at i does not depend on queries, keys or values at j > i.
 
     q2, k2, v2 equal q, k, v at positions <= ``upto`` and differ after it; outputs <= upto must agree.
@@ -188,60 +267,118 @@ def attention_causal(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, up
     got, _, budget = _attention(case, q, k, v, mask)
     got2, _, budget2 = _attention(case, q2, k2, v2, mask)
     rows = slice(0, upto + 1)
-    compare(case, got2[..., rows, :], got[..., rows, :], budget[..., rows, :] + budget2[..., rows, :],
-            what=f"with the causal mask, changing positions > {upto} changed the output at positions <= {upto}",
-            expected_name="the call before the change")
+    compare(
+        case,
+        got2[..., rows, :],
+        got[..., rows, :],
+        budget[..., rows, :] + budget2[..., rows, :],
+        what=f"with the causal mask, changing positions > {upto} changed the output at positions <= {upto}",
+        expected_name="the call before the change",
+    )
 
 
-@check("attention_batch_independent", "scaled_dot_product_attention", kind="property",
-       violates="batch elements are computed independently")
-def attention_batch_independent(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, index: int) -> None:
+@check(
+    "attention_batch_independent",
+    "scaled_dot_product_attention",
+    kind="property",
+    violates="batch elements are computed independently",
+)
+def attention_batch_independent(
+    case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, index: int
+) -> None:
     """Batch element ``index`` computed alone equals the same element computed in the batch."""
     got, _, budget = _attention(case, q, k, v, mask)
     one = slice(index, index + 1)
     m1 = None if mask is None else np.broadcast_to(mask, (q.shape[0], q.shape[-2], k.shape[-2]))[one]
     got1, _, budget1 = _attention(case, q[one], k[one], v[one], m1)
-    compare(case, got1, got[one], budget[one] + budget1, what=f"batch element {index} computed alone differs from the same element in the batch",
-            expected_name="the batched call")
+    compare(
+        case,
+        got1,
+        got[one],
+        budget[one] + budget1,
+        what=f"batch element {index} computed alone differs from the same element in the batch",
+        expected_name="the batched call",
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # multi-head attention, §3.2.2
 
 
-def _mha(case: Case, query: np.ndarray, key: np.ndarray, value: np.ndarray, params: dict[str, np.ndarray], num_heads: int,
-         mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _mha(
+    case: Case,
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    params: dict[str, np.ndarray],
+    num_heads: int,
+    mask: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     from aiayn.reference.attention import multi_head_attention as oracle
 
     nat, seen = prepare(case, query=query, key=key, value=value, params=params)
     native_mask = None if mask is None else case.native(mask)
-    got = case.run("multi_head_attention", [nat["query"], nat["key"], nat["value"], nat["params"], num_heads, native_mask])
+    got = case.run(
+        "multi_head_attention", [nat["query"], nat["key"], nat["value"], nat["params"], num_heads, native_mask]
+    )
     declared = policy(case, "fully_masked")
     expected = oracle(seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, fully_masked=declared)
 
     def bound(p: Any, fully_masked: str = declared) -> np.ndarray:
-        return B.multi_head_attention(seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, p, fully_masked)
+        return B.multi_head_attention(
+            seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, p, fully_masked
+        )
 
     budget = total_budget(bound, case.arithmetic, expected)
     # the diagnoses compare variants under every policy: fully masked rows get the widest bound, the "uniform" row's
-    case.diagnosis = Diagnosis("multi_head_attention", {"query": seen["query"], "key": seen["key"], "value": seen["value"], "params": seen["params"],
-                                                        "num_heads": num_heads, "mask": mask, "fully_masked": declared},
-                               lambda dt: total_budget(lambda p: bound(p, "uniform"), dt, expected))
+    case.diagnosis = Diagnosis(
+        "multi_head_attention",
+        {
+            "query": seen["query"],
+            "key": seen["key"],
+            "value": seen["value"],
+            "params": seen["params"],
+            "num_heads": num_heads,
+            "mask": mask,
+            "fully_masked": declared,
+        },
+        lambda dt: total_budget(lambda p: bound(p, "uniform"), dt, expected),
+    )
     return got, expected, budget
 
 
 @check("multi_head_attention", "multi_head_attention")
-def mha_agreement(case: Case, query: np.ndarray, key: np.ndarray, value: np.ndarray, params: dict[str, np.ndarray], num_heads: int,
-                  mask: np.ndarray | None) -> None:
+def mha_agreement(
+    case: Case,
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    params: dict[str, np.ndarray],
+    num_heads: int,
+    mask: np.ndarray | None,
+) -> None:
     """MultiHead(Q, K, V) agrees with the oracle in the canonical layout."""
     got, expected, budget = _mha(case, query, key, value, params, num_heads, mask)
     compare(case, got, expected, budget, budget_name="MHA bound, budgets.multi_head_attention")
 
 
-@check("mha_heads_independent", "multi_head_attention", kind="property",
-       violates="each head attends on its own projections only (§3.2.2)")
-def mha_heads_independent(case: Case, query: np.ndarray, key: np.ndarray, value: np.ndarray, params: dict[str, np.ndarray], num_heads: int,
-                          mask: np.ndarray | None, head: int, replacement: dict[str, np.ndarray]) -> None:
+@check(
+    "mha_heads_independent",
+    "multi_head_attention",
+    kind="property",
+    violates="each head attends on its own projections only (§3.2.2)",
+)
+def mha_heads_independent(
+    case: Case,
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    params: dict[str, np.ndarray],
+    num_heads: int,
+    mask: np.ndarray | None,
+    head: int,
+    replacement: dict[str, np.ndarray],
+) -> None:
     """Heads are independent: with head ``head``'s rows of W^O zeroed, its own Q/K/V weights cannot matter.
 
     ``replacement`` holds new values for that head's column blocks of w_q, w_k, w_v (and b_q, b_k,
@@ -252,14 +389,19 @@ def mha_heads_independent(case: Case, query: np.ndarray, key: np.ndarray, value:
     h = num_heads
     d_k, d_v = params["w_q"].shape[1] // h, params["w_v"].shape[1] // h
     silenced = {n: a.copy() for n, a in params.items()}
-    silenced["w_o"][head * d_v:(head + 1) * d_v, :] = 0.0
+    silenced["w_o"][head * d_v : (head + 1) * d_v, :] = 0.0
     changed = {n: a.copy() for n, a in silenced.items()}
     for name, block in replacement.items():
         width = d_v if name in ("w_v", "b_v") else d_k
         if name in changed:
-            changed[name][..., head * width:(head + 1) * width] = block
+            changed[name][..., head * width : (head + 1) * width] = block
     got, _, budget = _mha(case, query, key, value, silenced, num_heads, mask)
     got2, _, budget2 = _mha(case, query, key, value, changed, num_heads, mask)
-    compare(case, got2, got, budget + budget2,
-            what=f"with head {head}'s rows of w_o zeroed, changing head {head}'s w_q/w_k/w_v columns changed the output (heads not independent)",
-            expected_name="the call before the change")
+    compare(
+        case,
+        got2,
+        got,
+        budget + budget2,
+        what=f"with head {head}'s rows of w_o zeroed, changing head {head}'s w_q/w_k/w_v columns changed the output (heads not independent)",
+        expected_name="the call before the change",
+    )

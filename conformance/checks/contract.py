@@ -34,8 +34,14 @@ def from_numpy_rounding(case: Case, x: np.ndarray) -> None:
     seen = case.numpy(native, "from_numpy(x)")
     if seen.shape != x.shape:
         case.fail(f"to_numpy(from_numpy(x)) has shape {seen.shape}, expected {x.shape}")
-    compare(case, seen, round_to(x, case.dtype), np.zeros(x.shape), what=f"from_numpy does not round to the nearest {case.dtype} (ties to even)",
-            expected_name="correct rounding")
+    compare(
+        case,
+        seen,
+        round_to(x, case.dtype),
+        np.zeros(x.shape),
+        what=f"from_numpy does not round to the nearest {case.dtype} (ties to even)",
+        expected_name="correct rounding",
+    )
 
 
 @check("to_numpy_returns_copies", "contract", kind="contract")
@@ -48,8 +54,14 @@ def to_numpy_copies(case: Case, x: np.ndarray) -> None:
     if first.flags.writeable:  # a read-only result cannot be a writable view of the native array's memory
         first[...] = -7.0
     second = case.numpy(native, "x")
-    compare(case, second, round_to(x, case.dtype), np.zeros(x.shape), what="to_numpy returned a view: writing into its result changed the native array",
-            expected_name="the original values")
+    compare(
+        case,
+        second,
+        round_to(x, case.dtype),
+        np.zeros(x.shape),
+        what="to_numpy returned a view: writing into its result changed the native array",
+        expected_name="the original values",
+    )
     ids = np.arange(-3, x.size - 3, dtype=np.int64).reshape(x.shape)
     back = case.numpy(case.native(ids), "ids")
     if back.dtype != np.int64 or not np.array_equal(back, ids):

@@ -16,8 +16,11 @@ def _pe(case: Case, length: int, d_model: int) -> tuple[np.ndarray, np.ndarray, 
     got = case.run("positional_encoding", [length, d_model, case.dtype])
     expected = oracle(length, d_model)
     budget = total_budget(lambda p: B.positional_encoding(length, d_model, p), case.arithmetic, expected)
-    case.diagnosis = Diagnosis("positional_encoding", {"length": length, "d_model": d_model},
-                               lambda dt: total_budget(lambda p: B.positional_encoding(length, d_model, p), dt, expected))
+    case.diagnosis = Diagnosis(
+        "positional_encoding",
+        {"length": length, "d_model": d_model},
+        lambda dt: total_budget(lambda p: B.positional_encoding(length, d_model, p), dt, expected),
+    )
     return got, expected, budget
 
 
@@ -28,8 +31,12 @@ def pe_agreement(case: Case, length: int, d_model: int) -> None:
     compare(case, got, expected, budget, budget_name="PE argument-growth bound, budgets.positional_encoding")
 
 
-@check("pe_shift_is_linear", "positional_encoding", kind="property",
-       violates="PE(pos + k) = M_k PE(pos), M_k rotating each interleaved (sin, cos) pair by k / 10000^(2i/d_model) (§3.5)")
+@check(
+    "pe_shift_is_linear",
+    "positional_encoding",
+    kind="property",
+    violates="PE(pos + k) = M_k PE(pos), M_k rotating each interleaved (sin, cos) pair by k / 10000^(2i/d_model) (§3.5)",
+)
 def pe_shift(case: Case, length: int, d_model: int, offset: int) -> None:
     """PE(pos + k) = M_k PE(pos) for a fixed matrix M_k (§3.5: "PE_{pos+k} can be represented as a linear function of PE_pos").
 
@@ -44,16 +51,32 @@ def pe_shift(case: Case, length: int, d_model: int, offset: int) -> None:
     m = pe_shift_matrix(offset, d_model)  # (d_model, d_model)
     shifted = got[:length] @ m.T  # row pos -> M_k PE(pos)
     u64 = 2.0**-53
-    bound = budget[:length] @ np.abs(m).T + budget[offset:] + (2 * u64 + float(gamma(2, u64))) * (np.abs(got[:length]) @ np.abs(m).T)
-    compare(case, shifted, got[offset:], bound, what=f"PE(pos + {offset}) is not M_{offset} PE(pos)", expected_name="PE(pos + k)")
+    bound = (
+        budget[:length] @ np.abs(m).T
+        + budget[offset:]
+        + (2 * u64 + float(gamma(2, u64))) * (np.abs(got[:length]) @ np.abs(m).T)
+    )
+    compare(
+        case,
+        shifted,
+        got[offset:],
+        bound,
+        what=f"PE(pos + {offset}) is not M_{offset} PE(pos)",
+        expected_name="PE(pos + k)",
+    )
 
 
-@check("pe_bounded_by_one", "positional_encoding", kind="property",
-       violates="every sinusoid lies in [-1, 1] (§3.5)")
+@check("pe_bounded_by_one", "positional_encoding", kind="property", violates="every sinusoid lies in [-1, 1] (§3.5)")
 def pe_bounded(case: Case, length: int, d_model: int) -> None:
     """|PE| <= 1 (sines and cosines), up to the allowed error of sin/cos (t relative, see aiayn.conformance.numerics)."""
     got = case.run("positional_encoding", [length, d_model, case.dtype])
     limit = 1.0 + precision(case.dtype).t
     clipped = np.clip(got, -limit, limit)
-    compare(case, got, clipped, np.full(got.shape, precision(case.arithmetic).eta), what=f"|PE| exceeds 1 (+ sin/cos's allowed error, limit {limit!r})",
-            expected_name="the limit")
+    compare(
+        case,
+        got,
+        clipped,
+        np.full(got.shape, precision(case.arithmetic).eta),
+        what=f"|PE| exceeds 1 (+ sin/cos's allowed error, limit {limit!r})",
+        expected_name="the limit",
+    )

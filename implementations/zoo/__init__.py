@@ -14,9 +14,9 @@ random weights: nothing is downloaded.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from collections.abc import Mapping
 
 __all__ = ["ZOO", "ZooEntry"]
 
@@ -30,23 +30,54 @@ class ZooEntry:
     what: str
 
 
-ZOO: Mapping[str, ZooEntry] = MappingProxyType({
-    "torch-sdpa": ZooEntry("aiayn.implementations.torch_impl:TorchSDPAImplementation", "torch",
-                           "torch.nn.functional.scaled_dot_product_attention (Eq. (1)); the rest in plain torch"),
-    "torch-nn": ZooEntry("aiayn.implementations.torch_nn:TorchNNImplementation", "torch",
-                         "nn.MultiheadAttention, nn.LayerNorm, nn.TransformerEncoderLayer / DecoderLayer (documented forward)"),
-    "torch-nn-fastpath": ZooEntry("aiayn.implementations.torch_nn:TorchNNFastPath", "torch",
-                                  "the same modules in eval mode (PyTorch's fused inference kernels)"),
-    "marian": ZooEntry("aiayn.implementations.zoo.hf_marian:Marian", "transformers",
-                       "transformers' MarianMTModel: attention, sinusoidal positions, encoder and decoder layers, the whole model"),
-    "bert": ZooEntry("aiayn.implementations.zoo.hf_bert:Bert", "transformers", "transformers' BertModel: self-attention, LayerNorm, encoder layer"),
-    "x-transformers": ZooEntry("aiayn.implementations.zoo.x_transformers:XTransformers", "x-transformers",
-                               "x-transformers' Attention, Encoder and Decoder (post-norm, ReLU, as configured for the paper)"),
-    "keras-mha": ZooEntry("aiayn.implementations.zoo.keras_mha:KerasMHA", "keras", "keras.layers.MultiHeadAttention (Keras 3)"),
-    "jax-sdpa": ZooEntry("aiayn.implementations.zoo.jax_nn:JaxAttention", "jax", "jax.nn.dot_product_attention and jax.nn.softmax"),
-    "flax-nnx-mha": ZooEntry("aiayn.implementations.zoo.flax_nnx:FlaxMHA", "flax", "flax.nnx.MultiHeadAttention"),
-    "onnxruntime-attention": ZooEntry("aiayn.implementations.zoo.onnx_attention:OnnxRuntimeAttention", "onnxruntime",
-                                      "the ONNX Attention operator (opset 23) run by onnxruntime"),
-    "onnx-reference-attention": ZooEntry("aiayn.implementations.zoo.onnx_attention:OnnxReferenceAttention", "onnx",
-                                         "the ONNX Attention operator (opset 23) run by onnx.reference"),
-})
+ZOO: Mapping[str, ZooEntry] = MappingProxyType(
+    {
+        "torch-sdpa": ZooEntry(
+            "aiayn.implementations.torch_impl:TorchSDPAImplementation",
+            "torch",
+            "torch.nn.functional.scaled_dot_product_attention (Eq. (1)); the rest in plain torch",
+        ),
+        "torch-nn": ZooEntry(
+            "aiayn.implementations.torch_nn:TorchNNImplementation",
+            "torch",
+            "nn.MultiheadAttention, nn.LayerNorm, nn.TransformerEncoderLayer / DecoderLayer (documented forward)",
+        ),
+        "torch-nn-fastpath": ZooEntry(
+            "aiayn.implementations.torch_nn:TorchNNFastPath",
+            "torch",
+            "the same modules in eval mode (PyTorch's fused inference kernels)",
+        ),
+        "marian": ZooEntry(
+            "aiayn.implementations.zoo.hf_marian:Marian",
+            "transformers",
+            "transformers' MarianMTModel: attention, sinusoidal positions, encoder and decoder layers, the whole model",
+        ),
+        "bert": ZooEntry(
+            "aiayn.implementations.zoo.hf_bert:Bert",
+            "transformers",
+            "transformers' BertModel: self-attention, LayerNorm, encoder layer",
+        ),
+        "x-transformers": ZooEntry(
+            "aiayn.implementations.zoo.x_transformers:XTransformers",
+            "x-transformers",
+            "x-transformers' Attention, Encoder and Decoder (post-norm, ReLU, as configured for the paper)",
+        ),
+        "keras-mha": ZooEntry(
+            "aiayn.implementations.zoo.keras_mha:KerasMHA", "keras", "keras.layers.MultiHeadAttention (Keras 3)"
+        ),
+        "jax-sdpa": ZooEntry(
+            "aiayn.implementations.zoo.jax_nn:JaxAttention", "jax", "jax.nn.dot_product_attention and jax.nn.softmax"
+        ),
+        "flax-nnx-mha": ZooEntry("aiayn.implementations.zoo.flax_nnx:FlaxMHA", "flax", "flax.nnx.MultiHeadAttention"),
+        "onnxruntime-attention": ZooEntry(
+            "aiayn.implementations.zoo.onnx_attention:OnnxRuntimeAttention",
+            "onnxruntime",
+            "the ONNX Attention operator (opset 23) run by onnxruntime",
+        ),
+        "onnx-reference-attention": ZooEntry(
+            "aiayn.implementations.zoo.onnx_attention:OnnxReferenceAttention",
+            "onnx",
+            "the ONNX Attention operator (opset 23) run by onnx.reference",
+        ),
+    }
+)

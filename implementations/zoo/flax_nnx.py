@@ -35,7 +35,6 @@ from typing import Any
 import flax
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from aiayn.implementations.protocol import Unsupported
@@ -55,24 +54,45 @@ class FlaxMHA(JaxAdapter):
     name = "flax-nnx-mha"
     version = f"flax {flax.__version__} (jax {jax.__version__})"
 
-    def scaled_dot_product_attention(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    def scaled_dot_product_attention(
+        self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None = None
+    ) -> jax.Array:
         """Eq. (1); q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v)."""
         with x64_for(q):
             q4, k4, v4, m4, back = as_heads(q, k, v, mask)
             return back(nnx.dot_product_attention(q4, k4, v4, mask=m4))
 
-    def multi_head_attention(self, query: jax.Array, key: jax.Array, value: jax.Array, params: Mapping[str, Any], num_heads: int,
-                             mask: jax.Array | None = None) -> jax.Array:
+    def multi_head_attention(
+        self,
+        query: jax.Array,
+        key: jax.Array,
+        value: jax.Array,
+        params: Mapping[str, Any],
+        num_heads: int,
+        mask: jax.Array | None = None,
+    ) -> jax.Array:
         """§3.2.2; query (..., n_q, d_model), key/value (..., n_k, d_model) -> (..., n_q, d_model)."""
         d_model, width = params["w_q"].shape
         h = int(num_heads)
         d_k = width // h
         if params["w_v"].shape[1] != width:
-            raise Unsupported(f"params['w_v']: flax.nnx.MultiHeadAttention needs h*d_v = h*d_k = {width}, got {params['w_v'].shape[1]}")
+            raise Unsupported(
+                f"params['w_v']: flax.nnx.MultiHeadAttention needs h*d_v = h*d_k = {width}, got {params['w_v'].shape[1]}"
+            )
         with x64_for(query):
             dtype = query.dtype
-            m = nnx.MultiHeadAttention(h, d_model, qkv_features=width, out_features=d_model, use_bias=True, dropout_rate=0.0,
-                                       decode=False, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0))
+            m = nnx.MultiHeadAttention(
+                h,
+                d_model,
+                qkv_features=width,
+                out_features=d_model,
+                use_bias=True,
+                dropout_rate=0.0,
+                decode=False,
+                dtype=dtype,
+                param_dtype=dtype,
+                rngs=nnx.Rngs(0),
+            )
             for name, proj in (("q", m.query), ("k", m.key), ("v", m.value)):
                 _set(proj.kernel, params[f"w_{name}"], (d_model, h, d_k))
                 _set(proj.bias, params.get(f"b_{name}"), (h, d_k))

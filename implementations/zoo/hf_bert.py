@@ -51,9 +51,20 @@ class Bert(TorchAdapter):
     scope = MappingProxyType({"multi_head_attention": Scope(shared_key_value=True)})
 
     def _config(self, d_model: int, heads: int, d_ff: int = 1) -> BertConfig:
-        return BertConfig(vocab_size=1, hidden_size=d_model, num_hidden_layers=1, num_attention_heads=heads, intermediate_size=d_ff,
-                          hidden_act="relu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=1,
-                          layer_norm_eps=float(self.policies["layer_norm_eps"]), pad_token_id=0, attn_implementation="sdpa")  # BertModel's default
+        return BertConfig(
+            vocab_size=1,
+            hidden_size=d_model,
+            num_hidden_layers=1,
+            num_attention_heads=heads,
+            intermediate_size=d_ff,
+            hidden_act="relu",
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            max_position_embeddings=1,
+            layer_norm_eps=float(self.policies["layer_norm_eps"]),
+            pad_token_id=0,
+            attn_implementation="sdpa",
+        )  # BertModel's default
 
     @staticmethod
     def _load_attention(attn: Any, p: Mapping[str, Any]) -> None:
@@ -71,9 +82,14 @@ class Bert(TorchAdapter):
         self._load_attention(attn, params)
         q = batched(query, batch)  # (B, n_q, d)
         kv = batched(key, batch) if cross else None  # (B, n_k, d)
-        heads, _ = attn.self(q, encoder_hidden_states=kv, attention_mask=hf_mask(config, mask, batch, q, kv)) if cross else \
-            attn.self(q, attention_mask=hf_mask(config, mask, batch, q))  # Concat(head_1..h): (B, n_q, d)
-        return attn.output.dense(heads).reshape(*batch, query.shape[-2], -1)  # W^O only, not BertSelfOutput's residual + LayerNorm
+        heads, _ = (
+            attn.self(q, encoder_hidden_states=kv, attention_mask=hf_mask(config, mask, batch, q, kv))
+            if cross
+            else attn.self(q, attention_mask=hf_mask(config, mask, batch, q))
+        )  # Concat(head_1..h): (B, n_q, d)
+        return attn.output.dense(heads).reshape(
+            *batch, query.shape[-2], -1
+        )  # W^O only, not BertSelfOutput's residual + LayerNorm
 
     @torch.no_grad()
     def encoder_layer(self, x, params, num_heads, mask=None):

@@ -57,31 +57,73 @@ from aiayn.implementations.zoo._hf import hf_mask
 
 __all__ = ["Marian"]
 
-_HALVES = ("transformers documents MarianSinusoidalPositionalEmbedding.create_weight: 'features are not interleaved. The cos features "
-           "are in the 2nd half of the vector' (§3.5 interleaves sin and cos)")
+_HALVES = (
+    "transformers documents MarianSinusoidalPositionalEmbedding.create_weight: 'features are not interleaved. The cos features "
+    "are in the 2nd half of the vector' (§3.5 interleaves sin and cos)"
+)
 
 
 class Marian(TorchAdapter):
     name = "marian"
     library = f"transformers {transformers.__version__}"
-    policies: Mapping[str, object] = MappingProxyType({**DEFAULT_POLICIES, "fully_masked": "zeros", "layer_norm_eps": 1e-5})
-    _f32 = Scope(dtypes=("float32",), note="table rounded to float32 by create_weight (torch.FloatTensor): no float64 claim")
-    scope = MappingProxyType({"multi_head_attention": Scope(shared_key_value=True), "positional_encoding": _f32, "transformer_forward": _f32})
-    known_deviations = MappingProxyType({f"{test}@float32": _HALVES for test in (
-        "positional_encoding", "positional_encoding_shift_is_a_linear_map", "positional_encoding_on_fixed_inputs[length 50, d_model 16]",
-        "positional_encoding_on_fixed_inputs[length 2048, d_model 64]", "transformer_forward",
-        "transformer_forward_on_fixed_inputs[N=1, d 8, h 2, vocab 11, no padding]", "transformer_forward_on_fixed_inputs[padding: src [5, 3], tgt [4, 2]]")})
+    policies: Mapping[str, object] = MappingProxyType(
+        {**DEFAULT_POLICIES, "fully_masked": "zeros", "layer_norm_eps": 1e-5}
+    )
+    _f32 = Scope(
+        dtypes=("float32",), note="table rounded to float32 by create_weight (torch.FloatTensor): no float64 claim"
+    )
+    scope = MappingProxyType(
+        {"multi_head_attention": Scope(shared_key_value=True), "positional_encoding": _f32, "transformer_forward": _f32}
+    )
+    known_deviations = MappingProxyType(
+        {
+            f"{test}@float32": _HALVES
+            for test in (
+                "positional_encoding",
+                "positional_encoding_shift_is_a_linear_map",
+                "positional_encoding_on_fixed_inputs[length 50, d_model 16]",
+                "positional_encoding_on_fixed_inputs[length 2048, d_model 64]",
+                "transformer_forward",
+                "transformer_forward_on_fixed_inputs[N=1, d 8, h 2, vocab 11, no padding]",
+                "transformer_forward_on_fixed_inputs[padding: src [5, 3], tgt [4, 2]]",
+            )
+        }
+    )
 
-    def _config(self, d_model: int, heads: int, d_ff: int = 1, vocab: int = 1, enc: int = 1, dec: int = 1, positions: int = 1) -> MarianConfig:
-        return MarianConfig(vocab_size=vocab, d_model=d_model, encoder_layers=enc, decoder_layers=dec, encoder_attention_heads=heads,
-                            decoder_attention_heads=heads, encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff, max_position_embeddings=positions,
-                            activation_function="relu", dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=True,
-                            pad_token_id=0, decoder_start_token_id=0, eos_token_id=0, forced_eos_token_id=None, use_cache=False,
-                            attn_implementation="sdpa")  # MarianMTModel's default
+    def _config(
+        self, d_model: int, heads: int, d_ff: int = 1, vocab: int = 1, enc: int = 1, dec: int = 1, positions: int = 1
+    ) -> MarianConfig:
+        return MarianConfig(
+            vocab_size=vocab,
+            d_model=d_model,
+            encoder_layers=enc,
+            decoder_layers=dec,
+            encoder_attention_heads=heads,
+            decoder_attention_heads=heads,
+            encoder_ffn_dim=d_ff,
+            decoder_ffn_dim=d_ff,
+            max_position_embeddings=positions,
+            activation_function="relu",
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            scale_embedding=True,
+            pad_token_id=0,
+            decoder_start_token_id=0,
+            eos_token_id=0,
+            forced_eos_token_id=None,
+            use_cache=False,
+            attn_implementation="sdpa",
+        )  # MarianMTModel's default
 
     @staticmethod
     def _load_attention(m: Any, p: Mapping[str, Any]) -> None:
-        for proj, w, b in (("q_proj", "w_q", "b_q"), ("k_proj", "w_k", "b_k"), ("v_proj", "w_v", "b_v"), ("out_proj", "w_o", "b_o")):
+        for proj, w, b in (
+            ("q_proj", "w_q", "b_q"),
+            ("k_proj", "w_k", "b_k"),
+            ("v_proj", "w_v", "b_v"),
+            ("out_proj", "w_o", "b_o"),
+        ):
             copy_linear(getattr(m, proj), p[w], p.get(b))
 
     def _load_layer(self, layer: Any, p: Mapping[str, Any]) -> None:
@@ -101,7 +143,16 @@ class Marian(TorchAdapter):
     def multi_head_attention(self, query, key, value, params, num_heads, mask=None):
         batch = tuple(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]))
         config = self._config(query.shape[-1], num_heads)
-        m = build(self, mm.MarianAttention, query.shape[-1], num_heads, bias=True, config=config, layer_idx=0, dtype=query.dtype)
+        m = build(
+            self,
+            mm.MarianAttention,
+            query.shape[-1],
+            num_heads,
+            bias=True,
+            config=config,
+            layer_idx=0,
+            dtype=query.dtype,
+        )
         self._load_attention(m, params)
         q = batched(query, batch)  # (B, n_q, d)
         kv = None if key is query else batched(key, batch)  # (B, n_k, d): cross-attention (self-attention: one tensor)
@@ -110,7 +161,13 @@ class Marian(TorchAdapter):
 
     @torch.no_grad()
     def positional_encoding(self, length, d_model, dtype):
-        m = build(self, mm.MarianSinusoidalPositionalEmbedding, max(length, 1), d_model, dtype=TORCH_DTYPES[self.check_dtype(dtype)])
+        m = build(
+            self,
+            mm.MarianSinusoidalPositionalEmbedding,
+            max(length, 1),
+            d_model,
+            dtype=TORCH_DTYPES[self.check_dtype(dtype)],
+        )
         m.weight.copy_(m.create_weight())  # the table MarianPreTrainedModel._init_weights puts there
         return m((1, length))  # (length, d_model)
 
@@ -129,19 +186,35 @@ class Marian(TorchAdapter):
         self._load_layer(layer, params)
         batch = tuple(torch.broadcast_shapes(y.shape[:-2], memory.shape[:-2]))
         t, s = batched(y, batch), batched(memory, batch)  # (B, n_tgt, d), (B, n_src, d)
-        causal = create_causal_mask(config=config, inputs_embeds=t, attention_mask=torch.ones(t.shape[:2], device=t.device), cache=None)
-        out = layer(t, attention_mask=causal if self_mask is None else hf_mask(config, self_mask, batch, t), encoder_hidden_states=s,
-                    encoder_attention_mask=hf_mask(config, memory_mask, batch, t, s), use_cache=False)
+        causal = create_causal_mask(
+            config=config, inputs_embeds=t, attention_mask=torch.ones(t.shape[:2], device=t.device), cache=None
+        )
+        out = layer(
+            t,
+            attention_mask=causal if self_mask is None else hf_mask(config, self_mask, batch, t),
+            encoder_hidden_states=s,
+            encoder_attention_mask=hf_mask(config, memory_mask, batch, t, s),
+            use_cache=False,
+        )
         return out.reshape(*batch, y.shape[-2], -1)
 
     @torch.no_grad()
     def transformer_forward(self, src_tokens, tgt_tokens, params, num_heads, src_lengths=None, tgt_lengths=None):
         if "positional" in params:
-            raise ValueError("Marian has static sinusoidal positions only; learned positions (params['positional']) are not supported")
+            raise ValueError(
+                "Marian has static sinusoidal positions only; learned positions (params['positional']) are not supported"
+            )
         emb = params["embedding"]  # (vocab, d_model)
         d_ff = params["encoder"][0]["ffn"]["w1"].shape[1]
-        config = self._config(emb.shape[1], num_heads, d_ff, emb.shape[0], len(params["encoder"]), len(params["decoder"]),
-                              max(src_tokens.shape[1], tgt_tokens.shape[1]))
+        config = self._config(
+            emb.shape[1],
+            num_heads,
+            d_ff,
+            emb.shape[0],
+            len(params["encoder"]),
+            len(params["decoder"]),
+            max(src_tokens.shape[1], tgt_tokens.shape[1]),
+        )
         model = build(self, MarianMTModel, config, dtype=emb.dtype)
         model.model.shared.weight.copy_(emb)  # tied: encoder and decoder embed_tokens, lm_head
         model.final_logits_bias.zero_()
@@ -151,8 +224,17 @@ class Marian(TorchAdapter):
             self._load_layer(layer, p)
 
         def padding(tokens: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor | None:  # (B, n), 1 = a token
-            return None if lengths is None else (torch.arange(tokens.shape[1], device=tokens.device) < lengths[:, None]).long()
+            return (
+                None
+                if lengths is None
+                else (torch.arange(tokens.shape[1], device=tokens.device) < lengths[:, None]).long()
+            )
 
-        out = model(input_ids=src_tokens, attention_mask=padding(src_tokens, src_lengths), decoder_input_ids=tgt_tokens,
-                    decoder_attention_mask=padding(tgt_tokens, tgt_lengths), use_cache=False)
+        out = model(
+            input_ids=src_tokens,
+            attention_mask=padding(src_tokens, src_lengths),
+            decoder_input_ids=tgt_tokens,
+            decoder_attention_mask=padding(tgt_tokens, tgt_lengths),
+            use_cache=False,
+        )
         return out.logits  # (B, n_tgt, vocab)

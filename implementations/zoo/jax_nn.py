@@ -44,8 +44,14 @@ from aiayn.implementations.protocol import DEFAULT_POLICIES, ImplementationBase
 
 __all__ = ["JaxAttention", "as_heads", "jax_array", "numpy_array", "x64_for"]
 
-_NUMPY_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
-                 "int64": np.int64, "bool": np.bool_}
+_NUMPY_DTYPES = {
+    "float64": np.float64,
+    "float32": np.float32,
+    "float16": np.float16,
+    "bfloat16": ml_dtypes.bfloat16,
+    "int64": np.int64,
+    "bool": np.bool_,
+}
 
 
 def x64_for(*arrays: Any) -> contextlib.AbstractContextManager:
@@ -79,7 +85,10 @@ def as_heads(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None) -
     batch = jnp.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], () if mask is None else mask.shape[:-2])
     (n_q, d_k), (n_k, d_v) = q.shape[-2:], v.shape[-2:]
     b, heads = math.prod(batch), -(-d_v // d_k)
-    q4, k4 = (jnp.broadcast_to(t[..., None, :], (*batch, t.shape[-2], heads, d_k)).reshape(b, t.shape[-2], heads, d_k) for t in (q, k))
+    q4, k4 = (
+        jnp.broadcast_to(t[..., None, :], (*batch, t.shape[-2], heads, d_k)).reshape(b, t.shape[-2], heads, d_k)
+        for t in (q, k)
+    )
     v4 = jnp.broadcast_to(v, (*batch, n_k, d_v)).reshape(b, n_k, d_v)
     v4 = jnp.pad(v4, ((0, 0), (0, 0), (0, heads * d_k - d_v))).reshape(b, n_k, heads, d_k)
     m4 = None if mask is None else jnp.broadcast_to(mask, (*batch, n_q, n_k)).reshape(b, 1, n_q, n_k)
@@ -115,7 +124,9 @@ class JaxAttention(JaxAdapter):
         with x64_for(x):
             return jax.nn.softmax(x, axis=axis)
 
-    def scaled_dot_product_attention(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    def scaled_dot_product_attention(
+        self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None = None
+    ) -> jax.Array:
         """Eq. (1); q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v)."""
         with x64_for(q):
             q4, k4, v4, m4, back = as_heads(q, k, v, mask)

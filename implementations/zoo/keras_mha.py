@@ -58,8 +58,14 @@ from aiayn.implementations.protocol import DEFAULT_POLICIES, ImplementationBase,
 __all__ = ["KerasMHA"]
 
 _BACKEND = keras.backend.backend()
-_ROUND = {"float64": np.float64, "float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
-          "int64": np.int64, "bool": np.bool_}
+_ROUND = {
+    "float64": np.float64,
+    "float32": np.float32,
+    "float16": np.float16,
+    "bfloat16": ml_dtypes.bfloat16,
+    "int64": np.int64,
+    "bool": np.bool_,
+}
 
 
 def _scoped(dtype: Any) -> contextlib.AbstractContextManager:
@@ -79,10 +85,14 @@ class KerasMHA(ImplementationBase):
     device = "cpu"
     dtypes = ("float64", "float32", "float16", "bfloat16") if _BACKEND == "jax" else ("float64", "float32")
     policies: Mapping[str, object] = MappingProxyType({**DEFAULT_POLICIES, "fully_masked": "uniform"})
-    scope = MappingProxyType({"multi_head_attention": Scope(batch_dims=(1,), note="query (B, T, d_model) as Keras documents")})
+    scope = MappingProxyType(
+        {"multi_head_attention": Scope(batch_dims=(1,), note="query (B, T, d_model) as Keras documents")}
+    )
 
     def from_numpy(self, array: np.ndarray, dtype: str) -> Any:
-        rounded = np.array(array, dtype=_ROUND[self.check_dtype(dtype, allow_index=True)], copy=True)  # nearest, ties to even
+        rounded = np.array(
+            array, dtype=_ROUND[self.check_dtype(dtype, allow_index=True)], copy=True
+        )  # nearest, ties to even
         with _scoped(dtype):
             return keras.ops.convert_to_tensor(rounded, dtype=dtype)
 
@@ -92,13 +102,17 @@ class KerasMHA(ImplementationBase):
             return host.astype(np.float64)
         return host.astype(np.int64) if host.dtype.kind in "iu" else np.array(host, copy=True)
 
-    def multi_head_attention(self, query: Any, key: Any, value: Any, params: Mapping[str, Any], num_heads: int, mask: Any | None = None) -> Any:
+    def multi_head_attention(
+        self, query: Any, key: Any, value: Any, params: Mapping[str, Any], num_heads: int, mask: Any | None = None
+    ) -> Any:
         """§3.2.2; query (B, n_q, d_model), key/value (B, n_k, d_model) -> (B, n_q, d_model)."""
         dtype = keras.backend.standardize_dtype(query.dtype)
         h = int(num_heads)
         d_model, d_k, d_v = query.shape[-1], params["w_q"].shape[1] // h, params["w_v"].shape[1] // h
         with _scoped(dtype):
-            layer = keras.layers.MultiHeadAttention(h, key_dim=d_k, value_dim=d_v, use_bias=True, dropout=0.0, dtype=dtype)
+            layer = keras.layers.MultiHeadAttention(
+                h, key_dim=d_k, value_dim=d_v, use_bias=True, dropout=0.0, dtype=dtype
+            )
             layer.build((None, None, d_model), (None, None, d_model), (None, None, d_model))
             for dense, w, b, kernel, bias in (
                 (layer.query_dense, "w_q", "b_q", (d_model, h, d_k), (h, d_k)),
@@ -107,7 +121,9 @@ class KerasMHA(ImplementationBase):
                 (layer.output_dense, "w_o", "b_o", (h, d_v, d_model), (d_model,)),
             ):
                 dense.kernel.assign(keras.ops.reshape(params[w], kernel))
-                dense.bias.assign(keras.ops.zeros(bias, dtype) if params.get(b) is None else keras.ops.reshape(params[b], bias))
+                dense.bias.assign(
+                    keras.ops.zeros(bias, dtype) if params.get(b) is None else keras.ops.reshape(params[b], bias)
+                )
             batch = max(query.shape[0], key.shape[0], value.shape[0])  # (1 broadcasts; Keras wants one B)
             q, k, v = (keras.ops.broadcast_to(t, (batch, *t.shape[1:])) for t in (query, key, value))
             m = None if mask is None else keras.ops.broadcast_to(mask, (batch, q.shape[1], k.shape[1]))

@@ -46,9 +46,17 @@ __all__ = ["OnnxRuntimeAttention", "OnnxReferenceAttention"]
 
 OPSET = 23
 _ADDS = "the spec adds the mask as a bias ('disallowed positions contribute -inf to the bias') instead of replacing masked scores (§3.2.3), so "
-_HUGE, _NAN_KEYS = _ADDS + "a masked score that overflows to inf gives inf + (-inf) = NaN", _ADDS + "NaN in a masked key gives NaN + (-inf) = NaN"
+_HUGE, _NAN_KEYS = (
+    _ADDS + "a masked score that overflows to inf gives inf + (-inf) = NaN",
+    _ADDS + "NaN in a masked key gives NaN + (-inf) = NaN",
+)
 _POISON = "attention_poison_at_masked_positions_changes_nothing"
-_ELEM = {"float64": TensorProto.DOUBLE, "float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bool": TensorProto.BOOL}
+_ELEM = {
+    "float64": TensorProto.DOUBLE,
+    "float32": TensorProto.FLOAT,
+    "float16": TensorProto.FLOAT16,
+    "bool": TensorProto.BOOL,
+}
 
 
 def _value(name: str, dtype: str, rank: int) -> onnx.ValueInfoProto:
@@ -91,7 +99,9 @@ class _OnnxAttention(ImplementationBase):
 
     def softmax(self, x: np.ndarray, axis: int = -1) -> np.ndarray:
         dt, rank = x.dtype.name, x.ndim
-        build = lambda: _model([helper.make_node("Softmax", ["X"], ["Y"], axis=axis)], [_value("X", dt, rank)], _value("Y", dt, rank))
+        build = lambda: _model(
+            [helper.make_node("Softmax", ["X"], ["Y"], axis=axis)], [_value("X", dt, rank)], _value("Y", dt, rank)
+        )
         return self._run(("softmax", dt, rank, axis), build, {"X": x})
 
     def _attention_model(self, dt: str, masked: bool, heads: int | None = None, biases: tuple = ()) -> onnx.ModelProto:
@@ -114,13 +124,19 @@ class _OnnxAttention(ImplementationBase):
         if masked:
             inputs.append(_value("mask", "bool", 4))  # (B, 1, n_q, n_k)
         attrs = {} if heads is None else {"q_num_heads": heads, "kv_num_heads": heads}
-        nodes.append(helper.make_node("Attention", ["Q", "K", "V"] + ["mask"] * masked, ["Y" if heads is None else "heads"], **attrs))
+        nodes.append(
+            helper.make_node(
+                "Attention", ["Q", "K", "V"] + ["mask"] * masked, ["Y" if heads is None else "heads"], **attrs
+            )
+        )
         if heads is not None:  # (B, n_q, h * d_v) @ w_o (+ b_o) -> (B, n_q, d_model)
             linear("heads", "w_o", "b_o", "Y")
         return _model(nodes, inputs, _value("Y", dt, 4 if heads is None else 3))
 
     @staticmethod
-    def _flatten(batch: tuple, arrays: dict[str, np.ndarray], mask: np.ndarray | None, n_q: int, n_k: int) -> dict[str, np.ndarray]:
+    def _flatten(
+        batch: tuple, arrays: dict[str, np.ndarray], mask: np.ndarray | None, n_q: int, n_k: int
+    ) -> dict[str, np.ndarray]:
         """Broadcast every array over ``batch`` and fold it into one leading axis B; the mask becomes (B, 1, n_q, n_k)."""
         size = math.prod(batch)
         feeds = {k: np.broadcast_to(a, batch + a.shape[-2:]).reshape(size, *a.shape[-2:]) for k, a in arrays.items()}
@@ -128,7 +144,9 @@ class _OnnxAttention(ImplementationBase):
             feeds["mask"] = np.broadcast_to(mask, batch + (n_q, n_k)).reshape(size, 1, n_q, n_k)
         return feeds
 
-    def scaled_dot_product_attention(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    def scaled_dot_product_attention(
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
+    ) -> np.ndarray:
         batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], () if mask is None else mask.shape[:-2])
         n_q, n_k = q.shape[-2], k.shape[-2]
         feeds = self._flatten(batch, {"Q": q, "K": k, "V": v}, mask, n_q, n_k)
@@ -137,9 +155,18 @@ class _OnnxAttention(ImplementationBase):
         y = self._run(("sdpa", dt, mask is not None), lambda: self._attention_model(dt, mask is not None), feeds)
         return y.reshape(*batch, n_q, v.shape[-1])  # (B, 1, n_q, d_v) -> (..., n_q, d_v)
 
-    def multi_head_attention(self, query: np.ndarray, key: np.ndarray, value: np.ndarray, params: Mapping[str, Any],
-                             num_heads: int, mask: np.ndarray | None = None) -> np.ndarray:
-        batch = np.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2], () if mask is None else mask.shape[:-2])
+    def multi_head_attention(
+        self,
+        query: np.ndarray,
+        key: np.ndarray,
+        value: np.ndarray,
+        params: Mapping[str, Any],
+        num_heads: int,
+        mask: np.ndarray | None = None,
+    ) -> np.ndarray:
+        batch = np.broadcast_shapes(
+            query.shape[:-2], key.shape[:-2], value.shape[:-2], () if mask is None else mask.shape[:-2]
+        )
         n_q, n_k = query.shape[-2], key.shape[-2]
         feeds = self._flatten(batch, {"query": query, "key": key, "value": value}, mask, n_q, n_k)
         biases = tuple(b for b in ("b_q", "b_k", "b_v", "b_o") if params.get(b) is not None)
@@ -155,11 +182,14 @@ class OnnxRuntimeAttention(_OnnxAttention):
 
     name = "onnxruntime-attention"
     # float32/float16 "huge" is not declared: the kernel's finite mask value fails it, not the spec's -inf.
-    known_deviations: Mapping[str, str] = MappingProxyType({f"{_POISON}[nan_keys]": _NAN_KEYS, f"{_POISON}[huge]@float64": _HUGE})
+    known_deviations: Mapping[str, str] = MappingProxyType(
+        {f"{_POISON}[nan_keys]": _NAN_KEYS, f"{_POISON}[huge]@float64": _HUGE}
+    )
 
     def __init__(self) -> None:
         super().__init__()
         import onnxruntime  # imported here: the reference backend needs only onnx
+
         self._ort = onnxruntime
         self.version = f"onnxruntime {onnxruntime.__version__} (onnx {onnx.__version__}, opset {OPSET})"
 
@@ -172,10 +202,13 @@ class OnnxReferenceAttention(_OnnxAttention):
     """The graphs run by ``onnx.reference.ReferenceEvaluator``, the spec's Python reference."""
 
     name = "onnx-reference-attention"
-    known_deviations: Mapping[str, str] = MappingProxyType({f"{_POISON}[nan_keys]": _NAN_KEYS, f"{_POISON}[huge]": _HUGE})
+    known_deviations: Mapping[str, str] = MappingProxyType(
+        {f"{_POISON}[nan_keys]": _NAN_KEYS, f"{_POISON}[huge]": _HUGE}
+    )
     version = f"onnx.reference {onnx.__version__} (opset {OPSET})"
 
     def _compile(self, model: onnx.ModelProto) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
         from onnx.reference import ReferenceEvaluator
+
         evaluator = ReferenceEvaluator(model)
         return lambda feeds: evaluator.run(["Y"], feeds)[0]

@@ -45,27 +45,53 @@ __all__ = ["XTransformers"]
 
 
 def _load_attention(m: Attention, p: Mapping[str, Any]) -> None:
-    for proj, w, b in (("to_q", "w_q", "b_q"), ("to_k", "w_k", "b_k"), ("to_v", "w_v", "b_v"), ("to_out", "w_o", "b_o")):
+    for proj, w, b in (
+        ("to_q", "w_q", "b_q"),
+        ("to_k", "w_k", "b_k"),
+        ("to_v", "w_v", "b_v"),
+        ("to_out", "w_o", "b_o"),
+    ):
         copy_linear(getattr(m, proj), p[w], p.get(b))  # no bias in the module: a non-zero one raises
 
 
 class XTransformers(TorchAdapter):
     name = "x-transformers"
     library = f"x-transformers {importlib.metadata.version('x-transformers')}"
-    policies: Mapping[str, object] = MappingProxyType({**DEFAULT_POLICIES, "fully_masked": "zeros", "layer_norm_eps": 1e-5})
-    scope = MappingProxyType({"multi_head_attention": Scope(no_bias=("attention",), shared_key_value=True),
-                              "encoder_layer": Scope(no_bias=("attention", "layer_norm")),
-                              "decoder_layer": Scope(no_bias=("attention", "layer_norm"))})
+    policies: Mapping[str, object] = MappingProxyType(
+        {**DEFAULT_POLICIES, "fully_masked": "zeros", "layer_norm_eps": 1e-5}
+    )
+    scope = MappingProxyType(
+        {
+            "multi_head_attention": Scope(no_bias=("attention",), shared_key_value=True),
+            "encoder_layer": Scope(no_bias=("attention", "layer_norm")),
+            "decoder_layer": Scope(no_bias=("attention", "layer_norm")),
+        }
+    )
 
     def _layers(self, cls: type, params: Mapping[str, Any], heads: int, dtype: torch.dtype, **kw: Any) -> Any:
         d_model, d_ff = params["ffn"]["w1"].shape
-        layers = build(self, cls, dim=d_model, depth=1, heads=heads, attn_dim_head=d_model // heads, attn_project_out=True,
-                       pre_norm=False, ff_mult=d_ff / d_model, ff_custom_activation=nn.ReLU(), norm_add_unit_offset=False, dtype=dtype, **kw)
+        layers = build(
+            self,
+            cls,
+            dim=d_model,
+            depth=1,
+            heads=heads,
+            attn_dim_head=d_model // heads,
+            attn_project_out=True,
+            pre_norm=False,
+            ff_mult=d_ff / d_model,
+            ff_custom_activation=nn.ReLU(),
+            norm_add_unit_offset=False,
+            dtype=dtype,
+            **kw,
+        )
         names = ["self_attn", "cross_attn", "ffn"] if len(layers.layers) == 3 else ["self_attn", "ffn"]
         for i, ((norms, block, _), name) in enumerate(zip(layers.layers, names)):
             norm = params[f"norm{i + 1}"]
             if bool(torch.any(norm["bias"] != 0)):
-                raise ValueError("x-transformers' LayerNorm has no bias (gamma only), but the canonical one is non-zero")
+                raise ValueError(
+                    "x-transformers' LayerNorm has no bias (gamma only), but the canonical one is non-zero"
+                )
             norms[2].gamma.copy_(norm["gain"])  # post_main_norm (post-norm)
             if name == "ffn":
                 w_in, w_out = (m for m in block.modules() if isinstance(m, nn.Linear))
@@ -78,20 +104,34 @@ class XTransformers(TorchAdapter):
     @torch.no_grad()
     def multi_head_attention(self, query, key, value, params, num_heads, mask=None):
         d_model, d_k = params["w_q"].shape[0], params["w_q"].shape[1] // num_heads
-        m = build(self, Attention, d_model, dim_head=d_k, value_dim_head=params["w_v"].shape[1] // num_heads, heads=num_heads,
-                  project_out=True, dtype=query.dtype)
+        m = build(
+            self,
+            Attention,
+            d_model,
+            dim_head=d_k,
+            value_dim_head=params["w_v"].shape[1] // num_heads,
+            heads=num_heads,
+            project_out=True,
+            dtype=query.dtype,
+        )
         _load_attention(m, params)
         batch = tuple(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]))
         q = batched(query, batch)  # (B, n_q, d)
         context = None if key is query else batched(key, batch)  # (B, n_k, d); self-attention: one tensor
-        out = m(q, context=context, attn_mask=attention_mask(mask, batch, query.shape[-2], key.shape[-2], 1, "heads", kind="allow"))
+        out = m(
+            q,
+            context=context,
+            attn_mask=attention_mask(mask, batch, query.shape[-2], key.shape[-2], 1, "heads", kind="allow"),
+        )
         return out.reshape(*batch, query.shape[-2], -1)
 
     @torch.no_grad()
     def encoder_layer(self, x, params, num_heads, mask=None):
         enc = self._layers(Encoder, params, num_heads, x.dtype)
         batch, n = tuple(x.shape[:-2]), x.shape[-2]
-        return enc(batched(x, batch), attn_mask=attention_mask(mask, batch, n, n, 1, "heads", kind="allow")).reshape(x.shape)
+        return enc(batched(x, batch), attn_mask=attention_mask(mask, batch, n, n, 1, "heads", kind="allow")).reshape(
+            x.shape
+        )
 
     @torch.no_grad()
     def decoder_layer(self, y, memory, params, num_heads, self_mask=None, memory_mask=None):
@@ -102,5 +142,9 @@ class XTransformers(TorchAdapter):
         if memory_mask is not None and context_mask is None:
             raise Unsupported("x-transformers' cross-attention takes a key-padding mask (context_mask) only")
         n = t.shape[1]
-        self_kw = {} if self_mask is None else {"attn_mask": attention_mask(self_mask, batch, n, n, 1, "heads", kind="allow"), "causal": False}
+        self_kw = (
+            {}
+            if self_mask is None
+            else {"attn_mask": attention_mask(self_mask, batch, n, n, 1, "heads", kind="allow"), "causal": False}
+        )
         return dec(t, context=s, context_mask=context_mask, **self_kw).reshape(*batch, n, -1)

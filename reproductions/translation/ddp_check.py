@@ -30,7 +30,9 @@ def tiny_setup(world: int, accumulate: int) -> tuple[Transformer, list[D.Example
     cfg = TransformerConfig(n_layers=1, d_model=16, d_ff=32, num_heads=2, p_drop=0.0)
     model = Transformer(cfg, vocab.size, max_positions=32)
     examples = D.encode_pairs(D.synthetic_pairs(200, 3), vocab)
-    tc = TrainConfig(max_tokens=200, steps=STEPS, warmup=2, accumulate=accumulate, checkpoint_steps=10**6, log_steps=10**6)
+    tc = TrainConfig(
+        max_tokens=200, steps=STEPS, warmup=2, accumulate=accumulate, checkpoint_steps=10**6, log_steps=10**6
+    )
     return model, examples, tc
 
 

@@ -62,8 +62,16 @@ def greedy(model, src: torch.Tensor, src_lengths: torch.Tensor, extra: int = 50)
 
 
 @torch.no_grad()
-def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, beam: int = 4, alpha: float = 0.6, extra: int = 50,
-                *, scores: bool = False) -> list[list[int]] | list[tuple[list[int], float, float]]:
+def beam_search(
+    model,
+    src: torch.Tensor,
+    src_lengths: torch.Tensor,
+    beam: int = 4,
+    alpha: float = 0.6,
+    extra: int = 50,
+    *,
+    scores: bool = False,
+) -> list[list[int]] | list[tuple[list[int], float, float]]:
     """Beam search with GNMT length penalty and early stopping (§6.1); outputs without BOS/EOS.
 
     With ``scores``: (output, log P(output + EOS | source) / lp, log P(output + EOS | source)) per
@@ -97,18 +105,25 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, beam: int =
                 continue
             for j in range(k):  # EOS continuations among the best k finish
                 if is_eos[i, j] and torch.isfinite(top[i, j]):
-                    finished[i].append((float(top[i, j]) / lp, alive_seq[i, int(src_beam[i, j])].tolist(), float(top[i, j])))
+                    finished[i].append(
+                        (float(top[i, j]) / lp, alive_seq[i, int(src_beam[i, j])].tolist(), float(top[i, j]))
+                    )
         keep_score = torch.where(is_eos, -torch.inf, top)
         new_logp, pick = keep_score.topk(k, dim=-1)  # (b, k): best k non-EOS continuations
         beams, toks = src_beam.gather(1, pick), tok.gather(1, pick)
-        alive_seq = torch.cat((alive_seq.gather(1, beams[..., None].expand(-1, -1, alive_seq.shape[2])), toks[..., None]), 2)
+        alive_seq = torch.cat(
+            (alive_seq.gather(1, beams[..., None].expand(-1, -1, alive_seq.shape[2])), toks[..., None]), 2
+        )
         alive_logp = new_logp
         for i in range(b):
             if done[i]:
                 continue
             if t + 1 >= limit[i]:  # maximum length: finish the alive ones as they stand
-                finished[i] += [(float(alive_logp[i, j]) / lp, alive_seq[i, j].tolist(), float(alive_logp[i, j]))
-                                for j in range(k) if torch.isfinite(alive_logp[i, j])]  # fmt: skip
+                finished[i] += [
+                    (float(alive_logp[i, j]) / lp, alive_seq[i, j].tolist(), float(alive_logp[i, j]))
+                    for j in range(k)
+                    if torch.isfinite(alive_logp[i, j])
+                ]
                 done[i] = True
             elif finished[i]:
                 bound = float(alive_logp[i, 0]) / length_penalty(limit[i], alpha)

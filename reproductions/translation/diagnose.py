@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from aiayn.reproductions.bleu_scoring import chrf, repetition_rate, sacre_bleu
-from aiayn.reproductions.translation.data import EOS, Example, Vocab
+from aiayn.reproductions.translation.data import EOS, Example, Vocab  # noqa: F401 (unused; kept in the measured code, see code_hash)
 from aiayn.reproductions.translation.decode import beam_search, greedy, length_penalty, max_lengths
 from aiayn.reproductions.translation.train import collate
 
@@ -39,13 +39,15 @@ ALPHAS = (0.0, 1.0)
 AGREE_NATS = 1e-2
 
 
-def decode_all(model, examples: Sequence[Example], *, beam: int, alpha: float, sentences: int) -> list[tuple[list[int], float | None, float | None]]:
+def decode_all(
+    model, examples: Sequence[Example], *, beam: int, alpha: float, sentences: int
+) -> list[tuple[list[int], float | None, float | None]]:
     """(output ids, search score or None, search log P or None) per example, in the original order."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i].src))
     out: dict[int, tuple[list[int], float | None, float | None]] = {}
     device = model.embedding.device
     for k in range(0, len(order), sentences):
-        idx = order[k:k + sentences]
+        idx = order[k : k + sentences]
         b = collate(examples, idx, device)
         if beam == 0:
             out.update({i: (seq, None, None) for i, seq in zip(idx, greedy(model, b.src, b.src_lengths))})
@@ -55,8 +57,15 @@ def decode_all(model, examples: Sequence[Example], *, beam: int, alpha: float, s
 
 
 @torch.no_grad()
-def teacher_forced_logprob(model, examples: Sequence[Example], outputs: Sequence[list[int]], with_eos: Sequence[bool],
-                           sentences: int = 32, *, float64: bool = True) -> list[float]:
+def teacher_forced_logprob(
+    model,
+    examples: Sequence[Example],
+    outputs: Sequence[list[int]],
+    with_eos: Sequence[bool],
+    sentences: int = 32,
+    *,
+    float64: bool = True,
+) -> list[float]:
     """log P(output (+ EOS) | source) per example by one teacher-forced pass (no cache, no beam).
 
     With ``float64`` the model is copied to float64, so that the rescoring's own rounding is
@@ -77,23 +86,47 @@ def teacher_forced_logprob(model, examples: Sequence[Example], outputs: Sequence
 
 
 def _float64_copy(model):
-    copy = type(model)(model.config, model.vocab_size, max_positions=model.max_positions, device=str(model.embedding.device),
-                       attention_tile=model.attention_tile)  # fmt: skip
+    copy = type(model)(
+        model.config,
+        model.vocab_size,
+        max_positions=model.max_positions,
+        device=str(model.embedding.device),
+        attention_tile=model.attention_tile,
+    )
     copy.load_state_dict(model.state_dict())
     return copy.double().eval()
 
 
-def _stats(hyps: list[str], refs: list[str], outputs: Sequence[list[int]], src_lengths: Sequence[int]) -> dict[str, Any]:
+def _stats(
+    hyps: list[str], refs: list[str], outputs: Sequence[list[int]], src_lengths: Sequence[int]
+) -> dict[str, Any]:
     rep = repetition_rate(hyps)
     s = sacre_bleu(hyps, refs)
     limits = max_lengths(torch.tensor(src_lengths)).tolist()
-    return {"sacrebleu": s.score, "bp": s.bp, "sys_len": s.sys_len, "ref_len": s.ref_len, "chrf": chrf(hyps, refs).score,
-            "repetition_rate": rep.rate, "looping_lines": rep.looping_lines, "lines": rep.lines,
-            "at_max_length": sum(len(o) >= lim for o, lim in zip(outputs, limits))}  # fmt: skip
+    return {
+        "sacrebleu": s.score,
+        "bp": s.bp,
+        "sys_len": s.sys_len,
+        "ref_len": s.ref_len,
+        "chrf": chrf(hyps, refs).score,
+        "repetition_rate": rep.rate,
+        "looping_lines": rep.looping_lines,
+        "lines": rep.lines,
+        "at_max_length": sum(len(o) >= lim for o, lim in zip(outputs, limits)),
+    }
 
 
-def diagnose(model, examples: Sequence[Example], vocab: Vocab, refs: list[str], *, beam: int, alpha: float,
-             main: Sequence[tuple[list[int], float, float]], sentences: int = 32) -> dict[str, Any]:  # fmt: skip
+def diagnose(
+    model,
+    examples: Sequence[Example],
+    vocab: Vocab,
+    refs: list[str],
+    *,
+    beam: int,
+    alpha: float,
+    main: Sequence[tuple[list[int], float, float]],
+    sentences: int = 32,
+) -> dict[str, Any]:
     """Every measurement of the module docstring for one finished run; ``main`` is its beam-α decode (with scores)."""
     model.eval()
     src_lengths = [len(e.src) for e in examples]
@@ -112,7 +145,12 @@ def diagnose(model, examples: Sequence[Example], vocab: Vocab, refs: list[str], 
     cut = [len(y) >= lim for y, lim in zip(main_ids, limits)]
     rescored = teacher_forced_logprob(model, examples, main_ids, [not c for c in cut], sentences)
     diffs = [abs(r - o[2]) for r, o in zip(rescored, main)]
-    rounding = [abs(r - r32) for r, r32 in zip(rescored, teacher_forced_logprob(model, examples, main_ids, [not c for c in cut], sentences, float64=False))]
+    rounding = [
+        abs(r - r32)
+        for r, r32 in zip(
+            rescored, teacher_forced_logprob(model, examples, main_ids, [not c for c in cut], sentences, float64=False)
+        )
+    ]
     greedy_ids = [o[0] for o in decodes["greedy"]]
     greedy_cut = [len(y) >= lim for y, lim in zip(greedy_ids, limits)]
     greedy_lp = teacher_forced_logprob(model, examples, greedy_ids, [not c for c in greedy_cut], sentences)
@@ -129,13 +167,25 @@ def diagnose(model, examples: Sequence[Example], vocab: Vocab, refs: list[str], 
     prefer = [b > r for b, r in zip(beam_n, ref_n)]
     return {
         "decodes": table,
-        "rescoring": {"max_abs_nats": max(diffs), "mean_abs_nats": sum(diffs) / len(diffs), "sentences": len(diffs),
-                      "tokens": sum(len(y) + (0 if c else 1) for y, c in zip(main_ids, cut)), "agree_nats": AGREE_NATS,
-                      "agree": max(diffs) <= AGREE_NATS, "float32_rounding_max_abs_nats": max(rounding)},
-        "model_prefers_output_over_reference": sum(prefer), "looping_outputs": sum(looping),
+        "rescoring": {
+            "max_abs_nats": max(diffs),
+            "mean_abs_nats": sum(diffs) / len(diffs),
+            "sentences": len(diffs),
+            "tokens": sum(len(y) + (0 if c else 1) for y, c in zip(main_ids, cut)),
+            "agree_nats": AGREE_NATS,
+            "agree": max(diffs) <= AGREE_NATS,
+            "float32_rounding_max_abs_nats": max(rounding),
+        },
+        "model_prefers_output_over_reference": sum(prefer),
+        "looping_outputs": sum(looping),
         "model_prefers_looping_output_over_reference": sum(p for p, lo in zip(prefer, looping) if lo),
         "beam_scores_at_least_greedy": sum(b >= g for b, g in zip(beam_n, greedy_n)),
-        "sentences": len(examples), "alpha": alpha, "beam": beam,
-        "mean_normalised_logprob": {"beam": sum(beam_n) / len(beam_n), "greedy": sum(greedy_n) / len(greedy_n),
-                                    "reference": sum(ref_n) / len(ref_n)},
-    }  # fmt: skip
+        "sentences": len(examples),
+        "alpha": alpha,
+        "beam": beam,
+        "mean_normalised_logprob": {
+            "beam": sum(beam_n) / len(beam_n),
+            "greedy": sum(greedy_n) / len(greedy_n),
+            "reference": sum(ref_n) / len(ref_n),
+        },
+    }

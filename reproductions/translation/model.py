@@ -45,7 +45,12 @@ from aiayn.implementations.torch_impl import TorchSDPAImplementation
 
 
 def _mha(d_model: int, h: int, d_k: int, d_v: int) -> nn.ParameterDict:
-    shapes = {"w_q": (d_model, h * d_k), "w_k": (d_model, h * d_k), "w_v": (d_model, h * d_v), "w_o": (h * d_v, d_model)}
+    shapes = {
+        "w_q": (d_model, h * d_k),
+        "w_k": (d_model, h * d_k),
+        "w_v": (d_model, h * d_v),
+        "w_o": (h * d_v, d_model),
+    }
     p = {n: nn.Parameter(nn.init.xavier_uniform_(torch.empty(s))) for n, s in shapes.items()}
     p.update({f"b_{n[2]}": nn.Parameter(torch.zeros(s[1])) for n, s in shapes.items()})
     return nn.ParameterDict(p)
@@ -56,10 +61,14 @@ def _norm(d_model: int) -> nn.ParameterDict:
 
 
 def _ffn(d_model: int, d_ff: int) -> nn.ParameterDict:
-    return nn.ParameterDict({
-        "w1": nn.Parameter(nn.init.xavier_uniform_(torch.empty(d_model, d_ff))), "b1": nn.Parameter(torch.zeros(d_ff)),
-        "w2": nn.Parameter(nn.init.xavier_uniform_(torch.empty(d_ff, d_model))), "b2": nn.Parameter(torch.zeros(d_model)),
-    })  # fmt: skip
+    return nn.ParameterDict(
+        {
+            "w1": nn.Parameter(nn.init.xavier_uniform_(torch.empty(d_model, d_ff))),
+            "b1": nn.Parameter(torch.zeros(d_ff)),
+            "w2": nn.Parameter(nn.init.xavier_uniform_(torch.empty(d_ff, d_model))),
+            "b2": nn.Parameter(torch.zeros(d_model)),
+        }
+    )
 
 
 class _Layer(nn.Module):
@@ -81,7 +90,9 @@ class _Layer(nn.Module):
 class Transformer(nn.Module):
     """Figure 1's model for any ``TransformerConfig`` (Table 3 row or scaled down) and vocabulary."""
 
-    def __init__(self, config: Any, vocab_size: int, *, max_positions: int = 1024, device: str = "cpu", attention_tile: int = 256) -> None:
+    def __init__(
+        self, config: Any, vocab_size: int, *, max_positions: int = 1024, device: str = "cpu", attention_tile: int = 256
+    ) -> None:
         super().__init__()
         if vocab_size < 4:
             raise ValueError(f"vocab_size: expected at least the 4 reserved ids, got {vocab_size}")
@@ -113,7 +124,7 @@ class Transformer(nn.Module):
         if start + n > self.max_positions:
             raise ValueError(f"positions: a sequence of {start + n} tokens exceeds max_positions={self.max_positions}")
         table = self.positional if self.config.positional == "learned" else self.pe
-        return table[start:start + n]
+        return table[start : start + n]
 
     def embed(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Dropout(E[tokens] · sqrt(d_model) + PE) (§3.4, §3.5, §5.4). (B, n) -> (B, n, d_model)."""
@@ -134,7 +145,9 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------------ attention (§3.2.2), untiled or tiled
 
-    def _attention(self, x: torch.Tensor, memory: torch.Tensor, p: nn.ParameterDict, key_mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    def _attention(
+        self, x: torch.Tensor, memory: torch.Tensor, p: nn.ParameterDict, key_mask: torch.Tensor | None, causal: bool
+    ) -> torch.Tensor:
         """MultiHead(x, memory, memory) (§3.2.2) with a key-padding mask (B, 1, n_k) or a causal one (§3.2.3).
 
         Up to ``attention_tile`` positions: the built-in's ``multi_head_attention`` (one (n, n)
@@ -146,21 +159,31 @@ class Transformer(nn.Module):
         mask = torch.ones(n_q, n_k, dtype=torch.bool, device=x.device).tril() if causal else key_mask
         return self.impl.multi_head_attention(x, memory, memory, p, self.config.num_heads, mask)
 
-    def _tiled_attention(self, x: torch.Tensor, memory: torch.Tensor, p: nn.ParameterDict, key_mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    def _tiled_attention(
+        self, x: torch.Tensor, memory: torch.Tensor, p: nn.ParameterDict, key_mask: torch.Tensor | None, causal: bool
+    ) -> torch.Tensor:
         """The same function as :meth:`_attention`, in query tiles of ``attention_tile`` rows.
 
         Q, K, V projected once (§3.2.2); each tile is one call of the built-in's Eq. (1) under
         activation checkpointing, so only the tile's inputs are kept for the backward pass and its
         mask and scores exist one tile at a time; then Concat(heads) W^O.
         """
-        q, k, v = self._project(x, p, "q"), self._project(memory, p, "k"), self._project(memory, p, "v")  # (B, h, n, d_head)
-        tiles = [checkpoint(self._tile, q[:, :, s:s + self.attention_tile], k, v, key_mask, s, causal, use_reentrant=False)
-                 for s in range(0, q.shape[2], self.attention_tile)]  # fmt: skip
+        q, k, v = (
+            self._project(x, p, "q"),
+            self._project(memory, p, "k"),
+            self._project(memory, p, "v"),
+        )  # (B, h, n, d_head)
+        tiles = [
+            checkpoint(self._tile, q[:, :, s : s + self.attention_tile], k, v, key_mask, s, causal, use_reentrant=False)
+            for s in range(0, q.shape[2], self.attention_tile)
+        ]
         heads = torch.cat(tiles, dim=2)  # (B, h, n_q, d_v)
         b, h, n, dv = heads.shape
         return torch.matmul(heads.transpose(1, 2).reshape(b, n, h * dv), p["w_o"]) + p["b_o"]
 
-    def _tile(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, start: int, causal: bool) -> torch.Tensor:
+    def _tile(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, start: int, causal: bool
+    ) -> torch.Tensor:
         """Eq. (1) for the query rows start..start+T-1: q (B, h, T, d_k) -> (B, h, T, d_v).
 
         Causal: only keys 0..start+T-1 exist for these rows, and the (T, start+T) mask says
@@ -184,7 +207,13 @@ class Transformer(nn.Module):
             x = self._sublayer(x, self._ffn(x, layer), layer.norm2)
         return x, mask
 
-    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor, tgt_lengths: torch.Tensor | None = None) -> torch.Tensor:
+    def decode(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        memory_mask: torch.Tensor,
+        tgt_lengths: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Decoder stack and the tied pre-softmax projection (§3.1, §3.4): -> logits (B, n_tgt, vocab).
 
         Self-attention is causal (§3.2.3), one mask for the whole batch. Padded target positions
@@ -200,7 +229,13 @@ class Transformer(nn.Module):
             y = self._sublayer(y, self._ffn(y, layer), layer.norm3)
         return torch.matmul(y, self.embedding.transpose(0, 1))  # (B, n, vocab), no bias (§3.4)
 
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, tgt_lengths: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        tgt_in: torch.Tensor,
+        tgt_lengths: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Teacher-forced logits (B, n_tgt, vocab)."""
         memory, mask = self.encode(src, src_lengths)
         return self.decode(tgt_in, memory, mask, tgt_lengths)
@@ -226,16 +261,22 @@ class Transformer(nn.Module):
         b, n, width = y.shape
         return y.reshape(b, n, self.config.num_heads, width // self.config.num_heads).transpose(1, 2)
 
-    def _attend_cached(self, x: torch.Tensor, p: nn.ParameterDict, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def _attend_cached(
+        self, x: torch.Tensor, p: nn.ParameterDict, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
         """MultiHead for queries x against already projected keys/values: Eq. (1) per head, then W^O."""
         q = self._project(x, p, "q")  # (B, h, 1, d_k)
-        heads = self.impl.scaled_dot_product_attention(q, k, v, None if mask is None else mask[:, None])  # (B, h, 1, d_v)
+        heads = self.impl.scaled_dot_product_attention(
+            q, k, v, None if mask is None else mask[:, None]
+        )  # (B, h, 1, d_v)
         b, h, n, dv = heads.shape
         return torch.matmul(heads.transpose(1, 2).reshape(b, n, h * dv), p["w_o"]) + p["b_o"]
 
     def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> dict[str, Any]:
         """Decoder state before the first step: each layer's encoder-decoder keys and values, computed once."""
-        cross = [(self._project(memory, m.cross_attn, "k"), self._project(memory, m.cross_attn, "v")) for m in self.decoder]
+        cross = [
+            (self._project(memory, m.cross_attn, "k"), self._project(memory, m.cross_attn, "v")) for m in self.decoder
+        ]
         return {"t": 0, "cross": cross, "self": [None] * len(self.decoder), "mask": memory_mask}
 
     @torch.no_grad()
@@ -262,7 +303,12 @@ class Transformer(nn.Module):
     def reorder(state: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
         """Keep batch rows ``index`` of a decoder state (beam search re-selects hypotheses)."""
         pick = lambda pair: None if pair is None else (pair[0][index], pair[1][index])  # noqa: E731
-        return {"t": state["t"], "cross": [pick(c) for c in state["cross"]], "self": [pick(s) for s in state["self"]], "mask": state["mask"][index]}
+        return {
+            "t": state["t"],
+            "cross": [pick(c) for c in state["cross"]],
+            "self": [pick(s) for s in state["self"]],
+            "mask": state["mask"][index],
+        }
 
 
 def parameter_total(model: nn.Module) -> int:

@@ -89,10 +89,12 @@ def collate(examples: Sequence[Example], idx: Sequence[int], device: str | torch
     ns, nt = max(map(len, src)), max(map(len, tgt)) + 1
     pad = lambda rows, n: torch.tensor([r + [PAD] * (n - len(r)) for r in rows], dtype=torch.long, device=device)  # noqa: E731
     return Batch(
-        pad(src, ns), torch.tensor([len(s) for s in src], device=device),
-        pad([[BOS] + t for t in tgt], nt), pad([t + [EOS] for t in tgt], nt),
+        pad(src, ns),
+        torch.tensor([len(s) for s in src], device=device),
+        pad([[BOS] + t for t in tgt], nt),
+        pad([t + [EOS] for t in tgt], nt),
         torch.tensor([len(t) + 1 for t in tgt], device=device),
-    )  # fmt: skip
+    )
 
 
 class SmoothedCrossEntropy(torch.autograd.Function):
@@ -119,7 +121,9 @@ class SmoothedCrossEntropy(torch.autograd.Function):
         log_p, targets = ctx.saved_tensors
         k = log_p.shape[-1]
         g = log_p.exp().sub_(ctx.eps / k)  # p − ε/K, (..., K)
-        g.scatter_add_(-1, targets.unsqueeze(-1), torch.full((*targets.shape, 1), ctx.eps - 1.0, dtype=g.dtype, device=g.device))
+        g.scatter_add_(
+            -1, targets.unsqueeze(-1), torch.full((*targets.shape, 1), ctx.eps - 1.0, dtype=g.dtype, device=g.device)
+        )
         return g.mul_(grad.unsqueeze(-1)), None, None
 
 
@@ -165,18 +169,37 @@ def _atomic_save(obj: Any, path: Path) -> None:
 
 def checkpoints(folder: Path) -> list[Path]:
     """Checkpoint files ``ckpt-<step>.pt`` in ``folder``, oldest first."""
-    found = [(int(m.group(1)), Path(p)) for p in glob.glob(str(Path(folder) / "ckpt-*.pt")) if (m := re.search(r"ckpt-(\d+)\.pt$", p))]
+    found = [
+        (int(m.group(1)), Path(p))
+        for p in glob.glob(str(Path(folder) / "ckpt-*.pt"))
+        if (m := re.search(r"ckpt-(\d+)\.pt$", p))
+    ]
     return [p for _, p in sorted(found)]
 
 
-def save_checkpoint(folder: Path, model: Transformer, optimizer: torch.optim.Optimizer, step: int, cursor: tuple[int, int], keep: int, tokens: int,
-                    seconds: float = 0.0) -> Path:
+def save_checkpoint(
+    folder: Path,
+    model: Transformer,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    cursor: tuple[int, int],
+    keep: int,
+    tokens: int,
+    seconds: float = 0.0,
+) -> Path:
     """Write ``ckpt-<step>.pt`` atomically and delete all but the newest ``keep``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"ckpt-{step}.pt"
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "cursor": list(cursor),
-             "rng": torch.get_rng_state(), "tokens": tokens, "seconds": seconds}  # fmt: skip
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "step": step,
+        "cursor": list(cursor),
+        "rng": torch.get_rng_state(),
+        "tokens": tokens,
+        "seconds": seconds,
+    }
     _atomic_save(state, path)
     for old in checkpoints(folder)[:-keep]:
         old.unlink()
@@ -205,10 +228,16 @@ def _world() -> tuple[int, int]:
 
 def _fmt_time(seconds: float) -> str:
     seconds = int(max(seconds, 0))
-    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m{seconds % 60:02d}s" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    return (
+        f"{seconds // 3600}h{seconds // 60 % 60:02d}m{seconds % 60:02d}s"
+        if seconds >= 3600
+        else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
 
 
-def train(model: Transformer, examples: Sequence[Example], cfg: TrainConfig, folder: Path, *, log=print) -> dict[str, Any]:
+def train(
+    model: Transformer, examples: Sequence[Example], cfg: TrainConfig, folder: Path, *, log=print
+) -> dict[str, Any]:
     """Train ``model`` on ``examples`` (resuming from ``folder``'s newest checkpoint); return a summary.
 
     Under ``torchrun`` (torch.distributed initialised) each worker runs its shards of every global
@@ -234,7 +263,9 @@ def train(model: Transformer, examples: Sequence[Example], cfg: TrainConfig, fol
         net = torch.nn.parallel.DistributedDataParallel(model)
     batches = [b for b in token_batches(examples, cfg.max_tokens) if len(b) >= parts]
     if not batches:
-        raise ValueError(f"max_tokens={cfg.max_tokens}: no batch holds {parts} sentences (one per shard); raise max_tokens")
+        raise ValueError(
+            f"max_tokens={cfg.max_tokens}: no batch holds {parts} sentences (one per shard); raise max_tokens"
+        )
     model.train()
     last_ckpt = time.perf_counter()
     start = last_ckpt - seconds_before  # the time limit counts the whole run, across resumes
@@ -249,7 +280,7 @@ def train(model: Transformer, examples: Sequence[Example], cfg: TrainConfig, fol
 
     while step < cfg.steps and not spent(time.perf_counter()):
         cursor, batch = next(stream)
-        shards = shard(batch, parts)[rank * cfg.accumulate:(rank + 1) * cfg.accumulate]
+        shards = shard(batch, parts)[rank * cfg.accumulate : (rank + 1) * cfg.accumulate]
         global_tokens = sum(len(examples[i].tgt) + 1 for i in batch)
         step += 1
         lr = cfg.lr_scale * model.impl.lrate(step, model.config.d_model, cfg.warmup)
@@ -278,10 +309,21 @@ def train(model: Transformer, examples: Sequence[Example], cfg: TrainConfig, fol
             if cfg.max_train_tokens is not None:
                 eta = min(eta, (cfg.max_train_tokens - tokens_seen) / max(rate, 1e-9))
             if rank == 0:
-                of = f"/{cfg.steps}" if cfg.max_train_tokens is None else f" ({tokens_seen:,}/{cfg.max_train_tokens:,} tokens)"
-                log(f"step {step}{of} | {rate:,.0f} tok/s | loss {loss_sum / max(loss_tokens, 1):.3f} | lr {lr:.2e} | ETA {_fmt_time(eta)}")
+                of = (
+                    f"/{cfg.steps}"
+                    if cfg.max_train_tokens is None
+                    else f" ({tokens_seen:,}/{cfg.max_train_tokens:,} tokens)"
+                )
+                log(
+                    f"step {step}{of} | {rate:,.0f} tok/s | loss {loss_sum / max(loss_tokens, 1):.3f} | lr {lr:.2e} | ETA {_fmt_time(eta)}"
+                )
             window_tokens, window_start, window_step, loss_sum, loss_tokens = 0, now, step, 0.0, 0
-        wants = step % cfg.checkpoint_steps == 0 or now - last_ckpt > 60 * cfg.checkpoint_minutes or step == cfg.steps or out_of_time
+        wants = (
+            step % cfg.checkpoint_steps == 0
+            or now - last_ckpt > 60 * cfg.checkpoint_minutes
+            or step == cfg.steps
+            or out_of_time
+        )
         if wants and rank == 0:
             save_checkpoint(folder, model, optimizer, step, _after(cursor), cfg.keep, tokens_seen, now - start)
             last_ckpt = now
