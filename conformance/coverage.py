@@ -6,7 +6,7 @@ composite downstream of such a stage) the bound is infinite, and the element is 
 counted, with its reason, in the report, never passed. The strategies (``strategies.py``) are
 conditioned so that this stays rare: inputs are scaled to what the dtype can resolve.
 
-Per equation and dtype, :data:`MAX_UNCHECKED` states the largest fraction of drawn elements that
+Per equation, its record (``equations.py``, ``Equation.max_unchecked``) states the largest fraction of drawn elements that
 may go unchecked; a report row above it is **inconclusive**, which fails the run (exit 1) unless
 the implementation declares it in ``declared_inconclusive`` (``"equation"`` or
 ``"equation@dtype"`` -> why). ``tests/test_budget_coverage.py`` checks the stated fractions
@@ -23,9 +23,8 @@ The stated fractions (measured with ``conformance/simulated.py`` over the ``thor
   score error at most 1) and ``_layer_rows`` (every input row keeps a spread in float16 and
   bfloat16)). Measured with ``aiayn.conformance.strategies`` over 10,000 draws per composite in
   float16 and bfloat16 (encoder layer, decoder layer, whole model): 0 elements unchecked
-  (``tests/test_conditioning.py`` repeats it on 300 draws). Before those conditions about 1 drawn
-  bfloat16 decoder layer in 45 had elements with no bound (3.5% of its outputs), and the first
-  ``aiayn false-alarms --profile dev`` count found 5 of 10 seeds inconclusive by chance.
+  (``tests/test_conditioning.py`` repeats it on 300 draws). Without those conditions about 1 drawn
+  bfloat16 decoder layer in 45 has elements with no bound (3.5% of its outputs).
 """
 
 from __future__ import annotations
@@ -33,32 +32,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from aiayn.conformance.equations import DEFAULT_MAX_UNCHECKED
+
 __all__ = [
     "DEFAULT_MAX_UNCHECKED",
-    "MAX_UNCHECKED",
     "MAX_UNSUPPORTED",
     "OUT_OF_SCOPE",
     "declared_inconclusive",
     "max_unchecked",
 ]
 
-DEFAULT_MAX_UNCHECKED = 0.01
 
 #: The prefix of a skip reason for a test outside an implementation's declared scope (the plugin
 #: writes it, the report reads it).
 OUT_OF_SCOPE = "outside the declared scope"
 
 #: A row whose examples the implementation mostly refused (``Unsupported``) says little: above this
-#: fraction of unsupported examples it is inconclusive, not a pass (issue: declared scope).
+#: fraction of unsupported examples it is inconclusive, not a pass.
 MAX_UNSUPPORTED = 0.5
-
-#: (equation, dtype) or equation -> the largest fraction of elements that may go unchecked.
-MAX_UNCHECKED: dict[str | tuple[str, str], float] = {}
 
 
 def max_unchecked(equation: str, dtype: str) -> float:
-    """The stated largest unchecked fraction of ``equation`` in ``dtype``."""
-    return MAX_UNCHECKED.get((equation, dtype), MAX_UNCHECKED.get(equation, DEFAULT_MAX_UNCHECKED))
+    """The stated largest unchecked fraction of ``equation`` (its record's, ``equations.py``; the contract's default)."""
+    from aiayn.conformance.equations import RECORDS
+
+    return RECORDS[equation].max_unchecked if equation in RECORDS else DEFAULT_MAX_UNCHECKED
 
 
 def declared_inconclusive(impl: Any, equation: str, dtype: str) -> str | None:

@@ -24,6 +24,7 @@ and a departure names a choice other than the declared one.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -368,26 +369,12 @@ def smoothed_cross_entropy(
     return -np.sum(np.where(q == 0, LD(0), q * log_p), axis=-1)
 
 
-_MODEL: dict[str, Callable[..., np.ndarray]] = {
-    "softmax": softmax,
-    "scaled_dot_product_attention": scaled_dot_product_attention,
-    "multi_head_attention": multi_head_attention,
-    "positional_encoding": positional_encoding,
-    "layer_norm": layer_norm,
-    "feed_forward": feed_forward,
-    "lrate": lrate,
-    "label_smoothing": label_smoothing,
-    "smoothed_cross_entropy": smoothed_cross_entropy,
-    "encoder_layer": encoder_layer,
-    "decoder_layer": decoder_layer,
-    "transformer_forward": transformer_forward,
-}
-
-
 def evaluate(equation: str, args: Mapping[str, Any], ops: Ops = PAPER, dtype: str | None = None) -> np.ndarray:
     """The model's ``equation`` on ``args`` (the oracle's arguments, as :func:`explain` takes them) with ``ops``, as float64."""
-    fn = _MODEL[equation]
-    extra = {"dtype": dtype} if equation in ("softmax", "layer_norm") else {}
+    from aiayn.conformance.equations import record
+
+    fn = record(equation).model
+    extra = {"dtype": dtype} if "dtype" in inspect.signature(fn).parameters else {}
     with np.errstate(all="ignore"):
         return np.asarray(fn(**args, ops=ops, **extra), dtype=np.float64)
 
@@ -398,40 +385,31 @@ def evaluate(equation: str, args: Mapping[str, Any], ops: Ops = PAPER, dtype: st
 
 @dataclass(frozen=True)
 class Departure:
-    """One known departure: its name (what messages say), who does it, the equations it shows in, and how to compute it."""
+    """One known departure: its name (what messages say), who does it, where it shows, and how to compute it.
+
+    ``family``: the part of the model it concerns; an equation's record lists the families that concern it
+    (``equations.py``, ``Equation.departures``), so a departure is tried on every equation that contains that part.
+    ``precision``: compare within this dtype's budget ("float32": float32 inside a float64 claim), or "ftz": the
+    check's dtype with subnormal results flushed to zero (``numerics.PRECISIONS`` "<dtype>-ftz": every underflow errs
+    by up to 2^emin, not eta). ``numerical``: computed in the check's dtype. ``compute``: numerical, computed in this
+    dtype whatever the check's (a narrower one: code that upcasts).
+    """
 
     name: str
     note: str
-    equations: frozenset[str]
+    family: str
     ops: Ops = PAPER
-    precision: str | None = (
-        None  # compare within this dtype's budget ("float32": float32 inside float64), or "ftz": the check's dtype
-    )
-    # with subnormal results flushed to zero (numerics.PRECISIONS "<dtype>-ftz": every underflow errs by up to 2^emin, not eta)
-    numerical: bool = False  # computed in the check's dtype
-    compute: str | None = (
-        None  # numerical, computed in this dtype whatever the check's (a narrower one: code that upcasts)
-    )
+    precision: str | None = None
+    numerical: bool = False
+    compute: str | None = None
 
     def output(self, equation: str, args: Mapping[str, Any], dtype: str) -> np.ndarray:
         return evaluate(equation, args, self.ops, self.compute or (dtype if self.numerical else None))
 
 
-_ATTENTION = frozenset(
-    {"scaled_dot_product_attention", "multi_head_attention", "encoder_layer", "decoder_layer", "transformer_forward"}
-)
-_HEADS = _ATTENTION - {"scaled_dot_product_attention"}
-_LAYERS = frozenset({"encoder_layer", "decoder_layer", "transformer_forward"})
-_LN = frozenset({"layer_norm"}) | _LAYERS
-_FFN = frozenset({"feed_forward"}) | _LAYERS
-_PE = frozenset({"positional_encoding", "transformer_forward"})
-_SMOOTH = frozenset({"label_smoothing", "smoothed_cross_entropy"})
-_ALL = frozenset(_MODEL)
-
-
-def _d(name: str, note: str, equations: frozenset[str], **ops: Any) -> Departure:
+def _d(name: str, note: str, family: str, **ops: Any) -> Departure:
     flags = {k: ops.pop(k) for k in ("precision", "numerical", "compute") if k in ops}
-    return Departure(name, note, equations, replace(PAPER, **ops), **flags)
+    return Departure(name, note, family, replace(PAPER, **ops), **flags)
 
 
 #: Every departure the suite can name. The project's mutants (``mutants.py``) each carry one of these names.
@@ -439,164 +417,174 @@ CATALOGUE: tuple[Departure, ...] = (
     _d(
         "no 1/sqrt(d_k) scaling",
         "Eq. (1) without its scale: the scores of plain dot-product attention",
-        _ATTENTION,
+        "attention",
         scale="none",
     ),
-    _d("scores divided by d_k instead of sqrt(d_k)", "a square root forgotten", _ATTENTION, scale="dk"),
+    _d("scores divided by d_k instead of sqrt(d_k)", "a square root forgotten", "attention", scale="dk"),
     _d(
         "scores scaled by 1/sqrt(d_model) instead of 1/sqrt(d_k)",
         "the model width used for the head width",
-        _HEADS,
+        "heads",
         scale="sqrt_dmodel",
     ),
     _d(
         "softmax over the queries instead of the keys",
         "the attention weights normalised along the wrong axis",
-        _ATTENTION,
+        "attention",
         softmax_over="queries",
     ),
     _d(
         "mask applied after the softmax",
         "masked weights zeroed without renormalising",
-        _ATTENTION,
+        "attention",
         mask="after_softmax",
     ),
     _d(
         "finite mask value -1e4 added to the scores",
         "additive masks in fp16 code (a finite value leaks weight; §3.2.3 sets -inf)",
-        _ATTENTION,
+        "attention",
         mask="add:-1e4",
     ),
-    _d("finite mask value -1e9 added to the scores", "additive masks (§3.2.3 sets -inf)", _ATTENTION, mask="add:-1e9"),
+    _d("finite mask value -1e9 added to the scores", "additive masks (§3.2.3 sets -inf)", "attention", mask="add:-1e9"),
     _d(
         "masked scores set to -1e9 (masked_fill)",
         "the Annotated Transformer and many tutorials (§3.2.3 sets -inf)",
-        _ATTENTION,
+        "attention",
         mask="fill:-1e9",
     ),
-    _d("mask ignored", "the mask argument never applied", _ATTENTION, mask="ignored"),
+    _d("mask ignored", "the mask argument never applied", "attention", mask="ignored"),
     _d(
         "fully masked rows give zeros",
         "PyTorch's SDPA behaviour, where another policy is declared",
-        _ATTENTION,
+        "attention",
         fully_masked="zeros",
     ),
     _d(
         "fully masked rows give NaN",
         "plain -inf masking (0/0), where another policy is declared",
-        _ATTENTION,
+        "attention",
         fully_masked="nan",
     ),
     _d(
         "fully masked rows give the mean of the values",
         "a finite mask value, where another policy is declared",
-        _ATTENTION,
+        "attention",
         fully_masked="uniform",
     ),
     _d(
         "softmax without the max shift",
         "exp overflows for large scores (numerical, in the dtype)",
-        frozenset({"softmax"}),
+        "softmax",
         softmax_shift=False,
         numerical=True,
     ),
     _d(
         "softmax over the last axis whatever axis says",
         "the axis argument ignored",
-        frozenset({"softmax"}),
+        "softmax",
         softmax_last_axis=True,
     ),
     _d(
         "heads interleaved (head i takes columns i, i+h, ...)",
         "a reshape to (d_k, h) instead of (h, d_k)",
-        _HEADS,
+        "heads",
         heads="strided",
     ),
-    _d("heads concatenated in reverse order", "Concat(head_h, ..., head_1)", _HEADS, heads="reversed"),
-    _d("cos in the even, sin in the odd dimensions", "§3.5 puts sin at 2i, cos at 2i+1", _PE, pe="swapped"),
+    _d("heads concatenated in reverse order", "Concat(head_h, ..., head_1)", "heads", heads="reversed"),
+    _d("cos in the even, sin in the odd dimensions", "§3.5 puts sin at 2i, cos at 2i+1", "positional", pe="swapped"),
     _d(
         "sin and cos in two halves",
         "concatenated [sin | cos] instead of interleaved (tensor2tensor's layout)",
-        _PE,
+        "positional",
         pe="halves",
     ),
-    _d("exponent i/d_model instead of 2i/d_model", "the dimension index used for the pair index", _PE, pe="exponent_i"),
-    _d("positions counted from 1", "§3.5 counts pos from 0", _PE, pe="from_one"),
-    _d("positional base 1000 instead of 10000", "§3.5's wavelengths go up to 10000 * 2 pi", _PE, pe="base_1000"),
+    _d(
+        "exponent i/d_model instead of 2i/d_model",
+        "the dimension index used for the pair index",
+        "positional",
+        pe="exponent_i",
+    ),
+    _d("positions counted from 1", "§3.5 counts pos from 0", "positional", pe="from_one"),
+    _d(
+        "positional base 1000 instead of 10000",
+        "§3.5's wavelengths go up to 10000 * 2 pi",
+        "positional",
+        pe="base_1000",
+    ),
     _d(
         "eps added to the std",
         "(x - mean) / (std + eps); the paper's LayerNorm has eps inside the square root",
-        _LN,
+        "layer_norm",
         layer_norm="eps_std",
     ),
     _d(
         "unbiased variance",
         "var with d - 1 (torch.std's default); LayerNorm normalises by the biased one",
-        _LN,
+        "layer_norm",
         layer_norm="unbiased",
     ),
     _d(
         "unbiased variance, eps added to the std",
         "x.std(-1) + eps: the Annotated Transformer's LayerNorm",
-        _LN,
+        "layer_norm",
         layer_norm="unbiased_eps_std",
     ),
     _d(
         "one-pass variance E[x^2] - E[x]^2",
         "cancels catastrophically on near-constant rows (numerical, in the dtype)",
-        frozenset({"layer_norm"}),
+        "layer_norm_rows",
         layer_norm="one_pass",
         numerical=True,
     ),
-    _d("no ReLU", "FFN without its max(0, .): two linear maps", _FFN, activation="none"),
-    _d("GELU instead of ReLU", "BERT's and GPT's activation; Eq. (2) has max(0, .)", _FFN, activation="gelu"),
-    _d("bias after the ReLU", "max(0, x W1) + b1 instead of max(0, x W1 + b1)", _FFN, activation="bias_after_relu"),
+    _d("no ReLU", "FFN without its max(0, .): two linear maps", "ffn", activation="none"),
+    _d("GELU instead of ReLU", "BERT's and GPT's activation; Eq. (2) has max(0, .)", "ffn", activation="gelu"),
+    _d("bias after the ReLU", "max(0, x W1) + b1 instead of max(0, x W1 + b1)", "ffn", activation="bias_after_relu"),
     _d(
         "pre-norm sub-layers x + Sublayer(LayerNorm(x))",
         "GPT-2, the Annotated Transformer, tensor2tensor's later default; §3.1 is post-norm",
-        _LAYERS,
+        "residual",
         residual="pre",
     ),
     _d(
         "embeddings not scaled by sqrt(d_model)",
         "§3.4 multiplies the embedding weights by sqrt(d_model)",
-        frozenset({"transformer_forward"}),
+        "embedding",
         embed_scale=False,
     ),
     _d(
         "causal mask off by one (position i sees i + 1)",
         "§3.2.3 allows j <= i",
-        frozenset({"decoder_layer", "transformer_forward"}),
+        "causal",
         causal_offset=1,
     ),
-    _d("lrate shifted by one step", "a 0-based step counter fed to Eq. (3)", frozenset({"lrate"}), lrate_shift=1),
-    _d("smoothing over K classes", "Szegedy et al.'s form, where another is declared", _SMOOTH, smoothing="K"),
-    _d("smoothing over K-1 classes", "tensor2tensor's form, where another is declared", _SMOOTH, smoothing="K-1"),
+    _d("lrate shifted by one step", "a 0-based step counter fed to Eq. (3)", "lrate", lrate_shift=1),
+    _d("smoothing over K classes", "Szegedy et al.'s form, where another is declared", "smoothing", smoothing="K"),
+    _d("smoothing over K-1 classes", "tensor2tensor's form, where another is declared", "smoothing", smoothing="K-1"),
     _d(
         "smoothing over K-2 classes (a padding class)",
         "the Annotated Transformer's LabelSmoothing, where another is declared",
-        _SMOOTH,
+        "smoothing",
         smoothing="K-2",
     ),
-    _d("no label smoothing (one-hot targets)", "eps ignored", _SMOOTH, smoothing="none"),
+    _d("no label smoothing (one-hot targets)", "eps ignored", "smoothing", smoothing="none"),
     _d(
         "float32 inside a float64 claim",
         "computed in float32 while declaring float64: agrees with the paper within float32's budget only",
-        _ALL,
+        "arithmetic",
         precision="float32",
     ),
     _d(
         "subnormal results flushed to zero",
         "FTZ/DAZ arithmetic (XLA's CPU backend, fast-math builds): agrees with the paper within the "
         "budget whose underflow unit is 2^emin, the smallest normal, instead of the subnormal spacing",
-        _ALL,
+        "arithmetic",
         precision="ftz",
     ),
     _d(
         "LayerNorm as x r + (beta - mean r), r = gain / sqrt(var + eps)",
         "one multiply-add per element (Keras' LayerNormalization): x r and "
         "mean r cancel on rows whose mean is large beside their spread (numerical, in the dtype)",
-        _LN,
+        "layer_norm",
         layer_norm="scale_shift",
         numerical=True,
     ),
@@ -605,7 +593,7 @@ CATALOGUE: tuple[Departure, ...] = (
         "the same one multiply-add form computed in float32 on float16 or "
         "bfloat16 inputs and rounded at the end (Keras' LayerNormalization under JAX): the cancellation of float32, not the "
         "overflow of float16",
-        _LN,
+        "layer_norm",
         layer_norm="scale_shift",
         numerical=True,
         compute="float32",
@@ -629,15 +617,17 @@ def explain(
     scaling" agree with an output whose subnormal terms were flushed to zero.) A departure of an
     equation is named where no arithmetic explains the output.
     """
+    from aiayn.conformance.equations import record
     from aiayn.conformance.numerics import precision
 
+    families = record(equation).departures
     got = np.asarray(got, dtype=np.float64)
     undefined = np.isnan(
         evaluate(equation, args)
     )  # the paper's NaN (fully masked rows): the check's budget is a bare floor there
     names, arithmetic = [], []
     for departure in CATALOGUE:
-        if equation not in departure.equations or (departure.precision not in (None, "ftz") and dtype != "float64"):
+        if departure.family not in families or (departure.precision not in (None, "ftz") and dtype != "float64"):
             continue
         if departure.compute is not None and dtype not in ("float16", "bfloat16"):
             continue  # an upcast to float32 concerns only the narrower dtypes

@@ -36,7 +36,6 @@ from aiayn.implementations.protocol import Unsupported, flushes_subnormals
 
 __all__ = [
     "CHECKS",
-    "SECTIONS",
     "Case",
     "BrokenContract",
     "ConformanceFailure",
@@ -51,23 +50,6 @@ __all__ = [
     "register_spec",
     "save_case",
 ]
-
-#: Every equation's name in reports and messages, with its place in the paper.
-SECTIONS: dict[str, str] = {
-    "softmax": "softmax (§3.2.1, inside Eq. (1))",
-    "scaled_dot_product_attention": "scaled dot-product attention (§3.2.1, Eq. (1))",
-    "multi_head_attention": "multi-head attention (§3.2.2)",
-    "positional_encoding": "positional encoding (§3.5)",
-    "layer_norm": "LayerNorm (§3.1)",
-    "feed_forward": "position-wise feed-forward (§3.3, Eq. (2))",
-    "lrate": "learning rate schedule (§5.3, Eq. (3))",
-    "label_smoothing": "label smoothing (§5.4)",
-    "smoothed_cross_entropy": "smoothed cross-entropy (§5.4)",
-    "encoder_layer": "encoder layer (§3.1)",
-    "decoder_layer": "decoder layer (§3.1, §3.2.3)",
-    "transformer_forward": "full forward pass (Figure 1, §3.1-§3.5)",
-    "contract": "the plug-in contract (implementations/protocol.py)",
-}
 
 #: name -> the registered check (a function ``(impl, dtype, **args)``); filled by ``aiayn.conformance.checks``.
 CHECKS: dict[str, Callable[..., None]] = {}
@@ -206,7 +188,9 @@ class Case:
 
     @property
     def title(self) -> str:
-        return SECTIONS.get(self.equation, self.equation)
+        from aiayn.conformance.equations import title
+
+        return title(self.equation)
 
     @property
     def arithmetic(self) -> str:
@@ -294,7 +278,7 @@ class Case:
     ) -> np.ndarray:
         """Call ``method`` with hygiene checks; return the result as float64.
 
-        Hygiene (issue 4, "What it checks" 3): inputs not mutated; the result is an array of the
+        Hygiene: inputs not mutated; the result is an array of the
         declared dtype (its native ``dtype`` attribute if it has one, and every value exactly
         representable in that dtype) on the declared device (its ``device`` attribute if any);
         and the same bits when called twice with the same inputs.

@@ -173,9 +173,10 @@ def _explicit_specs(config: pytest.Config) -> list[str] | None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{_MARK}(name, dtypes='all', load_failures=False, needs=()): an aiayn conformance test of "
+        f"{_MARK}(name, dtypes=None, load_failures=False, needs=()): an aiayn conformance test of "
         "equation NAME (aiayn.implementations.protocol.EQUATIONS, or 'contract'); dtypes='first' runs "
-        "only the implementation's first dtype; load_failures=True makes an implementation that cannot "
+        "only the implementation's first dtype, 'all' every dtype (default: the equation record's choice, "
+        "aiayn.conformance.equations); load_failures=True makes an implementation that cannot "
         "be loaded fail it; needs: what of the domain the test needs ('masks:KIND', 'cross-attention', "
         "'batch:1'), so that it is out of scope for an implementation whose declared Scope excludes it",
     )
@@ -283,7 +284,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     from aiayn.conformance import profiles
 
     profiles.active()  # $AIAYN_PROFILE or dev, unless --aiayn-profile chose already
-    equation, mode = marker.args[0], marker.kwargs.get("dtypes", "all")
+    from aiayn.conformance.equations import RECORDS
+
+    equation = marker.args[0]
+    first_only = equation in RECORDS and RECORDS[equation].first_dtype_only
+    mode = marker.kwargs.get("dtypes", "first" if first_only else "all")
     specs, explicit = _specs_for(config, metafunc.module)
     module_dtypes = getattr(metafunc.module, "AIAYN_DTYPES", None)
     wanted = set(config.getoption("--dtype") or module_dtypes or _DTYPES)
@@ -550,14 +555,17 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
 
 
 def _crash_message(record: dict[str, Any]) -> tuple[str, str | None]:
-    from aiayn.conformance.harness import SECTIONS, failure_name
+    from aiayn.conformance.equations import title as equation_title
+    from aiayn.conformance.harness import failure_name
     from aiayn.environment import failure_dir
 
-    title = SECTIONS.get(record.get("equation", ""), record.get("equation", "?"))
+    title = equation_title(record.get("equation", "?"))
     call = record.get("call") or "the test (outside any call into the implementation)"
     cause = record["cause"]
     if cause == "timeout":
         what = f"{call} did not return within {record.get('limit_s', 0):g} s (the per-call time limit; aiayn check --timeout)"
+        if record.get("method"):
+            what += f"; later calls of {record['method']} fail at once"
     elif cause == "exited":
         what = f"the worker process ended during {call} without a Python error (killed, e.g. for memory, or os._exit)"
     else:

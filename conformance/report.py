@@ -23,11 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.conformance.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
-from aiayn.conformance.harness import SECTIONS
+from aiayn.conformance.equations import CONTRACT, RECORDS, title
 from aiayn.implementations.protocol import DTYPES, EQUATIONS, flushes_subnormals, scope_of
 from aiayn.kit import md_table, signature, write_json, write_text
-
-FIRST_DTYPE_ONLY = ("lrate", "label_smoothing")
 
 
 def _empty(status: str) -> dict[str, Any]:
@@ -161,7 +159,7 @@ def build(entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str])
     for equation in ("contract", *EQUATIONS) if dtypes else ():
         for dtype in dtypes:
             mine = [r for r in results if r["equation"] == equation and r["dtype"] == dtype]
-            if equation in FIRST_DTYPE_ONLY and dtype != dtypes[0]:
+            if equation in RECORDS and RECORDS[equation].first_dtype_only and dtype != dtypes[0]:
                 cell = _empty("n/a")
             elif equation == "contract" and dtype != dtypes[0]:
                 continue
@@ -175,7 +173,7 @@ def build(entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str])
             rows.append(
                 {
                     "equation": equation,
-                    "section": SECTIONS[equation],
+                    "section": title(equation),
                     "dtype": dtype if equation != "contract" else "all",
                     **cell,
                 }
@@ -384,7 +382,7 @@ def summary_lines(entry: Any, results: Iterable[dict[str, Any]]) -> list[str]:
             by_equation.setdefault(equation, {})[dtype] = _cell(
                 [r for r in mine if r["dtype"] == dtype], equation, dtype, entry.impl
             )
-    width = max((len(SECTIONS[e]) for e in by_equation), default=10)
+    width = max((len(title(e)) for e in by_equation), default=10)
     lines = [f"{entry.name} ({entry.spec})" if entry.spec != entry.name else entry.name]
     for equation, cells in by_equation.items():
         parts = []
@@ -405,5 +403,5 @@ def summary_lines(entry: Any, results: Iterable[dict[str, Any]]) -> list[str]:
             if notes:
                 text += f" ({', '.join(notes)})"
             parts.append(text)
-        lines.append(f"  {SECTIONS[equation]:<{width}}  {'; '.join(parts)}")
+        lines.append(f"  {title(equation):<{width}}  {'; '.join(parts)}")
     return lines

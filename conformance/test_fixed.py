@@ -20,12 +20,9 @@ from aiayn.implementations.protocol import EQUATIONS, scope_of
 
 load_all()
 
-#: Equations of Python numbers (lrate) or a result in the implementation's first dtype (label smoothing).
-_FIRST_DTYPE_ONLY = ("lrate", "label_smoothing")
-
 
 def _on_fixed_inputs(equation: str) -> Callable[..., None]:
-    @pytest.mark.aiayn_equation(equation, dtypes="first" if equation in _FIRST_DTYPE_ONLY else "all")
+    @pytest.mark.aiayn_equation(equation)
     @pytest.mark.parametrize("case", F.cases(equation), ids=str)
     def test(impl: Any, dtype: str, case: F.Fixed) -> None:
         scope = scope_of(impl, equation)

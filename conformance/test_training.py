@@ -17,14 +17,14 @@ from aiayn.conformance.checks import training as T
 from aiayn.conformance.profiles import profile
 
 
-@pytest.mark.aiayn_equation("lrate", dtypes="first")
+@pytest.mark.aiayn_equation("lrate")
 @profile(0.5)
 @given(args=S.lrate_inputs())
 def test_lrate(impl: Any, dtype: str, args: dict[str, Any]) -> None:
     T.lrate_agreement(impl, dtype, **args)
 
 
-@pytest.mark.aiayn_equation("lrate", dtypes="first")
+@pytest.mark.aiayn_equation("lrate")
 @profile(0.5)
 @given(args=S.lrate_shape_inputs())
 def test_lrate_rises_linearly_to_its_peak_then_decays_as_inverse_sqrt(
@@ -33,12 +33,12 @@ def test_lrate_rises_linearly_to_its_peak_then_decays_as_inverse_sqrt(
     T.lrate_shape(impl, dtype, **args)
 
 
-@pytest.mark.aiayn_equation("lrate", dtypes="first")
+@pytest.mark.aiayn_equation("lrate")
 def test_lrate_at_step_zero_follows_the_declared_policy(impl: Any, dtype: str) -> None:
     T.lrate_step_zero(impl, dtype, d_model=512, warmup_steps=4000)
 
 
-@pytest.mark.aiayn_equation("label_smoothing", dtypes="first")
+@pytest.mark.aiayn_equation("label_smoothing")
 @profile()
 @given(data=st.data())
 def test_label_smoothing(impl: Any, dtype: str, data: st.DataObject) -> None:
@@ -47,7 +47,7 @@ def test_label_smoothing(impl: Any, dtype: str, data: st.DataObject) -> None:
     )
 
 
-@pytest.mark.aiayn_equation("label_smoothing", dtypes="first")
+@pytest.mark.aiayn_equation("label_smoothing")
 @profile(0.5)
 @given(data=st.data())
 def test_smoothed_targets_sum_to_one(impl: Any, dtype: str, data: st.DataObject) -> None:

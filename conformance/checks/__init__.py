@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import importlib
 
-SECTIONS = ("attention", "positional", "layers", "training", "model", "contract")
+MODULES = ("attention", "positional", "layers", "training", "model", "contract")
 
 
 def load_all() -> None:
     """Import every check module (registering its checks)."""
-    for name in SECTIONS:
+    for name in MODULES:
         importlib.import_module(f"aiayn.conformance.checks.{name}")

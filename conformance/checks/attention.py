@@ -8,40 +8,17 @@ budget, so they may differ by the sum of both (``B1 + B2``), and by nothing more
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from aiayn.conformance import budgets as B
-from aiayn.conformance.checks._common import policy, prepare
-from aiayn.conformance.harness import Case, Diagnosis, check, compare, total_budget
+from aiayn.conformance.checks._common import agreement, agreement_check, prepare
+from aiayn.conformance.harness import Case, check, compare
 from aiayn.conformance.numerics import gamma, is_representable, precision
 
 # --------------------------------------------------------------------------------------------
 # softmax, §3.2.1
 
 
-def _softmax(case: Case, x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(implementation's result, oracle's, budget) for softmax on the rounded ``x``."""
-    from aiayn.reference.attention import softmax as oracle
-
-    nat, seen = prepare(case, x=x)
-    got = case.run("softmax", [nat["x"], axis])
-    expected = oracle(seen["x"], axis)
-    budget = total_budget(lambda p: B.softmax(seen["x"], axis, p), case.arithmetic, expected)
-    case.diagnosis = Diagnosis(
-        "softmax",
-        {"x": seen["x"], "axis": axis},
-        lambda dt: total_budget(lambda p: B.softmax(seen["x"], axis, p), dt, expected),
-    )
-    return got, expected, budget
-
-
-@check("softmax", "softmax")
-def softmax_agreement(case: Case, x: np.ndarray, axis: int) -> None:
-    """softmax(x) along ``axis`` agrees with the oracle within the shifted-softmax bound."""
-    got, expected, budget = _softmax(case, x, axis)
-    compare(case, got, expected, budget, budget_name="shifted-softmax bound, budgets.softmax")
+softmax_agreement = agreement_check("softmax")
 
 
 @check("softmax_rows_sum_to_one", "softmax", kind="property", violates="softmax weights sum to 1 (§3.2.1)")
@@ -51,7 +28,7 @@ def softmax_rows_sum_to_one(case: Case, x: np.ndarray, axis: int) -> None:
     |sum_j p_hat_j - 1| <= sum_j |p_hat_j - p_j| <= sum_j budget_j, plus our own float64 summation
     of n terms: gamma_n(2^-53) sum_j p_hat_j.
     """
-    got, expected, budget = _softmax(case, x, axis)
+    got, expected, budget = agreement(case, x=x, axis=axis)
     n = got.shape[axis]
     total = np.sum(got, axis=axis)
     alive = ~np.all(np.isnan(expected), axis=axis)
@@ -78,8 +55,8 @@ def softmax_shift_invariance(case: Case, x: np.ndarray, axis: int, shift: float)
     """softmax(x + c) = softmax(x) (§3.2.1): x and x + c are drawn so that both are exact in the dtype."""
     if not (np.all(is_representable(x, case.dtype)) and np.all(is_representable(x + shift, case.dtype))):
         raise ValueError(f"test construction: x and x + {shift} must be exact in {case.dtype}")
-    got, _, budget = _softmax(case, x, axis)
-    got_shifted, _, budget_shifted = _softmax(case, x + shift, axis)
+    got, _, budget = agreement(case, x=x, axis=axis)
+    got_shifted, _, budget_shifted = agreement(case, x=x + shift, axis=axis)
     compare(
         case,
         got_shifted,
@@ -94,38 +71,7 @@ def softmax_shift_invariance(case: Case, x: np.ndarray, axis: int, shift: float)
 # scaled dot-product attention, Eq. (1), and masks, §3.2.3
 
 
-def _attention(
-    case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(implementation's result, oracle's, budget) for Eq. (1) on the rounded inputs."""
-    from aiayn.reference.attention import scaled_dot_product_attention as oracle
-
-    nat, seen = prepare(case, q=q, k=k, v=v)
-    native_mask = None if mask is None else case.native(mask)
-    got = case.run("scaled_dot_product_attention", [nat["q"], nat["k"], nat["v"], native_mask])
-    declared = policy(case, "fully_masked")
-    expected = oracle(seen["q"], seen["k"], seen["v"], mask, fully_masked=declared)
-    budget = total_budget(
-        lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p, declared),
-        case.arithmetic,
-        expected,
-    )
-    # the diagnoses compare variants under every policy: fully masked rows get the widest bound, the "uniform" row's
-    case.diagnosis = Diagnosis(
-        "scaled_dot_product_attention",
-        {"q": seen["q"], "k": seen["k"], "v": seen["v"], "mask": mask, "fully_masked": declared},
-        lambda dt: total_budget(
-            lambda p: B.scaled_dot_product_attention(seen["q"], seen["k"], seen["v"], mask, p, "uniform"), dt, expected
-        ),
-    )
-    return got, expected, budget
-
-
-@check("scaled_dot_product_attention", "scaled_dot_product_attention")
-def attention_agreement(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None) -> None:
-    """Eq. (1) agrees with the oracle (masked scores -inf; fully masked rows per the declared policy)."""
-    got, expected, budget = _attention(case, q, k, v, mask)
-    compare(case, got, expected, budget, budget_name="Eq. (1) bound, budgets.attention_core")
+attention_agreement = agreement_check("scaled_dot_product_attention")
 
 
 @check(
@@ -138,9 +84,9 @@ def attention_keys_values_permuted(
     case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, perm: np.ndarray
 ) -> None:
     """Permuting keys and values together (and the mask's key axis) leaves the output unchanged."""
-    got, _, budget = _attention(case, q, k, v, mask)
+    got, _, budget = agreement(case, q=q, k=k, v=v, mask=mask)
     pm = None if mask is None else mask[..., perm]
-    got_p, _, budget_p = _attention(case, q, k[..., perm, :], v[..., perm, :], pm)
+    got_p, _, budget_p = agreement(case, q=q, k=k[..., perm, :], v=v[..., perm, :], mask=pm)
     compare(
         case,
         got_p,
@@ -161,9 +107,9 @@ def attention_queries_permuted(
     case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, perm: np.ndarray
 ) -> None:
     """Permuting the queries (and the mask's query axis) permutes the output rows the same way."""
-    got, _, budget = _attention(case, q, k, v, mask)
+    got, _, budget = agreement(case, q=q, k=k, v=v, mask=mask)
     pm = None if mask is None else np.broadcast_to(mask, (*mask.shape[:-2], q.shape[-2], k.shape[-2]))[..., perm, :]
-    got_p, _, budget_p = _attention(case, q[..., perm, :], k, v, pm)
+    got_p, _, budget_p = agreement(case, q=q[..., perm, :], k=k, v=v, mask=pm)
     compare(
         case,
         got_p,
@@ -182,8 +128,8 @@ def attention_queries_permuted(
 )
 def attention_masked_equals_removed(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray) -> None:
     """Masking keys out (§3.2.3) gives the output of deleting those keys and values."""
-    got, _, budget = _attention(case, q, k, v, keep[None, :])
-    got_r, _, budget_r = _attention(case, q, k[..., keep, :], v[..., keep, :], None)
+    got, _, budget = agreement(case, q=q, k=k, v=v, mask=keep[None, :])
+    got_r, _, budget_r = agreement(case, q=q, k=k[..., keep, :], v=v[..., keep, :], mask=None)
     compare(
         case,
         got,
@@ -226,7 +172,7 @@ def attention_poison(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, ke
     if poison == "huge" and q.shape[-2] > 0:
         q = q.copy()
         q[..., 0, :] = sign * np.maximum(np.abs(q[..., 0, :]), 2.0 / np.sqrt(q.shape[-1]))
-    got, _, budget = _attention(case, q, k, v, keep[None, :])
+    got, _, budget = agreement(case, q=q, k=k, v=v, mask=keep[None, :])
     k2, v2 = k.copy(), v.copy()
     if poison == "huge":
         k2[..., ~keep, :] = big * sign
@@ -264,8 +210,8 @@ def attention_causal(
 
     n = q.shape[-2]
     mask = causal_mask(n, n)
-    got, _, budget = _attention(case, q, k, v, mask)
-    got2, _, budget2 = _attention(case, q2, k2, v2, mask)
+    got, _, budget = agreement(case, q=q, k=k, v=v, mask=mask)
+    got2, _, budget2 = agreement(case, q=q2, k=k2, v=v2, mask=mask)
     rows = slice(0, upto + 1)
     compare(
         case,
@@ -287,10 +233,10 @@ def attention_batch_independent(
     case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, index: int
 ) -> None:
     """Batch element ``index`` computed alone equals the same element computed in the batch."""
-    got, _, budget = _attention(case, q, k, v, mask)
+    got, _, budget = agreement(case, q=q, k=k, v=v, mask=mask)
     one = slice(index, index + 1)
     m1 = None if mask is None else np.broadcast_to(mask, (q.shape[0], q.shape[-2], k.shape[-2]))[one]
-    got1, _, budget1 = _attention(case, q[one], k[one], v[one], m1)
+    got1, _, budget1 = agreement(case, q=q[one], k=k[one], v=v[one], mask=m1)
     compare(
         case,
         got1,
@@ -304,62 +250,7 @@ def attention_batch_independent(
 # --------------------------------------------------------------------------------------------
 # multi-head attention, §3.2.2
 
-
-def _mha(
-    case: Case,
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    params: dict[str, np.ndarray],
-    num_heads: int,
-    mask: np.ndarray | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from aiayn.reference.attention import multi_head_attention as oracle
-
-    nat, seen = prepare(case, query=query, key=key, value=value, params=params)
-    native_mask = None if mask is None else case.native(mask)
-    got = case.run(
-        "multi_head_attention", [nat["query"], nat["key"], nat["value"], nat["params"], num_heads, native_mask]
-    )
-    declared = policy(case, "fully_masked")
-    expected = oracle(seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, fully_masked=declared)
-
-    def bound(p: Any, fully_masked: str = declared) -> np.ndarray:
-        return B.multi_head_attention(
-            seen["query"], seen["key"], seen["value"], seen["params"], num_heads, mask, p, fully_masked
-        )
-
-    budget = total_budget(bound, case.arithmetic, expected)
-    # the diagnoses compare variants under every policy: fully masked rows get the widest bound, the "uniform" row's
-    case.diagnosis = Diagnosis(
-        "multi_head_attention",
-        {
-            "query": seen["query"],
-            "key": seen["key"],
-            "value": seen["value"],
-            "params": seen["params"],
-            "num_heads": num_heads,
-            "mask": mask,
-            "fully_masked": declared,
-        },
-        lambda dt: total_budget(lambda p: bound(p, "uniform"), dt, expected),
-    )
-    return got, expected, budget
-
-
-@check("multi_head_attention", "multi_head_attention")
-def mha_agreement(
-    case: Case,
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    params: dict[str, np.ndarray],
-    num_heads: int,
-    mask: np.ndarray | None,
-) -> None:
-    """MultiHead(Q, K, V) agrees with the oracle in the canonical layout."""
-    got, expected, budget = _mha(case, query, key, value, params, num_heads, mask)
-    compare(case, got, expected, budget, budget_name="MHA bound, budgets.multi_head_attention")
+mha_agreement = agreement_check("multi_head_attention")
 
 
 @check(
@@ -395,8 +286,10 @@ def mha_heads_independent(
         width = d_v if name in ("w_v", "b_v") else d_k
         if name in changed:
             changed[name][..., head * width : (head + 1) * width] = block
-    got, _, budget = _mha(case, query, key, value, silenced, num_heads, mask)
-    got2, _, budget2 = _mha(case, query, key, value, changed, num_heads, mask)
+    got, _, budget = agreement(case, query=query, key=key, value=value, params=silenced, num_heads=num_heads, mask=mask)
+    got2, _, budget2 = agreement(
+        case, query=query, key=key, value=value, params=changed, num_heads=num_heads, mask=mask
+    )
     compare(
         case,
         got2,

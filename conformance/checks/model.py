@@ -12,120 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance import propagation as PR
-from aiayn.conformance.checks._common import policy, prepare
-from aiayn.conformance.harness import Case, Diagnosis, check, compare, floored
-from aiayn.conformance.numerics import precision
+from aiayn.conformance.checks._common import agreement, agreement_check
+from aiayn.conformance.harness import Case, check, compare
 
-
-def _eps(case: Case) -> float:
-    return float(policy(case, "layer_norm_eps"))
-
-
-def _encoder(
-    case: Case, x: np.ndarray, params: dict[str, Any], num_heads: int, mask: np.ndarray | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from aiayn.reference.model import encoder_layer as oracle
-
-    eps = _eps(case)
-    nat, seen = prepare(case, x=x, params=params)
-    native_mask = None if mask is None else case.native(mask)
-    got = case.run("encoder_layer", [nat["x"], nat["params"], num_heads, native_mask])
-    expected = oracle(seen["x"], seen["params"], num_heads, mask, eps=eps)
-
-    def budget_at(dtype: str) -> np.ndarray:
-        return floored(
-            PR.encoder_layer(seen["x"], seen["params"], num_heads, mask, eps, [precision(dtype), precision("float64")]),
-            dtype,
-            expected,
-        )
-
-    budget = budget_at(case.arithmetic)
-    case.diagnosis = Diagnosis(
-        "encoder_layer",
-        {
-            "x": seen["x"],
-            "params": seen["params"],
-            "num_heads": num_heads,
-            "mask": mask,
-            "eps": eps,
-            "fully_masked": policy(case, "fully_masked"),
-        },
-        budget_at,
-    )
-    return got, expected, budget
-
-
-@check("encoder_layer", "encoder_layer")
-def encoder_layer_agreement(
-    case: Case, x: np.ndarray, params: dict[str, Any], num_heads: int, mask: np.ndarray | None
-) -> None:
-    """LayerNorm(z + FFN(z)), z = LayerNorm(x + MultiHead(x, x, x)) agrees with the oracle."""
-    got, expected, budget = _encoder(case, x, params, num_heads, mask)
-    compare(case, got, expected, budget, budget_name="first-order bound, propagation.encoder_layer")
-
-
-def _decoder(
-    case: Case,
-    y: np.ndarray,
-    memory: np.ndarray,
-    params: dict[str, Any],
-    num_heads: int,
-    self_mask: np.ndarray | None,
-    memory_mask: np.ndarray | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from aiayn.reference.model import decoder_layer as oracle
-
-    eps = _eps(case)
-    nat, seen = prepare(case, y=y, memory=memory, params=params)
-    masks = [None if m is None else case.native(m) for m in (self_mask, memory_mask)]
-    got = case.run("decoder_layer", [nat["y"], nat["memory"], nat["params"], num_heads, *masks])
-    expected = oracle(seen["y"], seen["memory"], seen["params"], num_heads, self_mask, memory_mask, eps=eps)
-
-    def budget_at(dtype: str) -> np.ndarray:
-        bound = PR.decoder_layer(
-            seen["y"],
-            seen["memory"],
-            seen["params"],
-            num_heads,
-            self_mask,
-            memory_mask,
-            eps,
-            [precision(dtype), precision("float64")],
-        )
-        return floored(bound, dtype, expected)
-
-    budget = budget_at(case.arithmetic)
-    case.diagnosis = Diagnosis(
-        "decoder_layer",
-        {
-            "y": seen["y"],
-            "memory": seen["memory"],
-            "params": seen["params"],
-            "num_heads": num_heads,
-            "self_mask": self_mask,
-            "memory_mask": memory_mask,
-            "eps": eps,
-            "fully_masked": policy(case, "fully_masked"),
-        },
-        budget_at,
-    )
-    return got, expected, budget
-
-
-@check("decoder_layer", "decoder_layer")
-def decoder_layer_agreement(
-    case: Case,
-    y: np.ndarray,
-    memory: np.ndarray,
-    params: dict[str, Any],
-    num_heads: int,
-    self_mask: np.ndarray | None,
-    memory_mask: np.ndarray | None,
-) -> None:
-    """Masked self-attention, encoder-decoder attention and FFN, each post-norm, agree with the oracle."""
-    got, expected, budget = _decoder(case, y, memory, params, num_heads, self_mask, memory_mask)
-    compare(case, got, expected, budget, budget_name="first-order bound, propagation.decoder_layer")
+encoder_layer_agreement = agreement_check("encoder_layer")
+decoder_layer_agreement = agreement_check("decoder_layer")
 
 
 @check(
@@ -142,8 +33,12 @@ def decoder_layer_causal(
     y2 equals y at positions <= ``upto`` and differs after it; outputs <= upto must agree within
     the two calls' budgets.
     """
-    got, _, budget = _decoder(case, y, memory, params, num_heads, None, None)
-    got2, _, budget2 = _decoder(case, y2, memory, params, num_heads, None, None)
+    got, _, budget = agreement(
+        case, y=y, memory=memory, params=params, num_heads=num_heads, self_mask=None, memory_mask=None
+    )
+    got2, _, budget2 = agreement(
+        case, y=y2, memory=memory, params=params, num_heads=num_heads, self_mask=None, memory_mask=None
+    )
     rows = slice(0, upto + 1)
     compare(
         case,
@@ -155,60 +50,7 @@ def decoder_layer_causal(
     )
 
 
-def _forward(
-    case: Case,
-    src: np.ndarray,
-    tgt: np.ndarray,
-    params: dict[str, Any],
-    num_heads: int,
-    src_lengths: np.ndarray | None,
-    tgt_lengths: np.ndarray | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from aiayn.reference.model import transformer_forward as oracle
-
-    eps = _eps(case)
-    nat, seen = prepare(case, src=src, tgt=tgt, params=params)
-    lengths = [None if n is None else case.native(n) for n in (src_lengths, tgt_lengths)]
-    got = case.run("transformer_forward", [nat["src"], nat["tgt"], nat["params"], num_heads, *lengths])
-    expected = oracle(src, tgt, seen["params"], num_heads, src_lengths=src_lengths, tgt_lengths=tgt_lengths, eps=eps)
-
-    def budget_at(dtype: str) -> np.ndarray:
-        bound = PR.transformer_forward(
-            src, tgt, seen["params"], num_heads, src_lengths, tgt_lengths, eps, [precision(dtype), precision("float64")]
-        )
-        return floored(bound, dtype, expected)
-
-    budget = budget_at(case.arithmetic)
-    case.diagnosis = Diagnosis(
-        "transformer_forward",
-        {
-            "src": src,
-            "tgt": tgt,
-            "params": seen["params"],
-            "num_heads": num_heads,
-            "src_lengths": src_lengths,
-            "tgt_lengths": tgt_lengths,
-            "eps": eps,
-            "fully_masked": policy(case, "fully_masked"),
-        },
-        budget_at,
-    )
-    return got, expected, budget
-
-
-@check("transformer_forward", "transformer_forward")
-def forward_agreement(
-    case: Case,
-    src: np.ndarray,
-    tgt: np.ndarray,
-    params: dict[str, Any],
-    num_heads: int,
-    src_lengths: np.ndarray | None,
-    tgt_lengths: np.ndarray | None,
-) -> None:
-    """Token ids to logits (shared embedding x sqrt(d_model) + PE, N post-norm layers each side, E^T) agree with the oracle."""
-    got, expected, budget = _forward(case, src, tgt, params, num_heads, src_lengths, tgt_lengths)
-    compare(case, got, expected, budget, budget_name="first-order bound, propagation.transformer_forward")
+forward_agreement = agreement_check("transformer_forward")
 
 
 @check(
@@ -221,8 +63,12 @@ def forward_causal(
     case: Case, src: np.ndarray, tgt: np.ndarray, params: dict[str, Any], num_heads: int, upto: int, tgt2: np.ndarray
 ) -> None:
     """The logits at target position i ignore the target tokens at j > i (the decoder is causal, §3.1)."""
-    got, _, budget = _forward(case, src, tgt, params, num_heads, None, None)
-    got2, _, budget2 = _forward(case, src, tgt2, params, num_heads, None, None)
+    got, _, budget = agreement(
+        case, src=src, tgt=tgt, params=params, num_heads=num_heads, src_lengths=None, tgt_lengths=None
+    )
+    got2, _, budget2 = agreement(
+        case, src=src, tgt=tgt2, params=params, num_heads=num_heads, src_lengths=None, tgt_lengths=None
+    )
     rows = slice(0, upto + 1)
     compare(
         case,
@@ -251,16 +97,18 @@ def forward_batch_independent(
     index: int,
 ) -> None:
     """Batch element ``index`` run alone gives the same logits as inside the batch."""
-    got, _, budget = _forward(case, src, tgt, params, num_heads, src_lengths, tgt_lengths)
+    got, _, budget = agreement(
+        case, src=src, tgt=tgt, params=params, num_heads=num_heads, src_lengths=src_lengths, tgt_lengths=tgt_lengths
+    )
     one = slice(index, index + 1)
-    got1, _, budget1 = _forward(
+    got1, _, budget1 = agreement(
         case,
-        src[one],
-        tgt[one],
-        params,
-        num_heads,
-        None if src_lengths is None else src_lengths[one],
-        None if tgt_lengths is None else tgt_lengths[one],
+        src=src[one],
+        tgt=tgt[one],
+        params=params,
+        num_heads=num_heads,
+        src_lengths=None if src_lengths is None else src_lengths[one],
+        tgt_lengths=None if tgt_lengths is None else tgt_lengths[one],
     )
     compare(
         case,

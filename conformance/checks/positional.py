@@ -4,31 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from aiayn.conformance import budgets as B
-from aiayn.conformance.harness import Case, Diagnosis, check, compare, total_budget
+from aiayn.conformance.checks._common import agreement, agreement_check
+from aiayn.conformance.harness import Case, check, compare
 from aiayn.conformance.numerics import gamma, precision
 
-
-def _pe(case: Case, length: int, d_model: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(implementation's PE in the case's dtype, oracle's, budget)."""
-    from aiayn.reference.positional import positional_encoding as oracle
-
-    got = case.run("positional_encoding", [length, d_model, case.dtype])
-    expected = oracle(length, d_model)
-    budget = total_budget(lambda p: B.positional_encoding(length, d_model, p), case.arithmetic, expected)
-    case.diagnosis = Diagnosis(
-        "positional_encoding",
-        {"length": length, "d_model": d_model},
-        lambda dt: total_budget(lambda p: B.positional_encoding(length, d_model, p), dt, expected),
-    )
-    return got, expected, budget
-
-
-@check("positional_encoding", "positional_encoding")
-def pe_agreement(case: Case, length: int, d_model: int) -> None:
-    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...) agrees with the oracle."""
-    got, expected, budget = _pe(case, length, d_model)
-    compare(case, got, expected, budget, budget_name="PE argument-growth bound, budgets.positional_encoding")
+pe_agreement = agreement_check("positional_encoding")
 
 
 @check(
@@ -47,7 +27,7 @@ def pe_shift(case: Case, length: int, d_model: int, offset: int) -> None:
     """
     from aiayn.reference.positional import pe_shift_matrix
 
-    got, _, budget = _pe(case, length + offset, d_model)
+    got, _, budget = agreement(case, length=length + offset, d_model=d_model)
     m = pe_shift_matrix(offset, d_model)  # (d_model, d_model)
     shifted = got[:length] @ m.T  # row pos -> M_k PE(pos)
     u64 = 2.0**-53

@@ -1,0 +1,412 @@
+"""One record per equation of the paper: everything the suite knows about it, in one place.
+
+Each :class:`Equation` holds what the rest of the suite reads about one equation: its name (the
+oracle's and the implementation's method name, ``implementations/protocol.py`` ``EQUATIONS``) and
+section title; the implementation method's argument order; the oracle and how the declared
+policies become its arguments; the budget and how the oracle's own share enters it; the diagnoses
+model and the catalogue families that concern it (``diagnoses.py``); whether it is checked in the
+first dtype only; the largest fraction of elements that may go unchecked (``coverage.py``); and the
+default strategy that draws its inputs (``strategies.py``). :func:`aiayn.conformance.checks._common.agreement`
+is the one recipe that turns a record into a check (prepare the inputs, call the implementation,
+run the oracle, form the budget, set what the diagnoses need).
+
+A pass of another kind over the same equation (its backward pass, a decode step) is a further
+field of the same record: an oracle, a budget and a call hook of its own, read by the same recipe.
+
+No other module keeps a table keyed by equation names (``tests/meta/test_equation_records.py``
+checks it); the README's traceability table is generated from these records (:func:`traceability`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from aiayn.conformance import budgets as B
+from aiayn.conformance import diagnoses as D
+from aiayn.conformance import propagation as PR
+from aiayn.conformance import strategies as S
+from aiayn.conformance.numerics import precision
+from aiayn.reference import attention as ref_attention
+from aiayn.reference import layers as ref_layers
+from aiayn.reference import model as ref_model
+from aiayn.reference import positional as ref_positional
+from aiayn.reference import training as ref_training
+
+__all__ = ["CONTRACT", "DEFAULT_MAX_UNCHECKED", "Equation", "RECORDS", "record", "smoothing", "title", "traceability"]
+
+#: The largest fraction of drawn elements that may go unchecked, unless a record states another
+#: (``coverage.py`` explains the measurement behind 1%).
+DEFAULT_MAX_UNCHECKED = 0.01
+
+#: The report's row for the plug-in contract itself (not an equation of the paper).
+CONTRACT = "contract"
+_CONTRACT_TITLE = "the plug-in contract (implementations/protocol.py)"
+
+#: The oracle's share of a budget: "added" (the equation's bound at the dtype plus the same bound at
+#: float64, the oracle's own arithmetic) or "propagated" (one first-order bound given both
+#: precisions, ``propagation.py``); either way floored at one ulp (``harness.floored``).
+ADDED, PROPAGATED = "added", "propagated"
+
+Args = Mapping[str, Any]
+
+
+def _no_policies(case: Any) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Equation:
+    """What the suite knows about one equation of the paper.
+
+    ``arguments``: the implementation method's arguments, in order (the method has the equation's
+    name); ``passes_dtype``: the method also takes the case's dtype as its last argument (PE builds
+    its table in it). ``policies(case)``: the oracle's arguments that come from the declared
+    policies; ``oracle(a)``: the expected value, ``a`` being the arguments as the implementation saw
+    them plus those policies. ``budget(a, expected, p)``: the bound at precision ``p`` (a list of
+    two precisions, the dtype's and float64's, where ``oracle_share`` is "propagated").
+    ``model``: the diagnoses' model of the equation (``diagnoses.py``), called with the arguments
+    plus ``model_policies(case)``; ``diagnosis_policies``: the values the diagnoses' budget takes
+    instead of the declared ones (the widest fully-masked policy, so that every variant is judged
+    by one bound). ``departures``: the catalogue families that concern it. ``call``: how to call
+    the implementation, where a plain ``case.run`` does not do (lrate returns Python floats).
+    """
+
+    name: str
+    title: str
+    short: str
+    arguments: tuple[str, ...]
+    oracle: Callable[[Args], Any]
+    budget: Callable[[Args, np.ndarray, Any], Any]
+    budget_name: str
+    model: Callable[..., np.ndarray]
+    departures: frozenset[str]
+    strategy: Callable[..., Any]
+    oracle_share: str = ADDED
+    passes_dtype: bool = False
+    policies: Callable[[Any], dict[str, Any]] = _no_policies
+    model_policies: Callable[[Any], dict[str, Any]] | None = None
+    diagnosis_policies: Mapping[str, Any] = field(default_factory=dict)
+    call: Callable[[Any, Mapping[str, Any], Args], np.ndarray] | None = None
+    first_dtype_only: bool = False
+    max_unchecked: float = DEFAULT_MAX_UNCHECKED
+
+    def budget_at(self, a: Args, expected: np.ndarray, dtype: str) -> np.ndarray:
+        """The comparison threshold in ``dtype`` (or "<dtype>-ftz"), the oracle's share included, floored at 1 ulp."""
+        from aiayn.conformance.harness import floored
+
+        if self.oracle_share == PROPAGATED:
+            derived = self.budget(a, expected, [precision(dtype), precision("float64")])
+        else:
+            derived = np.asarray(self.budget(a, expected, precision(dtype)), dtype=np.float64) + np.asarray(
+                self.budget(a, expected, precision("float64")), dtype=np.float64
+            )
+        return floored(derived, dtype, expected)
+
+
+# --------------------------------------------------------------------------------------------
+# how declared policies become arguments
+
+
+def _declared(case: Any, key: str) -> Any:
+    from aiayn.conformance.checks._common import policy
+
+    return policy(case, key)
+
+
+def _fully_masked(case: Any) -> dict[str, Any]:
+    return {"fully_masked": _declared(case, "fully_masked")}
+
+
+def _eps(case: Any) -> dict[str, Any]:
+    return {"eps": float(_declared(case, "layer_norm_eps"))}
+
+
+def _layers_model(case: Any) -> dict[str, Any]:
+    return {**_eps(case), **_fully_masked(case)}
+
+
+def _padding_id(case: Any) -> int:
+    return int(case.impl.policies.get("padding_id", 0))
+
+
+def smoothing(case: Any) -> dict[str, Any]:
+    """The oracle's label-smoothing arguments for the declared policy: "K" and "K-1" as they are; "K-2" is the
+    oracle's "K-1" with a padding class (``policies.get("padding_id", 0)``) that takes no mass, so eps is spread
+    over the other K - 2 classes."""
+    declared = _declared(case, "label_smoothing")
+    if declared == "K-2":
+        return {"variant": "K-1", "padding_id": _padding_id(case)}
+    return {"variant": declared, "padding_id": None}
+
+
+def _smoothing_model(case: Any) -> dict[str, Any]:
+    return {"declared": _declared(case, "label_smoothing"), "padding_id": _padding_id(case)}
+
+
+def _step_zero(case: Any) -> dict[str, Any]:
+    return {"step_zero": _declared(case, "step_zero")}
+
+
+def _lrate_call(case: Any, natives: Mapping[str, Any], a: Args) -> np.ndarray:
+    from aiayn.conformance.checks.training import lrate_value
+
+    return np.array([lrate_value(case, s, a["d_model"], a["warmup_steps"]) for s in a["steps"]], dtype=np.float64)
+
+
+def _smoothed_targets(a: Args) -> np.ndarray:
+    vocab = np.shape(a["logits"])[-1]
+    return ref_training.label_smoothing(a["targets"], vocab, a["eps"], variant=a["variant"], padding_id=a["padding_id"])
+
+
+# --------------------------------------------------------------------------------------------
+# the records, in paper order (EQUATIONS)
+
+_ALL = "arithmetic"  # float32 inside a float64 claim, flushed subnormals: every equation
+_LAYER_FAMILIES = frozenset({"attention", "heads", "layer_norm", "ffn", "residual", _ALL})
+_UNIFORM = MappingProxyType({"fully_masked": "uniform"})
+
+_RECORDS: tuple[Equation, ...] = (
+    Equation(
+        name="softmax",
+        title="softmax (§3.2.1, inside Eq. (1))",
+        short="softmax",
+        arguments=("x", "axis"),
+        oracle=lambda a: ref_attention.softmax(a["x"], a["axis"]),
+        budget=lambda a, e, p: B.softmax(a["x"], a["axis"], p),
+        budget_name="shifted-softmax bound, budgets.softmax",
+        model=D.softmax,
+        departures=frozenset({"softmax", _ALL}),
+        strategy=S.softmax_inputs,
+    ),
+    Equation(
+        name="scaled_dot_product_attention",
+        title="scaled dot-product attention (§3.2.1, Eq. (1))",
+        short="Eq. (1)",
+        arguments=("q", "k", "v", "mask"),
+        policies=_fully_masked,
+        oracle=lambda a: ref_attention.scaled_dot_product_attention(
+            a["q"], a["k"], a["v"], a["mask"], fully_masked=a["fully_masked"]
+        ),
+        budget=lambda a, e, p: B.scaled_dot_product_attention(a["q"], a["k"], a["v"], a["mask"], p, a["fully_masked"]),
+        budget_name="Eq. (1) bound, budgets.attention_core",
+        model=D.scaled_dot_product_attention,
+        diagnosis_policies=_UNIFORM,
+        departures=frozenset({"attention", _ALL}),
+        strategy=S.attention_inputs,
+    ),
+    Equation(
+        name="multi_head_attention",
+        title="multi-head attention (§3.2.2)",
+        short="multi-head",
+        arguments=("query", "key", "value", "params", "num_heads", "mask"),
+        policies=_fully_masked,
+        oracle=lambda a: ref_attention.multi_head_attention(
+            a["query"], a["key"], a["value"], a["params"], a["num_heads"], a["mask"], fully_masked=a["fully_masked"]
+        ),
+        budget=lambda a, e, p: B.multi_head_attention(
+            a["query"], a["key"], a["value"], a["params"], a["num_heads"], a["mask"], p, a["fully_masked"]
+        ),
+        budget_name="MHA bound, budgets.multi_head_attention",
+        model=D.multi_head_attention,
+        diagnosis_policies=_UNIFORM,
+        departures=frozenset({"attention", "heads", _ALL}),
+        strategy=S.mha_inputs,
+    ),
+    Equation(
+        name="positional_encoding",
+        title="positional encoding (§3.5)",
+        short="PE (§3.5)",
+        arguments=("length", "d_model"),
+        passes_dtype=True,
+        oracle=lambda a: ref_positional.positional_encoding(a["length"], a["d_model"]),
+        budget=lambda a, e, p: B.positional_encoding(a["length"], a["d_model"], p),
+        budget_name="PE argument-growth bound, budgets.positional_encoding",
+        model=D.positional_encoding,
+        departures=frozenset({"positional", _ALL}),
+        strategy=S.pe_inputs,
+    ),
+    Equation(
+        name="layer_norm",
+        title="LayerNorm (§3.1)",
+        short="LayerNorm",
+        arguments=("x", "gain", "bias", "eps"),
+        oracle=lambda a: ref_layers.layer_norm(a["x"], a["gain"], a["bias"], a["eps"]),
+        budget=lambda a, e, p: B.layer_norm(a["x"], a["gain"], a["bias"], a["eps"], p),
+        budget_name="LayerNorm bound (two-pass/Welford, Chan-Golub-LeVeque), budgets.layer_norm",
+        model=D.layer_norm,
+        departures=frozenset({"layer_norm", "layer_norm_rows", _ALL}),
+        strategy=S.layer_norm_inputs,
+    ),
+    Equation(
+        name="feed_forward",
+        title="position-wise feed-forward (§3.3, Eq. (2))",
+        short="FFN (Eq. 2)",
+        arguments=("x", "w1", "b1", "w2", "b2"),
+        oracle=lambda a: ref_layers.feed_forward(a["x"], a["w1"], a["b1"], a["w2"], a["b2"]),
+        budget=lambda a, e, p: B.feed_forward(a["x"], a["w1"], a["b1"], a["w2"], a["b2"], p),
+        budget_name="Eq. (2) bound, budgets.feed_forward",
+        model=D.feed_forward,
+        departures=frozenset({"ffn", _ALL}),
+        strategy=S.ffn_inputs,
+    ),
+    Equation(
+        name="lrate",
+        title="learning rate schedule (§5.3, Eq. (3))",
+        short="lrate (Eq. 3)",
+        arguments=("steps", "d_model", "warmup_steps"),
+        call=_lrate_call,
+        oracle=lambda a: ref_training.lrate(np.array(a["steps"], dtype=np.int64), a["d_model"], a["warmup_steps"]),
+        budget=lambda a, e, p: B.lrate(e, p, np.array(a["steps"], dtype=np.float64), a["d_model"]),
+        budget_name="budgets.lrate",
+        model=D.lrate,
+        model_policies=_step_zero,
+        departures=frozenset({"lrate", _ALL}),
+        strategy=S.lrate_inputs,
+        first_dtype_only=True,  # Python numbers in, a Python float out: no dtype to vary
+    ),
+    Equation(
+        name="label_smoothing",
+        title="label smoothing (§5.4)",
+        short="smoothing",
+        arguments=("targets", "vocab_size", "eps"),
+        policies=smoothing,
+        oracle=lambda a: ref_training.label_smoothing(
+            a["targets"], a["vocab_size"], a["eps"], variant=a["variant"], padding_id=a["padding_id"]
+        ),
+        budget=lambda a, e, p: B.label_smoothing(e, p),
+        budget_name="budgets.label_smoothing",
+        model=D.label_smoothing,
+        model_policies=_smoothing_model,
+        departures=frozenset({"smoothing", _ALL}),
+        strategy=S.label_smoothing_inputs,
+        first_dtype_only=True,  # integer targets in, the first (most precise) dtype out
+    ),
+    Equation(
+        name="smoothed_cross_entropy",
+        title="smoothed cross-entropy (§5.4)",
+        short="cross-entropy",
+        arguments=("logits", "targets", "eps"),
+        policies=smoothing,
+        oracle=lambda a: ref_training.smoothed_cross_entropy(
+            a["logits"], a["targets"], a["eps"], variant=a["variant"], padding_id=a["padding_id"]
+        ),
+        budget=lambda a, e, p: B.smoothed_cross_entropy(a["logits"], _smoothed_targets(a), p),
+        budget_name="budgets.smoothed_cross_entropy",
+        model=D.smoothed_cross_entropy,
+        model_policies=_smoothing_model,
+        departures=frozenset({"smoothing", _ALL}),
+        strategy=S.cross_entropy_inputs,
+    ),
+    Equation(
+        name="encoder_layer",
+        title="encoder layer (§3.1)",
+        short="encoder layer",
+        arguments=("x", "params", "num_heads", "mask"),
+        policies=_eps,
+        oracle=lambda a: ref_model.encoder_layer(a["x"], a["params"], a["num_heads"], a["mask"], eps=a["eps"]),
+        budget=lambda a, e, p: PR.encoder_layer(a["x"], a["params"], a["num_heads"], a["mask"], a["eps"], p),
+        oracle_share=PROPAGATED,
+        budget_name="first-order bound, propagation.encoder_layer",
+        model=D.encoder_layer,
+        model_policies=_layers_model,
+        departures=_LAYER_FAMILIES,
+        strategy=S.encoder_inputs,
+    ),
+    Equation(
+        name="decoder_layer",
+        title="decoder layer (§3.1, §3.2.3)",
+        short="decoder layer",
+        arguments=("y", "memory", "params", "num_heads", "self_mask", "memory_mask"),
+        policies=_eps,
+        oracle=lambda a: ref_model.decoder_layer(
+            a["y"], a["memory"], a["params"], a["num_heads"], a["self_mask"], a["memory_mask"], eps=a["eps"]
+        ),
+        budget=lambda a, e, p: PR.decoder_layer(
+            a["y"], a["memory"], a["params"], a["num_heads"], a["self_mask"], a["memory_mask"], a["eps"], p
+        ),
+        oracle_share=PROPAGATED,
+        budget_name="first-order bound, propagation.decoder_layer",
+        model=D.decoder_layer,
+        model_policies=_layers_model,
+        departures=_LAYER_FAMILIES | {"causal"},
+        strategy=S.decoder_inputs,
+    ),
+    Equation(
+        name="transformer_forward",
+        title="full forward pass (Figure 1, §3.1-§3.5)",
+        short="whole model",
+        arguments=("src", "tgt", "params", "num_heads", "src_lengths", "tgt_lengths"),
+        policies=_eps,
+        oracle=lambda a: ref_model.transformer_forward(
+            a["src"],
+            a["tgt"],
+            a["params"],
+            a["num_heads"],
+            src_lengths=a["src_lengths"],
+            tgt_lengths=a["tgt_lengths"],
+            eps=a["eps"],
+        ),
+        budget=lambda a, e, p: PR.transformer_forward(
+            a["src"], a["tgt"], a["params"], a["num_heads"], a["src_lengths"], a["tgt_lengths"], a["eps"], p
+        ),
+        oracle_share=PROPAGATED,
+        budget_name="first-order bound, propagation.transformer_forward",
+        model=D.transformer_forward,
+        model_policies=_layers_model,
+        departures=_LAYER_FAMILIES | {"causal", "positional", "embedding"},
+        strategy=S.forward_inputs,
+    ),
+)
+
+#: Every record, by equation name, in paper order.
+RECORDS: Mapping[str, Equation] = MappingProxyType({r.name: r for r in _RECORDS})
+
+
+def record(name: str) -> Equation:
+    """The record of equation ``name``, or a KeyError naming the known equations."""
+    try:
+        return RECORDS[name]
+    except KeyError:
+        raise KeyError(f"no equation record {name!r}; known: {', '.join(RECORDS)}") from None
+
+
+def title(name: str) -> str:
+    """The equation's name in reports and messages, with its place in the paper (also for the contract's row)."""
+    return _CONTRACT_TITLE if name == CONTRACT else RECORDS[name].title if name in RECORDS else name
+
+
+def traceability() -> str:
+    """The README's table: equation -> section -> oracle -> budget -> checks -> diagnoses, from the records."""
+    from aiayn.conformance.checks import load_all
+    from aiayn.conformance.harness import CHECKS
+    from aiayn.kit import md_table
+
+    load_all()
+    rows = []
+    for r in _RECORDS:
+        checks = sorted(name for name, fn in CHECKS.items() if getattr(fn, "equation", None) == r.name)
+        names = [d.name for d in D.CATALOGUE if d.family in r.departures]
+        rows.append(
+            [
+                f"`{r.name}`",
+                r.title,
+                f"`aiayn.reference.{_oracle_module(r)}.{r.name}`",
+                f"{r.budget_name} ({r.oracle_share})",
+                ", ".join(f"`{c}`" for c in checks),
+                f"{len(names)} ({', '.join(sorted(r.departures))})",
+            ]
+        )
+    headers = ["equation", "section", "oracle", "budget (oracle's share)", "checks", "departures named (families)"]
+    return "\n".join(md_table(headers, rows))
+
+
+def _oracle_module(r: Equation) -> str:
+    for module in (ref_attention, ref_positional, ref_layers, ref_training, ref_model):
+        if callable(getattr(module, r.name, None)):
+            return module.__name__.rsplit(".", 1)[-1]
+    raise LookupError(f"no oracle function {r.name!r} in aiayn.reference")
