@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from aiayn.conformance.results import Row, Status
 from aiayn.conformance.runner import pytest_arguments
 from aiayn.kit import Report, code_hash, write_json, write_report
 
@@ -49,16 +50,17 @@ def _one(specs: Sequence[str], profile: str, seed: int, workers: int, folder: Pa
     alarms = []
     for path in sorted(folder.glob("conformance-*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
+        rows = [Row.from_dict(r) for r in data["rows"]]
         alarms += [
             {
                 "impl": data["implementation"],
-                "equation": r["equation"],
-                "dtype": r["dtype"],
-                "status": r["status"],
-                "tests": r["failed_tests"],
+                "equation": r.equation,
+                "dtype": r.dtype,
+                "status": r.status.value,
+                "tests": r.failed_tests,
             }
-            for r in data["rows"]
-            if r["status"] in ("fail", "inconclusive")
+            for r in rows
+            if r.status in (Status.FAIL, Status.INCONCLUSIVE)
         ]
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
     return {

@@ -24,163 +24,120 @@ from typing import Any
 
 from aiayn.conformance.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
 from aiayn.conformance.equations import CONTRACT, RECORDS, title
+from aiayn.conformance.results import Outcome, Row, Status, TestResult
 from aiayn.implementations.protocol import DTYPES, EQUATIONS, flushes_subnormals, scope_of
 from aiayn.kit import md_table, signature, write_json, write_text
 
 
-def _empty(status: str) -> dict[str, Any]:
-    return {
-        "status": status,
-        "scope": "",
-        "examples": 0,
-        "unsupported": 0,
-        "unsupported_why": "",
-        "out_of_scope_tests": [],
-        "checked": 0,
-        "not_checked": 0,
-        "not_checked_reasons": {},
-        "fraction_checked": None,
-        "worst_error_to_budget": None,
-        "headroom": None,
-        "measure": "",
-        "departures": [],
-        "violations": [],
-        "unnamed_failures": [],
-        "failed_tests": [],
-        "tests": [],
-    }
+def _typed(results: Iterable[TestResult | Mapping[str, Any]]) -> list[TestResult]:
+    return [r if isinstance(r, TestResult) else TestResult.from_dict(r) for r in results]
 
 
-def _cell(results: list[dict[str, Any]], equation: str, dtype: str, impl: Any) -> dict[str, Any]:
+def _row(equation: str, dtype: str, results: list[TestResult], impl: Any) -> Row:
     """Summarise the test results of one (equation, dtype): what ran, what was checked, what was not, the verdict."""
+    row = Row(equation, title(equation), dtype if equation != CONTRACT else "all", Status.NOT_RUN)
     if not results:
-        return _empty("not run")
-    failed = sorted({r["test"] for r in results if r["outcome"] == "failed"})
-    deviations = {r["test"]: r["reason"] for r in results if r["outcome"] == "known deviation"}
-    ran = [r for r in results if r["outcome"] in ("passed", "failed")]
-    out_of_scope = sorted(
-        {r["test"] for r in results if r["outcome"] == "skipped" and OUT_OF_SCOPE in r.get("reason", "")}
-    )
-    scope = scope_of(impl, equation).describe() if impl is not None and equation != "contract" else "full domain"
-    if flushes_subnormals(
-        getattr(impl, "policies", None), equation, dtype
-    ):  # the budgets assumed FTZ arithmetic (harness.Case.arithmetic): say so
+        return row
+    failed = sorted({r.test for r in results if r.outcome is Outcome.FAILED})
+    deviations = {r.test: r.reason for r in results if r.outcome is Outcome.KNOWN_DEVIATION}
+    ran = [r for r in results if r.outcome in (Outcome.PASSED, Outcome.FAILED)]
+    out_of_scope = sorted({r.test for r in results if r.outcome is Outcome.SKIPPED and OUT_OF_SCOPE in r.reason})
+    scope = scope_of(impl, equation).describe() if impl is not None and equation != CONTRACT else "full domain"
+    if flushes_subnormals(getattr(impl, "policies", None), equation, dtype):  # the budgets assumed FTZ arithmetic
         scope = f"{scope}; subnormals flushed to zero (declared)"
-    counted = [r for r in results if r["outcome"] in ("passed", "failed", "known deviation")]
-    not_provided = any("not provided" in r.get("reason", "") for r in results)
-    checked = int(sum(r.get("checked", 0) for r in counted))
-    exact = int(sum(r.get("exact", 0) for r in counted))
-    reasons: dict[str, int] = {}
+    counted = [r for r in results if r.counted]
+    not_provided = any("not provided" in r.reason for r in results)
+    row.checked = int(sum(r.checked for r in counted))
+    exact = int(sum(r.exact for r in counted))
     for r in counted:
-        for why, n in (r.get("unchecked") or {}).items():
-            reasons[why] = reasons.get(why, 0) + int(n)
-    not_checked = sum(reasons.values())
-    total = checked + not_checked
-    fraction = checked / total if total else None
-    worsts = [r["worst"] for r in ran if r.get("worst") is not None]
+        for why, n in r.unchecked.items():
+            row.not_checked_reasons[why] = row.not_checked_reasons.get(why, 0) + int(n)
+    row.not_checked = sum(row.not_checked_reasons.values())
+    total = row.checked + row.not_checked
+    row.fraction_checked = row.checked / total if total else None
+    worsts = [r.worst for r in ran if r.worst is not None]
     worst = max(worsts) if worsts else None
-    crashes = sorted({r["crash"] for r in results if r.get("crash")})
-    nan = sum(int(r.get("nan_mismatches", 0) or 0) for r in results if r["outcome"] == "failed")
-    limit = max_unchecked(equation, dtype)
-    declared = declared_inconclusive(impl, equation, dtype)
-    examples = int(sum(r.get("examples", 0) for r in counted))
-    unsupported = int(sum(r.get("unsupported", 0) or 0 for r in counted))
+    crashes = sorted({r.crash for r in results if r.crash})
+    nan = sum(r.nan_mismatches for r in results if r.outcome is Outcome.FAILED)
+    row.max_unchecked = max_unchecked(equation, dtype)
+    row.declared_inconclusive = declared_inconclusive(impl, equation, dtype)
+    row.examples = int(sum(r.examples for r in counted))
+    row.unsupported = int(sum(r.unsupported for r in counted))
+    inconclusive = Status.INCONCLUSIVE_DECLARED if row.declared_inconclusive else Status.INCONCLUSIVE
     if failed:
-        status = "fail"
-    elif counted and examples and unsupported / examples > MAX_UNSUPPORTED:
-        status = "inconclusive (declared)" if declared else "inconclusive"
-    elif counted and fraction is not None and 1 - fraction > limit:
-        status = "inconclusive (declared)" if declared else "inconclusive"
+        row.status = Status.FAIL
+    elif counted and row.examples and row.unsupported / row.examples > MAX_UNSUPPORTED:
+        row.status = inconclusive
+    elif counted and row.fraction_checked is not None and 1 - row.fraction_checked > row.max_unchecked:
+        row.status = inconclusive
     elif deviations:
-        status = "known deviation"
+        row.status = Status.KNOWN_DEVIATION
     elif ran:
-        status = "pass" if scope == "full domain" else "pass within scope"
+        row.status = Status.PASS if scope == "full domain" else Status.PASS_WITHIN_SCOPE
     elif out_of_scope:
-        status = "out of scope"
+        row.status = Status.OUT_OF_SCOPE
     else:
-        status = "not provided" if not_provided else "skipped"
-    if crashes:
-        measure = "; ".join("hang (time limit)" if c == "timeout" else f"crash ({c})" for c in crashes)
-    elif nan and worst is None:
-        measure = "NaN mismatch"
-    elif worst is not None:
-        measure = f"{worst:.3g}" + (" (and a NaN mismatch)" if nan else "")
-    elif (
-        counted and checked and (exact == checked or equation == "contract")
-    ):  # the contract's checks all have zero tolerance
-        measure = "contract (exact)" if equation == "contract" else "exact checks"
-    elif counted:
-        measure = "not measured"
-    else:
-        measure = ""
-    largest = [r["largest"] for r in results if r.get("largest")]
+        row.status = Status.NOT_PROVIDED if not_provided else Status.SKIPPED
+    row.measure = _measure(equation, counted, crashes, nan, worst, row.checked, exact)
+    largest = [r.largest for r in results if r.largest]
     # named for failures and for known deviations alike (a declared deviation is still diagnosed: the name says what it is)
-    departures = sorted(
-        {d for r in results if r["outcome"] in ("failed", "known deviation") for d in (r.get("departures") or [])}
+    failing = [r for r in results if r.outcome in (Outcome.FAILED, Outcome.KNOWN_DEVIATION)]
+    row.scope = scope
+    row.unsupported_why = next((r.unsupported_why for r in counted if r.unsupported_why), "")
+    row.out_of_scope_tests = out_of_scope
+    row.worst_error_to_budget = worst
+    row.headroom = None if worst is None or worst == 0 else 1.0 / worst
+    row.largest_failure = max(largest, key=lambda x: x["ratio"]) if largest else None
+    row.departures = sorted({d for r in failing for d in r.departures})
+    row.violations = sorted({v for r in failing for v in r.violations})
+    row.unnamed_failures = sorted(
+        {r.test for r in results if r.outcome is Outcome.FAILED and not r.departures and not r.violations}
     )
-    violations = sorted(
-        {v for r in results if r["outcome"] in ("failed", "known deviation") for v in (r.get("violations") or [])}
-    )
-    unnamed = sorted(
-        {r["test"] for r in results if r["outcome"] == "failed" and not r.get("departures") and not r.get("violations")}
-    )
-    return {
-        "status": status,
-        "scope": scope,
-        "examples": examples,
-        "unsupported": unsupported,
-        "unsupported_why": next((r["unsupported_why"] for r in counted if r.get("unsupported_why")), ""),
-        "out_of_scope_tests": out_of_scope,
-        "checked": checked,
-        "not_checked": not_checked,
-        "not_checked_reasons": reasons,
-        "fraction_checked": fraction,
-        "max_unchecked": limit,
-        "declared_inconclusive": declared,
-        "worst_error_to_budget": worst,
-        "headroom": None if worst is None or worst == 0 else 1.0 / worst,
-        "measure": measure,
-        "largest_failure": max(largest, key=lambda x: x["ratio"]) if largest else None,
-        "departures": departures,
-        "violations": violations,
-        "unnamed_failures": unnamed,
-        "failed_tests": failed,
-        "known_deviations": deviations,
-        "tests": sorted({r["test"] for r in results}),
-    }
+    row.failed_tests = failed
+    row.known_deviations = deviations
+    row.tests = sorted({r.test for r in results})
+    return row
 
 
-def build(entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str]) -> dict[str, Any]:
+def _measure(
+    equation: str,
+    counted: list[TestResult],
+    crashes: list[str],
+    nan: int,
+    worst: float | None,
+    checked: int,
+    exact: int,
+) -> str:
+    """The row's number, or what happened where no number applies."""
+    if crashes:
+        return "; ".join("hang (time limit)" if c == "timeout" else f"crash ({c})" for c in crashes)
+    if nan and worst is None:
+        return "NaN mismatch"
+    if worst is not None:
+        return f"{worst:.3g}" + (" (and a NaN mismatch)" if nan else "")
+    if counted and checked and (exact == checked or equation == CONTRACT):  # the contract's checks: zero tolerance
+        return "contract (exact)" if equation == CONTRACT else "exact checks"
+    return "not measured" if counted else ""
+
+
+def build(entry: Any, results: Iterable[TestResult | Mapping[str, Any]], run: Mapping[str, str]) -> dict[str, Any]:
     """The report's data for one implementation (``entry`` is a ``aiayn.conformance.plugin.Loaded``)."""
-    results = list(results)
+    results = _typed(results)
     impl = entry.impl
     dtypes = tuple(getattr(impl, "dtypes", ()) or ())
-    rows = []
-    for equation in ("contract", *EQUATIONS) if dtypes else ():
+    rows: list[Row] = []
+    for equation in (CONTRACT, *EQUATIONS) if dtypes else ():
         for dtype in dtypes:
-            mine = [r for r in results if r["equation"] == equation and r["dtype"] == dtype]
             if equation in RECORDS and RECORDS[equation].first_dtype_only and dtype != dtypes[0]:
-                cell = _empty("n/a")
-            elif equation == "contract" and dtype != dtypes[0]:
+                rows.append(Row(equation, title(equation), dtype, Status.NOT_APPLICABLE))
+            elif equation == CONTRACT and dtype != dtypes[0]:
                 continue
             else:
-                cell = _cell(
-                    mine if equation != "contract" else [r for r in results if r["equation"] == "contract"],
-                    equation,
-                    dtype,
-                    impl,
-                )
-            rows.append(
-                {
-                    "equation": equation,
-                    "section": title(equation),
-                    "dtype": dtype if equation != "contract" else "all",
-                    **cell,
-                }
-            )
-    failed = sum(1 for r in rows if r["status"] == "fail")
-    inconclusive = sum(1 for r in rows if r["status"] == "inconclusive")
-    scoped = sorted({r["scope"] for r in rows if r.get("scope") not in ("", "full domain")})
+                mine = [r for r in results if r.equation == equation and (equation == CONTRACT or r.dtype == dtype)]
+                rows.append(_row(equation, dtype, mine, impl))
+    failed = sum(1 for r in rows if r.status is Status.FAIL)
+    inconclusive = sum(1 for r in rows if r.status is Status.INCONCLUSIVE)
+    scoped = sorted({r.scope for r in rows if r.scope not in ("", "full domain")})
     sig = signature(
         f"conformance-{entry.name}",
         packages=("numpy", "hypothesis"),
@@ -197,7 +154,7 @@ def build(entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str])
         verdict = "FAIL"
     elif inconclusive:
         verdict = "INCONCLUSIVE"
-    elif any(r["status"] == "known deviation" for r in rows):
+    elif any(r.status is Status.KNOWN_DEVIATION for r in rows):
         verdict = "PASS WITH KNOWN DEVIATIONS"
     else:
         verdict = "PASS"
@@ -220,19 +177,19 @@ def build(entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str])
         "hypothesis_profile": run.get("profile"),
         "seed": run.get("seed"),
         "signature": sig,
-        "rows": rows,
+        "rows": [r.to_dict() for r in rows],
     }
 
 
-def _fmt_fraction(row: Mapping[str, Any]) -> str:
-    f = row.get("fraction_checked")
+def _fmt_fraction(row: Row) -> str:
+    f = row.fraction_checked
     return "" if f is None else ("100%" if f == 1 else f"{100 * f:.2f}%")
 
 
-def _fmt_headroom(row: Mapping[str, Any]) -> str:
-    if row["worst_error_to_budget"] is None:
+def _fmt_headroom(row: Row) -> str:
+    if row.worst_error_to_budget is None:
         return ""
-    return "exact" if row["headroom"] is None else f"{row['headroom']:.3g}x"
+    return "exact" if row.headroom is None else f"{row.headroom:.3g}x"
 
 
 def markdown(data: Mapping[str, Any]) -> str:
@@ -257,21 +214,22 @@ def markdown(data: Mapping[str, Any]) -> str:
         "(nothing could be checked), *crash* or *hang*.",
         "",
     ]
+    typed = [Row.from_dict(r) for r in data["rows"]]
     rows = [["(all)", "-", "not loaded", "", "", "", "", "", "", data["load_error"]]] if not data["loaded"] else []
     rows += [
         [
-            r["section"],
-            r["dtype"],
-            r["status"],
-            r.get("scope", ""),
+            r.section,
+            r.dtype,
+            r.status,
+            r.scope,
             _fmt_examples(r),
             _fmt_checked(r),
             _fmt_unchecked(r),
-            r.get("measure", ""),
+            r.measure,
             _fmt_headroom(r),
             _fmt_notes(r),
         ]
-        for r in data["rows"]
+        for r in typed
     ]
     lines += md_table(
         [
@@ -288,17 +246,11 @@ def markdown(data: Mapping[str, Any]) -> str:
         ],
         rows,
     )
-    why = sorted(
-        {
-            (r["section"], r["dtype"], reason, n)
-            for r in data["rows"]
-            for reason, n in (r.get("not_checked_reasons") or {}).items()
-        }
-    )
+    why = sorted({(r.section, r.dtype, reason, n) for r in typed for reason, n in r.not_checked_reasons.items()})
     if why:
         lines += ["", "Not checked, and why:", ""]
         lines += [f"- {section} [{dtype}]: {n} elements: {reason}" for section, dtype, reason, n in why]
-    largest = [(r["section"], r["dtype"], r["largest_failure"]) for r in data["rows"] if r.get("largest_failure")]
+    largest = [(r.section, r.dtype, r.largest_failure) for r in typed if r.largest_failure]
     if largest:
         lines += [
             "",
@@ -309,7 +261,7 @@ def markdown(data: Mapping[str, Any]) -> str:
             f"- {section} [{dtype}]: {f['ratio']:.3g} x budget in {f['check']}, {f['where']}; inputs {f['inputs']}"
             for section, dtype, f in largest
         ]
-    reasons = sorted({(t, w) for r in data["rows"] for t, w in r.get("known_deviations", {}).items()})
+    reasons = sorted({(t, w) for r in typed for t, w in r.known_deviations.items()})
     if reasons:
         lines += [
             "",
@@ -321,31 +273,31 @@ def markdown(data: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _fmt_examples(row: Mapping[str, Any]) -> str:
-    if not row["examples"]:
+def _fmt_examples(row: Row) -> str:
+    if not row.examples:
         return ""
-    return f"{row['examples']}" + (f" ({row['unsupported']} unsupported)" if row.get("unsupported") else "")
+    return f"{row.examples}" + (f" ({row.unsupported} unsupported)" if row.unsupported else "")
 
 
-def _fmt_notes(row: Mapping[str, Any]) -> str:
-    parts = list(row["failed_tests"]) or list(row.get("known_deviations", {}))
-    if row.get("departures"):
-        parts.append("matches " + "; ".join(f"'{d}'" for d in row["departures"]))
-    if row.get("violations"):
-        parts.append("breaks " + "; ".join(f"'{v}'" for v in row["violations"]))
-    if row.get("out_of_scope_tests") and row["status"] != "out of scope":
-        parts.append(f"{len(row['out_of_scope_tests'])} tests out of scope")
+def _fmt_notes(row: Row) -> str:
+    parts = list(row.failed_tests) or list(row.known_deviations)
+    if row.departures:
+        parts.append("matches " + "; ".join(f"'{d}'" for d in row.departures))
+    if row.violations:
+        parts.append("breaks " + "; ".join(f"'{v}'" for v in row.violations))
+    if row.out_of_scope_tests and row.status is not Status.OUT_OF_SCOPE:
+        parts.append(f"{len(row.out_of_scope_tests)} tests out of scope")
     return ", ".join(parts)
 
 
-def _fmt_checked(row: Mapping[str, Any]) -> str:
-    return "" if row.get("fraction_checked") is None else f"{row['checked']:,} ({_fmt_fraction(row)})"
+def _fmt_checked(row: Row) -> str:
+    return "" if row.fraction_checked is None else f"{row.checked:,} ({_fmt_fraction(row)})"
 
 
-def _fmt_unchecked(row: Mapping[str, Any]) -> str:
-    if row.get("fraction_checked") is None:
+def _fmt_unchecked(row: Row) -> str:
+    if row.fraction_checked is None:
         return ""
-    return f"{row['not_checked']:,} (max {100 * row['max_unchecked']:g}%)" if row["not_checked"] else "0"
+    return f"{row.not_checked:,} (max {100 * row.max_unchecked:g}%)" if row.not_checked else "0"
 
 
 def paths(directory: Path, name: str) -> tuple[Path, Path]:
@@ -370,36 +322,34 @@ def write(directory: Path, entry: Any, results: Iterable[dict[str, Any]], run: M
     return md, js
 
 
-def summary_lines(entry: Any, results: Iterable[dict[str, Any]]) -> list[str]:
+def summary_lines(entry: Any, results: Iterable[TestResult | Mapping[str, Any]]) -> list[str]:
     """The per-equation table that ends a run: one line per equation, its status in each dtype checked."""
-    results = list(results)
-    by_equation: dict[str, dict[str, dict[str, Any]]] = {}
-    for equation in ("contract", *EQUATIONS):
-        mine = [r for r in results if r["equation"] == equation]
-        for dtype in sorted(
-            dict.fromkeys(r["dtype"] for r in mine), key=lambda d: DTYPES.index(d) if d in DTYPES else -1
-        ):
-            by_equation.setdefault(equation, {})[dtype] = _cell(
-                [r for r in mine if r["dtype"] == dtype], equation, dtype, entry.impl
+    results = _typed(results)
+    by_equation: dict[str, dict[str, Row]] = {}
+    for equation in (CONTRACT, *EQUATIONS):
+        mine = [r for r in results if r.equation == equation]
+        for dtype in sorted(dict.fromkeys(r.dtype for r in mine), key=lambda d: DTYPES.index(d) if d in DTYPES else -1):
+            by_equation.setdefault(equation, {})[dtype] = _row(
+                equation, dtype, [r for r in mine if r.dtype == dtype], entry.impl
             )
     width = max((len(title(e)) for e in by_equation), default=10)
     lines = [f"{entry.name} ({entry.spec})" if entry.spec != entry.name else entry.name]
     for equation, cells in by_equation.items():
         parts = []
         for dtype, cell in cells.items():
-            text = f"{dtype if dtype != '-' else 'all'}: {cell['status']}"
+            text = f"{dtype if dtype != '-' else 'all'}: {cell.status}"
             notes = []
-            if cell["status"] == "pass" and cell["headroom"] is not None:
-                notes.append(f"headroom {cell['headroom']:.3g}x")
-            if cell["fraction_checked"] is not None and cell["fraction_checked"] < 1:
+            if cell.status is Status.PASS and cell.headroom is not None:
+                notes.append(f"headroom {cell.headroom:.3g}x")
+            if cell.fraction_checked is not None and cell.fraction_checked < 1:
                 notes.append(f"{_fmt_fraction(cell)} checked")
-            if cell["measure"] in ("NaN mismatch",) or cell["measure"].startswith(("crash", "hang")):
-                notes.append(cell["measure"])
-            notes += cell["failed_tests"]
-            notes += [f"matches '{d}'" for d in cell.get("departures", [])]
-            notes += [f"breaks '{v}'" for v in cell.get("violations", [])]
-            if cell["status"] == "pass within scope":
-                notes.append(f"scope: {cell['scope']}")
+            if cell.measure in ("NaN mismatch",) or cell.measure.startswith(("crash", "hang")):
+                notes.append(cell.measure)
+            notes += cell.failed_tests
+            notes += [f"matches '{d}'" for d in cell.departures]
+            notes += [f"breaks '{v}'" for v in cell.violations]
+            if cell.status is Status.PASS_WITHIN_SCOPE:
+                notes.append(f"scope: {cell.scope}")
             if notes:
                 text += f" ({', '.join(notes)})"
             parts.append(text)

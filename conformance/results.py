@@ -1,0 +1,160 @@
+"""The results of a run, typed: what one test found (:class:`TestResult`), and one report row (:class:`Row`).
+
+A :class:`TestResult` is written by the plugin for every aiayn test of one implementation in one dtype
+(passed, failed, skipped, a declared known deviation, a crash or a hang); it crosses from an xdist worker to
+the controller as its :meth:`~TestResult.to_dict`. The report (``report.py``) folds the results of one
+equation and dtype into a :class:`Row`, which the JSON report stores as :meth:`~Row.to_dict` and the zoo,
+the mutants and the false-alarm count read back with :meth:`Row.from_dict`. Outcomes and statuses are enums
+(:class:`Outcome`, :class:`Status`); both are strings, so the JSON holds their plain values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+__all__ = ["Outcome", "Row", "Status", "TestResult"]
+
+
+class Outcome(str, Enum):
+    """How one test ended."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    KNOWN_DEVIATION = "known deviation"  # failed, and the implementation declares that it does (strict)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Status(str, Enum):
+    """The verdict of one report row (an equation in one dtype)."""
+
+    PASS = "pass"
+    PASS_WITHIN_SCOPE = "pass within scope"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+    INCONCLUSIVE_DECLARED = "inconclusive (declared)"
+    KNOWN_DEVIATION = "known deviation"
+    NOT_PROVIDED = "not provided"
+    OUT_OF_SCOPE = "out of scope"
+    SKIPPED = "skipped"
+    NOT_RUN = "not run"
+    NOT_APPLICABLE = "n/a"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def passed(self) -> bool:
+        return self in (Status.PASS, Status.PASS_WITHIN_SCOPE)
+
+    @property
+    def inconclusive(self) -> bool:
+        return self in (Status.INCONCLUSIVE, Status.INCONCLUSIVE_DECLARED)
+
+
+def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclass
+class TestResult:
+    """What one aiayn test of one implementation in one dtype found (a pytest item's result).
+
+    ``crash``: "timeout" (a call past the time limit, or a call not made because its method hung before),
+    "fatal error: ..." or "exit ..." where the check did not finish; ``replay``: its replay file. The other
+    counts are the test's :class:`aiayn.conformance.harness.Stats`.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    spec: str
+    equation: str
+    dtype: str
+    test: str
+    outcome: Outcome
+    nodeid: str = ""
+    reason: str = ""
+    crash: str = ""
+    replay: str | None = None
+    examples: int = 0
+    unsupported: int = 0
+    unsupported_why: str = ""
+    checked: int = 0
+    unchecked: dict[str, int] = field(default_factory=dict)
+    exact: int = 0
+    worst: float | None = None
+    nan_mismatches: int = 0
+    departures: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    largest: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.outcome = Outcome(self.outcome)
+
+    @property
+    def counted(self) -> bool:
+        """Whether its counts enter the row (it ran to a verdict)."""
+        return self.outcome in (Outcome.PASSED, Outcome.FAILED, Outcome.KNOWN_DEVIATION)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = self.outcome.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TestResult:
+        return cls(**_known(cls, data))
+
+
+@dataclass
+class Row:
+    """One row of a conformance report: the tests of one equation in one dtype, summed, and their verdict.
+
+    ``fraction_checked``: checked / (checked + not checked) elements (None when nothing was compared);
+    ``worst_error_to_budget``: the largest |implementation - oracle| / budget of the agreement checks, and
+    ``headroom`` its inverse; ``measure``: that number as text, or what happened where none applies.
+    """
+
+    equation: str
+    section: str
+    dtype: str
+    status: Status
+    scope: str = ""
+    examples: int = 0
+    unsupported: int = 0
+    unsupported_why: str = ""
+    out_of_scope_tests: list[str] = field(default_factory=list)
+    checked: int = 0
+    not_checked: int = 0
+    not_checked_reasons: dict[str, int] = field(default_factory=dict)
+    fraction_checked: float | None = None
+    max_unchecked: float | None = None
+    declared_inconclusive: str | None = None
+    worst_error_to_budget: float | None = None
+    headroom: float | None = None
+    measure: str = ""
+    largest_failure: dict[str, Any] | None = None
+    departures: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    unnamed_failures: list[str] = field(default_factory=list)
+    failed_tests: list[str] = field(default_factory=list)
+    known_deviations: dict[str, str] = field(default_factory=dict)
+    tests: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Row:
+        return cls(**_known(cls, data))
