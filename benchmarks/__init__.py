@@ -1,6 +1,6 @@
 """Benchmarks: attention throughput as a fraction of the machine's own matrix-multiply ceiling.
 
-A pytest-benchmark suite (issue 6). Each case times one call of Eq. (1),
+A pytest-benchmark suite. Each case times one call of Eq. (1),
 softmax(Q K^T / sqrt(d_k)) V (§3.2.1), through an implementation's own
 ``scaled_dot_product_attention`` (any implementation the registry can load: the built-ins
 ``numpy``, ``numpy-blocked``, ``torch``, ``torch-sdpa``, an entry point, or ``module:attr``), at

@@ -106,7 +106,8 @@ def compare_runs(
     result.only_current = sorted(cur.keys() - base.keys())
     if _threads(baseline) != _threads(current):
         result.warnings.append(
-            f"thread counts differ: baseline {_threads(baseline)}, current {_threads(current)}; ratios are not comparable"
+            f"thread counts differ: baseline {_threads(baseline)}, current {_threads(current)}; ratios are not "
+            "comparable"
         )
     return result
 
@@ -125,7 +126,8 @@ def format_comparison(result: Comparison) -> list[str]:
     if result.only_current:
         lines.append(f"only in this run: {', '.join(result.only_current)}")
     verdict = (
-        f"{len(result.regressions)} of {len(result.rows)} cases lost more than {result.max_drop:.0%} of their ratio: {', '.join(result.regressions)}"
+        f"{len(result.regressions)} of {len(result.rows)} cases lost more than {result.max_drop:.0%} of their ratio: "
+        f"{', '.join(result.regressions)}"
         if result.regressions
         else f"no case lost more than {result.max_drop:.0%} of its ratio ({len(result.rows)} compared)"
     )

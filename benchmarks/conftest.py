@@ -102,8 +102,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--bench-training-step",
         default=None,
         metavar="MODULE:ATTR",
-        help="our training-step factory (aiayn bench passes aiayn.reproductions.translation.bench:training_step); without it "
-        "only the nn.Transformer peer's training cases run",
+        help=(
+            "our training-step factory (aiayn bench passes aiayn.reproductions.translation.bench:training_step); "
+            "without it only the nn.Transformer peer's training cases run"
+        ),
     )
     add(
         "--bench-training",

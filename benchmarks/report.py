@@ -3,7 +3,7 @@
 Reads one run of the suite (``pytest benchmarks --benchmark-json=RUN.json``; ``aiayn bench`` leaves
 it in ``<reports>/tmp/benchmarks-run.json``) and writes:
 
-- ``benchmarks.md``: the verdict on the issue's targets, the run's setup (CPU, threads, BLAS
+- ``benchmarks.md``: the verdict on the targets, the run's setup (CPU, threads, BLAS
   kernel, environment, load), the GEMM ceilings at the start and end of the run, every case in
   GFLOP/s and as a fraction of the ceiling with its peak memory, what bounds the NumPy attention
   (its stages timed alone), and the ratios against the stored baseline;
@@ -36,9 +36,9 @@ def default_run() -> Path:
     return reports_dir() / "tmp" / "benchmarks-run.json"
 
 
-#: The issue's targets (float32, n = 2048, one thread, no mask).
+#: The attention targets (float32, n = 2048, one thread, no mask).
 TARGETS = {"ratio_of_ceiling": 0.6, "ratio_of_sdpa": 0.8, "target_case": ("float32", 2048)}
-#: Issue 14's training targets: at least the nn.Transformer peer's throughput, at least half the GEMM ceiling.
+#: The training targets: at least the nn.Transformer peer's throughput, at least half the GEMM ceiling.
 TRAINING_TARGETS = {"ratio_of_peer": 1.0, "mfu": 0.5}
 MIB = 2**20
 
@@ -80,9 +80,10 @@ def memory_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
 def training_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per configuration: ours against the peer (throughput ratio), MFU, and what bounds ours (from its profiled step).
 
-    ``mfu_bound_gemm_at_ceiling``: the utilisation ours would reach if its matrix products ran at the ceiling and everything
-    else took the time it took: flops / (flops / ceiling + non-GEMM seconds) / ceiling, the non-GEMM seconds being the
-    best step's time times the non-GEMM share of the profiled step (the profiler's own overhead cancels in the share).
+    ``mfu_bound_gemm_at_ceiling``: the utilisation ours would reach if its matrix products ran at the ceiling and
+    everything else took the time it took: flops / (flops / ceiling + non-GEMM seconds) / ceiling, the non-GEMM seconds
+    being the best step's time times the non-GEMM share of the profiled step (the profiler's own overhead cancels in the
+    share).
     """
     out = []
     for name in sorted({r["training"] for r in rows}):
@@ -123,7 +124,7 @@ def _ceiling_of(run: dict[str, Any], library: str, dtype: str, when: str = "best
 
 
 # ---------------------------------------------------------------------------------------------
-# the issue's targets and the NumPy bounds
+# the targets and the NumPy bounds
 
 
 def memory_exponent(rows: list[dict[str, Any]], impl: str, dtype: str) -> dict[str, Any] | None:
@@ -146,7 +147,7 @@ def memory_exponent(rows: list[dict[str, Any]], impl: str, dtype: str) -> dict[s
 
 
 def evaluate_targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The issue's three targets, each with its measured value and met / short (None: not measured)."""
+    """The three targets, each with its measured value and met / short (None: not measured)."""
     dtype, n = TARGETS["target_case"]
     ours = _find(rows, impl="numpy", dtype=dtype, n=n, causal=False)
     sdpa = _find(rows, impl="torch-sdpa", dtype=dtype, n=n, causal=False)
@@ -297,17 +298,20 @@ def _ceiling_table(run: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]
     ]
     return md_table([*headers, "per-case adjacent ceilings (min - max)", "session ceiling"], body, "lllrrrrrr") + [
         "",
-        "Every ratio in this report divides by the session ceiling (last column): the fastest GEMM of that library and dtype "
-        "seen anywhere in the run (start, end, and the short measurements right before and after each case). Noise only slows "
-        "a GEMM, so the maximum is the least disturbed estimate, as the best round is for each case; a per-case ceiling "
-        "scattered too much (see its range) to compare cases with each other.",
+        "Every ratio in this report divides by the session ceiling (last column): the fastest GEMM of that library and "
+        "dtype seen anywhere in the run (start, end, and the short measurements right before and after each case). "
+        "Noise only slows a GEMM, so the maximum is the least disturbed estimate, as the best round is for each case; "
+        "a per-case ceiling scattered too much (see its range) to compare cases with each other.",
     ]
 
 
 def _pool(p: dict[str, Any]) -> str:
     """One thread pool as threadpoolctl reports it: library, version, kernel, threads."""
     version = f" {p['version']}" if p.get("version") else ""
-    return f"{p.get('internal_api')}{version} ({p.get('prefix')}) kernel {p.get('architecture', 'n/a')}, {p.get('num_threads')} thread(s)"
+    return (
+        f"{p.get('internal_api')}{version} ({p.get('prefix')}) kernel {p.get('architecture', 'n/a')}, "
+        f"{p.get('num_threads')} thread(s)"
+    )
 
 
 def _load(xs: list[float] | None) -> str:
@@ -332,12 +336,13 @@ def _setup_lines(run: dict[str, Any]) -> list[str]:
         f"- Load average (1/5/15 min) at start {_load(a.get('loadavg_start'))}, at end {_load(a.get('loadavg_end'))}: "
         "other work on the machine slows the timed calls and the ceilings alike.",
         f"- Implementations: {impls or 'n/a'}.",
-        "- Timing: best of the timed rounds (one call each, after an untimed warm-up call and an untimed memory-measuring "
-        f"call), rounds filling about {a.get('budget_s', 'n/a')} s per case, between {a.get('min_rounds', 'n/a')} and "
-        f"{a.get('max_rounds', 'n/a')}. GEMM ceiling of a case: the best of {a.get('adjacent_repeats', 'n/a')} calls of a "
-        f"{a.get('gemm_n', 'n/a')}^2 product right before its rounds and {a.get('adjacent_repeats', 'n/a')} right after; "
-        f"the session's ceilings (best of {a.get('gemm_repeats', 'n/a')} after a warm-up, at the start and again at the end) "
-        "show the drift. Ratios divide by the session ceiling, the best of all of these (see the ceiling table).",
+        "- Timing: best of the timed rounds (one call each, after an untimed warm-up call and an untimed "
+        f"memory-measuring call), rounds filling about {a.get('budget_s', 'n/a')} s per case, between "
+        f"{a.get('min_rounds', 'n/a')} and {a.get('max_rounds', 'n/a')}. GEMM ceiling of a case: the best of "
+        f"{a.get('adjacent_repeats', 'n/a')} calls of a {a.get('gemm_n', 'n/a')}^2 product right before its rounds and "
+        f"{a.get('adjacent_repeats', 'n/a')} right after; the session's ceilings (best of "
+        f"{a.get('gemm_repeats', 'n/a')} after a warm-up, at the start and again at the end) show the drift. Ratios "
+        "divide by the session ceiling, the best of all of these (see the ceiling table).",
     ]
 
 
@@ -366,7 +371,8 @@ def _target_lines(t: dict[str, Any]) -> list[str]:
     growth = (
         "not measured"
         if g.get("exponent") is None
-        else f"{g['exponent']:.2f} between n = {g['n'][0]} and {g['n'][1]} ({_mib(g['peak_bytes'][0])} -> {_mib(g['peak_bytes'][1])} MiB)"
+        else f"{g['exponent']:.2f} between n = {g['n'][0]} and {g['n'][1]} "
+        f"({_mib(g['peak_bytes'][0])} -> {_mib(g['peak_bytes'][1])} MiB)"
     )
     return md_table(
         ["target (" + t["case"] + ")", "measured", "target", "status"],
@@ -431,19 +437,20 @@ def _diagnosis(bounds: list[dict[str, Any]], targets: dict[str, Any]) -> list[st
     if tile is None:
         return ["The stage breakdown was not run (`--bench-stages float32:2048`), so no bound is computed."]
     lines = [
-        f"- Exponential: `np.exp` runs at {tile['exp_gelem_per_s']:.2f} Gelem/s on cache-resident 1 MiB tiles; one call needs 8 x 2048^2 = "
-        f"{8 * 2048**2 / 1e6:.1f} M of them, {tile['stage_times_s']['exp'] * 1e3:.1f} ms, which is {tile['exp_share_of_floor']:.0%} "
-        "of the least time (QK^T + PV + exp) any NumPy attention built from these calls can take.",
+        f"- Exponential: `np.exp` runs at {tile['exp_gelem_per_s']:.2f} Gelem/s on cache-resident 1 MiB tiles; one "
+        f"call needs 8 x 2048^2 = {8 * 2048**2 / 1e6:.1f} M of them, {tile['stage_times_s']['exp'] * 1e3:.1f} ms, "
+        f"which is {tile['exp_share_of_floor']:.0%} of the least time (QK^T + PV + exp) any NumPy attention built "
+        "from these calls can take.",
         f"- Even with both products at the full GEMM ceiling, that exp time caps a NumPy attention at "
-        f"{tile['ratio_bound_gemm_at_ceiling']:.3f} of the ceiling; with the products at the speed NumPy actually gets for these "
-        f"shapes (n x 64 x n and n x n x 64), at {tile['ratio_bound_floor']:.3f}; adding the max, subtract and sum passes, at "
-        f"{tile['ratio_bound_all_stages']:.3f}.",
+        f"{tile['ratio_bound_gemm_at_ceiling']:.3f} of the ceiling; with the products at the speed NumPy actually gets "
+        f"for these shapes (n x 64 x n and n x n x 64), at {tile['ratio_bound_floor']:.3f}; adding the max, subtract "
+        f"and sum passes, at {tile['ratio_bound_all_stages']:.3f}.",
     ]
     if full is not None:
         lines.append(
-            f"- Memory traffic: on the whole (8, 2048, 2048) score array (128 MiB, main memory) instead of 1 MiB tiles, the exp pass "
-            f"runs at {full['exp_gelem_per_s']:.2f} Gelem/s and the six stages bound the ratio at {full['ratio_bound_all_stages']:.3f} "
-            f"(tiles: {tile['ratio_bound_all_stages']:.3f})."
+            "- Memory traffic: on the whole (8, 2048, 2048) score array (128 MiB, main memory) instead of 1 MiB tiles, "
+            f"the exp pass runs at {full['exp_gelem_per_s']:.2f} Gelem/s and the six stages bound the ratio at "
+            f"{full['ratio_bound_all_stages']:.3f} (tiles: {tile['ratio_bound_all_stages']:.3f})."
         )
     measured = tile["numpy_measured_ratio"]
     if measured is not None:
@@ -524,10 +531,10 @@ def _training_lines(summary: list[dict[str, Any]], memory: list[dict[str, Any]])
     lines = [
         "One training step (forward, §5.4's label-smoothed loss, backward, Adam) of our model (the model `aiayn train` "
         "trains, named by `--bench-training-step`) and of PyTorch's `nn.Transformer` built with the same configuration "
-        "(`benchmarks/training.py` says how), on the same synthetic batch of full-length sentences, one thread, in one run. "
-        "Operations per step: `aiayn.reference.counts.training_step_flops` (three forward passes' matrix products). MFU: "
-        "those operations per second over the session's torch float32 GEMM ceiling. GEMM share: the step's self time in "
-        "matrix products (one profiled step).",
+        "(`benchmarks/training.py` says how), on the same synthetic batch of full-length sentences, one thread, in one "
+        "run. Operations per step: `aiayn.reference.counts.training_step_flops` (three forward passes' matrix "
+        "products). MFU: those operations per second over the session's torch float32 GEMM ceiling. GEMM share: the "
+        "step's self time in matrix products (one profiled step).",
         "",
     ]
     body = []
@@ -572,14 +579,16 @@ def _training_lines(summary: list[dict[str, Any]], memory: list[dict[str, Any]])
             continue
         t = TRAINING_TARGETS
         text = (
-            f"- {e['training']}: ours at {e['ratio_of_peer']:.2f}× the peer's throughput (target >= {t['ratio_of_peer']:g}: "
-            f"{_met(e['ratio_met'])}) and {e['ours']['mfu']:.3f} of the GEMM ceiling (target >= {t['mfu']}: {_met(e['mfu_met'])})"
+            f"- {e['training']}: ours at {e['ratio_of_peer']:.2f}× the peer's throughput (target >= "
+            f"{t['ratio_of_peer']:g}: {_met(e['ratio_met'])}) and {e['ours']['mfu']:.3f} of the GEMM ceiling (target "
+            f">= {t['mfu']}: {_met(e['mfu_met'])})"
         )
         if "mfu_bound_gemm_at_ceiling" in e:
             text += (
                 f"; its matrix products take {e['gemm_share']:.0%} of the step at {e['gemm_gflops']:.1f} GFLOP/s "
-                f"({e['gemm_gflops'] / e['ours']['ceiling_gflops']:.2f} of the ceiling), and the rest of the step alone bounds "
-                f"the MFU at {e['mfu_bound_gemm_at_ceiling']:.3f} even with every product at the ceiling; largest other work: "
+                f"({e['gemm_gflops'] / e['ours']['ceiling_gflops']:.2f} of the ceiling), and the rest of the step "
+                f"alone bounds the MFU at {e['mfu_bound_gemm_at_ceiling']:.3f} even with every product at the ceiling; "
+                "largest other work: "
                 + ", ".join(f"{k} ({v / e['ours']['profile']['total_s']:.0%})" for k, v in e["top_other"][:4])
             )
         lines.append(text + ".")
@@ -589,8 +598,9 @@ def _training_lines(summary: list[dict[str, Any]], memory: list[dict[str, Any]])
         peak = {(r["memory_model"], r["n"]): r["peak_bytes"] for r in memory}
         lines += [
             "",
-            "Peak memory of one training step beyond its inputs (B = 1, the CPU preset's model without dropout; PyTorch's "
-            "allocator events), MiB, and the growth exponent between the two longest lengths (1: linear, 2: quadratic):",
+            "Peak memory of one training step beyond its inputs (B = 1, the CPU preset's model without dropout; "
+            "PyTorch's allocator events), MiB, and the growth exponent between the two longest lengths (1: linear, 2: "
+            "quadratic):",
             "",
         ]
         rows = []
@@ -630,9 +640,9 @@ def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[
     )
     r, s, g = targets["numpy_ratio_of_ceiling"], targets["numpy_throughput_of_sdpa"], targets["blocked_memory_growth"]
     report.verdict = (
-        f"numpy attention (float32, n=2048) at {_ratio(r['value'])} of the GEMM ceiling (target 0.6: {_met(r['met'])}) and "
-        f"{_ratio(s['value'])} of torch-sdpa's throughput (target 0.8: {_met(s['met'])}); blocked-path memory exponent "
-        f"{'n/a' if g.get('exponent') is None else format(g['exponent'], '.2f')} ({_met(g['met'])})."
+        f"numpy attention (float32, n=2048) at {_ratio(r['value'])} of the GEMM ceiling (target 0.6: {_met(r['met'])}) "
+        f"and {_ratio(s['value'])} of torch-sdpa's throughput (target 0.8: {_met(s['met'])}); blocked-path memory "
+        f"exponent {'n/a' if g.get('exponent') is None else format(g['exponent'], '.2f')} ({_met(g['met'])})."
     )
     training = training_summary(training_rows(run))
     for e in training:
@@ -647,11 +657,11 @@ def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[
     report.add(
         "",
         "Each case times one call of Eq. (1), softmax(Q K^T / sqrt(d_k)) V (§3.2.1), through the implementation's own "
-        "`scaled_dot_product_attention` on its own arrays (B = 1, h = 8, d = 64, n_q = n_k = n; causal = the §3.2.3 mask as "
-        "an (n, n) boolean argument). Throughput counts 4 n^2 d flops per head (full); a causal case is also counted by its "
-        "n (n + 1) / 2 visible pairs (useful). Every figure is also given as a fraction of the GEMM ceiling of the same library "
-        "and dtype measured in the same run (the session ceiling: the best GEMM seen in the run): that fraction is what is "
-        "comparable between machines.",
+        "`scaled_dot_product_attention` on its own arrays (B = 1, h = 8, d = 64, n_q = n_k = n; causal = the §3.2.3 "
+        "mask as an (n, n) boolean argument). Throughput counts 4 n^2 d flops per head (full); a causal case is also "
+        "counted by its n (n + 1) / 2 visible pairs (useful). Every figure is also given as a fraction of the GEMM "
+        "ceiling of the same library and dtype measured in the same run (the session ceiling: the best GEMM seen in "
+        "the run): that fraction is what is comparable between machines.",
     )
     report.section("Targets", *_target_lines(targets))
     report.section("Setup", *_setup_lines(run))
@@ -659,7 +669,8 @@ def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[
     report.section(
         "Results",
         "Best time of the timed rounds. Peak memory: the most held at once during one call beyond its inputs "
-        "(NumPy: tracemalloc; PyTorch: the profiler's CPU-allocator events), and that over one (B, h, n, n) score matrix in the dtype.",
+        "(NumPy: tracemalloc; PyTorch: the profiler's CPU-allocator events), and that over one (B, h, n, n) score "
+        "matrix in the dtype.",
         "",
         *_case_table(rows),
     )

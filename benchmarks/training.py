@@ -236,7 +236,8 @@ GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matm
 
 
 def profile_step(step: Callable[[], float]) -> dict[str, Any]:
-    """Where one step's time goes: self CPU time in matrix products against the rest, and the largest other operations."""
+    """Where one step's time goes: self CPU time in matrix products against the rest, and the largest other
+    operations."""
     from torch.profiler import ProfilerActivity, profile
 
     step()

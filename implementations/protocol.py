@@ -201,7 +201,8 @@ class Scope:
     note: str = ""
 
     def describe(self) -> str:
-        """One line for the report: ``"full domain"`` or the restrictions, e.g. ``"self-attention only; masks causal"``."""
+        """One line for the report: ``"full domain"`` or the restrictions, e.g.
+        ``"self-attention only; masks causal"``."""
         parts = []
         if self.self_attention_only:
             parts.append("self-attention only")
@@ -237,15 +238,16 @@ class Scope:
         out = []
         for need in needs:
             kind, _, value = str(need).partition(":")
+            # Each lambda reads ``value`` late, but the one picked is called below in this same iteration.
             excluded = {
-                "masks": lambda: value not in self.masks,
+                "masks": lambda: value not in self.masks,  # noqa: B023
                 "cross-attention": lambda: self.self_attention_only,
-                "batch": lambda: self.batch_dims is not None and max(self.batch_dims) < int(value),
-                "batchdims": lambda: self.batch_dims is not None and int(value) not in self.batch_dims,
-                "eps": lambda: self.layer_norm_eps is not None and float(value) != self.layer_norm_eps,
-                "d_ff": lambda: self.d_ff_ratio is not None and int(value) != self.d_ff_ratio,
-                "length": lambda: self.max_length is not None and int(value) > self.max_length,
-                "bias": lambda: value in self.no_bias,
+                "batch": lambda: self.batch_dims is not None and max(self.batch_dims) < int(value),  # noqa: B023
+                "batchdims": lambda: self.batch_dims is not None and int(value) not in self.batch_dims,  # noqa: B023
+                "eps": lambda: self.layer_norm_eps is not None and float(value) != self.layer_norm_eps,  # noqa: B023
+                "d_ff": lambda: self.d_ff_ratio is not None and int(value) != self.d_ff_ratio,  # noqa: B023
+                "length": lambda: self.max_length is not None and int(value) > self.max_length,  # noqa: B023
+                "bias": lambda: value in self.no_bias,  # noqa: B023
                 "distinct-kv": lambda: self.shared_key_value,
             }.get(kind)
             if excluded is None:
@@ -280,7 +282,8 @@ FULL_SCOPE = Scope()
 
 
 def scope_of(impl: Any, equation: str) -> Scope:
-    """The scope ``impl`` declares for ``equation``: ``impl.scope[equation]``, else ``impl.scope["*"]``, else the full domain."""
+    """The scope ``impl`` declares for ``equation``: ``impl.scope[equation]``, else ``impl.scope["*"]``, else the full
+    domain."""
     declared = getattr(impl, "scope", None)
     if not isinstance(declared, Mapping):
         return FULL_SCOPE
@@ -643,7 +646,8 @@ def _policy_problems(policies: Any) -> list[str]:
     pad = policies.get("padding_id", 0)
     if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
         problems.append(
-            f"policies['padding_id']: expected a non-negative int (the padding class of label smoothing 'K-2'), got {pad!r}"
+            "policies['padding_id']: expected a non-negative int (the padding class of label smoothing 'K-2'), got "
+            f"{pad!r}"
         )
     return problems
 

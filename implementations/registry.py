@@ -168,10 +168,10 @@ def load(spec: str, *, device: str | None = None) -> Implementation:
     ``spec`` is a built-in name (:data:`BUILTINS`), an entry-point name (group
     :data:`ENTRY_POINT_GROUP`) or ``"module:attr"``. ``device`` (e.g. ``"cuda"``) is passed to a
     class or factory that takes a ``device`` argument (the torch built-ins do); an implementation
-    that cannot be placed there is an error, never silently left where it is. Raises :class:`ImplementationNotFound` for an
-    unknown name or any failure to import or construct it (the underlying error is in the message
-    and chained), and :class:`InvalidImplementation` when the object breaks the contract (see
-    :func:`aiayn.implementations.protocol.contract_problems`).
+    that cannot be placed there is an error, never silently left where it is. Raises
+    :class:`ImplementationNotFound` for an unknown name or any failure to import or construct it
+    (the underlying error is in the message and chained), and :class:`InvalidImplementation` when
+    the object breaks the contract (see :func:`aiayn.implementations.protocol.contract_problems`).
     """
     if not isinstance(spec, str) or not spec:
         raise _not_found(repr(spec), "expected a non-empty string")

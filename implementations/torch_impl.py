@@ -223,7 +223,8 @@ class TorchImplementation(ImplementationBase):
         """
         if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
             raise ValueError(
-                f"q, k, v: expected (..., n_q, d_k), (..., n_k, d_k), (..., n_k, d_v), got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+                f"q, k, v: expected (..., n_q, d_k), (..., n_k, d_k), (..., n_k, d_v), got {tuple(q.shape)}, "
+                f"{tuple(k.shape)}, {tuple(v.shape)}"
             )
         cd = self._compute_dtype(q.dtype)
         return self._attend(q.to(cd), k.to(cd), v.to(cd), mask, q.dtype).to(q.dtype)
@@ -451,7 +452,8 @@ class TorchImplementation(ImplementationBase):
         """
         if src_tokens.dim() != 2 or tgt_tokens.dim() != 2 or src_tokens.shape[0] != tgt_tokens.shape[0]:
             raise ValueError(
-                f"src_tokens, tgt_tokens: expected (B, n_src) and (B, n_tgt), got {tuple(src_tokens.shape)} and {tuple(tgt_tokens.shape)}"
+                f"src_tokens, tgt_tokens: expected (B, n_src) and (B, n_tgt), got {tuple(src_tokens.shape)} and "
+                f"{tuple(tgt_tokens.shape)}"
             )
         src_mask = self._key_mask(src_lengths, src_tokens.shape[1])  # (B, 1, n_src)
         n_tgt = tgt_tokens.shape[1]
@@ -515,10 +517,16 @@ class TorchSDPAImplementation(TorchImplementation):
     known_deviations: Mapping[str, str] = MappingProxyType(
         {
             **{
-                f"attention_poison_at_masked_positions_changes_nothing[huge]@{dtype}": "PyTorch adds -inf to masked scores instead of replacing them (§3.2.3), so a masked score that overflows to inf gives inf + (-inf) = NaN"
+                f"attention_poison_at_masked_positions_changes_nothing[huge]@{dtype}": (
+                    "PyTorch adds -inf to masked scores instead of replacing them (§3.2.3), so a masked score that "
+                    "overflows to inf gives inf + (-inf) = NaN"
+                )
                 for dtype in ("float64", "float32", "bfloat16")
             },
-            "attention_poison_at_masked_positions_changes_nothing[nan_keys]": "PyTorch adds -inf to masked scores instead of replacing them (§3.2.3), so NaN in a masked key gives NaN + (-inf) = NaN",
+            "attention_poison_at_masked_positions_changes_nothing[nan_keys]": (
+                "PyTorch adds -inf to masked scores instead of replacing them (§3.2.3), so NaN in a masked key gives "
+                "NaN + (-inf) = NaN"
+            ),
         }
     )
 

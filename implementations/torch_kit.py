@@ -31,8 +31,8 @@ Example (``nn.MultiheadAttention`` as §3.2.2)::
             with torch.no_grad():
                 m.in_proj_weight.copy_(w); m.in_proj_bias.copy_(b)
                 copy_linear(m.out_proj, params["w_o"], params.get("b_o"))
-            out, _ = m(query, key, value, attn_mask=attention_mask(mask, query.shape[:-2], query.shape[-2], key.shape[-2], num_heads, "flat"),
-                       need_weights=False)
+            flat = attention_mask(mask, query.shape[:-2], query.shape[-2], key.shape[-2], num_heads, "flat")
+            out, _ = m(query, key, value, attn_mask=flat, need_weights=False)
             return out
 """
 
@@ -113,7 +113,8 @@ def copy_linear(linear: nn.Linear, w: torch.Tensor, b: torch.Tensor | None) -> N
 
 
 def fused_qkv(params: Mapping[str, Any], d_model: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weight (3 d, d), bias (3 d,)) of a fused in-projection: [w_q^T; w_k^T; w_v^T] and [b_q; b_k; b_v] (absent biases zero)."""
+    """(weight (3 d, d), bias (3 d,)) of a fused in-projection: [w_q^T; w_k^T; w_v^T] and [b_q; b_k; b_v] (absent biases
+    zero)."""
     ws = [params[n] for n in ("w_q", "w_k", "w_v")]
     like = ws[0]
     bs = [
@@ -124,8 +125,9 @@ def fused_qkv(params: Mapping[str, Any], d_model: int) -> tuple[torch.Tensor, to
 
 
 def build(adapter: Any, cls: type[nn.Module], *args: Any, dtype: torch.dtype | None = None, **kwargs: Any) -> nn.Module:
-    """``cls(*args, **kwargs)`` in ``dtype`` (default float64 on the CPU's ``float64`` runs: pass the inputs' dtype) on the
-    adapter's device, in eval mode; torch's global default dtype is never changed (``dtype=`` factory argument, else ``.to``)."""
+    """``cls(*args, **kwargs)`` in ``dtype`` (default float64 on the CPU's ``float64`` runs: pass the inputs' dtype)
+    on the adapter's device, in eval mode; torch's global default dtype is never changed (``dtype=`` factory argument,
+    else ``.to``)."""
     factory = {"device": adapter.device, **({"dtype": dtype} if dtype is not None else {})}
     try:
         accepts = {"dtype", "device"} <= set(inspect.signature(cls).parameters)
@@ -169,7 +171,8 @@ def attention_mask(
 
 
 def padding_from_mask(mask: torch.Tensor | None, batch: int) -> torch.Tensor | None:
-    """A key-padding mask (B, 1, n_k) or (1, n_k), True = may attend, as the (B, n_k) vector modules take (True = may attend)."""
+    """A key-padding mask (B, 1, n_k) or (1, n_k), True = may attend, as the (B, n_k) vector modules take (True = may
+    attend)."""
     if mask is None:
         return None
     return mask.reshape(-1, mask.shape[-1]).expand(batch, -1) if mask.shape[-2] == 1 else None
@@ -181,7 +184,8 @@ def batched(t: torch.Tensor, batch: tuple[int, ...]) -> torch.Tensor:
 
 
 def copy_layer_norm(norm: nn.Module, params: Mapping[str, Any]) -> None:
-    """Load the canonical LayerNorm {"gain", "bias"} (d_model,) into ``norm`` (``weight``, and ``bias`` where it has one)."""
+    """Load the canonical LayerNorm {"gain", "bias"} (d_model,) into ``norm`` (``weight``, and ``bias`` where it has
+    one)."""
     with torch.no_grad():
         norm.weight.copy_(params["gain"])
         if getattr(norm, "bias", None) is not None:

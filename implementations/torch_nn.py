@@ -110,7 +110,8 @@ class TorchNNImplementation(TorchSDPAImplementation):
         for name, weight in zip(("w_q", "w_k", "w_v"), w):
             if tuple(weight.shape) != (d_model, d_model):
                 raise ValueError(
-                    f"params['{name}']: nn.MultiheadAttention needs h*d_k = h*d_v = d_model, i.e. a ({d_model}, {d_model}) matrix; got {tuple(weight.shape)}"
+                    f"params['{name}']: nn.MultiheadAttention needs h*d_k = h*d_v = d_model, i.e. a ({d_model}, "
+                    f"{d_model}) matrix; got {tuple(weight.shape)}"
                 )
         module.in_proj_weight.copy_(torch.cat([t.transpose(0, 1) for t in w], dim=0))  # (3 d_model, d_model)
         for i, bias in enumerate(b):
@@ -273,12 +274,13 @@ class TorchNNFastPath(TorchNNImplementation):
         {
             **TorchNNImplementation.known_deviations,
             "multi_head_attention_fully_masked_self_attention_row": (
-                "PyTorch's fused inference kernel (torch._native_multi_head_attention) returns NaN for a fully masked query row of "
-                "self-attention, where the documented forward of nn.MultiheadAttention (through scaled_dot_product_attention) "
-                "returns 0; measured on the CPU in torch 2.13"
+                "PyTorch's fused inference kernel (torch._native_multi_head_attention) returns NaN for a fully masked "
+                "query row of self-attention, where the documented forward of nn.MultiheadAttention (through "
+                "scaled_dot_product_attention) returns 0; measured on the CPU in torch 2.13"
             ),
             "multi_head_attention_on_fixed_inputs[self-attention with a fully masked row]": (
-                "the same fused kernel, on the fixed case with a fully masked self-attention row: NaN instead of the documented 0"
+                "the same fused kernel, on the fixed case with a fully masked self-attention row: NaN instead of the "
+                "documented 0"
             ),
         }
     )

@@ -34,6 +34,7 @@ the nearest rounding boundary; ``tests/test_exact_tier.py`` checks this by recom
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,7 @@ DEFAULT_DPS = 50  # decimal digits (~166 bits): 113 bits beyond binary64
 HIGH_DPS = 120  # the re-check precision used by the tests (~399 bits)
 GUARD_DPS = 20  # the second evaluation's extra digits, whose difference estimates the error
 MAX_DPS = 1300  # ~4300 bits: exact for any sum of products of two float64 values
+MIN_DPS = 15  # the least working precision accepted (float64 itself needs 17 digits to round-trip)
 
 _TWO_1074 = mpmath.mpf(2) ** 1074  # exact: a power of two
 _SMALLEST_NORMAL = 2.0**-1022
@@ -112,15 +114,26 @@ def _ambiguous(lo: Any, hi: Any, dps_hi: int) -> bool:
         return any(abs(hi - m) <= err for m in midpoints)
 
 
+def check_dps(dps: Any) -> int:
+    """Return ``dps`` as an int if it is a working precision the exact tier accepts (an int >= ``MIN_DPS``
+    decimal digits), or raise naming ``dps``: TypeError for a non-integer (bool and float included),
+    ValueError below ``MIN_DPS``."""
+    if isinstance(dps, bool) or not isinstance(dps, numbers.Integral):
+        raise TypeError(f"dps: expected an int >= {MIN_DPS} (decimal digits), got {dps!r} ({type(dps).__name__})")
+    if dps < MIN_DPS:
+        raise ValueError(f"dps: expected at least {MIN_DPS} decimal digits (float64 needs 17 to round-trip), got {dps}")
+    return int(dps)
+
+
 def correctly_rounded(compute: Callable[[], np.ndarray], dps: int = DEFAULT_DPS) -> np.ndarray:
     """Evaluate ``compute()`` (mpf results, object array) until every float64 rounding is certain.
 
     ``compute`` must do all its arithmetic in the ambient mpmath context; it is called inside
     ``mpmath.workdps(p)`` for p = dps, dps + GUARD_DPS, then doubled while any element is
     ambiguous (see the module docstring), up to MAX_DPS. Returns float64, each correctly rounded.
+    ``dps`` is checked by :func:`check_dps`.
     """
-    if dps < 15:
-        raise ValueError(f"dps: expected at least 15 decimal digits (float64 needs 17 to round-trip), got {dps}")
+    dps = check_dps(dps)
     with mpmath.workdps(dps):
         lo = np.asarray(compute(), dtype=object)
     p = dps + GUARD_DPS

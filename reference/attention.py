@@ -30,9 +30,17 @@ FULLY_MASKED_POLICIES = ("nan", "zeros", "uniform")
 # softmax, §3.2.1
 
 
-def _softmax_input(x: Any) -> np.ndarray:
-    """Validate softmax's input: real, at least 1-D, finite except -inf (a masked score)."""
+def _softmax_input(x: Any, axis: int) -> np.ndarray:
+    """Validate softmax's input: real, at least 1-D, not empty along ``axis``, finite except -inf (a masked score).
+
+    An ``axis`` outside x's dimensions is left to NumPy's reductions, whose AxisError names it.
+    """
     arr = as_float_array("x", x, min_ndim=1, allow_nonfinite=True)
+    if -arr.ndim <= axis < arr.ndim and arr.shape[axis] == 0:
+        raise ValueError(
+            f"x: softmax needs at least one element along axis {axis}, got shape {arr.shape} "
+            "(a distribution over no entries cannot sum to 1)"
+        )
     bad = np.isnan(arr) | (arr == np.inf)
     if np.any(bad):
         where = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -58,10 +66,14 @@ def softmax(x: Any, axis: int = -1) -> np.ndarray:
         and free of overflow. Entries of -inf (masked scores) get probability 0; a slice that is
         entirely -inf has no defined softmax and gives NaN (the 0/0 that -inf masking produces);
         ``scaled_dot_product_attention`` offers a policy for that case. NaN and +inf are rejected.
+        An empty ``axis`` (n = 0) is rejected with a ValueError rather than given an empty result:
+        the output along the axis is a probability distribution, which must sum to 1, and no
+        distribution has no entries (``scaled_dot_product_attention`` likewise needs n_k >= 1).
+        Empty batch dimensions are fine and give an empty result.
 
     Shapes: x (..., n) along ``axis`` -> same shape, float64.
     """
-    z = _softmax_input(x).astype(LD)
+    z = _softmax_input(x, axis).astype(LD)
     return _softmax_ld(z, axis).astype(np.float64)
 
 
@@ -91,7 +103,7 @@ def softmax_exact(x: Any, axis: int = -1, *, dps: int = DEFAULT_DPS) -> np.ndarr
 
     Paper: §3.2.1. Same definition and choices as :func:`softmax`.
     """
-    z = _softmax_input(x)
+    z = _softmax_input(x, axis)
     moved = to_mp(np.moveaxis(z, axis, -1))
     p = correctly_rounded(lambda: _softmax_rows_mp(moved, None, "nan"), dps)
     return np.moveaxis(p, -1, axis)
@@ -142,7 +154,8 @@ def padding_mask(lengths: Any, n_k: int) -> np.ndarray:
     arr = np.asarray(lengths)
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(
-            f"lengths: expected a 1-D integer array (one length per batch element), got {arr.dtype} of shape {arr.shape}"
+            "lengths: expected a 1-D integer array (one length per batch element), got "
+            f"{arr.dtype} of shape {arr.shape}"
         )
     if np.any(arr < 0) or np.any(arr > n_k):
         raise ValueError(f"lengths: expected integers in [0, n_k={n_k}], got {arr.tolist()}")
@@ -277,7 +290,8 @@ def _mha_inputs(
     for name, width in (("w_q", w["w_q"].shape[1]), ("w_v", w["w_v"].shape[1])):
         if width == 0 or width % h:
             raise ValueError(
-                f"num_heads: {h} heads must divide params['{name}']'s {width} columns (h*d_k, h*d_v) into equal widths >= 1"
+                f"num_heads: {h} heads must divide params['{name}']'s {width} columns (h*d_k, h*d_v) into "
+                "equal widths >= 1"
             )
     widths = {"b_q": w["w_q"].shape[1], "b_k": w["w_k"].shape[1], "b_v": w["w_v"].shape[1], "b_o": w["w_o"].shape[1]}
     b = {}

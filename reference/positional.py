@@ -24,7 +24,7 @@ import mpmath
 import numpy as np
 
 from aiayn.reference._checks import as_float_array, positive_int
-from aiayn.reference._exact import DEFAULT_DPS, correctly_rounded, to_mp
+from aiayn.reference._exact import DEFAULT_DPS, check_dps, correctly_rounded, to_mp
 
 LD = np.longdouble
 DEFAULT_BASE = 10000.0  # §3.5: "wavelengths form a geometric progression from 2π to 10000 · 2π"
@@ -126,7 +126,7 @@ def positional_encoding_exact(
     d = _validate_d_model(d_model)
     b = _validate_base(base)
     bm = to_mp(b)[()]
-    return correctly_rounded(lambda: _pe_rows_mp(list(range(n)), d, bm), dps + _guard_digits(n, b))
+    return correctly_rounded(lambda: _pe_rows_mp(list(range(n)), d, bm), check_dps(dps) + _guard_digits(n, b))
 
 
 def _blocks(sin: np.ndarray, cos: np.ndarray, zero: Any) -> np.ndarray:
@@ -180,4 +180,4 @@ def pe_shift_matrix_exact(k: int, d_model: int, *, base: float = DEFAULT_BASE, d
         cos = np.array([mpmath.cos(a) for a in angles], dtype=object)
         return _blocks(sin, cos, mpmath.mpf(0))
 
-    return correctly_rounded(compute, dps + _guard_digits(k, b))
+    return correctly_rounded(compute, check_dps(dps) + _guard_digits(k, b))

@@ -98,7 +98,8 @@ def restricted_self_attention(x: torch.Tensor, r: int) -> torch.Tensor:
 
 
 class Recurrent(nn.Module):
-    """An Elman layer: ``nn.RNNCell`` applied position by position; ``cut`` detaches the state that many cells before the end."""
+    """An Elman layer: ``nn.RNNCell`` applied position by position; ``cut`` detaches the state that many cells before
+    the end."""
 
     def __init__(self, d: int, **factory: Any) -> None:
         super().__init__()

@@ -165,8 +165,8 @@ def _section_scores(report: Report, scores: dict[str, BleuScore], chrf_score: Ch
         f"chrF (sacreBLEU, untokenized text): **{chrf_score.score:.2f}**, signature `{chrf_score.signature}`.",
         "",
         f"Cross-check of our BLEU arithmetic: on the same paper-style tokens, sacreBLEU counts "
-        f"{'the same' if same_counts else 'DIFFERENT'} n-gram matches, totals and lengths, and its score differs from ours "
-        f"by {miss:.1e}, against {bound:.1e} that rounding can explain (the derivation is in tests/test_bleu.py).",
+        f"{'the same' if same_counts else 'DIFFERENT'} n-gram matches, totals and lengths, and its score differs from "
+        f"ours by {miss:.1e}, against {bound:.1e} that rounding can explain (the derivation is in tests/test_bleu.py).",
     )
     return {
         "agreement": {
@@ -222,9 +222,9 @@ def _section_why(report: Report, scores: dict[str, BleuScore], segs: list[Segmen
     ]
     report.add(
         "",
-        f"1. **Tokenization** ({moses.score - sacre.score:+.2f}). The tokenizers disagree on {len(differ)} of {len(segs)} "
-        'sentence pairs. sacreBLEU\'s 13a tokenizer splits a hyphen after a digit ("34-jährige" → "34 - jährige", '
-        'three tokens that match when the number is right) and every period not between digits ("z.B." → '
+        f"1. **Tokenization** ({moses.score - sacre.score:+.2f}). The tokenizers disagree on {len(differ)} of "
+        f'{len(segs)} sentence pairs. sacreBLEU\'s 13a tokenizer splits a hyphen after a digit ("34-jährige" → "34 - '
+        'jährige", three tokens that match when the number is right) and every period not between digits ("z.B." → '
         '"z . B .", "Dr." → "Dr ."), but separates ASCII punctuation only: German quotes stay glued to their '
         'word ("„Ist" is one token, which matches only an identically quoted word). Ours keeps "34-jährige", '
         '"z.B." and "Dr." whole and separates every quote sign. Neither is wrong; they count different things.',
@@ -361,9 +361,9 @@ def _section_choices(report: Report, scores: dict[str, BleuScore]) -> None:
             else "every order has matches here, so smoothing plays no part in the sacreBLEU figure."
         ),
         "- The sample (reproductions/data/bleu/, 33 pairs) was written for this project; its outputs imitate typical "
-        "machine-translation slips (paraphrase, wrong gender, hyphenated vs closed compounds, quote styles, casing), so it "
-        "has far more hyphenated compounds than real text (see its density above): its gap shows the mechanisms, not "
-        "their size. The paper prints no score for it: the report compares methods, not systems.",
+        "machine-translation slips (paraphrase, wrong gender, hyphenated vs closed compounds, quote styles, casing), "
+        "so it has far more hyphenated compounds than real text (see its density above): its gap shows the mechanisms, "
+        "not their size. The paper prints no score for it: the report compares methods, not systems.",
     )
 
 
@@ -398,9 +398,9 @@ W_VARIANT_NAMES = {
     "moses": "Moses-like",
     "paper": "paper style",
 }
-#: The literature's gap between compound-split tokenized BLEU and sacreBLEU on EN→DE, as this project's issue 14
-#: quotes fairseq and Popel & Bojar (fairseq's thread facebookresearch/fairseq#435: 29.3 with compound splitting
-#: against 28.6 sacreBLEU for the same output, +0.7).
+#: The literature's gap between compound-split tokenized BLEU and sacreBLEU on EN→DE, as fairseq and Popel & Bojar
+#: report it (fairseq's thread facebookresearch/fairseq#435: 29.3 with compound splitting against 28.6 sacreBLEU for
+#: the same output, +0.7).
 LITERATURE_GAP = (0.5, 2.0)
 
 
@@ -433,12 +433,13 @@ def _section_wmt17(report: Report, wmt: dict) -> dict:
         )
     report.section(
         "Sixteen WMT17 systems: sacreBLEU and the paper's BLEU",
-        f"Data: `{W.SYSTEMS_MEMBER.split('/', 1)[1]}` from sacreBLEU's source distribution `{wmt['sdist']}` (PyPI, SHA-256 "
-        f"`{wmt['sha256']}`, not copied into this repository): the newstest2017 EN→DE reference and {len(systems)} system "
-        f"outputs, {wmt['segments']} segments each. The paper prints nothing for WMT17: this checks our scorer on real output "
-        'and measures the gap. Sorted by sacreBLEU. "mteval-v13a" is the figure sacreBLEU\'s own regression script '
-        '(`test.sh`, table MTEVAL, "pre-computed results from Moses\' mteval-v13a.pl") records, to 2 decimals; ✗ marks a '
-        'miss of more than 0.005. "Moses-like": our tokenization without compound splitting; "paper style": with it '
+        f"Data: `{W.SYSTEMS_MEMBER.split('/', 1)[1]}` from sacreBLEU's source distribution `{wmt['sdist']}` (PyPI, "
+        f"SHA-256 `{wmt['sha256']}`, not copied into this repository): the newstest2017 EN→DE reference and "
+        f"{len(systems)} system outputs, {wmt['segments']} segments each. The paper prints nothing for WMT17: this "
+        'checks our scorer on real output and measures the gap. Sorted by sacreBLEU. "mteval-v13a" is the figure '
+        "sacreBLEU's own regression script (`test.sh`, table MTEVAL, \"pre-computed results from Moses' "
+        'mteval-v13a.pl") records, to 2 decimals; ✗ marks a miss of more than 0.005. "Moses-like": our tokenization '
+        'without compound splitting; "paper style": with it '
         "(the paper's method); the gap is paper style minus sacreBLEU.",
         "",
     )
@@ -461,18 +462,19 @@ def _section_wmt17(report: Report, wmt: dict) -> dict:
     report.add(
         "",
         *[
-            f"- The known figure: {k['system']} {k['ours']:.4f} sacreBLEU → {k['ours']:.2f} against {k['known']:.2f} (issue 7 of this "
-            f"project): {'reproduced' if k['agrees'] else 'NOT reproduced'}."
+            f"- The known figure: {k['system']} {k['ours']:.4f} sacreBLEU → {k['ours']:.2f} against {k['known']:.2f} "
+            f"(issue 7 of this project): {'reproduced' if k['agrees'] else 'NOT reproduced'}."
             for k in known
         ],
         f"- {mteval_ok} of {len(systems)} systems equal sacreBLEU's recorded mteval-v13a figures to 2 decimals.",
-        "- chrF (sacreBLEU) against the official chrF++.py (`-nw 0`) figures test.sh records (4 decimals; agreement: within "
-        "half a unit of the 4th): "
+        "- chrF (sacreBLEU) against the official chrF++.py (`-nw 0`) figures test.sh records (4 decimals; agreement: "
+        "within half a unit of the 4th): "
         + ", ".join(f"{c['system']} {c['ours']:.4f} vs {c['recorded']:.4f}" for c in wmt["chrf"])
         + f" ({sum(chrf_ok)} of {len(chrf_ok)} agree).",
         f'- Our BLEU arithmetic on {check["system"]}\'s paper-style tokens against sacreBLEU with `tokenize="none"`: '
-        f"{check['ours']:.10f} and {check['sacrebleu_on_our_tokens']:.10f} (difference {check['abs_difference']:.1e}, rounding "
-        f"bound {check['rounding_bound']:.1e}); n-gram counts {'identical' if check['same_counts'] else 'DIFFERENT'}.",
+        f"{check['ours']:.10f} and {check['sacrebleu_on_our_tokens']:.10f} (difference {check['abs_difference']:.1e}, "
+        f"rounding bound {check['rounding_bound']:.1e}); n-gram counts "
+        f"{'identical' if check['same_counts'] else 'DIFFERENT'}.",
     )
     return {"known": known, "mteval_agree": mteval_ok, "chrf_agree": sum(chrf_ok), "chrf_checked": len(chrf_ok)}
 
@@ -538,20 +540,20 @@ def _section_gap(report: Report, wmt: dict) -> dict:
         "",
         "What the measurement says: (1) "
         + (
-            f"of these five candidates (chosen after the fact, on {len(systems)} systems, so the best r is an optimistic one), "
-            f"the split's gain is best told by the {best} (r = {correlations[best]:+.2f}): a marker the reference shares adds "
-            "matched n-grams (a correct compound becomes three unigrams, two bigrams and a trigram), one it lacks adds "
-            "unmatched ones."
+            f"of these five candidates (chosen after the fact, on {len(systems)} systems, so the best r is an "
+            f"optimistic one), the split's gain is best told by the {best} (r = {correlations[best]:+.2f}): a marker "
+            "the reference shares adds matched n-grams (a correct compound becomes three unigrams, two bigrams and a "
+            "trigram), one it lacks adds unmatched ones."
             if best
             else "no correlation is defined on these systems."
         )
         + " (2) Our Moses-like tokenization scores "
         f"{tok[0]:+.2f} to {tok[2]:+.2f} against sacreBLEU's 13a on the same outputs, which "
-        f"{'cancels most of' if abs(tok[1]) > abs(_spread(split)[1]) / 2 else 'cancels part of'} the split's gain: the paper-style "
-        f"number ends {_spread(gap)[0]:+.2f} to {_spread(gap)[2]:+.2f} from sacreBLEU (mean {_spread(gap)[1]:+.2f}), inside the "
-        f"literature's {lo_lit}–{hi_lit} for {reaching['paper']} of {len(systems)} systems; the split alone reaches it for "
-        f"{reaching['compound splitting (paper − Moses-like)']}. (3) Of the scorings measured, those inside that range for most "
-        "systems: "
+        f"{'cancels most of' if abs(tok[1]) > abs(_spread(split)[1]) / 2 else 'cancels part of'} the split's gain: the "
+        f"paper-style number ends {_spread(gap)[0]:+.2f} to {_spread(gap)[2]:+.2f} from sacreBLEU (mean "
+        f"{_spread(gap)[1]:+.2f}), inside the literature's {lo_lit}–{hi_lit} for {reaching['paper']} of {len(systems)} "
+        f"systems; the split alone reaches it for {reaching['compound splitting (paper − Moses-like)']}. (3) Of the "
+        "scorings measured, those inside that range for most systems: "
         + (", ".join(W.VARIANTS[v] for v in most) if most else "none")
         + (" — every one of them case-insensitive." if most and all(v.endswith("_lc") for v in most) else ".")
         + " So on these real outputs the paper's scoring and sacreBLEU differ by "
@@ -561,18 +563,19 @@ def _section_gap(report: Report, wmt: dict) -> dict:
             else "as much as the literature reports"
         )
         + "; the literature's "
-        "figures were measured on other outputs and another test set (newstest2014), which this project cannot rescore, "
-        "and of the scoring choices measured here "
+        "figures were measured on other outputs and another test set (newstest2014), which this project cannot "
+        "rescore, and of the scoring choices measured here "
         + (
             "only case-insensitive scoring reproduces a gap of that size."
             if most and all(v.endswith("_lc") for v in most)
             else "the ones listed reproduce a gap of that size."
         ),
         "",
-        f"The ranking barely moves (Kendall's τ = {tau:.3f} between the sacreBLEU and paper-style orders). In the reference "
-        f"({ref['segments']} segments, {ref['tokens']} Moses-like tokens), {ref['segments_with_compound']} segments contain a "
-        f"hyphenated compound; splitting inserts {ref['markers']} markers ({ref['markers'] / ref['tokens']:.1%} of the tokens) "
-        f"for {ref['inner_hyphens']} inner hyphens, and tensor2tensor's substitution leaves {ref['hyphens_left_by_quirk']} of "
+        f"The ranking barely moves (Kendall's τ = {tau:.3f} between the sacreBLEU and paper-style orders). In the "
+        f"reference ({ref['segments']} segments, {ref['tokens']} Moses-like tokens), {ref['segments_with_compound']} "
+        f"segments contain a hyphenated compound; splitting inserts {ref['markers']} markers "
+        f"({ref['markers'] / ref['tokens']:.1%} of the tokens) for {ref['inner_hyphens']} inner hyphens, and "
+        f"tensor2tensor's substitution leaves {ref['hyphens_left_by_quirk']} of "
         'them unsplit (a one-character middle part, as in "Vitamin-D-Mangel").',
     )
     return {
@@ -593,7 +596,7 @@ def _section_unavailable(report: Report, wmt: dict) -> None:
     report.section(
         "Sixteen WMT17 systems: not measured",
         f"The WMT17 data could not be had: {wmt['reason']}. To measure it: `{W.PIP_COMMAND} -d <aiayn cache>` "
-        f"(`$AIAYN_CACHE`, else `~/.cache/aiayn`), then `aiayn reproduce bleu`. The file is used only if its SHA-256 is "
+        "(`$AIAYN_CACHE`, else `~/.cache/aiayn`), then `aiayn reproduce bleu`. The file is used only if its SHA-256 is "
         f"`{wmt['sha256']}`. The worked example below needs nothing fetched.",
     )
 
@@ -622,11 +625,11 @@ def _render(out_dir: Path, wmt: dict, measurement: dict) -> str:
     density = _sample_density(segs)
     report.add(
         "",
-        'How the paper scored (PAPER.md, "Training and decoding (§5, §6)"): tokenized BLEU, multi-bleu style, with hyphenated '
-        'compounds split "a-b" → "a ##AT##-##AT## b" on output and reference; today\'s standard is sacreBLEU on untokenized '
-        "text. The scoring is `reproductions/bleu_scoring.py`; the WMT17 numbers are measured by `reproductions/bleu_wmt17.py` "
-        "and stored in bleu.json (this report is re-rendered from them by `aiayn reproduce --no-measure` and the drift test); "
-        "the worked example is computed in every run.",
+        'How the paper scored (PAPER.md, "Training and decoding (§5, §6)"): tokenized BLEU, multi-bleu style, with '
+        'hyphenated compounds split "a-b" → "a ##AT##-##AT## b" on output and reference; today\'s standard is '
+        "sacreBLEU on untokenized text. The scoring is `reproductions/bleu_scoring.py`; the WMT17 numbers are measured "
+        "by `reproductions/bleu_wmt17.py` and stored in bleu.json (this report is re-rendered from them by `aiayn "
+        "reproduce --no-measure` and the drift test); the worked example is computed in every run.",
         "",
         staleness_line(BY_NAME[NAME], measurement),
     )
@@ -643,9 +646,9 @@ def _render(out_dir: Path, wmt: dict, measurement: dict) -> str:
         f"`reproductions/data/bleu/`. Its references hold {density['markers']} compound markers in {density['tokens']} "
         f"Moses-like tokens ({density['density']:.1%})"
         + (
-            f", {density['density'] / real:.1f} times the newstest2017 reference's {real:.1%}: the sample exaggerates the "
-            "splitting effect on purpose, to show it sentence by sentence, so its gap says how the mechanisms work, not how "
-            "big they are on real text (the WMT17 systems above say that)."
+            f", {density['density'] / real:.1f} times the newstest2017 reference's {real:.1%}: the sample exaggerates "
+            "the splitting effect on purpose, to show it sentence by sentence, so its gap says how the mechanisms "
+            "work, not how big they are on real text (the WMT17 systems above say that)."
             if real
             else "."
         ),
@@ -657,8 +660,8 @@ def _render(out_dir: Path, wmt: dict, measurement: dict) -> str:
     _section_choices(report, scores)
     sacre, paper = scores["sacre"], scores["paper"]
     sample_text = (
-        f"worked example ({len(segs)} shipped pairs, hyphen density {density['density']:.1%}): paper style {paper.score:.2f} vs "
-        f"sacreBLEU {sacre.score:.2f}"
+        f"worked example ({len(segs)} shipped pairs, hyphen density {density['density']:.1%}): paper style "
+        f"{paper.score:.2f} vs sacreBLEU {sacre.score:.2f}"
     )
     arithmetic = (
         "our BLEU arithmetic equals sacreBLEU's on the same tokens"
@@ -671,14 +674,17 @@ def _render(out_dir: Path, wmt: dict, measurement: dict) -> str:
         split = _spread(g["steps"]["compound splitting (paper − Moses-like)"])
         report.verdict = (
             "; ".join(
-                f"{x['system']} {x['ours']:.2f} sacreBLEU ({'= known' if x['agrees'] else 'NOT the known'} {x['known']:.2f})"
+                f"{x['system']} {x['ours']:.2f} sacreBLEU ({'= known' if x['agrees'] else 'NOT the known'} "
+                f"{x['known']:.2f})"
                 for x in k["known"]
             )
-            + f"; {k['mteval_agree']} of {len(wmt['systems'])} WMT17 systems equal sacreBLEU's recorded mteval-v13a figures; paper-style "
-            f"tokenized BLEU is {lo:+.2f} to {hi:+.2f} from sacreBLEU (mean {mean:+.2f}): compound splitting {split[0]:+.2f} to "
-            f"{split[2]:+.2f}, tokenization {_spread(g['steps']['tokenization (Moses-like − sacreBLEU)'])[1]:+.2f} on average; in the "
-            f"literature's 0.5–2 for most systems only: {', '.join(W_VARIANT_NAMES.get(v, v) for v in g['in_range_for_most']) or 'none'}; "
-            f"{sample_text}; {arithmetic}"
+            + f"; {k['mteval_agree']} of {len(wmt['systems'])} WMT17 systems equal sacreBLEU's recorded mteval-v13a "
+            f"figures; paper-style tokenized BLEU is {lo:+.2f} to {hi:+.2f} from sacreBLEU (mean {mean:+.2f}): "
+            f"compound splitting {split[0]:+.2f} to {split[2]:+.2f}, tokenization "
+            f"{_spread(g['steps']['tokenization (Moses-like − sacreBLEU)'])[1]:+.2f} on average; in the literature's "
+            "0.5–2 for most systems only: "
+            f"{', '.join(W_VARIANT_NAMES.get(v, v) for v in g['in_range_for_most']) or 'none'}; {sample_text}; "
+            f"{arithmetic}"
         )
     else:
         report.verdict = f"WMT17 data not available ({wmt['reason']}); {sample_text}; {arithmetic}"
@@ -716,7 +722,8 @@ def _render(out_dir: Path, wmt: dict, measurement: dict) -> str:
 
 
 def main(out_dir: Path, *, measure: bool = True) -> str:
-    """Measure the WMT17 part (data from the cache or PyPI; ``measure=False``: the cache only) and write bleu.{md,json}."""
+    """Measure the WMT17 part (data from the cache or PyPI; ``measure=False``: the cache only) and write
+    bleu.{md,json}."""
     from aiayn.reproductions import bleu_wmt17
 
     measurement = {"codes": [code_hash(MEASUREMENT)], "commits": [aiayn_commit()]}  # before measuring

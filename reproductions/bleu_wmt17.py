@@ -5,8 +5,8 @@ system outputs, the gap between the paper's scoring (tokenized BLEU with hyphena
 split, ``reproductions/bleu_scoring.py``; PAPER.md "Training and decoding (§5, §6)") and
 sacreBLEU's standard detokenized BLEU, taken apart into its steps and set beside the scoring
 choices the literature's comparisons make (13a or "intl" tokens, lowercasing); and sacreBLEU's
-published figures for these systems: uedin-nmt = 28.30 (the known figure named in issue 7 of this
-project), and for all sixteen the mteval-v13a BLEU (and for two of them the official chrF) that
+published figures for these systems: uedin-nmt = 28.30 (the known figure, ``KNOWN``), and for
+all sixteen the mteval-v13a BLEU (and for two of them the official chrF) that
 sacreBLEU's own regression script ``test.sh`` records. The paper prints nothing for WMT17; this
 checks the scorer, not the model.
 
@@ -50,8 +50,8 @@ SDIST_SHA256 = "91499b6cd46138d95154fff1e863c2f9be57e82f0c719d8dd718d0006cf6c566
 SYSTEMS_MEMBER = "sacrebleu-2.6.0/test/wmt17_en_de_systems.pkl.bz2"
 TEST_SH_MEMBER = "sacrebleu-2.6.0/test.sh"
 PIP_COMMAND = "pip download --no-deps --no-binary :all: sacrebleu==2.6.0"
-# The known sacreBLEU figure for uedin-nmt on newstest2017 EN→DE, as issue 7 of this project
-# states it (sacreBLEU's test.sh records the same system as 28.3 from mteval-v13a).
+# The known sacreBLEU figure for uedin-nmt on newstest2017 EN→DE, to 2 decimals (sacreBLEU's
+# test.sh records the same system as 28.3 from mteval-v13a).
 KNOWN = {"uedin-nmt": 28.30}
 FETCH_TIMEOUT_S = 300
 
@@ -325,7 +325,8 @@ def cross_check(data: Wmt17, system: str) -> dict:
 
 
 def measure(*, network: bool = True) -> dict:
-    """Fetch the data (cache first) and measure everything ``bleu.md`` reports; ``{"available": False, ...}`` without data."""
+    """Fetch the data (cache first) and measure everything ``bleu.md`` reports; ``{"available": False, ...}`` without
+    data."""
     sdist, how = fetch(cache_dir(), network=network)
     if sdist is None:
         return {"available": False, "reason": how, "sdist": SDIST, "sha256": SDIST_SHA256}

@@ -26,9 +26,16 @@ PE_POSITIONS, PE_D_MODEL = 100, 512
 RUNS = {"base": BASE, "big": BIG}
 # Figures drawn by other reports, listed here so figures.md indexes them all.
 OTHER_FIGURES = {
-    "table1.png": "Table 1: operations counted on the real layers against n at d = 512, with the n = d crossover (table1.md)",
-    "table1-measured.png": "Table 1, timed: our NumPy layers' seconds per call against n (table1-measured.md; measured, re-rendered from stored timings)",
-    "saturation.png": "§3.2.1: largest softmax share and Jacobian norm against d_k, and seed 000's 0.9 claim (saturation.md)",
+    "table1.png": (
+        "Table 1: operations counted on the real layers against n at d = 512, with the n = d crossover (table1.md)"
+    ),
+    "table1-measured.png": (
+        "Table 1, timed: our NumPy layers' seconds per call against n (table1-measured.md; measured, re-rendered from "
+        "stored timings)"
+    ),
+    "saturation.png": (
+        "§3.2.1: largest softmax share and Jacobian norm against d_k, and seed 000's 0.9 claim (saturation.md)"
+    ),
 }
 
 

@@ -305,12 +305,12 @@ def main(out_dir: Path) -> str:
     small = SWEEP_N[0]
     report.verdict = (
         f"seed 000's claim holds for short key sets (d_k = {CLAIM_D_K} unscaled: mean largest share "
-        f"{claim[10]['unscaled_max_share_mean']:.3f} at n = 10, {claim[100]['unscaled_max_share_mean']:.3f} at n = 100) "
-        f"but not for every n: it {cross_text}; with 1/√d_k the share is flat in d_k "
+        f"{claim[10]['unscaled_max_share_mean']:.3f} at n = 10, {claim[100]['unscaled_max_share_mean']:.3f} at n = "
+        f"100) but not for every n: it {cross_text}; with 1/√d_k the share is flat in d_k "
         f"({min(sweep[small][d]['scaled_max_share_mean'] for d in D_K):.3f}–"
-        f"{max(sweep[small][d]['scaled_max_share_mean'] for d in D_K):.3f} at n = {small}), and at d_k = {CLAIM_D_K} the "
-        f"unscaled Jacobian norm is {ratio[small]:.2f}× the scaled one at n = {small}, {ratio[SWEEP_N[-1]]:.2f}× at "
-        f"n = {SWEEP_N[-1]}."
+        f"{max(sweep[small][d]['scaled_max_share_mean'] for d in D_K):.3f} at n = {small}), and at d_k = {CLAIM_D_K} "
+        f"the unscaled Jacobian norm is {ratio[small]:.2f}× the scaled one at n = {small}, {ratio[SWEEP_N[-1]]:.2f}× "
+        f"at n = {SWEEP_N[-1]}."
     )
     report.data = {
         "seed": SEED,

@@ -219,16 +219,16 @@ def _section_complexity(report: Report) -> list[dict]:
     p = OPS_POINT
     report.section(
         "Complexity per layer: operations counted on the real layers",
-        "Ours: `torch.utils.flop_counter.FlopCounterMode` over one call of each layer (`reproductions/_instrument.py`) on "
-        "`meta` tensors (no arithmetic done; two operations per multiply-add; on `meta` the fused attention kernel "
+        "Ours: `torch.utils.flop_counter.FlopCounterMode` over one call of each layer (`reproductions/_instrument.py`) "
+        "on `meta` tensors (no arithmetic done; two operations per multiply-add; on `meta` the fused attention kernel "
         "decomposes into its two batched products, which the counter sees). Swept: n = "
-        f"{', '.join(map(str, SWEEP_N))} (d = {p['d']}, k = {p['k']}, r = {p['r']}); d = {', '.join(map(str, SWEEP_D))} "
-        f"(n = {p['n']}); k = {', '.join(map(str, SWEEP_K))} for the convolutions and r = {', '.join(map(str, SWEEP_R))} for "
-        "restricted attention. Fitted: the least-squares slope of log(count) on log(variable) over each sweep (variables "
-        f"with a slope within {EXPONENT_TOLERANCE} of 0 are omitted: the count does not grow with them). Agreement: every "
-        f"fitted exponent within {EXPONENT_TOLERANCE} of the printed O(·)'s (`EXPONENT_TOLERANCE`, derived in "
-        "`reproductions/table1.py`). The last column checks the oracle's closed form (`aiayn.reference.counts."
-        "layer_operations`, ×2) against the count at the point.",
+        f"{', '.join(map(str, SWEEP_N))} (d = {p['d']}, k = {p['k']}, r = {p['r']}); d = "
+        f"{', '.join(map(str, SWEEP_D))} (n = {p['n']}); k = {', '.join(map(str, SWEEP_K))} for the convolutions and r "
+        f"= {', '.join(map(str, SWEEP_R))} for restricted attention. Fitted: the least-squares slope of log(count) on "
+        f"log(variable) over each sweep (variables with a slope within {EXPONENT_TOLERANCE} of 0 are omitted: the "
+        f"count does not grow with them). Agreement: every fitted exponent within {EXPONENT_TOLERANCE} of the printed "
+        "O(·)'s (`EXPONENT_TOLERANCE`, derived in `reproductions/table1.py`). The last column checks the oracle's "
+        "closed form (`aiayn.reference.counts.layer_operations`, ×2) against the count at the point.",
         "",
     )
     report.table(
@@ -249,8 +249,9 @@ def _section_complexity(report: Report) -> list[dict]:
     report.add(
         "",
         f"The separable convolution is a sum, O(k·n·d + n·d²), so no single exponent exists: its fitted d exponent "
-        f"{sep['fitted_exponents'].get('d', 0):.3f} lies between the two terms' 1 and 2, close to 2 because the pointwise "
-        f"n·d² dominates the depthwise k·n·d when d > k, and its k exponent {sep['fitted_exponents'].get('k', 0):.3f} is "
+        f"{sep['fitted_exponents'].get('d', 0):.3f} lies between the two terms' 1 and 2, close to 2 because the "
+        "pointwise n·d² dominates the depthwise k·n·d when d > k, and its k exponent "
+        f"{sep['fitted_exponents'].get('k', 0):.3f} is "
         'near 0 for the same reason (§4: "equal to the combination of a self-attention layer and a point-wise '
         'feed-forward layer" for k = n).',
     )
@@ -338,17 +339,17 @@ def _section_paths(report: Report) -> list[dict]:
             )
     report.section(
         "Sequential operations and maximum path length, measured",
-        f"Sequential operations: the longest chain of dependent operations in one call of the layer, recorded operation by "
-        f"operation as it runs (a `TorchDispatchMode` giving every tensor 1 + the largest depth of its inputs; views add "
-        f"nothing), at n = {', '.join(map(str, DEPTH_N))}, d = 8. Maximum path length: the fewest sequential units a signal "
-        f"crosses from input position 0 to output position n − 1, read off the Jacobian: layers are stacked until "
-        f"∂y_(n−1)/∂x_0 ≠ 0 (the recurrent layer: the recurrence is cut T cells before the end until the gradient "
+        "Sequential operations: the longest chain of dependent operations in one call of the layer, recorded operation "
+        "by operation as it runs (a `TorchDispatchMode` giving every tensor 1 + the largest depth of its inputs; views "
+        f"add nothing), at n = {', '.join(map(str, DEPTH_N))}, d = 8. Maximum path length: the fewest sequential units "
+        "a signal crosses from input position 0 to output position n − 1, read off the Jacobian: layers are stacked "
+        "until ∂y_(n−1)/∂x_0 ≠ 0 (the recurrent layer: the recurrence is cut T cells before the end until the gradient "
         f"reaches x_0, so the unit is one cell), at n = {', '.join(map(str, PATH_N))}, d = 4, k = {k}, r = {r}; "
-        "convolutions are causal (each output sees the k positions ending at it), Table 1's row dilated (dilation k^l in "
-        "layer l), §4's contiguous one not; restricted attention's window is centred. Growth: the fitted exponent in n, "
-        "or for O(log_k(n)) the fitted slope of the values against log_k n; agreement within "
-        f"{EXPONENT_TOLERANCE}. The ratio column divides ours by the printed O(·)'s function of n: bounded and non-vanishing "
-        'across the sweep is what "ours is O(that)" means.',
+        "convolutions are causal (each output sees the k positions ending at it), Table 1's row dilated (dilation k^l "
+        "in layer l), §4's contiguous one not; restricted attention's window is centred. Growth: the fitted exponent "
+        "in n, or for O(log_k(n)) the fitted slope of the values against log_k n; agreement within "
+        f"{EXPONENT_TOLERANCE}. The ratio column divides ours by the printed O(·)'s function of n: bounded and "
+        'non-vanishing across the sweep is what "ours is O(that)" means.',
         "",
     )
     report.table(
@@ -379,13 +380,14 @@ def _section_crossover(report: Report) -> dict:
         f'§4: self-attention layers are faster than recurrent layers "when the sequence length n is smaller than the '
         f'representation dimensionality d". Counted on the layers above at d = {d} (self-attention 4·n²·d operations, '
         f"the Elman cell's two d × d products 4·n·d²): at n = d they are {'equal' if equal else 'NOT equal'} "
-        f"({fmt_int(counted[d][0])} and {fmt_int(counted[d][1])}); self-attention is {'cheaper' if below else 'NOT cheaper'} "
-        f"at n = d − 1 and {'dearer' if above else 'NOT dearer'} at n = d + 1. The comparison is of the sequence-mixing step "
-        "only: adding self-attention's Q/K/V/O projections (the oracle's 4·n·d² multiply-adds, `projection_complexity`) makes "
-        "it dearer than an Elman recurrent layer at every n (cheaper at none of n = 1, d/8, d, 8d: "
-        f"{'confirmed' if not with_proj else 'NOT confirmed: ' + str(with_proj)}); a gated cell such as an LSTM (four gates, "
-        "8·n·d² multiply-adds; our arithmetic) would put that crossover at n = 2d (2·n²·d + 4·n·d² < 8·n·d² exactly when "
-        "n < 2d). See table1.png.",
+        f"({fmt_int(counted[d][0])} and {fmt_int(counted[d][1])}); self-attention is "
+        f"{'cheaper' if below else 'NOT cheaper'} at n = d − 1 and {'dearer' if above else 'NOT dearer'} at n = d + 1. "
+        "The comparison is of the sequence-mixing step only: adding self-attention's Q/K/V/O projections (the oracle's "
+        "4·n·d² multiply-adds, `projection_complexity`) makes it dearer than an Elman recurrent layer at every n "
+        "(cheaper at none of n = 1, d/8, d, 8d: "
+        f"{'confirmed' if not with_proj else 'NOT confirmed: ' + str(with_proj)}); a gated cell such as an LSTM (four "
+        "gates, 8·n·d² multiply-adds; our arithmetic) would put that crossover at n = 2d (2·n²·d + 4·n·d² < 8·n·d² "
+        "exactly when n < 2d). See table1.png.",
     )
     return {
         "d": d,
@@ -439,7 +441,8 @@ def write_counts(out_dir: Path) -> str:
         "Ours: every column measured on real PyTorch layers (`reproductions/_instrument.py`: the torch-sdpa built-in's "
         "Eq. (1), `nn.RNNCell`, `nn.Conv1d`), deterministic integers. Wall-clock timings of our own NumPy layers, a "
         "different measurement that varies from run to run and machine to machine, are in "
-        "[table1-measured.md](table1-measured.md), kept out of this file and out of the drift test. Runtime: about 20 seconds.",
+        "[table1-measured.md](table1-measured.md), kept out of this file and out of the drift test. Runtime: about 20 "
+        "seconds.",
     )
     progress(NAME, "counting operations on the layers (FlopCounterMode, meta tensors)")
     complexity = _section_complexity(report)
@@ -453,10 +456,10 @@ def write_counts(out_dir: Path) -> str:
     columns_agree = [p for p in paths if p["agree"]]
     oracle_ok = all(c["oracle_equals_count"] for c in complexity)
     report.verdict = (
-        f"measured on real layers: operation-count exponents agree with the printed O(·) for {len(agree)} of {len(monomial)} "
-        f"monomial rows (the separable sum has none); sequential depth and path length grow as printed for "
-        f"{len(columns_agree)} of {len(paths)} cells (fitted exponents within {EXPONENT_TOLERANCE}); the oracle's closed "
-        f"forms {'equal' if oracle_ok else 'DIFFER from'} the counts; counts cross at n = d = {POINT['d']}: "
+        f"measured on real layers: operation-count exponents agree with the printed O(·) for {len(agree)} of "
+        f"{len(monomial)} monomial rows (the separable sum has none); sequential depth and path length grow as printed "
+        f"for {len(columns_agree)} of {len(paths)} cells (fitted exponents within {EXPONENT_TOLERANCE}); the oracle's "
+        f"closed forms {'equal' if oracle_ok else 'DIFFER from'} the counts; counts cross at n = d = {POINT['d']}: "
         f"{'yes' if crossover['equal_at_n_equals_d'] else 'NO'}."
     )
     report.data = {
@@ -559,9 +562,9 @@ def _write_measured(out_dir: Path, sweep: dict, measurement: dict) -> str:
     report.add(
         "",
         f"**Measured.** Wall-clock timings on the machine that measured them ({sweep['cpu']}, one thread: "
-        f"{threads}, threadpoolctl {sweep['threads']['threadpoolctl']}); they change from run to run and machine to machine, "
-        "so they are stored in this report's JSON and the report is re-rendered from them (`aiayn reproduce --no-measure`), "
-        "not re-timed, by the drift test. Layers: `reproductions/_layers.py` (mixing step only); d = "
+        f"{threads}, threadpoolctl {sweep['threads']['threadpoolctl']}); they change from run to run and machine to "
+        "machine, so they are stored in this report's JSON and the report is re-rendered from them (`aiayn reproduce "
+        "--no-measure`), not re-timed, by the drift test. Layers: `reproductions/_layers.py` (mixing step only); d = "
         f"{sweep['d']}, k = {sweep['k']}, r = {sweep['r']}; fastest of at least 3 calls after a warm-up.",
         "",
         staleness_line(BY_NAME[f"{NAME}-measured"], measurement),
@@ -593,10 +596,10 @@ def _write_measured(out_dir: Path, sweep: dict, measurement: dict) -> str:
     cross_text = "never within the sweep" if cross is None else f"n ≈ {cross:.0f}"
     report.section(
         "The crossover",
-        f"Counted, self-attention and the recurrent layer cost the same at n = d = {sweep['d']}. Measured, self-attention "
-        f"overtakes the recurrent layer at {cross_text}. The counts assume every multiply-add costs the same; on a CPU "
-        "the recurrent layer's n sequential steps are matrix-vector products, which run below the matrix-matrix rate "
-        f"self-attention gets (median over n >= {FIT_MIN_N}: {med['recurrent']:.1f} against "
+        f"Counted, self-attention and the recurrent layer cost the same at n = d = {sweep['d']}. Measured, "
+        f"self-attention overtakes the recurrent layer at {cross_text}. The counts assume every multiply-add costs the "
+        "same; on a CPU the recurrent layer's n sequential steps are matrix-vector products, which run below the "
+        f"matrix-matrix rate self-attention gets (median over n >= {FIT_MIN_N}: {med['recurrent']:.1f} against "
         f"{med['self_attention']:.1f} GFLOP/s, {med['self_attention'] / med['recurrent']:.1f}×), which moves the "
         "measured crossover by about that factor. That gap is Table 1's other column at work: O(n) sequential "
         "operations cost more than their multiply-adds suggest.",

@@ -32,8 +32,8 @@ NAME = "table2"
 GPUS = ("K80", "K40", "M40", "P100")
 SECONDS_PER_DAY = 86_400
 UTILISATION_EPOCH = Fraction(33, 100)
-# Epoch AI's published training-compute estimate for "Transformer" (big), as quoted in issue 5 of
-# this project (Epoch AI, Notable AI Models data); not a value the paper prints.
+# Epoch AI's published training-compute estimate for "Transformer" (big) (Epoch AI, Notable AI
+# Models data); not a value the paper prints.
 EPOCH_BIG_FLOP = 7.4e18
 EPOCH_BIG_TEXT = "7.4·10^18"
 # NVIDIA's listed peak single-precision rate of the P100 PCIe card (the SXM2 card lists 10.6);
@@ -116,7 +116,8 @@ def _section_cells(report: Report, runs: dict[str, dict]) -> list[dict]:
                 as_printed(by_time),
                 printed.text,
                 "yes" if as_printed(by_time) == printed.text else "NO",
-                f"{run['steps']:,} × {float(run['seconds_per_step'])} s = {float(step_hours):.2f} h → {as_printed(by_steps)}",
+                f"{run['steps']:,} × {float(run['seconds_per_step'])} s = {float(step_hours):.2f} h → "
+                f"{as_printed(by_steps)}",
             ]
         )
         data.append(
@@ -143,7 +144,8 @@ def _section_cells(report: Report, runs: dict[str, dict]) -> list[dict]:
         '§6.1: "multiplying the training time, the number of GPUs used, and an estimate of the sustained '
         'single-precision floating-point capacity of each GPU"; footnote 5: 9.5 TFLOPS for a P100; §5.2: '
         "8 P100s, base 12 hours, big 3.5 days. Ours is the exact product (rational arithmetic; "
-        "`aiayn.reference.counts.training_flops` gives the same float). Table 2 prints one cell for both language pairs.",
+        "`aiayn.reference.counts.training_flops` gives the same float). Table 2 prints one cell for both language "
+        "pairs.",
         "",
     )
     report.table(
@@ -285,9 +287,9 @@ def _section_quarter(report: Report, runs: dict[str, dict]) -> dict:
     )
     report.add(
         "",
-        f"The previous single-model state of the art on EN-FR in Table 2 is {sota['model']} ({sota['bleu_en_fr']} BLEU): "
-        f"ratio {sota['ratio_printed']:.3f}. The claim holds against every earlier EN-FR system, single or ensemble, "
-        f"even in the worst rounding case (largest: {max(d['ratio_worst_case'] for d in data):.3f})."
+        f"The previous single-model state of the art on EN-FR in Table 2 is {sota['model']} ({sota['bleu_en_fr']} "
+        f"BLEU): ratio {sota['ratio_printed']:.3f}. The claim holds against every earlier EN-FR system, single or "
+        f"ensemble, even in the worst rounding case (largest: {max(d['ratio_worst_case'] for d in data):.3f})."
         if all(d["below_quarter"] for d in data)
         else "The claim fails against at least one earlier system in the worst rounding case (see the table).",
         "",
@@ -409,8 +411,9 @@ def _section_six_nd(report: Report, runs: dict[str, dict]) -> dict:
         for kind, (lo, hi) in vocabs.items():
             ends = [six_nd(run["config"], v, run["steps"], src_tokens, tgt_tokens) for v in sorted({lo, hi})]
 
+            # Called only in this iteration, so ``ends`` is always this iteration's.
             def span(key: str, fmt=lambda x: fmt_sci(x, 3)) -> str:
-                texts = list(dict.fromkeys(fmt(e[key]) for e in ends))
+                texts = list(dict.fromkeys(fmt(e[key]) for e in ends))  # noqa: B023
                 return "–".join(texts)
 
             ratio = [e["six_n_d_per_side"] / float(paper_cost) for e in ends]
@@ -438,8 +441,8 @@ def _section_six_nd(report: Report, runs: dict[str, dict]) -> dict:
         f"steps (§5.2); N_src + N_tgt = N, so with equal token counts this is 6·N·{src_tokens:,}·steps. Multiplying "
         'the whole N by source plus target tokens (the "all tokens" column) counts every token twice. '
         "N: `aiayn.reference.counts` at two vocabularies, because N depends on V through the shared embedding: the "
-        f"stated {_vocab_text(vocabs['stated'])} (§5.1) and {_vocab_text(vocabs['inferred'])}, the vocabulary the other rows "
-        "of Table 3's params column imply (table3.md).",
+        f"stated {_vocab_text(vocabs['stated'])} (§5.1) and {_vocab_text(vocabs['inferred'])}, the vocabulary the "
+        "other rows of Table 3's params column imply (table3.md).",
         "",
     )
     report.table(
@@ -468,8 +471,8 @@ def _section_six_nd(report: Report, runs: dict[str, dict]) -> dict:
         "What 6·N·D leaves out: the attention scores and their weighted sums, 2·n·d multiply-adds per token per "
         "attention sub-layer (n the sequence length; encoder self-attention for a source token, decoder "
         "self- and cross-attention for a target token): 3 × 2·n·d per layer for a source-target token pair, "
-        f"against the N multiply-adds 6·N·D already counts for that pair. For the base model (N = {fmt_int(base_n)} at the "
-        "stated vocabulary) that is "
+        f"against the N multiply-adds 6·N·D already counts for that pair. For the base model (N = {fmt_int(base_n)} at "
+        "the stated vocabulary) that is "
         + ", ".join(f"{v / base_n:.1%} at n = {n}" for n, v in extra.items())
         + "; the paper gives no sentence lengths, so it is not added: 6·N·D is a floor on the arithmetic a run at §5's "
         "steps and batch sizes must do.",
@@ -545,18 +548,18 @@ def _section_epoch(report: Report, runs: dict[str, dict], six: dict) -> dict:
             if below
             else "Epoch's estimate is not below the 6·N·D floor "
         )
-        + f"({EPOCH_BIG_TEXT} against {' and '.join(as_printed(min(f)) for f in floors.values())} at the stated and inferred "
-        "vocabularies). 6·N·D counts only the model's own multiply-adds for §5's steps and batch sizes (no attention "
-        "scores, padding, recomputation or idle time), so it is a floor on what the run must have done. "
+        + f"({EPOCH_BIG_TEXT} against {' and '.join(as_printed(min(f)) for f in floors.values())} at the stated and "
+        "inferred vocabularies). 6·N·D counts only the model's own multiply-adds for §5's steps and batch sizes (no "
+        "attention scores, padding, recomputation or idle time), so it is a floor on what the run must have done. "
         + (
             "What follows: the run used more than Epoch's assumed 33% of the GPUs' peak, at least "
             + " / ".join(f"{min(needed[k]):.0%}" for k in needed)
             + " of 9.3 TFLOPS over the 84 hours (stated / inferred vocabulary); or it trained on fewer tokens than "
             "§5.1 and §5.2 say: Epoch's figure at face value allows only "
             + " / ".join(f"{min(tokens_for_epoch[k]):,.0f}" for k in tokens_for_epoch)
-            + " tokens per side per step, against the printed about 25,000. So if §5's steps and batch sizes are right, 33% "
-            "understates this run's utilisation; the paper's own figure (100% of a sustained 9.5 TFLOPS) is above the "
-            "floor and so consistent with it."
+            + " tokens per side per step, against the printed about 25,000. So if §5's steps and batch sizes are "
+            "right, 33% understates this run's utilisation; the paper's own figure (100% of a sustained 9.5 TFLOPS) is "
+            "above the floor and so consistent with it."
             if below
             else "Epoch's figure is consistent with the floor."
         ),
@@ -598,7 +601,8 @@ def _section_bleu(report: Report) -> list[dict]:
 
 
 def _pct(model: dict) -> str:
-    """ "29% / 31%": per-side 6·N·D over the §6.1 figure at the stated / inferred vocabulary (the inferred one's low end)."""
+    """ "29% / 31%": per-side 6·N·D over the §6.1 figure at the stated / inferred vocabulary (the inferred one's low
+    end)."""
     return " / ".join(f"{model['vocabularies'][k]['per_side_over_paper'][0]:.0%}" for k in ("stated", "inferred"))
 
 
@@ -625,12 +629,16 @@ def main(out_dir: Path) -> str:
     quarter_ok = all(r["below_quarter"] for r in quarter["rows"])
     report.verdict = (
         f"{'both' if reproduced else 'NOT both'} Transformer cost cells reproduce from §6.1's method "
-        f"(base {fmt_sci(cells[0]['exact_flops'], 5)} → {cells[0]['as_printed']}, big {fmt_sci(cells[1]['exact_flops'], 6)} → "
-        f"{cells[1]['as_printed']}); the 1/4 claim {'holds against every earlier EN-FR system' if quarter_ok else 'FAILS for some system'} "
-        f"(vs {quarter['previous_state_of_the_art']}: {next(r['ratio_printed'] for r in quarter['rows'] if r['model'] == quarter['previous_state_of_the_art']):.2f}); "
-        f"6·N·D gives {_pct(six_nd['base'])} (base) and {_pct(six_nd['big'])} (big) of the §6.1 figures at V = 37,000 / the "
-        f"inferred {_vocab_text(six_nd['big']['vocabularies']['inferred']['vocab'])}; Epoch's 7.4·10^18 = 33% × 84 h × 8 × "
-        f"9.3 TFLOPS, {'below' if epoch['below_floor'] else 'not below'} the 6·N·D floor; BLEU not recomputable."
+        f"(base {fmt_sci(cells[0]['exact_flops'], 5)} → {cells[0]['as_printed']}, big "
+        f"{fmt_sci(cells[1]['exact_flops'], 6)} → {cells[1]['as_printed']}); the 1/4 claim "
+        f"{'holds against every earlier EN-FR system' if quarter_ok else 'FAILS for some system'} (vs "
+        f"{quarter['previous_state_of_the_art']}: "
+        f"{next(r['ratio_printed'] for r in quarter['rows'] if r['model'] == quarter['previous_state_of_the_art']):.2f}"
+        "); "
+        f"6·N·D gives {_pct(six_nd['base'])} (base) and {_pct(six_nd['big'])} (big) of the §6.1 figures at V = 37,000 "
+        f"/ the inferred {_vocab_text(six_nd['big']['vocabularies']['inferred']['vocab'])}; Epoch's 7.4·10^18 = 33% × "
+        f"84 h × 8 × 9.3 TFLOPS, {'below' if epoch['below_floor'] else 'not below'} the 6·N·D floor; BLEU not "
+        "recomputable."
     )
     report.data = {
         "transformer_cells": cells,

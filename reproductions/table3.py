@@ -442,11 +442,11 @@ def _section_big(report: Report, results: Mapping[str, dict]) -> list[dict]:
     overlaps = own_iv is not None and intersect([own_iv, shared_iv]) is not None
     report.section(
         f"The big row's {printed_big}M: hypotheses tested",
-        f"Every other printed count agrees with one shared vocabulary under the oracle's counting (above); big does not. "
-        "Each named hypothesis below is counted with `aiayn.reference.counts.parameter_count` (big: N = 6, d_model = 1024, "
-        'd_ff = 4096, h = 16, d_k = d_v = 64) at the vocabulary it names, and "gives" means some vocabulary in that range '
-        f"makes big's count print as {printed_big} (rounded to the nearest million). The last column is the vocabulary range "
-        f"that would give {printed_big}M under that counting.",
+        "Every other printed count agrees with one shared vocabulary under the oracle's counting (above); big does "
+        "not. Each named hypothesis below is counted with `aiayn.reference.counts.parameter_count` (big: N = 6, "
+        'd_model = 1024, d_ff = 4096, h = 16, d_k = d_v = 64) at the vocabulary it names, and "gives" means some '
+        f"vocabulary in that range makes big's count print as {printed_big} (rounded to the nearest million). The last "
+        f"column is the vocabulary range that would give {printed_big}M under that counting.",
         "",
     )
     report.table(
@@ -577,8 +577,9 @@ def _verdict(results: Mapping[str, dict], printed_rows: Mapping[str, int]) -> st
         f"{head}; with shared embeddings, biases and LayerNorm, {len(r['best_rows'])} of {len(printed_rows)} rows "
         f"agree on V = {_interval_text(r['best_interval'])} and {', '.join(r['flagged']) or 'none'} needs "
         f"{_interval_text(r['intervals'].get('big'))}; flagged under every set: {', '.join(always_flagged) or 'none'}; "
-        f"{'no row is' if none_at_37000 else 'some rows are'} reproduced at the stated 37000; of {len(BIG_HYPOTHESES)} big-row "
-        f"hypotheses, {', '.join(h['name'] for h in gives) or 'none'} give{'s' if len(gives) == 1 else ''} 213M."
+        f"{'no row is' if none_at_37000 else 'some rows are'} reproduced at the stated 37000; of {len(BIG_HYPOTHESES)} "
+        f"big-row hypotheses, {', '.join(h['name'] for h in gives) or 'none'} give{'s' if len(gives) == 1 else ''} "
+        "213M."
     )
 
 
@@ -656,8 +657,8 @@ def _conclusions(results: Mapping[str, dict], printed_rows: Mapping[str, int]) -
         f"counts {fmt_millions(r['lines']['base'].at(STATED_VOCAB))} million with every parameter counted "
         f"(printed {paper.printed('table3.base.params').text}).",
         f"- Under every one of the 12 sets the rows other than big agree with each other on one vocabulary "
-        f"(shared matrix: {_interval_text(r['best_interval'])} with the oracle's defaults; two matrices roughly halve it, "
-        f"three roughly divide it by three), so the column is internally consistent for those rows, and the stated "
+        f"(shared matrix: {_interval_text(r['best_interval'])} with the oracle's defaults; two matrices roughly halve "
+        "it, three roughly divide it by three), so the column is internally consistent for those rows, and the stated "
         f'"about 37000" is {shortfall:.0%} below the middle of the shared-matrix interval.',
         f"- Big is flagged under every set: at the other rows' vocabulary (oracle defaults, "
         f"V = {_interval_text(r['best_interval'])}) it counts {fmt_millions(big_counts[0])}–"

@@ -33,7 +33,8 @@ def assert_sandwiched(fast, true_values, bound, what: str, inputs: str) -> None:
                 raise AssertionError(
                     f"{what}: fast {float(fast[idx])!r} at {idx} is not a float64 rounding of a value within the "
                     f"derived bound E = {mpmath.nstr(e, 4)} of the truth {mpmath.nstr(y, 22)} "
-                    f"(|fast - truth| = {mpmath.nstr(miss, 4)} = {mpmath.nstr(miss / e if e else mpmath.inf, 4)} E); {inputs}"
+                    f"(|fast - truth| = {mpmath.nstr(miss, 4)} = {mpmath.nstr(miss / e if e else mpmath.inf, 4)} E); "
+                    f"{inputs}"
                 )
 
 

@@ -51,14 +51,15 @@ def _check_within(got: np.ndarray, expected: np.ndarray, bound: np.ndarray, what
     """Assert |got - expected| <= bound elementwise (NaN must match NaN), with a replayable message."""
     nan_got, nan_exp = np.isnan(got), np.isnan(expected)
     assert np.array_equal(nan_got, nan_exp), (
-        f"{what}: NaN pattern differs; got NaN at {np.argwhere(nan_got).tolist()}, expected at {np.argwhere(nan_exp).tolist()}; {inputs}"
+        f"{what}: NaN pattern differs; got NaN at {np.argwhere(nan_got).tolist()}, expected at "
+        f"{np.argwhere(nan_exp).tolist()}; {inputs}"
     )
     err = np.where(nan_exp, 0.0, np.abs(got - expected))
     ratio = np.where(nan_exp, 0.0, err / bound)
     worst = np.unravel_index(np.argmax(ratio), ratio.shape) if ratio.size else ()
     assert not ratio.size or ratio[worst] <= 1.0, (
-        f"{what}: |fast - exact| = {err[worst]:.3e} at {tuple(int(i) for i in worst)} is {ratio[worst]:.2f}x the derived "
-        f"bound {bound[worst]:.3e} (fast {got[worst]!r}, exact {expected[worst]!r}); {inputs}"
+        f"{what}: |fast - exact| = {err[worst]:.3e} at {tuple(int(i) for i in worst)} is {ratio[worst]:.2f}x the "
+        f"derived bound {bound[worst]:.3e} (fast {got[worst]!r}, exact {expected[worst]!r}); {inputs}"
     )
 
 
@@ -146,6 +147,21 @@ def test_softmax_axis_and_masked_scores():
 def test_softmax_rows_sum_to_one_exactly_in_the_exact_tier_for_two_entries():
     # p and 1 - p for two entries: e.g. (ln 3, 0) gives (3/4, 1/4) exactly.
     assert softmax_exact([math.log(3), 0.0]).tolist() == pytest.approx([0.75, 0.25], abs=2 * U)
+
+
+def test_softmax_over_an_empty_axis_is_rejected_and_empty_batches_are_kept():
+    """Choice: a softmax over no entries is no distribution (it cannot sum to 1), so both tiers raise
+    a one-line ValueError naming x, the axis and the shape; an empty batch dimension is fine."""
+    for fn in (softmax, softmax_exact):
+        with pytest.raises(
+            ValueError, match=r"^x: softmax needs at least one element along axis -1, got shape \(3, 0\)"
+        ):
+            fn(np.zeros((3, 0)))
+        with pytest.raises(ValueError, match=r"along axis 0, got shape \(0, 2\)") as info:
+            fn(np.zeros((0, 2)), axis=0)
+        assert "\n" not in str(info.value), f"{fn.__name__}: {info.value}"
+        out = fn(np.zeros((0, 2)))
+        assert out.shape == (0, 2) and out.dtype == np.float64, f"{fn.__name__}: {out!r}"
 
 
 # --------------------------------------------------------------------------------------------

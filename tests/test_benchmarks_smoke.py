@@ -100,13 +100,14 @@ def test_smoke_run(tmp_path: Path) -> None:
         if case_id in got:
             info = got[case_id]
             assert info["peak_bytes"] >= info["score_bytes"], (
-                f"{case_id}: peak {info['peak_bytes']} B by {info['peak_method']} is below the {info['score_bytes']} B score matrix "
-                "that this path materialises: the memory measurement misses allocations"
+                f"{case_id}: peak {info['peak_bytes']} B by {info['peak_method']} is below the {info['score_bytes']} B "
+                "score matrix that this path materialises: the memory measurement misses allocations"
             )
     # The blocked path never holds the (1, 8, 1024, 1024) scores at once.
     blocked = got["numpy-blocked-float32-n1024-full"]
     assert blocked["peak_bytes"] < blocked["score_bytes"], (
-        f"numpy-blocked at n=1024: peak {blocked['peak_bytes']} B, not below the {blocked['score_bytes']} B score matrix it must not materialise"
+        f"numpy-blocked at n=1024: peak {blocked['peak_bytes']} B, not below the {blocked['score_bytes']} B score "
+        "matrix it must not materialise"
     )
 
     # The training-throughput cases: ours and the nn.Transformer peer, each with a positive MFU; the memory cases.
@@ -165,7 +166,7 @@ def test_smoke_run(tmp_path: Path) -> None:
 
 
 def test_attention_flops_closed_forms() -> None:
-    """4 * pairs * d per head: by hand for tiny shapes and for the issue's n = 2048 case."""
+    """4 * pairs * d per head: by hand for tiny shapes and for the target case, n = 2048."""
     assert C.attention_flops(1, 2, 2, 1, causal=False) == 16  # 4 pairs x 4
     assert C.attention_flops(1, 2, 2, 1, causal=True) == 12  # pairs (0,0), (1,0), (1,1)
     assert C.attention_flops(3, 2, 5, 7, causal=False) == 3 * 4 * 10 * 7

@@ -528,7 +528,7 @@ def test_rescoring_on_synthetic_data_and_rerendering(tmp_path: Path, monkeypatch
     not (bleu_wmt17.cache_dir() / bleu_wmt17.SDIST).exists(), reason="sacreBLEU 2.6.0's sdist is not in the cache"
 )
 def test_uedin_nmt_is_28_30_sacrebleu() -> None:
-    """The known figure (issue 7): uedin-nmt scores 28.30 sacreBLEU on newstest2017 EN→DE."""
+    """The known figure: uedin-nmt scores 28.30 sacreBLEU on newstest2017 EN→DE."""
     sdist, _ = bleu_wmt17.fetch(bleu_wmt17.cache_dir(), network=False)
     assert sdist is not None, "the cached sdist has the wrong hash"
     data = bleu_wmt17.load(sdist)

@@ -106,16 +106,13 @@ def test_one_pass_variance_in_float16_fails(tmp_path: Path) -> None:
 
 
 def test_a_finite_masked_score_passes_under_the_uniform_policy(tmp_path: Path) -> None:
-    """A fully masked row under "uniform" is the mean of the values, computed with rounding: its budget is a row's, not 0."""
+    """A fully masked row under "uniform" is the mean of the values, computed with rounding: its budget is a row's, not
+    0."""
     specs = [f"aiayn.conformance.simulated:finite_mask_{dtype}" for dtype in ("float32", "float16", "bfloat16")]
     proc, reports = _suite(tmp_path, specs, "-k", "attention")
     assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout[-4000:]}"
     for spec in specs:
-        data = json.loads(
-            (
-                reports
-                / f"conformance-{spec.split(':')[1].replace('_', '-').replace('finite-mask', 'simulated-finite-mask')}.json"
-            ).read_text()
-        )
+        stem = spec.split(":")[1].replace("_", "-").replace("finite-mask", "simulated-finite-mask")
+        data = json.loads((reports / f"conformance-{stem}.json").read_text())
         rows = [r for r in data["rows"] if r["equation"] in ("scaled_dot_product_attention", "multi_head_attention")]
         assert rows and all(r["status"] == "pass" and r["checked"] > 0 for r in rows), rows

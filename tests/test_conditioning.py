@@ -3,7 +3,7 @@
 Two conditions (``conformance/strategies.py``): every attention's a-priori score error stays at
 most ``SCORE_ERROR_CAP`` (``condition_attention``), and a layer's input rows keep a spread in the
 half-precision dtypes (``_layer_rows``). Without them about 1 drawn bfloat16 decoder layer in 45
-had elements with no first-order bound, enough for a 40-example run to turn inconclusive by chance.
+has elements with no first-order bound, enough for a 40-example run to turn inconclusive by chance.
 These tests draw from the strategies directly and evaluate the propagation bound, the way the
 checks do (inputs rounded to the dtype), without running an implementation.
 """
@@ -25,8 +25,9 @@ from aiayn.conformance.numerics import precision, round_to
 
 HALF = ["float16", "bfloat16"]
 EPS = 1e-6
-# 300 draws per composite and dtype (150 for the whole model), 20 s for the file: with the strategies
-# of before the two conditions, 3 runs of the bfloat16 layer and model tests here failed 1, 3 and 2 of 5.
+# 300 draws per composite and dtype (150 for the whole model), 20 s for the file: enough to catch
+# strategies without the two conditions, under which 3 runs of the bfloat16 layer and model tests here
+# fail 1, 3 and 2 of 5.
 DRAWS = settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 

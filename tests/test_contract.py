@@ -1,6 +1,6 @@
 """Every built-in implementation honours the plug-in contract (implementations/protocol.py).
 
-Issue 3, "Must show": a test per built-in that it honours the contract — names, dtypes, devices,
+A test per built-in that it honours the contract — names, dtypes, devices,
 declared equations and policies, the from/to NumPy round trip, inputs not mutated, and results
 of the declared shape and dtype. Agreement with the oracle is tested elsewhere
 (tests/test_numpy_impl.py here, the conformance suite for everything).

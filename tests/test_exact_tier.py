@@ -2,7 +2,8 @@
 
 Independent oracle: CPython's ``float(fractions.Fraction)`` divides integers with correct rounding
 (round half to even) over the whole binary64 range, subnormals included. An mpf is man * 2^exp, so
-it converts to a Fraction exactly, and the two roundings can be compared bit for bit.
+it converts to a Fraction exactly, and the two roundings can be compared bit for bit. The working
+precision ``dps`` every exact-tier function takes is checked before any arithmetic.
 """
 
 from __future__ import annotations
@@ -12,10 +13,14 @@ import struct
 from fractions import Fraction
 
 import mpmath
+import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiayn.reference._exact import round_to_float64, to_mp
+from aiayn.reference._exact import MIN_DPS, check_dps, round_to_float64, to_mp
+from aiayn.reference.attention import softmax_exact
+from aiayn.reference.positional import positional_encoding_exact
 
 
 def _fraction(v: mpmath.mpf) -> Fraction:
@@ -93,3 +98,32 @@ def test_non_finite_values_pass_through():
     assert round_to_float64(mpmath.inf) == math.inf
     assert round_to_float64(mpmath.ninf) == -math.inf
     assert _bits(round_to_float64(mpmath.mpf(0))) == 0
+
+
+@pytest.mark.parametrize(
+    ("dps", "error", "words"),
+    [
+        ("x", TypeError, r"^dps: expected an int >= 15 \(decimal digits\), got 'x' \(str\)$"),
+        (True, TypeError, r"^dps: expected an int >= 15 .*got True \(bool\)$"),
+        (20.0, TypeError, r"^dps: expected an int >= 15 .*got 20\.0 \(float\)$"),
+        (None, TypeError, r"^dps: expected an int >= 15 .*got None \(NoneType\)$"),
+        (14, ValueError, r"^dps: expected at least 15 decimal digits .*got 14$"),
+    ],
+)
+def test_a_bad_dps_is_named_in_every_exact_function(dps, error, words):
+    """``dps`` must be an int >= MIN_DPS; anything else raises an error naming ``dps``, not one from
+    inside the arithmetic, whether it reaches ``correctly_rounded`` directly (softmax_exact) or is
+    first added to guard digits (positional_encoding_exact)."""
+    for call in (
+        lambda: check_dps(dps),
+        lambda: softmax_exact([1.0, 2.0], dps=dps),
+        lambda: positional_encoding_exact(3, 4, dps=dps),
+    ):
+        with pytest.raises(error, match=words):
+            call()
+
+
+def test_an_integer_dps_of_any_integer_type_is_accepted():
+    assert MIN_DPS == 15 and check_dps(np.int64(20)) == 20 and type(check_dps(np.int64(20))) is int
+    x = [0.5, -1.25, 3.0]
+    assert np.array_equal(softmax_exact(x, dps=np.int64(MIN_DPS)), softmax_exact(x))

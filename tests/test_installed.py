@@ -1,10 +1,9 @@
 """aiayn as a user gets it: the wheel in a fresh virtual environment, pointed at an outside package.
 
-One test, as the installed-tool issue asks: build the wheel from this checkout (its tracked and
-new files, copied to a temporary folder so the checkout stays clean), install it (not editable)
-into a new virtual environment with the tested versions of its dependencies, write a package of
-"someone else's" implementations into another temporary folder, and from there (the repository
-not on ``sys.path``) run:
+One test: build the wheel from this checkout (its tracked and new files, copied to a temporary
+folder so the checkout stays clean), install it (not editable) into a new virtual environment with
+the tested versions of its dependencies, write a package of "someone else's" implementations into
+another temporary folder, and from there (the repository not on ``sys.path``) run:
 
 - ``aiayn check ext.impl:Good`` -> 0; ``aiayn check ext.impl:Broken`` -> 1, naming LayerNorm;
 - ``aiayn check nosuch:X`` -> 4; ``aiayn check ext.impl:Good --dtype bfloat16`` (not declared) -> 4;

@@ -107,7 +107,8 @@ def _room(module: str) -> str:
 
 
 def _within(module: str, allowed: str) -> bool:
-    """``module`` is ``allowed`` or inside it (the ground floor's modules match exactly: "aiayn" is not every aiayn.*)."""
+    """``module`` is ``allowed`` or inside it (the ground floor's modules match exactly: "aiayn" is not every
+    aiayn.*)."""
     return module == allowed or (allowed not in GROUND and module.startswith(allowed + "."))
 
 

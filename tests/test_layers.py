@@ -54,6 +54,8 @@ from aiayn.reference.layers import (
 # The truth is evaluated at HIGH_DPS with at most ~10 roundings, each <= 10^-HIGH_DPS relative to
 # the magnitudes involved; this slack covers them (it is ~1e-100 of any bound below).
 TRUTH_SLACK = mpmath.mpf(10) ** (2 - HIGH_DPS)
+# No extra input error: the default of the fast-tier bounds below that take one.
+_MPF_ZERO = mpmath.mpf(0)
 
 
 def gamma(n: int, unit: mpmath.mpf = u) -> mpmath.mpf:
@@ -138,7 +140,7 @@ def layer_norm_inputs(draw, max_d: int = 6):
 
 
 def layer_norm_fast_bound(
-    x_true: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, u_in: mpmath.mpf = mpmath.mpf(0)
+    x_true: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, u_in: mpmath.mpf = _MPF_ZERO
 ) -> np.ndarray:
     """E for the fast LayerNorm (corrected two-pass in longdouble), per element.
 

@@ -162,8 +162,8 @@ def test_positional_encoding_column_0_is_sin_pos_and_position_0_is_0_1():
     against mpmath's sin/cos directly); position 0 is (0, 1, 0, 1, ...) exactly in both tiers."""
     pe = positional_encoding_exact(300, 4)
     for pos in (0, 1, 2, 17, 299):
-        assert pe[pos, 0] == _rounded(lambda: mpmath.sin(pos)), f"PE({pos}, 0)"
-        assert pe[pos, 1] == _rounded(lambda: mpmath.cos(pos)), f"PE({pos}, 1)"
+        assert pe[pos, 0] == _rounded(lambda pos=pos: mpmath.sin(pos)), f"PE({pos}, 0)"
+        assert pe[pos, 1] == _rounded(lambda pos=pos: mpmath.cos(pos)), f"PE({pos}, 1)"
     for fn in (positional_encoding, positional_encoding_exact):
         assert_exact_equal(fn(1, 8)[0], np.tile([0.0, 1.0], 4), fn.__name__, "position 0")
 
@@ -297,7 +297,8 @@ def test_shift_property_holds_in_the_exact_tier(d_model, base, data):
             bound = gamma(3) * mag[a, 0] + gamma(1) * abs(table[pos + k, a]) + 2 * TINY
             miss = abs(got[a] - mpmath.mpf(float(table[pos + k, a])))
         assert miss <= bound, (
-            f"(M_k PE(pos))[{a}] = {got[a]}, PE(pos+k) = {table[pos + k, a]!r}, miss {miss} > {bound}; pos={pos}, k={k}, d={d_model}, base={base}"
+            f"(M_k PE(pos))[{a}] = {got[a]}, PE(pos+k) = {table[pos + k, a]!r}, miss {miss} > {bound}; pos={pos}, "
+            f"k={k}, d={d_model}, base={base}"
         )
 
 

@@ -1,6 +1,6 @@
 """The registry (implementations/registry.py): names, ``module:attr``, entry points, clear failures.
 
-Issue 3: built-in names map to ``"module:attr"`` strings imported only when chosen (a NumPy run
+Built-in names map to ``"module:attr"`` strings imported only when chosen (a NumPy run
 never imports torch); third parties register through the entry-point group
 ``aiayn.implementations`` or are named directly; unknown names and import failures give one
 clear message listing the known names.

@@ -86,8 +86,8 @@ BIASLESS_SCOPE = Scope(no_bias=("attention", "layer_norm", "ffn"), shared_key_va
 
 
 class Biasless(NumpyImplementation):
-    """Attention projections, LayerNorm and FFN without bias terms, and one memory tensor for key and value (x-transformers,
-    Hugging Face cross-attention): anything else raises ValueError."""
+    """Attention projections, LayerNorm and FFN without bias terms, and one memory tensor for key and value
+    (x-transformers, Hugging Face cross-attention): anything else raises ValueError."""
 
     name = "biasless"
     scope = {

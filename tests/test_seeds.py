@@ -344,7 +344,7 @@ def test_scaling_divides_by_exactly_8_for_d_k_64() -> None:
     got = scaled_dot_product_attention_exact(q[:, None, :], keys, values)[:, 0, 0]
     for i in range(3):
         dot = sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(q[i], k[i], strict=True))
-        expected = _closed_form(lambda: 1 / (1 + mpmath.exp(-mpmath.mpf(dot.numerator) / dot.denominator / 8)))
+        expected = _closed_form(lambda dot=dot: 1 / (1 + mpmath.exp(-mpmath.mpf(dot.numerator) / dot.denominator / 8)))
         assert got[i] == _nearest_float(expected), f"pair {i}: share {got[i]!r}, expected sigmoid(q·k/8) = {expected}"
 
 

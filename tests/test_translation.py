@@ -621,7 +621,7 @@ def test_command_line_smoke_run_writes_results_and_report(tmp_path: Path, capsys
     assert re.search(r"langs: folder has \['en', 'de'\], this run asks \['en', 'fr'\]", capsys.readouterr().err)
 
 
-# --------------------------------------------------------------------------------------------- fused loss, tiled attention
+# ------------------------------------------------------------------------------------- fused loss, tiled attention
 
 
 def test_fused_loss_equals_the_checked_equation_and_its_gradient() -> None:

@@ -15,7 +15,8 @@ __all__ = ["hf_mask"]
 def hf_mask(
     config: Any, mask: torch.Tensor | None, batch: tuple[int, ...], q: torch.Tensor, kv: torch.Tensor | None = None
 ) -> Any:
-    """The contract's mask (broadcastable to batch + (n_q, n_k)) as transformers prepares it for ``config``'s attention."""
+    """The contract's mask (broadcastable to batch + (n_q, n_k)) as transformers prepares it for ``config``'s
+    attention."""
     if mask is None:
         return None
     full = attention_mask(mask, batch, q.shape[-2], (q if kv is None else kv).shape[-2], kind="allow")  # (B, n_q, n_k)

@@ -77,7 +77,8 @@ class FlaxMHA(JaxAdapter):
         d_k = width // h
         if params["w_v"].shape[1] != width:
             raise Unsupported(
-                f"params['w_v']: flax.nnx.MultiHeadAttention needs h*d_v = h*d_k = {width}, got {params['w_v'].shape[1]}"
+                f"params['w_v']: flax.nnx.MultiHeadAttention needs h*d_v = h*d_k = {width}, got "
+                f"{params['w_v'].shape[1]}"
             )
         with x64_for(query):
             dtype = query.dtype

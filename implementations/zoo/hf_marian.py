@@ -58,8 +58,8 @@ from aiayn.implementations.zoo._hf import hf_mask
 __all__ = ["Marian"]
 
 _HALVES = (
-    "transformers documents MarianSinusoidalPositionalEmbedding.create_weight: 'features are not interleaved. The cos features "
-    "are in the 2nd half of the vector' (§3.5 interleaves sin and cos)"
+    "transformers documents MarianSinusoidalPositionalEmbedding.create_weight: 'features are not interleaved. The cos "
+    "features are in the 2nd half of the vector' (§3.5 interleaves sin and cos)"
 )
 
 
@@ -202,7 +202,8 @@ class Marian(TorchAdapter):
     def transformer_forward(self, src_tokens, tgt_tokens, params, num_heads, src_lengths=None, tgt_lengths=None):
         if "positional" in params:
             raise ValueError(
-                "Marian has static sinusoidal positions only; learned positions (params['positional']) are not supported"
+                "Marian has static sinusoidal positions only; learned positions (params['positional']) are not "
+                "supported"
             )
         emb = params["embedding"]  # (vocab, d_model)
         d_ff = params["encoder"][0]["ffn"]["w1"].shape[1]

@@ -115,7 +115,8 @@ class JaxAdapter(ImplementationBase):
 
 
 class JaxAttention(JaxAdapter):
-    """``jax.nn.softmax`` and ``jax.nn.dot_product_attention`` (registry name ``"jax-sdpa"``); see the module docstring."""
+    """``jax.nn.softmax`` and ``jax.nn.dot_product_attention`` (registry name ``"jax-sdpa"``); see the module
+    docstring."""
 
     name = "jax-sdpa"
     version = f"jax {jax.__version__}"

@@ -10,10 +10,11 @@ What is mapped onto what:
 
 - multi-head attention (§3.2.2) -> ``keras.layers.MultiHeadAttention(h, key_dim=d_k,
   value_dim=d_v, use_bias=True, dropout=0)`` in the dtype, built with ``build(query_shape,
-  value_shape, key_shape)`` (each (None, None, d_model)) and called as ``layer(query, value, key=key, attention_mask=...,
-  training=False)`` (Keras takes value before key). Its ``EinsumDense`` kernels keep the heads
-  as an axis: ``query_dense/key_dense.kernel`` (d_model, h, d_k) = ``w_q/w_k.reshape(d_model, h,
-  d_k)`` (head i = columns i*d_k:(i+1)*d_k, the canonical layout), ``value_dense.kernel``
+  value_shape, key_shape)`` (each (None, None, d_model)) and called as ``layer(query, value,
+  key=key, attention_mask=..., training=False)`` (Keras takes value before key). Its
+  ``EinsumDense`` kernels keep the heads as an axis: ``query_dense/key_dense.kernel`` (d_model,
+  h, d_k) = ``w_q/w_k.reshape(d_model, h, d_k)`` (head i = columns i*d_k:(i+1)*d_k, the
+  canonical layout), ``value_dense.kernel``
   (d_model, h, d_v), biases (h, d_k) / (h, d_v), ``output_dense.kernel`` (h, d_v, d_model) =
   ``w_o.reshape(h, d_v, d_model)``, ``output_dense.bias`` (d_model,) = ``b_o``; absent biases are
   zeros. Query, key and value are broadcast to one batch size B. The mask: Keras' boolean

@@ -1,4 +1,5 @@
-"""The ONNX ``Attention`` (opset 23) and ``Softmax`` (opset 13) operators, run by onnxruntime or by ONNX's own reference.
+"""The ONNX ``Attention`` (opset 23) and ``Softmax`` (opset 13) operators, run by onnxruntime or by ONNX's own
+reference.
 
 Each equation is a small ONNX graph (``onnx.helper``; sizes left unknown, so one model per rank,
 dtype and optional input) run on NumPy arrays by ``onnxruntime.InferenceSession`` on the CPU
@@ -24,9 +25,10 @@ the head size to FLOAT, Sqrt, Div, Sqrt, then Cast to double): not declared, lef
 Policies: fully masked rows give ``"zeros"``: the spec (onnx 1.23.2, opset 23: "A fully-masked
 query row ... produces a zero output row ..., not NaN"); measured with an all-False mask row in
 every dtype on both backends. The spec adds the mask as a bias ("its disallowed positions
-contribute -inf to the bias"; "at_mask---Add"), so inf or NaN at a masked score gives NaN: declared. onnxruntime's float32/float16 kernel adds a finite
-value instead (a masked score of the dtype's largest finite value gets weight 1/2): undocumented,
-not declared. Scope: the full domain. Nothing here is computed with ``reference/``.
+contribute -inf to the bias"; "at_mask---Add"), so inf or NaN at a masked score gives NaN:
+declared. onnxruntime's float32/float16 kernel adds a finite value instead (a masked score of the
+dtype's largest finite value gets weight 1/2): undocumented, not declared. Scope: the full
+domain. Nothing here is computed with ``reference/``.
 """
 
 from __future__ import annotations
@@ -45,7 +47,10 @@ from aiayn.implementations.protocol import DEFAULT_POLICIES, ImplementationBase
 __all__ = ["OnnxRuntimeAttention", "OnnxReferenceAttention"]
 
 OPSET = 23
-_ADDS = "the spec adds the mask as a bias ('disallowed positions contribute -inf to the bias') instead of replacing masked scores (§3.2.3), so "
+_ADDS = (
+    "the spec adds the mask as a bias ('disallowed positions contribute -inf to the bias') instead of replacing masked "
+    "scores (§3.2.3), so "
+)
 _HUGE, _NAN_KEYS = (
     _ADDS + "a masked score that overflows to inf gives inf + (-inf) = NaN",
     _ADDS + "NaN in a masked key gives NaN + (-inf) = NaN",
@@ -99,13 +104,14 @@ class _OnnxAttention(ImplementationBase):
 
     def softmax(self, x: np.ndarray, axis: int = -1) -> np.ndarray:
         dt, rank = x.dtype.name, x.ndim
-        build = lambda: _model(
+        build = lambda: _model(  # noqa: E731
             [helper.make_node("Softmax", ["X"], ["Y"], axis=axis)], [_value("X", dt, rank)], _value("Y", dt, rank)
         )
         return self._run(("softmax", dt, rank, axis), build, {"X": x})
 
     def _attention_model(self, dt: str, masked: bool, heads: int | None = None, biases: tuple = ()) -> onnx.ModelProto:
-        """Attention on 4-D Q, K, V (``heads`` None), or on 3-D projections of query, key and value with ``heads`` heads."""
+        """Attention on 4-D Q, K, V (``heads`` None), or on 3-D projections of query, key and value with ``heads``
+        heads."""
         nodes, inputs = [], []
 
         def linear(x: str, w: str, b: str, out: str) -> None:  # out = x @ w (+ b)
@@ -137,7 +143,8 @@ class _OnnxAttention(ImplementationBase):
     def _flatten(
         batch: tuple, arrays: dict[str, np.ndarray], mask: np.ndarray | None, n_q: int, n_k: int
     ) -> dict[str, np.ndarray]:
-        """Broadcast every array over ``batch`` and fold it into one leading axis B; the mask becomes (B, 1, n_q, n_k)."""
+        """Broadcast every array over ``batch`` and fold it into one leading axis B; the mask becomes
+        (B, 1, n_q, n_k)."""
         size = math.prod(batch)
         feeds = {k: np.broadcast_to(a, batch + a.shape[-2:]).reshape(size, *a.shape[-2:]) for k, a in arrays.items()}
         if mask is not None:
@@ -172,7 +179,7 @@ class _OnnxAttention(ImplementationBase):
         biases = tuple(b for b in ("b_q", "b_k", "b_v", "b_o") if params.get(b) is not None)
         feeds.update({w: params[w] for w in ("w_q", "w_k", "w_v", "w_o") + biases})
         dt = query.dtype.name
-        build = lambda: self._attention_model(dt, mask is not None, num_heads, biases)
+        build = lambda: self._attention_model(dt, mask is not None, num_heads, biases)  # noqa: E731
         y = self._run(("mha", dt, mask is not None, num_heads, biases), build, feeds)
         return y.reshape(*batch, n_q, y.shape[-1])  # (B, n_q, d_model) -> (..., n_q, d_model)
 

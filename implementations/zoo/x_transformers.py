@@ -1,4 +1,5 @@
-"""lucidrains' x-transformers (``Attention``, ``Encoder``, ``Decoder``) configured as the paper, as the ``x-transformers`` adapter.
+"""lucidrains' x-transformers (``Attention``, ``Encoder``, ``Decoder``) configured as the paper, as the
+``x-transformers`` adapter.
 
 Configuration (every other feature off, as by default): ``pre_norm=False`` (post-norm, §3.1; the
 final norm then is ``Identity``), ``ff_custom_activation=nn.ReLU()`` (the FFN's default is GELU),

@@ -141,7 +141,8 @@ def run_one(
 
 
 def _data(args: argparse.Namespace) -> tuple[D.Vocab, list[D.Example], list[D.Example], list[str]]:
-    """The EN→DE split, its joint BPE (trained once, cached in ``--work``), the encoded train/dev sets, the dev references."""
+    """The EN→DE split, its joint BPE (trained once, cached in ``--work``), the encoded train/dev sets, the dev
+    references."""
     s = D.split_books(D.bible_pairs("en", "de"))
     vocab = D.cached_bpe(Path(args.work) / f"bpe{args.vocab}.model", s.train, args.vocab)
     return vocab, D.encode_pairs(s.train, vocab, max_len=256), D.encode_pairs(s.dev, vocab), [p.tgt for p in s.dev]

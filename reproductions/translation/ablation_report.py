@@ -241,29 +241,32 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
     tally = {v: [x["row"] for x in compared if x["nll_verdict"] == v] for v in (AGREES, DISAGREES, NOT_SEPARABLE)}
     rep.verdict = (
         f"{len(summary)} rows x {len(seeds)} seeds (paired), {setup['tokens']:,} target tokens each "
-        f"({setup['tokens'] / setup['train_target_tokens']:.2f} passes over the data); dev perplexity base {base['ppl_mean']:.1f}; "
-        f"against the paper's direction (paired t-test on dev NLL, Holm-adjusted, level {ALPHA}): "
+        f"({setup['tokens'] / setup['train_target_tokens']:.2f} passes over the data); dev perplexity base "
+        f"{base['ppl_mean']:.1f}; against the paper's direction (paired t-test on dev NLL, Holm-adjusted, level "
+        f"{ALPHA}): "
         + "; ".join(
             f"{v} {', '.join(f'{r}' for r in tally[v])}" for v in (AGREES, DISAGREES, NOT_SEPARABLE) if tally[v]
         )
-        + f"; dev sacreBLEU at most {max(max(x['bleu']) for x in summary):.2f}; not comparable to Table 3's WMT14 figures"
+        + f"; dev sacreBLEU at most {max(max(x['bleu']) for x in summary):.2f}; not comparable to Table 3's WMT14 "
+        "figures"
     )
     rep.add(
         "",
         f"What: {setup['corpus']}; train {setup['pairs']['train']:,} verse pairs, dev {setup['pairs']['dev']:,} (books "
-        f"{setup['dev_books']}, scored here; the test books are not used). Joint BPE vocabulary {setup['vocab']:,}. Every run: "
-        f"{setup['tokens']:,} target tokens in batches of {setup['max_tokens']:,} padded tokens, Adam (0.9, 0.98, 1e-9), "
-        f"Eq. (3) with warmup {setup['warmup']}, label smoothing 0.1, residual dropout 0.1; the last weights, no checkpoint "
-        f"averaging (as §6.2 does for Table 3); beam {setup['beam']}, α = {setup['alpha']}. Perplexity: exp of the mean "
-        "plain NLL per target BPE piece (EOS included).",
+        f"{setup['dev_books']}, scored here; the test books are not used). Joint BPE vocabulary {setup['vocab']:,}. "
+        f"Every run: {setup['tokens']:,} target tokens in batches of {setup['max_tokens']:,} padded tokens, Adam (0.9, "
+        f"0.98, 1e-9), Eq. (3) with warmup {setup['warmup']}, label smoothing 0.1, residual dropout 0.1; the last "
+        f"weights, no checkpoint averaging (as §6.2 does for Table 3); beam {setup['beam']}, α = {setup['alpha']}. "
+        "Perplexity: exp of the mean plain NLL per target BPE piece (EOS included).",
         "",
         staleness_line(BY_NAME[STEM], {"codes": codes, "commits": commits}),
         "",
         "Design: every row is trained with the same seeds "
         + ", ".join(map(str, seeds))
         + "; a seed fixes the batch order (the same "
-        "batches for every row), the initial weights and the dropout masks, so each row is compared with base seed by seed "
-        "(paired). Statistics: `reproductions/translation/ablation_report.py` (its docstring states every formula).",
+        "batches for every row), the initial weights and the dropout masks, so each row is compared with base seed by "
+        "seed (paired). Statistics: `reproductions/translation/ablation_report.py` (its docstring states every "
+        "formula).",
         "",
         f"Device: {setup['device']}, "
         + "/".join(str(j) for j in sorted({r.get("jobs", setup["jobs"]) for r in runs}))
@@ -336,8 +339,9 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
         "",
         "Δ dev NLL: row minus base, per seed, in nats per BPE piece (negative: the row predicts the dev books better). "
         'PPL ratio = exp(mean Δ). d_z = mean Δ / sd of Δ. "paired t-test": t statistic with its degrees of freedom, '
-        "two-sided p, and p Holm-adjusted over the rows compared. Verdict: **agrees** / **disagrees** with the sign of the "
-        "paper's change when the Holm-adjusted p < 0.05, **not separable** otherwise (which is not evidence of no difference).",
+        "two-sided p, and p Holm-adjusted over the rows compared. Verdict: **agrees** / **disagrees** with the sign of "
+        "the paper's change when the Holm-adjusted p < 0.05, **not separable** otherwise (which is not evidence of no "
+        "difference).",
     )
     rep.section("Dev sacreBLEU: the same test")
     body = []
@@ -375,18 +379,21 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
         *[
             f"- {x}"
             for x in (
-                f"Scale: every run saw {setup['tokens']:,} target tokens, {passes:.2f} passes over the {setup['train_target_tokens']:,} of the "
-                f"training side, so the models are early in training (mean dev perplexity {order[0]['ppl_mean']:.0f} to "
-                f"{order[-1]['ppl_mean']:.0f}): this table measures how fast each variant learns on one budget, not what it can reach. "
-                "BLEU this low is mostly noise, hence perplexity first.",
+                f"Scale: every run saw {setup['tokens']:,} target tokens, {passes:.2f} passes over the "
+                f"{setup['train_target_tokens']:,} of the training side, so the models are early in training (mean dev "
+                f"perplexity {order[0]['ppl_mean']:.0f} to {order[-1]['ppl_mean']:.0f}): this table measures how fast "
+                "each variant learns on one budget, not what it can reach. BLEU this low is mostly noise, hence "
+                "perplexity first.",
                 "Ordered by mean dev perplexity, best first: "
                 + ", ".join(f"{x['row']} {x['ppl_mean']:.1f}" for x in order)
                 + ".",
-                "The printed Table 3 figures (newstest2013 perplexity per wordpiece and BLEU after 100K steps of the 65M-parameter base model "
-                "on WMT14 EN-DE) measure converged models, so only the direction of each change is compared: a small model early in "
-                "training can rank variants differently (fewer layers or learned positions may learn faster and reach less).",
-                f'Row E: the paper prints the same perplexity as base ({printed("table3.E.PPL").text}) and calls the results "nearly '
-                'identical" (§6.2); any separable difference here therefore disagrees, and not separable is consistent with it.',
+                "The printed Table 3 figures (newstest2013 perplexity per wordpiece and BLEU after 100K steps of the "
+                "65M-parameter base model on WMT14 EN-DE) measure converged models, so only the direction of each "
+                "change is compared: a small model early in training can rank variants differently (fewer layers or "
+                "learned positions may learn faster and reach less).",
+                f"Row E: the paper prints the same perplexity as base ({printed('table3.E.PPL').text}) and calls the "
+                'results "nearly identical" (§6.2); any separable difference here therefore disagrees, and not '
+                "separable is consistent with it.",
             )
         ],
     )
@@ -413,7 +420,8 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
     rep.add(
         "",
         f"Signatures: BLEU `{sig['sacrebleu_signature']}`; chrF `{sig['chrf_signature']}`. Results computed at commit "
-        f"{', '.join(commits)} by code {', '.join(codes)} (`aiayn.kit.code_hash` of `aiayn.reproductions.translation.ablation`).",
+        f"{', '.join(commits)} by code {', '.join(codes)} (`aiayn.kit.code_hash` of "
+        "`aiayn.reproductions.translation.ablation`).",
     )
     rep.data.update(setup=setup, rows=summary, runs=runs, measurement={"codes": codes, "commits": commits})
     return rep

@@ -50,9 +50,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--preset",
         required=True,
         choices=PRESET_NAMES,
-        help="smoke: seconds, synthetic task; cpu: EN->DE Bible, 1.4M parameters, 15 minutes; cpu-wide: 5.7M parameters, "
-        "for machines with more cores; gpu-base: Table 3's base model on the Bible corpus, 10 minutes on a GPU; "
-        "base: Table 3's base model on your corpus (--train-src ...)",
+        help=(
+            "smoke: seconds, synthetic task; cpu: EN->DE Bible, 1.4M parameters, 15 minutes; cpu-wide: 5.7M "
+            "parameters, for machines with more cores; gpu-base: Table 3's base model on the Bible corpus, 10 minutes "
+            "on a GPU; base: Table 3's base model on your corpus (--train-src ...)"
+        ),
     )
     p.add_argument(
         "--config", default=None, help="a Table 3 row name (base, big, C4, E, ...) instead of the preset's model"
@@ -103,7 +105,8 @@ def run_train(args: argparse.Namespace) -> int:
         raise UsageError("--train-src needs --train-tgt, --dev-src, --dev-tgt, --test-src and --test-tgt")
     if args.preset == "base" and not args.train_src:
         raise UsageError(
-            "--preset base trains on your corpus: give --train-src/--train-tgt/--dev-src/--dev-tgt/--test-src/--test-tgt"
+            "--preset base trains on your corpus: give "
+            "--train-src/--train-tgt/--dev-src/--dev-tgt/--test-src/--test-tgt"
         )
     args.out = args.out or str(reports_dir())
     import torch
@@ -155,7 +158,9 @@ def add_ablation_arguments(p: argparse.ArgumentParser) -> None:
         "--scale",
         default="cpu",
         choices=list(SCALE_ROWS),
-        help="cpu: five rows scaled down to 1.4M parameters; paper: Table 3's own rows (base, A1, C1, C4, E), for a GPU",
+        help=(
+            "cpu: five rows scaled down to 1.4M parameters; paper: Table 3's own rows (base, A1, C1, C4, E), for a GPU"
+        ),
     )
     p.add_argument(
         "--rows", default=None, help="comma-separated rows of the scale (must include base; default: all of them)"
@@ -223,6 +228,7 @@ def run_ablation(args: argparse.Namespace) -> int:
     write_report(Path(args.out), report)
     for row in report.data["rows"]:
         print(
-            f"{row['row']:12s} dev PPL {row['ppl_mean']:8.2f} {row['ppl']}  sacreBLEU {row['bleu_mean']:6.2f} {row['bleu']}"
+            f"{row['row']:12s} dev PPL {row['ppl_mean']:8.2f} {row['ppl']}  sacreBLEU {row['bleu_mean']:6.2f} "
+            f"{row['bleu']}"
         )
     return 0

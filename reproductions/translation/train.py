@@ -315,7 +315,8 @@ def train(
                     else f" ({tokens_seen:,}/{cfg.max_train_tokens:,} tokens)"
                 )
                 log(
-                    f"step {step}{of} | {rate:,.0f} tok/s | loss {loss_sum / max(loss_tokens, 1):.3f} | lr {lr:.2e} | ETA {_fmt_time(eta)}"
+                    f"step {step}{of} | {rate:,.0f} tok/s | loss {loss_sum / max(loss_tokens, 1):.3f} | lr {lr:.2e} | "
+                    f"ETA {_fmt_time(eta)}"
                 )
             window_tokens, window_start, window_step, loss_sum, loss_tokens = 0, now, step, 0.0, 0
         wants = (
