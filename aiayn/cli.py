@@ -100,7 +100,11 @@ def _add_check(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=float,
         default=DEFAULT_LIMIT_S,
-        help="time limit of one call into the implementation, seconds (0: none)",
+        help="time limit of one call into the implementation, seconds (0: none). A hang is paid once per method: "
+        "after a call of a method runs past the limit, every later call of that method (any dtype) fails at once, "
+        "naming the first hang and its replay file. A worker has one call in flight, so each worker pays at most one "
+        "limit per method that hangs: a hanging implementation adds at most (methods that hang) x (workers) x limit "
+        "of worker time, plus a worker restart per limit paid (--workers 0: (methods that hang) x limit)",
     )
     p.add_argument(
         "-k", dest="keyword", default=None, metavar="EXPR", help="only the tests matching this pytest -k expression"

@@ -28,7 +28,9 @@ Options:
 - ``--aiayn-profile NAME``: dev (default), ci, thorough or smoke (``profiles.py``).
 - ``--aiayn-timeout SECONDS``: the time limit of one call into an implementation (default 120;
   0 = none). In worker processes (``-n N``) a call past it, a segfault or an abort becomes that
-  check's failure and the run goes on (``isolation.py``).
+  check's failure and the run goes on (``isolation.py``). A method that hung once is not called
+  again in the run: its later calls fail at once, naming the first hang, so a hanging
+  implementation adds at most (methods that hang) x (workers, or 1) x limit.
 - ``--aiayn-report DIR``: write ``conformance-<impl>.md`` and ``.json`` there at the end.
 - ``--aiayn-agreement-only``: only each equation's agreement test and the contract (a smoke selection).
 
@@ -139,7 +141,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="SECONDS",
         help="time limit of one call into an implementation (default 120; 0: none); with -n N a crash or hang "
-        "past it fails that check and the run goes on",
+        "past it fails that check and the run goes on; a method that hung is not called again (its later calls "
+        "fail at once), so hangs add at most (methods that hang) x (workers, or 1) x limit",
     )
     group.addoption(
         "--aiayn-report",
@@ -474,16 +477,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if not (rep.when == "call" or (rep.when == "setup" and not rep.passed)):
         return rep
     from aiayn.conformance import harness
+    from aiayn.conformance.isolation import CallTimedOut
 
     impl = callspec.params["impl"]
     if impl is None:  # the placeholder of a selection with no implementation for this test: nothing to attribute
         return rep
     stats = item.stash.get(_STATS, None) or harness.Stats()
-    reason, outcome = "", rep.outcome
+    reason, outcome, hang = "", rep.outcome, {}
     if hasattr(rep, "wasxfail"):  # a declared known deviation that did deviate
         reason, outcome = str(rep.wasxfail), "known deviation"
     elif rep.skipped and isinstance(rep.longrepr, tuple):
         reason = str(rep.longrepr[2])
+    elif rep.failed and call.excinfo is not None and call.excinfo.errisinstance(CallTimedOut):
+        # a call past the time limit without workers, or a call not made because its method hung earlier
+        reason, hang = str(call.excinfo.value).splitlines()[0], {"crash": "timeout"}
     rep.user_properties.append(
         (
             "aiayn",
@@ -496,6 +503,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                 "outcome": outcome,
                 "reason": reason,
                 **stats.as_dict(),
+                **hang,
             },
         )
     )
@@ -532,6 +540,8 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
     if record is None:
         return
     message, replay = _crash_message(record)
+    if record["cause"] == "timeout":  # before xdist starts the replacement worker: no worker calls the method again
+        isolation.mark_hung(workerinput["testrunuid"], record, replay)
     report.longrepr = message
     node.config.stash[_STATE].crashes.append(crashitem)
     report.user_properties.append(
