@@ -233,7 +233,8 @@ def attention_core(
 def scaled_dot_product_attention(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, prec: Precision, fully_masked: str = "nan"
 ) -> np.ndarray:
-    """Bound for Eq. (1) on exact inputs: :func:`attention_core` with no input error (``fully_masked``: the declared policy)."""
+    """Bound for Eq. (1) on exact inputs: :func:`attention_core` with no input error (``fully_masked``: the declared
+    policy)."""
     return attention_core(q, k, v, mask, prec, fully_masked=fully_masked)[0]
 
 

@@ -6,8 +6,9 @@ composite downstream of such a stage) the bound is infinite, and the element is 
 counted, with its reason, in the report, never passed. The strategies (``strategies.py``) are
 conditioned so that this stays rare: inputs are scaled to what the dtype can resolve.
 
-Per equation, its record (``equations.py``, ``Equation.max_unchecked``) states the largest fraction of drawn elements that
-may go unchecked; a report row above it is **inconclusive**, which fails the run (exit 1) unless
+Per equation, its record (``equations.py``, ``Equation.max_unchecked``) states the largest
+fraction of drawn elements that may go unchecked; a report row above it is **inconclusive**,
+which fails the run (exit 1) unless
 the implementation declares it in ``declared_inconclusive`` (``"equation"`` or
 ``"equation@dtype"`` -> why). ``tests/test_budget_coverage.py`` checks the stated fractions
 against the strategies themselves, dtype by dtype, with an implementation that rounds every
@@ -32,8 +33,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from aiayn.conformance.equations import DEFAULT_MAX_UNCHECKED
-
 __all__ = [
     "DEFAULT_MAX_UNCHECKED",
     "MAX_UNSUPPORTED",
@@ -42,6 +41,9 @@ __all__ = [
     "max_unchecked",
 ]
 
+
+#: The largest fraction of drawn elements that may go unchecked, unless an equation's record states another.
+DEFAULT_MAX_UNCHECKED = 0.01
 
 #: The prefix of a skip reason for a test outside an implementation's declared scope (the plugin
 #: writes it, the report reads it).
@@ -53,7 +55,8 @@ MAX_UNSUPPORTED = 0.5
 
 
 def max_unchecked(equation: str, dtype: str) -> float:
-    """The stated largest unchecked fraction of ``equation`` (its record's, ``equations.py``; the contract's default)."""
+    """The stated largest unchecked fraction of ``equation`` (its record's, ``equations.py``; the contract's
+    default)."""
     from aiayn.conformance.equations import RECORDS
 
     return RECORDS[equation].max_unchecked if equation in RECORDS else DEFAULT_MAX_UNCHECKED

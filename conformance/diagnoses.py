@@ -370,7 +370,8 @@ def smoothed_cross_entropy(
 
 
 def evaluate(equation: str, args: Mapping[str, Any], ops: Ops = PAPER, dtype: str | None = None) -> np.ndarray:
-    """The model's ``equation`` on ``args`` (the oracle's arguments, as :func:`explain` takes them) with ``ops``, as float64."""
+    """The model's ``equation`` on ``args`` (the oracle's arguments, as :func:`explain` takes them) with ``ops``, as
+    float64."""
     from aiayn.conformance.equations import record
 
     fn = record(equation).model
@@ -591,8 +592,8 @@ CATALOGUE: tuple[Departure, ...] = (
     _d(
         "LayerNorm as x r + (beta - mean r), computed in float32",
         "the same one multiply-add form computed in float32 on float16 or "
-        "bfloat16 inputs and rounded at the end (Keras' LayerNormalization under JAX): the cancellation of float32, not the "
-        "overflow of float16",
+        "bfloat16 inputs and rounded at the end (Keras' LayerNormalization under JAX): "
+        "the cancellation of float32, not the overflow of float16",
         "layer_norm",
         layer_norm="scale_shift",
         numerical=True,
@@ -656,8 +657,8 @@ UNDEFINED_ROUNDOFFS = 64
 def _where_undefined(
     budget: np.ndarray, undefined: np.ndarray, got: np.ndarray, variant: np.ndarray, u: float, extra: float = 0.0
 ) -> np.ndarray:
-    """The budget, with :data:`UNDEFINED_ROUNDOFFS` u |value| (plus ``extra``) where the paper's output is NaN (its budget
-    is a bare floor there)."""
+    """The budget, with :data:`UNDEFINED_ROUNDOFFS` u |value| (plus ``extra``) where the paper's output is NaN (its
+    budget is a bare floor there)."""
     budget = np.broadcast_to(np.asarray(budget, dtype=np.float64), got.shape)
     if undefined.shape != got.shape or not np.any(undefined):
         return budget

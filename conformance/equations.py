@@ -30,6 +30,7 @@ from aiayn.conformance import budgets as B
 from aiayn.conformance import diagnoses as D
 from aiayn.conformance import propagation as PR
 from aiayn.conformance import strategies as S
+from aiayn.conformance.coverage import DEFAULT_MAX_UNCHECKED
 from aiayn.conformance.numerics import precision
 from aiayn.reference import attention as ref_attention
 from aiayn.reference import layers as ref_layers
@@ -37,11 +38,8 @@ from aiayn.reference import model as ref_model
 from aiayn.reference import positional as ref_positional
 from aiayn.reference import training as ref_training
 
-__all__ = ["CONTRACT", "DEFAULT_MAX_UNCHECKED", "Equation", "RECORDS", "record", "smoothing", "title", "traceability"]
+__all__ = ["CONTRACT", "Equation", "RECORDS", "record", "smoothing", "title", "traceability"]
 
-#: The largest fraction of drawn elements that may go unchecked, unless a record states another
-#: (``coverage.py`` explains the measurement behind 1%).
-DEFAULT_MAX_UNCHECKED = 0.01
 
 #: The report's row for the plug-in contract itself (not an equation of the paper).
 CONTRACT = "contract"

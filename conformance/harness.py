@@ -31,6 +31,7 @@ import numpy as np
 
 from aiayn.conformance import isolation
 from aiayn.conformance.numerics import is_representable, precision, ulp
+from aiayn.conformance.results import TestResult
 from aiayn.environment import failure_dir
 from aiayn.implementations.protocol import Unsupported, flushes_subnormals
 
@@ -114,20 +115,23 @@ class Stats:
     violations: set[str] = field(default_factory=set)
     files: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "examples": self.examples,
-            "unsupported": self.unsupported,
-            "unsupported_why": self.unsupported_why,
-            "checked": self.checked,
-            "unchecked": dict(self.unchecked),
-            "exact": self.exact,
-            "worst": self.worst,
-            "nan_mismatches": self.nan_mismatches,
-            "departures": sorted(self.departures | set((self.largest or {}).get("departures") or ())),
-            "violations": sorted(self.violations),
-            "largest": None if self.largest is None else {k: v for k, v in self.largest.items() if k != "lines"},
-        }
+    def result(self, **identity: Any) -> TestResult:
+        """The test's typed result: ``identity`` (spec, equation, dtype, test, outcome, nodeid, reason, crash)
+        and what its checks saw."""
+        return TestResult(
+            **identity,
+            examples=self.examples,
+            unsupported=self.unsupported,
+            unsupported_why=self.unsupported_why,
+            checked=self.checked,
+            unchecked=dict(self.unchecked),
+            exact=self.exact,
+            worst=self.worst,
+            nan_mismatches=self.nan_mismatches,
+            departures=sorted(self.departures | set((self.largest or {}).get("departures") or ())),
+            violations=sorted(self.violations),
+            largest=None if self.largest is None else {k: v for k, v in self.largest.items() if k != "lines"},
+        )
 
 
 _STATS: contextvars.ContextVar[Stats | None] = contextvars.ContextVar("aiayn_stats", default=None)
@@ -195,7 +199,8 @@ class Case:
     @property
     def arithmetic(self) -> str:
         """The precision the budgets assume: the dtype, or "<dtype>-ftz" where the implementation declares that this
-        equation flushes subnormal results to zero in this dtype (policy ``flush_subnormals``, ``implementations/protocol.py``)."""
+        equation flushes subnormal results to zero in this dtype (policy ``flush_subnormals``,
+        ``implementations/protocol.py``)."""
         flushed = flushes_subnormals(getattr(self.impl, "policies", None), self.equation, self.dtype)
         return f"{self.dtype}-ftz" if flushed else self.dtype
 
@@ -233,7 +238,8 @@ class Case:
         return arr
 
     def guard(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call into the implementation under the time limit (``isolation.py``); anything it raises becomes this check's failure."""
+        """Call into the implementation under the time limit (``isolation.py``); anything it raises becomes this
+        check's failure."""
         __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         try:
             with isolation.calling(self, what, save_case), warnings.catch_warnings():
@@ -259,8 +265,10 @@ class Case:
         path = self.save()
         return "\n".join(
             [
-                f"{self.title}: {what} did not return within {limit:g} s (the per-call time limit; aiayn check --timeout)",
-                f"  implementation {getattr(self.impl, 'name', '?')} on {getattr(self.impl, 'device', '?')}, dtype {self.dtype}; check {self.check}",
+                f"{self.title}: {what} did not return within {limit:g} s "
+                "(the per-call time limit; aiayn check --timeout)",
+                f"  implementation {getattr(self.impl, 'name', '?')} on {getattr(self.impl, 'device', '?')}, "
+                f"dtype {self.dtype}; check {self.check}",
                 f"  inputs: {self.describe_inputs()}",
                 f"  replay: aiayn replay {path}",
             ]
@@ -332,7 +340,8 @@ class Case:
     # ---- failing
 
     def save(self) -> Path:
-        """Write this case's inputs as a replay file (one file per distinct input) and remember it in the test's stats."""
+        """Write this case's inputs as a replay file (one file per distinct input) and remember it in the test's
+        stats."""
         path = _save(self)
         stats = _STATS.get()
         if stats is not None and str(path) not in stats.files:
@@ -377,8 +386,8 @@ class Case:
                 "  the smallest failing example Hypothesis found:",
             ]
         lines += [
-            f"  implementation {getattr(impl, 'name', '?')} ({getattr(impl, 'version', '?')}) on {getattr(impl, 'device', '?')}, "
-            f"dtype {self.dtype}; check {self.check}",
+            f"  implementation {getattr(impl, 'name', '?')} ({getattr(impl, 'version', '?')}) "
+            f"on {getattr(impl, 'device', '?')}, dtype {self.dtype}; check {self.check}",
             *(details or []),
             f"  inputs: {_describe_args(self.args, self.dtype)}",
             f"  replay: aiayn replay {path}",
@@ -565,15 +574,15 @@ def compare(
 
 
 def _diagnose(case: Case, got: np.ndarray) -> str:
-    """ "; the output matches 'X'" for the known departures an agreement check's failing output agrees with (diagnoses.py).
+    """ "; the output matches 'X'" for the known departures an agreement check's failing output agrees with.
 
-    Only agreement checks (an oracle variant is comparable with the implementation's output). The
-    names go to the test's stats for the report only from the examples a failure message shows
-    (Hypothesis's final replay of each distinct failure, a fixed input, a replay; and the largest
-    discrepancy the message leads with, :func:`_note_largest`): an example met
-    on the way can match a departure by coincidence (scores so large that softmax is one-hot
-    either way match "no 1/sqrt(d_k) scaling"), and the report must not name what no shown
-    example and replay file supports.
+    The departures are those of ``diagnoses.py``. Only agreement checks (an oracle variant is
+    comparable with the implementation's output). The names go to the test's stats for the report
+    only from the examples a failure message shows (Hypothesis's final replay of each distinct
+    failure, a fixed input, a replay; and the largest discrepancy the message leads with,
+    :func:`_note_largest`): an example met on the way can match a departure by coincidence (scores
+    so large that softmax is one-hot either way match "no 1/sqrt(d_k) scaling"), and the report
+    must not name what no shown example and replay file supports.
     """
     return _matches(case, got)[0]
 
@@ -605,7 +614,7 @@ def _shown_example() -> bool:
 
 def _note_largest(case: Case, ratio: float, where: str, departures: list[str]) -> None:
     """Keep the largest over-budget discrepancy of this test (with its own replay file and the departures its output
-    matches) for the failure message, which leads with it; the report credits those departures too (Stats.as_dict)."""
+    matches) for the failure message, which leads with it; the report credits those departures too (Stats.result)."""
     stats = _STATS.get()
     if stats is None or (stats.largest is not None and stats.largest["ratio"] >= ratio):
         return

@@ -76,7 +76,8 @@ class Precision:
 
     @property
     def eta(self) -> float:
-        """Subnormal spacing 2^(emin - p + 1): the absolute error unit below the normal range (2^emin when subnormals are flushed)."""
+        """Subnormal spacing 2^(emin - p + 1): the absolute error unit below the normal range (2^emin when subnormals
+        are flushed)."""
         return 2.0**self.emin if self.flush else 2.0 ** (self.emin - self.p + 1)
 
     @property

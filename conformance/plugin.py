@@ -51,6 +51,7 @@ from typing import Any
 import pytest
 
 from aiayn.conformance.coverage import OUT_OF_SCOPE  # light: the plugin imports no array library
+from aiayn.conformance.results import Outcome, Row, Status, TestResult  # light: the standard library only
 
 #: The dtypes an implementation may declare (the contract's ``DTYPES``; repeated here so that
 #: loading the plugin imports nothing but pytest).
@@ -93,7 +94,7 @@ class _Run:
     explicit: list[str] | None  # --impl / $AIAYN_IMPL, or None for the default built-ins
     device: str | None = None  # --aiayn-device
     loaded: dict[str, Loaded] = field(default_factory=dict)  # spec -> Loaded
-    results: list[dict[str, Any]] = field(default_factory=list)  # on the xdist controller: every worker's
+    results: list[TestResult] = field(default_factory=list)  # on the xdist controller: every worker's
     isolation_ready: bool = False
     testrunuids: set[str] = field(default_factory=set)
     crashes: list[str] = field(default_factory=list)
@@ -483,30 +484,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if impl is None:  # the placeholder of a selection with no implementation for this test: nothing to attribute
         return rep
     stats = item.stash.get(_STATS, None) or harness.Stats()
-    reason, outcome, hang = "", rep.outcome, {}
+    reason, outcome, crash = "", Outcome(rep.outcome), ""
     if hasattr(rep, "wasxfail"):  # a declared known deviation that did deviate
-        reason, outcome = str(rep.wasxfail), "known deviation"
+        reason, outcome = str(rep.wasxfail), Outcome.KNOWN_DEVIATION
     elif rep.skipped and isinstance(rep.longrepr, tuple):
         reason = str(rep.longrepr[2])
     elif rep.failed and call.excinfo is not None and call.excinfo.errisinstance(CallTimedOut):
         # a call past the time limit without workers, or a call not made because its method hung earlier
-        reason, hang = str(call.excinfo.value).splitlines()[0], {"crash": "timeout"}
-    rep.user_properties.append(
-        (
-            "aiayn",
-            {
-                "spec": _spec_of(impl, item.config) or getattr(impl, "spec", "-"),
-                "equation": marker.args[0],
-                "dtype": callspec.params.get("dtype", "-"),
-                "test": getattr(item, "originalname", item.name),
-                "nodeid": item.nodeid,
-                "outcome": outcome,
-                "reason": reason,
-                **stats.as_dict(),
-                **hang,
-            },
-        )
+        reason, crash = str(call.excinfo.value).splitlines()[0], "timeout"
+    result = stats.result(
+        spec=_spec_of(impl, item.config) or getattr(impl, "spec", "-"),
+        equation=marker.args[0],
+        dtype=callspec.params.get("dtype", "-"),
+        test=getattr(item, "originalname", item.name),
+        nodeid=item.nodeid,
+        outcome=outcome,
+        reason=reason,
+        crash=crash,
     )
+    rep.user_properties.append(("aiayn", result.to_dict()))  # plain data: it crosses from an xdist worker
     if rep.when == "call":
         _forget_unnamed_replays(stats.files, rep.longreprtext if rep.failed or hasattr(rep, "wasxfail") else "")
     return rep
@@ -544,24 +540,18 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
         isolation.mark_hung(workerinput["testrunuid"], record, replay)
     report.longrepr = message
     node.config.stash[_STATE].crashes.append(crashitem)
-    report.user_properties.append(
-        (
-            "aiayn",
-            {
-                "spec": record.get("spec", "-"),
-                "equation": record.get("equation", "-"),
-                "dtype": record.get("dtype", "-"),
-                "test": record.get("test", crashitem),
-                "nodeid": crashitem,
-                "outcome": "failed",
-                "reason": message.splitlines()[0],
-                "examples": 0,
-                "worst": 0.0,
-                "crash": record["cause"],
-                "replay": replay,
-            },
-        )
+    crashed = TestResult(
+        spec=record.get("spec", "-"),
+        equation=record.get("equation", "-"),
+        dtype=record.get("dtype", "-"),
+        test=record.get("test", crashitem),
+        outcome=Outcome.FAILED,
+        nodeid=crashitem,
+        reason=message.splitlines()[0],
+        crash=record["cause"],
+        replay=replay,
     )
+    report.user_properties.append(("aiayn", crashed.to_dict()))
 
 
 def _crash_message(record: dict[str, Any]) -> tuple[str, str | None]:
@@ -628,21 +618,20 @@ _CURRENT: list[_Run] = []
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for key, value in report.user_properties:
         if key == "aiayn" and isinstance(value, dict) and _CURRENT:
-            _CURRENT[0].results.append(value)
+            _CURRENT[0].results.append(TestResult.from_dict(value))
 
 
 def _is_worker(config: pytest.Config) -> bool:
     return _worker_input(config) is not None
 
 
-def _nothing_checked(config: pytest.Config, results: list[dict[str, Any]]) -> str:
+def _nothing_checked(config: pytest.Config, results: list[TestResult]) -> str:
     """Why this run checked nothing although it was asked to (empty when something was checked or nobody asked)."""
     run = config.stash[_STATE]
-    ran = [r for r in results if r["outcome"] in ("passed", "failed", "known deviation")]
-    if ran:
+    if any(r.counted for r in results):
         return ""
     if results:
-        reasons = sorted({r["reason"] for r in results if r.get("reason")})
+        reasons = sorted({r.reason for r in results if r.reason})
         return f"no check ran: all {len(results)} selected aiayn tests were skipped" + (
             f" ({'; '.join(reasons[:3])}{' ...' if len(reasons) > 3 else ''})" if reasons else ""
         )
@@ -666,17 +655,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if from_run:
         from aiayn.conformance import report
 
-        for spec in dict.fromkeys(r["spec"] for r in from_run):
+        for spec in dict.fromkeys(r.spec for r in from_run):
             entry = run.loaded.get(spec) or _load(run, spec, explicit=True)
             if entry.skip:  # an optional dependency is missing: nothing to report, and no committed report to overwrite
                 continue
-            mine = [r for r in from_run if r["spec"] == spec]
-            data = report.build(entry, mine, run_info(config))
+            mine = [r for r in from_run if r.spec == spec]
+            rows = [Row.from_dict(r) for r in report.build(entry, mine, run_info(config))["rows"]]
             run.inconclusive += [
-                f"{entry.name}: {r['section']} [{r['dtype']}]: {r['not_checked']:,} of {r['checked'] + r['not_checked']:,} "
-                f"elements not checked (stated maximum {100 * r['max_unchecked']:g}%)"
-                for r in data["rows"]
-                if r["status"] == "inconclusive"
+                f"{entry.name}: {r.section} [{r.dtype}]: {r.not_checked:,} of {r.checked + r.not_checked:,} "
+                f"elements not checked (stated maximum {100 * r.max_unchecked:g}%)"
+                for r in rows
+                if r.status is Status.INCONCLUSIVE
             ]
             if directory:
                 report.write(Path(directory), entry, mine, run_info(config))
@@ -697,18 +686,18 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         from aiayn.conformance import report
 
         terminalreporter.section("aiayn conformance: per equation")
-        for spec in dict.fromkeys(r["spec"] for r in results):
+        for spec in dict.fromkeys(r.spec for r in results):
             entry = run.loaded.get(spec) or Loaded(spec)
-            for line in report.summary_lines(entry, [r for r in results if r["spec"] == spec]):
+            for line in report.summary_lines(entry, [r for r in results if r.spec == spec]):
                 terminalreporter.write_line(line)
-        failures = [r for r in results if r["outcome"] == "failed"]
+        failures = [r for r in results if r.outcome is Outcome.FAILED]
         if failures:
             from aiayn.environment import failure_dir
 
             terminalreporter.write_line(f"inputs of failed checks: {failure_dir()} (replay one: aiayn replay FILE)")
         directory = config.getoption("--aiayn-report")
         if directory:
-            for spec in dict.fromkeys(r["spec"] for r in results):
+            for spec in dict.fromkeys(r.spec for r in results):
                 entry = run.loaded.get(spec)
                 if entry is not None and not entry.skip:
                     for path in report.paths(Path(directory), report.report_name(entry.impl, entry.name)):

@@ -93,7 +93,8 @@ def current_settings(fraction: float = 1.0) -> settings:
 
 
 def profile(fraction: float = 1.0) -> Callable[[F], F]:
-    """Decorator: the active profile's settings, with ``fraction`` of its examples (for tests whose examples are expensive)."""
+    """Decorator: the active profile's settings, with ``fraction`` of its examples (for tests whose examples are
+    expensive)."""
 
     def decorate(test: F) -> F:
         return current_settings(fraction)(test)

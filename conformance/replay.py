@@ -36,7 +36,8 @@ def _read(path: Path) -> tuple[str, str, str, dict]:
 
 
 def replay(files: Sequence[str | Path], impl: str | None = None) -> int:
-    """Rerun the check saved in each file; print PASS or the failure. 0 all pass, 1 one fails; ReplayError for a bad file or spec."""
+    """Rerun the check saved in each file; print PASS or the failure. 0 all pass, 1 one fails; ReplayError for a bad
+    file or spec."""
     from aiayn.conformance.checks import load_all
     from aiayn.conformance.harness import CHECKS, ConformanceFailure, register_spec
     from aiayn.environment import missing_extra

@@ -80,7 +80,8 @@ def _row(equation: str, dtype: str, results: list[TestResult], impl: Any) -> Row
         row.status = Status.NOT_PROVIDED if not_provided else Status.SKIPPED
     row.measure = _measure(equation, counted, crashes, nan, worst, row.checked, exact)
     largest = [r.largest for r in results if r.largest]
-    # named for failures and for known deviations alike (a declared deviation is still diagnosed: the name says what it is)
+    # named for failures and for known deviations alike (a declared deviation is still diagnosed: the name says
+    # what it is)
     failing = [r for r in results if r.outcome in (Outcome.FAILED, Outcome.KNOWN_DEVIATION)]
     row.scope = scope
     row.unsupported_why = next((r.unsupported_why for r in counted if r.unsupported_why), "")
@@ -201,16 +202,21 @@ def markdown(data: Mapping[str, Any]) -> str:
         "",
         f"Verdict: **{data['verdict']}**" + (f" ({'; '.join(counts)})" if counts else ""),
         "",
-        f"Implementation `{data['spec']}`: {data['version']} on {data['device']}; dtypes {', '.join(data['dtypes']) or '-'}; "
+        f"Implementation `{data['spec']}`: {data['version']} on {data['device']}; "
+        f"dtypes {', '.join(data['dtypes']) or '-'}; "
         f"declared policies {json.dumps(data['policies'], sort_keys=True)}.",
         "",
-        "Each row: the checks of one equation in one dtype (`aiayn check`). *Checked*: elements compared with a budget that "
+        "Each row: the checks of one equation in one dtype (`aiayn check`). "
+        "*Checked*: elements compared with a budget that "
         "applies (derived per equation in `conformance/budgets.py` and `conformance/propagation.py`), or exactly; "
-        "*not checked*: elements whose budget is infinite for those inputs (its hypotheses fail), counted and never passed. "
+        "*not checked*: elements whose budget is infinite for those inputs (its hypotheses fail), "
+        "counted and never passed. "
         "A row with more unchecked elements than its stated maximum (`conformance/coverage.py`) is *inconclusive*. "
-        "*Worst error / budget*: the largest |implementation - oracle| / budget among the checked elements of the agreement "
+        "*Worst error / budget*: the largest |implementation - oracle| / budget "
+        "among the checked elements of the agreement "
         "checks (1 is the limit); *headroom* is its inverse. Where no number applies the cell says what happened: "
-        "*contract (exact)* (zero-tolerance checks of the plug-in contract), *exact checks*, *NaN mismatch*, *not measured* "
+        "*contract (exact)* (zero-tolerance checks of the plug-in contract), *exact checks*, *NaN mismatch*, "
+        "*not measured* "
         "(nothing could be checked), *crash* or *hang*.",
         "",
     ]
@@ -254,7 +260,8 @@ def markdown(data: Mapping[str, Any]) -> str:
     if largest:
         lines += [
             "",
-            "Largest discrepancy found per failing row (Hypothesis reports the smallest failing example; this is the worst):",
+            "Largest discrepancy found per failing row "
+            "(Hypothesis reports the smallest failing example; this is the worst):",
             "",
         ]
         lines += [
@@ -307,7 +314,8 @@ def paths(directory: Path, name: str) -> tuple[Path, Path]:
 
 
 def report_name(impl: Any, name: str) -> str:
-    """The name a report file carries: the implementation's, with its device type unless that is the CPU (``torch-cuda``)."""
+    """The name a report file carries: the implementation's, with its device type unless that is the CPU
+    (``torch-cuda``)."""
     device = str(getattr(impl, "device", "cpu") or "cpu").split(":")[0]
     return name if device == "cpu" else f"{name}-{device}"
 

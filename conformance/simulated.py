@@ -373,7 +373,8 @@ class OnePassVariance(Simulated):
 
 class FiniteMask(Simulated):
     """The simulated implementation with masked scores *replaced* by a finite value, -0.7 x the dtype's largest (JAX's
-    ``dot_product_attention`` uses that value): a fully masked row weighs every key 1/n_k, the declared policy "uniform"."""
+    ``dot_product_attention`` uses that value): a fully masked row weighs every key 1/n_k, the declared policy
+    "uniform"."""
 
     name = "simulated-finite-mask"
     policies = MappingProxyType({**DEFAULT_POLICIES, "fully_masked": "uniform"})

@@ -157,8 +157,9 @@ def score_error_bound(attn: Mapping[str, Any], radius_q: float, radius_kv: float
 def condition_attention(
     attn: dict[str, Any], radius_q: float, radius_kv: float, num_heads: int, dtype: str
 ) -> dict[str, Any]:
-    """``attn`` with W^Q, b_Q, W^K, b_K scaled by one factor c <= 1 so that :func:`score_error_bound` <= :data:`SCORE_ERROR_CAP`.
+    """``attn`` with W^Q, b_Q, W^K, b_K scaled by one factor c <= 1.
 
+    The factor makes :func:`score_error_bound` <= :data:`SCORE_ERROR_CAP`.
     D scales with c^2 (every term is a product of a Q-side and a K-side factor) but for its eta
     terms, which do not scale (below 1e-38 but in float16, where eta = 2^-24 makes them ~1e-6);
     c = 0.99 sqrt(cap / D) leaves room for them and for the rounding of the weights to the dtype
@@ -181,7 +182,8 @@ def _row_radius(*arrays: np.ndarray) -> float:
 
 
 def _norm_radius(norm: Mapping[str, np.ndarray]) -> float:
-    """A bound on the 2-norm of a LayerNorm output row: ||g x_hat + b|| <= max|g| sqrt(d) + ||b|| (||x_hat|| <= sqrt(d))."""
+    """A bound on the 2-norm of a LayerNorm output row: ||g x_hat + b|| <= max|g| sqrt(d) + ||b||
+    (||x_hat|| <= sqrt(d))."""
     gain = np.asarray(norm["gain"])
     return float(np.max(np.abs(gain)) * np.sqrt(gain.shape[-1]) + np.linalg.norm(norm["bias"]))
 
@@ -256,9 +258,9 @@ def exact_shift(
 def _mask(
     draw: Any, batch: tuple[int, ...], n_q: int, n_k: int, *, allow_fully_masked: bool = True, scope: Scope = FULL_SCOPE
 ) -> np.ndarray | None:
-    """None, causal (end-aligned), padding (B, 1, n_k) or random (possibly fully masked rows), for scores (*batch, n_q, n_k).
+    """None, causal (end-aligned), padding (B, 1, n_k) or random (possibly fully masked rows).
 
-    Only the kinds the scope accepts (``Scope.masks``); "causal" needs n_k >= n_q.
+    For scores (*batch, n_q, n_k). Only the kinds the scope accepts (``Scope.masks``); "causal" needs n_k >= n_q.
     """
     kinds = [k for k in ("none", "random", "padding", "causal") if k in scope.masks and (k != "causal" or n_k >= n_q)]
     kind = draw(st.sampled_from(kinds or ["none"]))
@@ -525,8 +527,9 @@ def _config(n_layers: int, d_model: int, h: int, d_ff: int) -> types.SimpleNames
 
 @st.composite
 def _sizes(draw: Any, dtype: str, scope: Scope = FULL_SCOPE) -> tuple[int, int, int]:
-    """(d_model, h, d_ff) of a small layer; d_model >= 4 in float16 and bfloat16; d_ff = ratio * d_model if the scope fixes it.
+    """(d_model, h, d_ff) of a small layer.
 
+    d_model >= 4 in float16 and bfloat16; d_ff = ratio * d_model if the scope fixes it.
     With d_model = 2 every LayerNorm row is two numbers whose difference decides the output's sign;
     inside a layer, where the row is a residual sum, bfloat16 (8 significant bits) and float16 (11)
     leave that difference to rounding often enough that the first-order bound does not apply
@@ -543,8 +546,8 @@ def _sizes(draw: Any, dtype: str, scope: Scope = FULL_SCOPE) -> tuple[int, int, 
 def _params(
     seed: int, config: types.SimpleNamespace, vocab: int, biases: bool, scope: Scope = FULL_SCOPE
 ) -> dict[str, Any]:
-    """Canonical model weights (``init_params``); attention biases when ``biases`` (and the scope has them), other biases
-    zeroed where the scope declares none (``Scope.no_bias``)."""
+    """Canonical model weights (``init_params``); attention biases when ``biases`` (and the scope has them), other
+    biases zeroed where the scope declares none (``Scope.no_bias``)."""
     from aiayn.reference.model import init_params
 
     params = init_params(config, vocab, np.random.default_rng(seed), biases=biases and "attention" not in scope.no_bias)
@@ -576,7 +579,8 @@ def _layer_rows(draw: Any, shape: tuple[int, ...], dtype: str, level: float = 0.
 
 @st.composite
 def encoder_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
-    """x (B, n, d_model), one encoder layer's canonical weights, an optional padding mask (lengths >= 1; if the scope accepts padding)."""
+    """x (B, n, d_model), one encoder layer's canonical weights, an optional padding mask (lengths >= 1; if the scope
+    accepts padding)."""
     d_model, h, d_ff = draw(_sizes(dtype, scope))
     layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()), scope)[
         "encoder"
@@ -593,7 +597,8 @@ def encoder_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[
 
 @st.composite
 def decoder_inputs(draw: Any, dtype: str, *, causal_check: bool = False, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
-    """y (B, n_tgt, d), memory (B, n_src, d), one decoder layer's weights; masks None or causal & padding (if the scope accepts padding)."""
+    """y (B, n_tgt, d), memory (B, n_src, d), one decoder layer's weights; masks None or causal & padding (if the
+    scope accepts padding)."""
     d_model, h, d_ff = draw(_sizes(dtype, scope))
     layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()), scope)[
         "decoder"

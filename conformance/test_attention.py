@@ -1,6 +1,6 @@
 """§3.2: softmax, scaled dot-product attention (Eq. (1)), masking (§3.2.3) and multi-head attention (§3.2.2).
 
-Agreement with the oracle within derived budgets, and the metamorphic relations of issue 4:
+Agreement with the oracle within derived budgets, and these metamorphic relations:
 softmax shift invariance and rows summing to 1; keys and values permuted together; queries
 permuted; masked keys equal to removed keys; poison at masked positions; the causal mask; batch
 elements and heads independent.

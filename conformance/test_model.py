@@ -1,4 +1,7 @@
-"""§3.1 composites against ``aiayn.reference.model`` with canonical weights: encoder layer, decoder layer, full forward pass."""
+"""§3.1 composites against ``aiayn.reference.model`` with canonical weights.
+
+The composites: encoder layer, decoder layer, full forward pass.
+"""
 
 from __future__ import annotations
 

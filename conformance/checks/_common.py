@@ -1,4 +1,5 @@
-"""What the check modules share: declared policies, inputs as the implementation sees them, and the one agreement recipe."""
+"""What the check modules share: declared policies, inputs as the implementation sees them, and the one agreement
+recipe."""
 
 from __future__ import annotations
 

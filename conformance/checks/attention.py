@@ -295,6 +295,9 @@ def mha_heads_independent(
         got2,
         got,
         budget + budget2,
-        what=f"with head {head}'s rows of w_o zeroed, changing head {head}'s w_q/w_k/w_v columns changed the output (heads not independent)",
+        what=(
+            f"with head {head}'s rows of w_o zeroed, changing head {head}'s w_q/w_k/w_v columns changed the output "
+            "(heads not independent)"
+        ),
         expected_name="the call before the change",
     )

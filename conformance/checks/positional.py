@@ -15,11 +15,14 @@ pe_agreement = agreement_check("positional_encoding")
     "pe_shift_is_linear",
     "positional_encoding",
     kind="property",
-    violates="PE(pos + k) = M_k PE(pos), M_k rotating each interleaved (sin, cos) pair by k / 10000^(2i/d_model) (§3.5)",
+    violates=(
+        "PE(pos + k) = M_k PE(pos), M_k rotating each interleaved (sin, cos) pair by k / 10000^(2i/d_model) (§3.5)"
+    ),
 )
 def pe_shift(case: Case, length: int, d_model: int, offset: int) -> None:
-    """PE(pos + k) = M_k PE(pos) for a fixed matrix M_k (§3.5: "PE_{pos+k} can be represented as a linear function of PE_pos").
+    """PE(pos + k) = M_k PE(pos) for a fixed matrix M_k.
 
+    §3.5: "PE_{pos+k} can be represented as a linear function of PE_pos".
     M_k (block-diagonal 2x2 rotations) comes from the oracle. Bound: |M_k PE_hat(pos) - PE_hat(pos + k)|
     <= |M_k| budget(pos) + budget(pos + k) + |dM_k| |PE| + gamma_2(2^-53) |M_k| |PE_hat|, where the
     oracle's M_k is within 2^-53 |M_k| (+ its longdouble error) of the exact rotation, and our own
@@ -48,7 +51,8 @@ def pe_shift(case: Case, length: int, d_model: int, offset: int) -> None:
 
 @check("pe_bounded_by_one", "positional_encoding", kind="property", violates="every sinusoid lies in [-1, 1] (§3.5)")
 def pe_bounded(case: Case, length: int, d_model: int) -> None:
-    """|PE| <= 1 (sines and cosines), up to the allowed error of sin/cos (t relative, see aiayn.conformance.numerics)."""
+    """|PE| <= 1 (sines and cosines), up to the allowed error of sin/cos (t relative, see
+    aiayn.conformance.numerics)."""
     got = case.run("positional_encoding", [length, d_model, case.dtype])
     limit = 1.0 + precision(case.dtype).t
     clipped = np.clip(got, -limit, limit)

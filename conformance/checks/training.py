@@ -24,7 +24,8 @@ def lrate_value(case: Case, step: int, d_model: int, warmup_steps: int) -> float
     for value in (first, second):
         if isinstance(value, bool) or not isinstance(value, float):
             case.fail(
-                f"lrate({step}, {d_model}, {warmup_steps}) returned {type(value).__name__} {value!r}; the contract says a Python float"
+                f"lrate({step}, {d_model}, {warmup_steps}) returned {type(value).__name__} {value!r}; "
+                "the contract says a Python float"
             )
     if not (first == second or (math.isnan(first) and math.isnan(second))):
         case.fail(f"lrate({step}, {d_model}, {warmup_steps}) is not deterministic: {first!r} then {second!r}")
@@ -88,7 +89,8 @@ def lrate_shape(case: Case, rise: list[int], decay: list[int], d_model: int, war
     violates="step 0 follows the declared step_zero policy; a negative step raises ValueError (the contract)",
 )
 def lrate_step_zero(case: Case, d_model: int, warmup_steps: int) -> None:
-    """Step 0 follows the declared policy ("zero": exactly 0.0; "raise": ValueError; "one": exactly lrate(1)); a negative step raises ValueError."""
+    """Step 0 follows the declared policy ("zero": exactly 0.0; "raise": ValueError; "one": exactly lrate(1)); a
+    negative step raises ValueError."""
     declared = policy(case, "step_zero")
     if declared == "zero":
         value = lrate_value(case, 0, d_model, warmup_steps)
@@ -103,7 +105,8 @@ def lrate_step_zero(case: Case, d_model: int, warmup_steps: int) -> None:
         case.exact_checks()
         if value != one:
             case.fail(
-                f"lrate(0, ...) = {value!r} but lrate(1, ...) = {one!r}; declared step_zero='one' means step 0 is computed as step 1",
+                f"lrate(0, ...) = {value!r} but lrate(1, ...) = {one!r}; "
+                "declared step_zero='one' means step 0 is computed as step 1",
                 breaks_property=True,
             )
     else:
