@@ -1,6 +1,6 @@
 # aiayn: two commands do everything (see README.md, "Quick start").
 #   make reproduce   set up .venv, install, regenerate reports/ (the tables, then a 15-minute training run)
-#   make test        set up .venv, install, run the whole test suite
+#   make test        set up .venv, install, lint (ruff check, ruff format --check), run the whole test suite
 # Both need only Python >= 3.10 and make on a fresh machine. Everything else calls the `aiayn`
 # command that the install puts into .venv/bin.
 
@@ -31,6 +31,8 @@ $(STAMP): pyproject.toml constraints.txt
 
 # AIAYN_REQUIRE_ZOO: the zoo's smoke test fails, rather than narrows, when a zoo library is missing.
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	AIAYN_REQUIRE_ZOO=1 $(THREADS) $(PY) -m pytest -p no:cacheprovider -n 2 tests conformance $(PYTEST_ARGS)
 
 # Training runs: NPROC one-thread gloo workers under torchrun (on 2 cores, 2 workers of one thread

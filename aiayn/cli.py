@@ -94,7 +94,8 @@ def _add_check(p: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=default_workers(),
-        help="worker processes; a crash or hang in the implementation then fails one check and the run goes on (0: in this process)",
+        help="worker processes; a crash or hang in the implementation then fails one check and the run goes on "
+        "(0: in this process)",
     )
     p.add_argument(
         "--timeout",
@@ -478,13 +479,16 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
 
 def _descriptions(name: str) -> str:
     docs = {
-        "check": "Run the conformance suite on SPEC: every equation it provides, in every dtype it declares, against the oracle.\n"
+        "check": "Run the conformance suite on SPEC: every equation it provides, in every dtype it declares, "
+        "against the oracle.\n"
         "Ends with the per-equation table. Inputs of failed checks are saved under $AIAYN_FAILURES (else\n"
         "~/.cache/aiayn/failures) and replayed with `aiayn replay FILE`.",
         "reproduce": "Regenerate the reports of the paper's tables and worked numbers; every file written is printed.",
-        "train": "Train Figure 1's model with the equations the suite checks, decode as §6.1 says, score with sacreBLEU.\n"
+        "train": "Train Figure 1's model with the equations the suite checks, decode as §6.1 says, "
+        "score with sacreBLEU.\n"
         "Under torchrun (`torchrun --nproc_per_node=2 -m aiayn train ...`) it trains data-parallel.",
-        "zoo": "Check every zoo adapter whose library is installed (pip install 'aiayn[zoo]') and write reports/zoo.{md,json,png}:\n"
+        "zoo": "Check every zoo adapter whose library is installed (pip install 'aiayn[zoo]') "
+        "and write reports/zoo.{md,json,png}:\n"
         "one row per implementation, one column per equation. Exit 0 when every failure is a named departure;\n"
         "1 when a failure is unnamed or an adapter does not load; 4 for a usage error.",
         "bench": "Run the attention benchmarks (one thread) and write benchmarks.{md,json,png}.",

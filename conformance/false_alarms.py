@@ -73,13 +73,20 @@ def _one(specs: Sequence[str], profile: str, seed: int, workers: int, folder: Pa
     }
 
 
+#: Modules of the conformance package that no unit runs: the package's docstring module and the drivers of other
+#: commands (the mutants and the zoo import implementations of their own, which would tie every unit to them).
+_NOT_IN_A_UNIT = frozenset({"__init__", "mutants", "zoo"})
+
+
 def suite_code(spec: str) -> str:
     """The hash of the code a unit runs: every module of the conformance package, plus the
     implementation's own module when it is one of aiayn's (a built-in or ``aiayn.…:attr``)."""
     from aiayn.implementations.registry import BUILTINS
 
     folder = Path(__file__).resolve().parent
-    modules = [f"aiayn.conformance.{path.stem}" for path in sorted(folder.glob("*.py")) if path.stem != "__init__"]
+    modules = [
+        f"aiayn.conformance.{path.stem}" for path in sorted(folder.glob("*.py")) if path.stem not in _NOT_IN_A_UNIT
+    ]
     target = BUILTINS.get(spec, spec)
     if ":" in target and target.startswith("aiayn."):
         modules.append(target.split(":", 1)[0])

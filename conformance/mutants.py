@@ -1,17 +1,24 @@
 """Deliberately broken implementations: proof that the conformance suite has teeth.
 
-Each mutant is the NumPy built-in with one realistic bug, the kind a person writing the paper's
-equations could make. A mutant provides only the equations its bug lives in (``targets``), so
-the suite runs just the checks that concern it. ``tests/test_conformance_mutants.py`` runs the
-suite (default profile) against all of them and requires every one to be caught, with the
-unbroken NumPy implementation as the control; ``aiayn mutants`` does the same and
-writes the kill table to ``reports/conformance-mutants.md`` and ``.json``.
+Each mutant is a built-in with one realistic bug, the kind a person writing the paper's equations
+could make, and carries the name of that bug in the catalogue of ``diagnoses.py`` (``departure``),
+which the suite must name when it catches it. A mutant provides only the equations its bug lives
+in (``targets``), so the suite runs just the checks that concern it.
 
-Check one with ``aiayn check aiayn.conformance.mutants:NoScale``.
+- :data:`MUTANTS`: the NumPy built-in with one bug each. ``tests/test_conformance_mutants.py``
+  runs the suite (default profile) against all of them and requires every one to be caught and
+  diagnosed as itself, with the unbroken NumPy implementation as the control; ``aiayn mutants``
+  does the same and writes the kill table to ``reports/conformance-mutants.md`` and ``.json``.
+- :data:`TORCH_MUTANTS`: the PyTorch built-in with one bug each, built on first use (importing
+  this module imports no torch); ``tests/test_torch_impl.py`` runs them through the registered
+  checks on the fixed inputs (``fixed.py``) and requires each to be caught and diagnosed.
+
+Check one with ``aiayn check aiayn.conformance.mutants:NoScale`` (or ``:TorchNoScale``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -24,17 +31,18 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance.results import Row, Status
 from aiayn.conformance.runner import pytest_arguments
 from aiayn.implementations import numpy_impl as base
 from aiayn.implementations.numpy_impl import NumpyImplementation
-from aiayn.kit import signature, write_json, write_text
+from aiayn.kit import SIGNATURE_PREFIX, md_table, signature, write_json, write_text
 
-__all__ = ["MUTANTS", "Mutant", "kill_table", "run", "run_mutants"]
+__all__ = ["MUTANTS", "TORCH_MUTANTS", "Bug", "Mutant", "kill_table", "run", "run_mutants"]
 
 
-class Mutant(NumpyImplementation):
-    """A NumPy implementation with one bug; subclasses set ``name``, ``targets``, ``departure`` (the bug's name in the
-    catalogue of ``diagnoses.py``, which the suite must name when it catches it) and the docstring's first line (the bug)."""
+class Bug:
+    """What a mutant declares besides its implementation: ``name``, ``targets`` (the equations it provides),
+    ``departure`` (the bug's name in the catalogue of ``diagnoses.py``) and its docstring's first line (the bug)."""
 
     targets: frozenset[str] = frozenset()
     departure: str = ""
@@ -45,6 +53,10 @@ class Mutant(NumpyImplementation):
     @classmethod
     def bug(cls) -> str:
         return (cls.__doc__ or "").strip().splitlines()[0]
+
+
+class Mutant(Bug, NumpyImplementation):
+    """The NumPy implementation with one bug; subclasses set what :class:`Bug` lists."""
 
 
 def _visible(mask: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
@@ -398,6 +410,39 @@ CONTROL = "numpy"
 
 
 # --------------------------------------------------------------------------------------------
+# the PyTorch built-in
+
+#: The mutants of the PyTorch built-in, by class name: attributes of this module built on first access
+#: (``mutants.TorchNoScale``, ``--impl aiayn.conformance.mutants:TorchNoScale``), which imports torch.
+TORCH_MUTANTS: tuple[str, ...] = ("TorchNoScale",)
+
+
+@functools.cache
+def _torch_mutants() -> dict[str, type]:
+    from aiayn.implementations.torch_impl import TorchImplementation
+
+    class TorchNoScale(Bug, TorchImplementation):
+        """No 1/sqrt(d_k) scaling of the scores, in Eq. (1) and in every head of multi-head attention."""
+
+        name, targets = "mutant-torch-no-scale", frozenset({"scaled_dot_product_attention", "multi_head_attention"})
+        departure = "no 1/sqrt(d_k) scaling"
+
+        def _attend(self, q, k, v, mask, dtype):  # type: ignore[no-untyped-def]
+            return super()._attend(q * math.sqrt(q.shape[-1]), k, v, mask, dtype)
+
+    built = {cls.__name__: cls for cls in (TorchNoScale,)}
+    for cls in built.values():
+        cls.__qualname__ = cls.__name__  # found again by name (pickling, replay): this module's __getattr__
+    return built
+
+
+def __getattr__(name: str) -> Any:
+    if name in TORCH_MUTANTS:
+        return _torch_mutants()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --------------------------------------------------------------------------------------------
 # running the suite against them
 
 
@@ -426,8 +471,8 @@ def kill_table(report_dir: Path) -> dict[str, Any]:
     rows = []
     for name, cls in MUTANTS.items():
         data = json.loads((report_dir / f"conformance-{cls.name}.json").read_text())
-        failing = [r for r in data["rows"] if r["status"] == "fail"]
-        named = sorted({d for r in failing for d in r.get("departures", [])})
+        failing = [r for r in map(Row.from_dict, data["rows"]) if r.status is Status.FAIL]
+        named = sorted({d for r in failing for d in r.departures})
         rows.append(
             {
                 "mutant": name,
@@ -436,7 +481,7 @@ def kill_table(report_dir: Path) -> dict[str, Any]:
                 "departure": cls.departure,
                 "equations": sorted(cls.targets),
                 "caught": bool(failing),
-                "caught_by": sorted({f"{t} [{r['dtype']}]" for r in failing for t in r["failed_tests"]}),
+                "caught_by": sorted({f"{t} [{r.dtype}]" for r in failing for t in r.failed_tests}),
                 "diagnosed_as": named,
                 "diagnosed": cls.departure in named,
             }
@@ -450,7 +495,9 @@ def kill_table(report_dir: Path) -> dict[str, Any]:
         "control": {
             "impl": CONTROL,
             "verdict": control["verdict"],
-            "failing": [f"{r['equation']} [{r['dtype']}]" for r in control["rows"] if r["status"] == "fail"],
+            "failing": [
+                f"{r.equation} [{r.dtype}]" for r in map(Row.from_dict, control["rows"]) if r.status is Status.FAIL
+            ],
         },
         "hypothesis_profile": control["hypothesis_profile"],
         "signature": signature(
@@ -466,29 +513,28 @@ def kill_table(report_dir: Path) -> dict[str, Any]:
 
 
 def _markdown(table: Mapping[str, Any]) -> str:
+    total = table["total"]
     lines = [
         "# Mutants: does the conformance suite catch realistic bugs?",
         "",
-        f"**{table['caught']} of {table['total']} caught, {table['diagnosed']} of {table['total']} diagnosed as themselves**; "
+        f"**{table['caught']} of {total} caught, {table['diagnosed']} of {total} diagnosed as themselves**; "
         f"control (`{table['control']['impl']}`, unbroken): **{table['control']['verdict']}**.",
         "",
         "Each mutant is the NumPy built-in with one bug (`conformance/mutants.py`), checked by `pytest conformance` "
-        f"(Hypothesis profile `{table['hypothesis_profile']}`, no shrinking) on the equations the bug lives in; the meta-test "
-        "`tests/test_conformance_mutants.py` repeats this with the default profile `dev` on every run.",
+        f"(Hypothesis profile `{table['hypothesis_profile']}`, no shrinking) on the equations the bug lives in; "
+        "the meta-test `tests/test_conformance_mutants.py` repeats this with the default profile `dev` on every run.",
         "",
-        "*Diagnosed as*: the departures (`conformance/diagnoses.py`) whose output the failing agreement checks matched; "
-        "a mutant is diagnosed as itself when its own departure is among them.",
+        "*Diagnosed as*: the departures (`conformance/diagnoses.py`) whose output the failing agreement checks "
+        "matched; a mutant is diagnosed as itself when its own departure is among them.",
         "",
-        "| mutant | bug | equations | caught | caught by | diagnosed as |",
-        "|---|---|---|---|---|---|",
     ]
+    rows = []
     for r in table["mutants"]:
         shown = "; ".join(f"**{d}**" if d == r["departure"] else d for d in r["diagnosed_as"]) or "**none**"
-        lines.append(
-            f"| `{r['mutant']}` | {r['bug']} | {', '.join(r['equations'])} | {'yes' if r['caught'] else '**NO**'} | "
-            f"{'; '.join(r['caught_by'])} | {shown} |"
-        )
-    lines += ["", f"Signature: `{table['signature']}`", ""]
+        caught = "yes" if r["caught"] else "**NO**"
+        rows.append([f"`{r['mutant']}`", r["bug"], ", ".join(r["equations"]), caught, "; ".join(r["caught_by"]), shown])
+    lines += md_table(["mutant", "bug", "equations", "caught", "caught by", "diagnosed as"], rows)
+    lines += ["", f"{SIGNATURE_PREFIX}`{table['signature']}`", ""]
     return "\n".join(lines)
 
 

@@ -134,7 +134,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--aiayn-profile",
         default=None,
         choices=list(_PROFILES),
-        help="examples per check: dev (40, random; default, or $AIAYN_PROFILE), ci (40, derandomized), thorough (1000), smoke (8)",
+        help="examples per check: dev (40, random; default, or $AIAYN_PROFILE), ci (40, derandomized), "
+        "thorough (1000), smoke (8)",
     )
     group.addoption(
         "--aiayn-timeout",
@@ -245,7 +246,8 @@ def _load(run: _Run, spec: str, *, explicit: bool) -> Loaded:
 
 
 def _specs_for(config: pytest.Config, module: Any) -> tuple[list[str], bool]:
-    """(specs, explicit) for a test module: its ``AIAYN_IMPL`` (``suite()``), else --impl/$AIAYN_IMPL, else the built-ins."""
+    """(specs, explicit) for a test module: its ``AIAYN_IMPL`` (``suite()``), else --impl/$AIAYN_IMPL, else the
+    built-ins."""
     own = getattr(module, "AIAYN_IMPL", None)
     if own:
         return ([own] if isinstance(own, str) else list(own)), True
@@ -362,7 +364,8 @@ def _is_aiayn(item: pytest.Item) -> bool:
 
 
 def _agreement_only(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``--aiayn-agreement-only``: keep the aiayn tests named test_<equation> and the contract's; deselect the rest of the suite."""
+    """``--aiayn-agreement-only``: keep the aiayn tests named test_<equation> and the contract's; deselect the rest of
+    the suite."""
     from aiayn.implementations.protocol import EQUATIONS
 
     keep = {f"test_{e}" for e in EQUATIONS}
@@ -563,7 +566,10 @@ def _crash_message(record: dict[str, Any]) -> tuple[str, str | None]:
     call = record.get("call") or "the test (outside any call into the implementation)"
     cause = record["cause"]
     if cause == "timeout":
-        what = f"{call} did not return within {record.get('limit_s', 0):g} s (the per-call time limit; aiayn check --timeout)"
+        what = (
+            f"{call} did not return within {record.get('limit_s', 0):g} s "
+            "(the per-call time limit; aiayn check --timeout)"
+        )
         if record.get("method"):
             what += f"; later calls of {record['method']} fail at once"
     elif cause == "exited":
@@ -590,7 +596,8 @@ def _crash_message(record: dict[str, Any]) -> tuple[str, str | None]:
         lines.append(f"  inputs: {record['inputs']}")
     if replay:
         lines.append(
-            f"  replay: aiayn replay {replay}   (in this process: expect the same {'hang' if cause == 'timeout' else 'crash'})"
+            f"  replay: aiayn replay {replay}   "
+            f"(in this process: expect the same {'hang' if cause == 'timeout' else 'crash'})"
         )
     frames = _main_thread_frames(record.get("traceback") or "")
     if frames:
@@ -599,7 +606,8 @@ def _crash_message(record: dict[str, Any]) -> tuple[str, str | None]:
 
 
 def _main_thread_frames(dump: str) -> list[str]:
-    """The frames of the thread that was running the check, from a faulthandler dump (execnet's I/O threads left out)."""
+    """The frames of the thread that was running the check, from a faulthandler dump (execnet's I/O threads left
+    out)."""
     blocks: list[list[str]] = []
     for line in dump.splitlines():
         if line.startswith(("Thread 0x", "Current thread 0x")):
@@ -741,7 +749,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     for entry in loaded(config):
         if entry.impl is None:
             lines.append(
-                f"  {entry.spec}: {'skipped' if entry.skip else 'NOT LOADED'} ({entry.error.splitlines()[0] if entry.error else ''})"
+                f"  {entry.spec}: {'skipped' if entry.skip else 'NOT LOADED'} "
+                f"({entry.error.splitlines()[0] if entry.error else ''})"
             )
             continue
         impl = entry.impl

@@ -1,10 +1,14 @@
 """The zoo report: popular implementations of the paper's equations, checked through thin adapters (``aiayn zoo``).
 
 Runs the conformance suite, as ``aiayn check`` does (worker processes, the per-call time limit),
-on every adapter of ``aiayn.implementations.zoo.ZOO`` whose library is installed, in one pytest
-session, writes each adapter's own report into ``<out>/zoo/conformance-<name>.{md,json}``, and
-summarises them in ``<out>/zoo.{md,json,png}``: one row per implementation (name, library version,
-verdict), one column per equation. A cell combines the equation's rows over the dtypes checked:
+on every adapter of ``aiayn.implementations.zoo.ZOO`` (third-party code only) whose library is
+installed, in one pytest session, writes each adapter's own report into
+``<out>/zoo/conformance-<name>.{md,json}``, and summarises them in ``<out>/zoo.{md,json,png}``: one
+row per implementation (name, library version, verdict), one column per equation. Beside the
+adapters the table shows aiayn's built-ins over PyTorch's own functions and modules
+(:data:`BUILTIN_ROWS`): the zoo does not check them again, it reads the one report each has,
+``<out>/conformance-<name>.json`` (``aiayn check NAME --report <out>``), and says so in the table.
+A cell combines the equation's rows over the dtypes checked:
 
 - ``pass`` with the smallest headroom (budget / worst error) over the dtypes, or ``pass within
   scope`` with the scope in a footnote;
@@ -32,31 +36,41 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
+from aiayn.conformance.equations import CONTRACT, record
 from aiayn.conformance.report import paths
+from aiayn.conformance.results import Row, Status
 from aiayn.conformance.runner import pytest_arguments
 from aiayn.implementations.protocol import EQUATIONS
-from aiayn.implementations.zoo import ZOO
+from aiayn.implementations.registry import BUILTINS
+from aiayn.implementations.zoo import ZOO, ZooEntry
 from aiayn.kit import Report, figure_style, pyplot, save_png, write_report
 
-__all__ = ["cell", "installed", "run", "summarise"]
+__all__ = ["BUILTIN_ROWS", "cell", "installed", "run", "summarise"]
 
-#: Short column heads of the zoo table, in paper order.
-SHORT: Mapping[str, str] = {
-    "softmax": "softmax",
-    "scaled_dot_product_attention": "Eq. (1)",
-    "multi_head_attention": "multi-head",
-    "positional_encoding": "PE (§3.5)",
-    "layer_norm": "LayerNorm",
-    "feed_forward": "FFN (Eq. 2)",
-    "lrate": "lrate (Eq. 3)",
-    "label_smoothing": "smoothing",
-    "smoothed_cross_entropy": "cross-entropy",
-    "encoder_layer": "encoder layer",
-    "decoder_layer": "decoder layer",
-    "transformer_forward": "whole model",
-}
+#: aiayn's built-ins that call PyTorch's own functions and modules (``implementations/registry.py``): rows of the
+#: zoo table read from their one report each, ``<out>/conformance-<name>.json``, never checked a second time.
+BUILTIN_ROWS: Mapping[str, ZooEntry] = MappingProxyType(
+    {
+        "torch-sdpa": ZooEntry(
+            BUILTINS["torch-sdpa"],
+            "torch",
+            "torch.nn.functional.scaled_dot_product_attention (Eq. (1)); the rest in plain torch",
+        ),
+        "torch-nn": ZooEntry(
+            BUILTINS["torch-nn"],
+            "torch",
+            "nn.MultiheadAttention, nn.LayerNorm, nn.TransformerEncoderLayer / DecoderLayer (documented forward)",
+        ),
+        "torch-nn-fastpath": ZooEntry(
+            BUILTINS["torch-nn-fastpath"],
+            "torch",
+            "the same modules in eval mode (PyTorch's fused inference kernels)",
+        ),
+    }
+)
 
 #: Cell kinds, their colour in the figure and their rank when the dtypes of one equation disagree (highest shown).
 KINDS: Mapping[str, tuple[str, int]] = {
@@ -80,12 +94,14 @@ def installed(library: str) -> str | None:
         return None
 
 
-def cell(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def cell(report_rows: Sequence[Row | Mapping[str, Any]]) -> dict[str, Any]:
     """One zoo cell from the conformance report rows of one equation (one per dtype)."""
-    statuses = {r["status"] for r in rows}
-    rows = [r for r in rows if r["status"] not in ("n/a", "not run")]  # dtypes not selected (--quick) or not applicable
+    typed = [r if isinstance(r, Row) else Row.from_dict(r) for r in report_rows]
+    statuses = {r.status for r in typed}
+    # dtypes not selected (--quick) or not applicable
+    rows = [r for r in typed if r.status not in (Status.NOT_APPLICABLE, Status.NOT_RUN)]
     if not rows:
-        kind = "not run" if "not run" in statuses else "not provided"
+        kind = "not run" if Status.NOT_RUN in statuses else "not provided"
         return {
             "kind": kind,
             "text": kind,
@@ -95,18 +111,16 @@ def cell(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "headroom": None,
             "notes": [],
         }
-    by_kind: dict[str, list[Mapping[str, Any]]] = {}
+    by_kind: dict[str, list[Row]] = {}
     for r in rows:
-        status = r["status"]
-        if status == "fail":
-            named = (r.get("departures") or r.get("violations")) and not r.get("unnamed_failures", r["failed_tests"])
-            kind = "departs" if named else "UNNAMED"
-        elif status.startswith("inconclusive"):
+        if r.status is Status.FAIL:
+            kind = "departs" if (r.departures or r.violations) and not r.unnamed_failures else "UNNAMED"
+        elif r.status.inconclusive:
             kind = "inconclusive"
-        elif status == "skipped":
+        elif r.status is Status.SKIPPED:
             kind = "not run"
         else:
-            kind = status
+            kind = r.status.value
         by_kind.setdefault(kind, []).append(r)
     if not by_kind:
         return {
@@ -120,27 +134,24 @@ def cell(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         }
     kind = max(by_kind, key=lambda k: KINDS[k][1])
     mine = by_kind[kind]
-    dtypes = [r["dtype"] for r in mine]
+    dtypes = [r.dtype for r in mine]
     qualifier = "" if len(mine) == len(rows) else f" [{', '.join(dtypes)}]"
-    headrooms = [r["headroom"] for r in mine if r.get("headroom") is not None]
-    exact = all(
-        r.get("worst_error_to_budget") in (0, 0.0) or r.get("measure") in ("exact checks", "contract (exact)")
-        for r in mine
-    )
+    headrooms = [r.headroom for r in mine if r.headroom is not None]
+    exact = all(r.worst_error_to_budget == 0 or r.measure in ("exact checks", "contract (exact)") for r in mine)
     headroom = min(headrooms) if headrooms else None
-    departures = sorted({d for r in mine for d in r.get("departures", [])})
-    violations = sorted({v for r in mine for v in r.get("violations", [])})
+    departures = sorted({d for r in mine for d in r.departures})
+    violations = sorted({v for r in mine for v in r.violations})
     notes: list[str] = []
     if kind in ("pass", "pass within scope"):
         text = kind + (f" ({headroom:.3g}x)" if headroom is not None else " (exact)" if exact else "")
         if kind == "pass within scope":
-            notes.append("scope: " + mine[0]["scope"])
+            notes.append("scope: " + mine[0].scope)
     elif kind == "departs":
         text = "; ".join([*(f"'{d}'" for d in departures), *(f"breaks '{v}'" for v in violations)]) + qualifier
     elif kind == "UNNAMED":
-        what = sorted({r.get("measure", "") for r in mine if r.get("measure", "").startswith(("crash", "hang"))})
+        what = sorted({r.measure for r in mine if r.measure.startswith(("crash", "hang"))})
         text = "UNNAMED failure" + (f" ({', '.join(what)})" if what else "") + qualifier
-        notes += sorted({t for r in mine for t in r.get("unnamed_failures", r.get("failed_tests", []))})
+        notes += sorted({t for r in mine for t in r.unnamed_failures})
     elif kind == "known deviation":
         names = [*(f"'{d}'" for d in departures), *(f"breaks '{v}'" for v in violations)]
         text = "known deviation" + (f": {'; '.join(names)}" if names else "") + qualifier
@@ -148,26 +159,25 @@ def cell(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             {
                 w.removeprefix("known deviation declared by ").split(": ", 1)[-1]
                 for r in mine
-                for w in r.get("known_deviations", {}).values()
+                for w in r.known_deviations.values()
             }
         )
     elif kind == "inconclusive":
         text = "inconclusive" + qualifier
         notes += [
-            f"{r['dtype']}: {r['checked']} checked, {r['not_checked']} not, {r.get('unsupported', 0)} of {r['examples']} examples "
-            f"unsupported"
+            f"{r.dtype}: {r.checked} checked, {r.not_checked} not, {r.unsupported} of {r.examples} examples unsupported"
             for r in mine
         ]
     elif kind == "out of scope":
         text = "out of scope"
-        notes.append("scope: " + mine[0]["scope"])
+        notes.append("scope: " + mine[0].scope)
     else:
         text = kind
     if kind not in (
         "pass within scope",
         "out of scope",
     ):  # a declared scope is always shown (e.g. dtypes left out, and why)
-        notes += sorted({"scope: " + r["scope"] for r in rows if r.get("scope") not in (None, "", "full domain")})
+        notes += sorted({"scope: " + r.scope for r in rows if r.scope not in ("", "full domain")})
     return {
         "kind": kind,
         "text": text,
@@ -184,9 +194,10 @@ def summarise(name: str, data: Mapping[str, Any] | None, library: str, what: str
     row: dict[str, Any] = {"name": name, "library": library, "library_version": installed(library), "what": what}
     if data is None:
         return {**row, "verdict": "library not installed", "version": None, "dtypes": [], "cells": {}}
-    cells = {eq: cell([r for r in data["rows"] if r["equation"] == eq]) for eq in EQUATIONS}
-    contract = [r for r in data["rows"] if r["equation"] == "contract"]
-    if contract and contract[0]["status"] == "fail":
+    rows = [Row.from_dict(r) for r in data["rows"]]
+    cells = {eq: cell([r for r in rows if r.equation == eq]) for eq in EQUATIONS}
+    contract = [r for r in rows if r.equation == CONTRACT]
+    if contract and contract[0].status is Status.FAIL:
         cells["contract"] = {
             "kind": "UNNAMED",
             "text": "contract broken",
@@ -266,7 +277,8 @@ def run(
 
 def rerender(names: Sequence[str], *, out: Path) -> int:
     """Write the zoo report again from the stored reports of a finished run (``aiayn zoo --no-run``): the
-    adapters' ``zoo/conformance-<name>.json`` and the session's profile, time and exit in ``zoo.json``."""
+    adapters' ``zoo/conformance-<name>.json``, the session's profile, time and exit in ``zoo.json``, and the
+    built-ins' own ``conformance-<name>.json`` (read afresh, as on every run)."""
     stored = Path(out) / "zoo.json"
     if not stored.exists():
         raise FileNotFoundError(f"{stored}: no stored zoo run to write again (run `aiayn zoo` first)")
@@ -281,11 +293,11 @@ def _summarise_and_write(
     names: Sequence[str], present: Sequence[str], out: Path, *, profile: str, seconds: float, code: int
 ) -> int:
     folder = Path(out) / "zoo"
-    rows = []
+    rows = [_builtin_row(n, Path(out)) for n in BUILTIN_ROWS]
     for n in names:
         js = paths(folder, n)[1]
         data = json.loads(js.read_text(encoding="utf-8")) if n in present and js.exists() else None
-        row = summarise(n, data, ZOO[n].library, ZOO[n].what)
+        row = {**summarise(n, data, ZOO[n].library, ZOO[n].what), "origin": "adapter"}
         if n in present and data is None:
             row["verdict"] = "no report (the session ended early)"
         rows.append(row)
@@ -293,6 +305,22 @@ def _summarise_and_write(
     broken = [r["name"] for r in rows if r["name"] in present and (r.get("load_error") or not r["cells"])]
     _write(rows, out, profile=profile, seconds=seconds, session_exit=code, unnamed=unnamed, broken=broken)
     return 1 if unnamed or broken else 0
+
+
+def _builtin_row(name: str, out: Path) -> dict[str, Any]:
+    """The row of built-in ``name`` (:data:`BUILTIN_ROWS`), from its own report ``<out>/conformance-<name>.json``.
+
+    ``source`` names that report, ``source_run`` the run behind it (profile, commit); without the report the row
+    says how to write it and has no cells.
+    """
+    entry = BUILTIN_ROWS[name]
+    report = paths(out, name)[1]
+    data = json.loads(report.read_text(encoding="utf-8")) if report.exists() else None
+    row = {**summarise(name, data, entry.library, entry.what), "origin": "built-in", "source": report.name}
+    if data is None:
+        return {**row, "verdict": f"no {report.name}: run `aiayn check {name} --report` into this folder"}
+    signed = dict(part.split(":", 1) for part in str(data.get("signature", "")).split("|") if ":" in part)
+    return {**row, "source_run": f"profile {data.get('hypothesis_profile', '?')}, commit {signed.get('commit', '?')}"}
 
 
 def _write(
@@ -305,7 +333,9 @@ def _write(
     unnamed: list[tuple[str, str]],
     broken: list[str],
 ) -> None:
-    libraries = sorted({r["library"] for r in rows if r["cells"] and r["library"] != "torch"})
+    adapters = [r for r in rows if r["origin"] == "adapter" and r["cells"]]
+    builtins = [r for r in rows if r["origin"] == "built-in" and r["cells"]]
+    libraries = sorted({r["library"] for r in adapters})
     rep = Report(
         "zoo",
         "The zoo: popular implementations of the paper's equations",
@@ -315,22 +345,30 @@ def _write(
     )
     departing = sorted({r["name"] for r in rows for c in r["cells"].values() if c["kind"] == "departs"})
     rep.verdict = (
-        f"{sum(1 for r in rows if r['cells'])} implementations checked ({len(libraries)} third-party libraries beyond PyTorch); "
-        f"{len(departing)} depart from the paper in some equation, every such failure named"
+        f"{len(adapters)} adapters over {len(libraries)} third-party libraries checked, beside {len(builtins)} "
+        f"PyTorch built-ins from their own reports; {len(departing)} implementations depart from the paper in some "
+        "equation, every such failure named"
         if not unnamed and not broken
         else f"{len(unnamed)} failing cells no known departure explains; {len(broken)} adapters did not load"
     )
+    shown = ", ".join(f"`{n}`" for n in BUILTIN_ROWS)
     rep.add(
         "",
-        "Each row is one library's code checked by `aiayn check` through a thin adapter (`implementations/zoo/`), profile "
-        f"`{profile}`; each column one equation, its dtypes combined (the least favourable shown; brackets name the dtypes when "
-        "they differ). *pass (Nx)*: every check within its derived budget, N the smallest headroom; *'name'*: the check failed and "
-        "the output matches that catalogued departure (`conformance/diagnoses.py`) on the failing inputs; *known deviation*: "
-        "documented behaviour the adapter declares (footnotes); *out of scope*, *not provided*; *UNNAMED*: a failure no departure "
-        "explains. Each implementation's own report, with the largest discrepancies and replay files, is `zoo/conformance-<name>.md`.",
+        "Each adapter row is one library's code checked by `aiayn check` through a thin adapter "
+        f"(`implementations/zoo/`) in this run, profile `{profile}`; its own report, with the largest discrepancies "
+        f"and replay files, is `zoo/conformance-<name>.md`. The rows {shown} are aiayn's built-ins over PyTorch's "
+        "own functions and modules: the zoo does not check them again, it reads the one report each has, "
+        "`conformance-<name>.md` beside this file (`aiayn check <name> --report`; its profile and commit are under "
+        "*What each row checks*).",
+        "",
+        "Each column is one equation, its dtypes combined (the least favourable shown; brackets name the dtypes when "
+        "they differ). *pass (Nx)*: every check within its derived budget, N the smallest headroom; *'name'*: the "
+        "check failed and the output matches that catalogued departure (`conformance/diagnoses.py`) on the failing "
+        "inputs; *known deviation*: documented behaviour the implementation declares (footnotes); *out of scope*, "
+        "*not provided*; *UNNAMED*: a failure no departure explains.",
         "",
     )
-    headers = ["implementation", "version", "verdict", *[SHORT[e] for e in EQUATIONS]]
+    headers = ["implementation", "version", "verdict", *[record(e).short for e in EQUATIONS]]
     notes: dict[str, int] = {}
     table = []
     for r in rows:
@@ -346,14 +384,7 @@ def _write(
     rep.table(headers, table)
     if notes:
         rep.section("Notes", *[f"{k}. {text}" for text, k in notes.items()])
-    rep.section(
-        "What each adapter checks",
-        *[
-            f"- `{r['name']}` ({r['library']} {r['library_version'] or 'not installed'}): {r['what']}; "
-            f"declared policies {json.dumps(r.get('policies', {}), sort_keys=True)}"
-            for r in rows
-        ],
-    )
+    rep.section("What each row checks", *[_what(r) for r in rows])
     rep.add("", f"Session: exit {session_exit}, {seconds / 60:.1f} minutes.")
     rep.data = {
         "profile": profile,
@@ -366,6 +397,16 @@ def _write(
     }
     write_report(out, rep)
     _figure(rows, Path(out) / "zoo.png")
+
+
+def _what(row: Mapping[str, Any]) -> str:
+    where = ""
+    if row["origin"] == "built-in":
+        where = f"; row read from `{row['source']}`" + (f" ({row['source_run']})" if row.get("source_run") else "")
+    return (
+        f"- `{row['name']}` ({row['origin']}, {row['library']} {row['library_version'] or 'not installed'}): "
+        f"{row['what']}; declared policies {json.dumps(row.get('policies', {}), sort_keys=True)}{where}"
+    )
 
 
 def _figure(rows: list[dict[str, Any]], path: Path) -> None:
@@ -398,7 +439,11 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_xlim(0, len(EQUATIONS))
         ax.set_ylim(len(rows), 0)
         ax.set_xticks(
-            [j + 0.5 for j in range(len(EQUATIONS))], [SHORT[e] for e in EQUATIONS], rotation=40, ha="right", fontsize=8
+            [j + 0.5 for j in range(len(EQUATIONS))],
+            [record(e).short for e in EQUATIONS],
+            rotation=40,
+            ha="right",
+            fontsize=8,
         )
         ax.set_yticks(
             [i + 0.5 for i in range(len(rows))],

@@ -1,9 +1,10 @@
-"""The conformance suite has teeth (issue 4, "Mutants"), and fails well.
+"""The conformance suite has teeth, and fails well.
 
-1. Every mutant of ``conformance/mutants.py`` (the NumPy built-in with one realistic bug) is
-   caught by ``pytest conformance`` under the default profile, and the unbroken NumPy built-in,
-   run alongside as the control, passes. This runs the suite in a subprocess (about a minute and a
-   half on two cores).
+1. Every NumPy mutant (``MUTANTS`` of ``conformance/mutants.py``: the NumPy built-in with one
+   realistic bug) is caught by ``pytest conformance`` under the default profile and diagnosed as
+   its own departure, and the unbroken NumPy built-in, run alongside as the control, passes. This
+   runs the suite in a subprocess (about a minute and a half on two cores). The PyTorch mutants
+   (``TORCH_MUTANTS``) are run by ``tests/test_torch_impl.py``.
 2. A failure message names the equation and section, the worst element, the error as a multiple
    of its budget, the input shapes and dtypes, and a replay command that reruns that one check.
 3. A plugin that raises, returns the wrong shape, NaN, values outside its dtype, a different

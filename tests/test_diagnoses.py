@@ -1,4 +1,5 @@
-"""Named diagnoses (conformance/diagnoses.py): the catalogue's paper is the oracle, its departures are real, and failures name them.
+"""Named diagnoses (conformance/diagnoses.py): the catalogue's paper is the oracle, its departures are real, and
+failures name them.
 
 - the catalogue's model with the paper's operations equals the oracle (``aiayn.reference``) on every
   equation, so a variant is the oracle with exactly one thing changed;
@@ -22,10 +23,10 @@ import pytest
 
 from aiayn import reference as R
 from aiayn.conformance import diagnoses as D
-from aiayn.conformance.equations import record
 from aiayn.conformance.checks import attention as A
 from aiayn.conformance.checks import layers as L
 from aiayn.conformance.checks import model as M
+from aiayn.conformance.equations import record
 from aiayn.conformance.harness import ConformanceFailure, Stats, current_stats
 from aiayn.implementations.numpy_impl import NumpyImplementation
 from aiayn.reference import model as RM
@@ -140,7 +141,8 @@ def test_the_catalogues_paper_is_the_oracle(equation: str, args: dict[str, Any],
 
 @pytest.mark.parametrize("departure", [d for d in D.CATALOGUE if d.precision is None], ids=lambda d: d.name)
 def test_every_departure_changes_some_output(departure: D.Departure) -> None:
-    """On these inputs (chosen to exercise every operation: masks with a fully masked row, large logits) each departure differs from the paper."""
+    """On these inputs (chosen to exercise every operation: masks with a fully masked row, large logits) each
+    departure differs from the paper."""
     for equation, args, _ in PAPER_CASES:
         if departure.family not in record(equation).departures:
             continue
@@ -284,7 +286,8 @@ def test_no_known_departure_says_so(stats: Stats) -> None:
 
 
 def test_a_failing_property_names_what_the_paper_states(stats: Stats) -> None:
-    """A property check has no oracle value to match departures against: its failure names the statement of the paper it breaks."""
+    """A property check has no oracle value to match departures against: its failure names the statement of the
+    paper it breaks."""
     q, k, v = RNG.normal(size=(3, 4)), RNG.normal(size=(3, 4)), RNG.normal(size=(3, 2))
     keep = np.array([True, False, True])
 
@@ -337,7 +340,8 @@ class FlushToZeroAttention(NumpyImplementation):
 
 
 class ScaleShiftLayerNorm(NumpyImplementation):
-    """LayerNorm as x r + (beta - mean r), r = gain / sqrt(var + eps), every step in the dtype (Keras' LayerNormalization)."""
+    """LayerNorm as x r + (beta - mean r), r = gain / sqrt(var + eps), every step in the dtype (Keras'
+    LayerNormalization)."""
 
     def layer_norm(self, x, gain, bias, eps):  # type: ignore[no-untyped-def]
         mean = x.mean(-1, keepdims=True)

@@ -6,8 +6,10 @@ on drawn and on fixed inputs (``conformance/fixed.py``). Here:
 - the float16 and bfloat16 composites of ``torch`` (encoder layer, decoder layer, the whole
   model; computed in float32 inside, as the implementation declares) on the fixed inputs: every
   element checked against its budget, none left unchecked, and within budget;
-- that the checks *can* fail: deliberately wrong implementations, run through the same registered
-  checks on the fixed inputs, are caught;
+- that the checks *can* fail on this backend: the PyTorch mutants (``conformance/mutants.py``) are
+  caught and diagnosed as their departure, and wrong mappings of the canonical weights and
+  arguments onto PyTorch's modules are caught, each through the same registered checks on the
+  fixed inputs;
 - the correctly rounded conversions, the declared fully-masked policies against what PyTorch
   returns, and the ``torch-nn`` fast-path switch.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +27,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the PyTorch built-ins need torch (pip install 'aiayn[torch]')")
 
 from aiayn.conformance import fixed as F  # noqa: E402
+from aiayn.conformance import mutants  # noqa: E402
 from aiayn.conformance.checks import load_all  # noqa: E402
 from aiayn.conformance.harness import CHECKS, ConformanceFailure, Stats, current_stats  # noqa: E402
 from aiayn.implementations.torch_impl import TorchImplementation, TorchSDPAImplementation, round_from_float64  # noqa: E402
@@ -67,14 +71,46 @@ def test_the_fast_path_deviation_is_declared_and_still_there() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# the checks can fail: deliberately wrong implementations are caught
+# the checks can fail on this backend
 
 
-class _NoScale(TorchImplementation):
-    """Eq. (1) without the 1/sqrt(d_k) of §3.2.1."""
+@pytest.fixture
+def _failures_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIAYN_FAILURES", str(tmp_path / "failures"))  # the inputs each caught failure saves
 
-    def _attend(self, q, k, v, mask, dtype):  # type: ignore[no-untyped-def]
-        return super()._attend(q * math.sqrt(q.shape[-1]), k, v, mask, dtype)
+
+def _caught(impl: Any, equation: str, dtype: str) -> tuple[list[str], set[str]]:
+    """(labels of the fixed cases of ``equation`` that fail in ``dtype``, the departures their outputs matched)."""
+    caught, named = [], set()
+    for case in F.cases(equation):
+        stats = Stats()
+        token = current_stats().set(stats)
+        try:
+            CHECKS[case.check](impl, dtype, **case.args)
+        except ConformanceFailure:
+            caught.append(case.label)
+        finally:
+            current_stats().reset(token)
+        named |= stats.departures
+    return caught, named
+
+
+@pytest.mark.usefixtures("_failures_in_tmp")
+@pytest.mark.parametrize("name", mutants.TORCH_MUTANTS)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_the_torch_mutants_are_caught_and_diagnosed_as_themselves(name: str, dtype: str) -> None:
+    impl = getattr(mutants, name)("cpu")
+    for equation in sorted(impl.targets):
+        caught, named = _caught(impl, equation, dtype)
+        assert caught, f"{name} ({impl.bug()}): {equation} in {dtype} passed every fixed case"
+        assert impl.departure in named, (
+            f"{name}: {equation} in {dtype} diagnosed as {sorted(named)}, not {impl.departure!r}"
+        )
+
+
+# Wrong mappings onto PyTorch's modules and arguments. No departure of the catalogue
+# (``conformance/diagnoses.py``) names them, so they are not mutants: what they show is that the
+# fixed cases are sensitive to the mistakes an adapter over PyTorch is likely to make.
 
 
 class _PyTorchDefaultEps(TorchNNImplementation):
@@ -102,25 +138,20 @@ class _UntransposedWeights(TorchNNImplementation):
                 module.in_proj_weight[i * d : (i + 1) * d].copy_(params[n])
 
 
+@pytest.mark.usefixtures("_failures_in_tmp")
 @pytest.mark.parametrize(
     ("impl", "equation", "dtype"),
     [
-        (_NoScale("cpu"), "scaled_dot_product_attention", "float32"),
         (_PyTorchDefaultEps("cpu"), "encoder_layer", "float64"),
         (_FixedEps("cpu"), "layer_norm", "float32"),
         (_UntransposedWeights("cpu"), "multi_head_attention", "float32"),
     ],
-    ids=["no-1/sqrt(d_k)", "layers-eps-1e-5-float64", "layer_norm-eps-1e-5-float32", "untransposed-in_proj"],
+    ids=["layers-eps-1e-5-float64", "layer_norm-eps-1e-5-float32", "untransposed-in_proj"],
 )
-def test_checks_catch_a_wrong_implementation(impl: Any, equation: str, dtype: str) -> None:
+def test_checks_catch_a_wrong_mapping_onto_pytorch(impl: Any, equation: str, dtype: str) -> None:
     # eps 1e-5 instead of 1e-6 moves LayerNorm's output by about 4.5e-6 / var relative: far above
     # the float64 budgets and the float32 LayerNorm budget on the fixed 0.01-scale rows (var 1e-4).
-    caught = []
-    for case in F.cases(equation):
-        try:
-            _run_fixed(impl, case, dtype)
-        except ConformanceFailure:
-            caught.append(case.label)
+    caught, _ = _caught(impl, equation, dtype)
     assert caught, f"{type(impl).__name__}.{equation} in {dtype} passed every fixed case"
 
 
@@ -176,7 +207,8 @@ def test_from_numpy_rounds_to_nearest_even(dtype: str, p: int, emin: int) -> Non
     want = np.array([_round_exact(float(v), p, emin) for v in x])
     bad = np.flatnonzero(got != want)
     assert bad.size == 0, (
-        f"from_numpy(..., {dtype!r}) misrounds {bad.size} values, first {x[bad[0]]!r}: got {got[bad[0]]!r}, correctly rounded {want[bad[0]]!r}"
+        f"from_numpy(..., {dtype!r}) misrounds {bad.size} values, first {x[bad[0]]!r}: "
+        f"got {got[bad[0]]!r}, correctly rounded {want[bad[0]]!r}"
     )
 
 

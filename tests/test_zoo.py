@@ -1,9 +1,11 @@
-"""The zoo: its cells are computed from the conformance rows, and a smoke-sized run of the installed adapters names every failure.
+"""The zoo: its cells are computed from the conformance rows, and a smoke-sized run of the installed
+adapters names every failure.
 
-The smoke run checks the third-party adapters only (the PyTorch rows are built-ins the suite
-already checks in full in ``make test``), at the ``smoke`` profile, ``--quick`` (float32, each
-equation's agreement test and the contract: ``make zoo`` runs everything). With ``AIAYN_REQUIRE_ZOO=1``
-(``make test``) a missing zoo library fails the test instead of narrowing it.
+The zoo lists third-party code only; aiayn's PyTorch built-ins appear in its table from their one
+report each (``conformance-<name>.json``, ``zoo.BUILTIN_ROWS``), never from a second run. The smoke
+run checks the adapters at the ``smoke`` profile, ``--quick`` (float32, each equation's agreement
+test and the contract: ``make zoo`` runs everything). With ``AIAYN_REQUIRE_ZOO=1`` (``make test``)
+a missing zoo library fails the test instead of narrowing it.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.conformance.zoo import cell, installed
+from aiayn.conformance.zoo import BUILTIN_ROWS, cell, installed
 from aiayn.implementations import registry
 from aiayn.implementations.protocol import EQUATIONS, contract_problems
 from aiayn.implementations.zoo import ZOO
 
-THIRD_PARTY = [name for name, entry in ZOO.items() if entry.library != "torch"]
+REPORTS = Path(__file__).resolve().parent.parent / "reports"
 
 
 def _row(dtype: str, status: str, **kw) -> dict:
@@ -124,6 +126,35 @@ def test_cell_other_kinds():
     ]  # a declared scope is shown whatever the cell
 
 
+def test_the_zoo_lists_third_party_code_only() -> None:
+    assert not set(ZOO) & set(registry.BUILTINS), f"built-ins in the zoo: {sorted(set(ZOO) & set(registry.BUILTINS))}"
+    ours = [n for n, e in ZOO.items() if not e.target.startswith("aiayn.implementations.zoo.")]
+    assert not ours, f"zoo entries that are not adapters of implementations/zoo/: {ours}"
+    assert set(BUILTIN_ROWS) <= set(registry.BUILTINS)
+    assert all(BUILTIN_ROWS[n].target == registry.BUILTINS[n] for n in BUILTIN_ROWS)
+
+
+def test_a_builtin_row_is_read_from_its_own_report(tmp_path: Path) -> None:
+    from aiayn.conformance.zoo import _builtin_row
+
+    name = next(iter(BUILTIN_ROWS))
+    missing = _builtin_row(name, tmp_path)
+    assert missing["cells"] == {} and f"aiayn check {name} --report" in missing["verdict"], missing["verdict"]
+    rows = [_row("float64", "pass", headroom=8.0), _row("float32", "fail", departures=["no ReLU"])]
+    report = {
+        "verdict": "FAIL",
+        "version": "torch 9.9",
+        "hypothesis_profile": "ci",
+        "signature": "report:conformance-x|profile:ci|commit:abc1234|code:0",
+        "rows": [{**r, "equation": "feed_forward"} for r in rows],
+    }
+    (tmp_path / f"conformance-{name}.json").write_text(json.dumps(report), encoding="utf-8")
+    row = _builtin_row(name, tmp_path)
+    assert (row["verdict"], row["version"], row["origin"]) == ("FAIL", "torch 9.9", "built-in")
+    assert (row["source"], row["source_run"]) == (f"conformance-{name}.json", "profile ci, commit abc1234")
+    assert row["cells"]["feed_forward"]["text"] == "'no ReLU' [float32]"
+
+
 @pytest.mark.parametrize("name", list(ZOO))
 def test_zoo_names_resolve_and_adapters_keep_the_contract(name):
     entry = ZOO[name]
@@ -174,13 +205,18 @@ def _logical_lines(source: str) -> int:
 
 
 def test_zoo_smoke_names_every_failure(tmp_path):
-    """`aiayn zoo --quick` at the smoke profile on the installed third-party adapters: a report row each, every failure named, exit 0."""
-    present = [n for n in THIRD_PARTY if installed(ZOO[n].library)]
+    """`aiayn zoo --quick` at the smoke profile on the installed adapters: a report row each, every failure named,
+    exit 0; the built-ins' rows read from their committed reports, none of them checked again."""
+    present = [n for n in ZOO if installed(ZOO[n].library)]
     if os.environ.get("AIAYN_REQUIRE_ZOO") == "1":
-        assert present == THIRD_PARTY, f"missing zoo libraries: {sorted(set(THIRD_PARTY) - set(present))}"
+        assert present == list(ZOO), f"missing zoo libraries: {sorted(set(ZOO) - set(present))}"
     if not present:
         # no adapter can run without its library; under AIAYN_REQUIRE_ZOO=1 (make test, CI) the assert above fails first
         pytest.skip("no zoo library installed (pip install 'aiayn[zoo]')")
+    committed = {n: REPORTS / f"conformance-{n}.json" for n in BUILTIN_ROWS}
+    for path in committed.values():
+        if path.exists():
+            (tmp_path / path.name).write_bytes(path.read_bytes())
     proc = subprocess.run(
         [
             sys.executable,
@@ -205,17 +241,24 @@ def test_zoo_smoke_names_every_failure(tmp_path):
     assert data["unnamed"] == [] and data["not_loaded"] == [], data["unnamed"] or data["not_loaded"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = {r["name"]: r for r in data["rows"]}
-    assert set(rows) == set(present)
-    for name, row in rows.items():
-        assert row["cells"] and any(c["kind"] != "not provided" for c in row["cells"].values()), (
+    assert set(rows) == set(present) | set(BUILTIN_ROWS)
+    for name in present:
+        assert rows[name]["origin"] == "adapter"
+        assert rows[name]["cells"] and any(c["kind"] != "not provided" for c in rows[name]["cells"].values()), (
             f"{name}: nothing checked"
         )
+    for name, path in committed.items():
+        row = rows[name]
+        assert row["origin"] == "built-in" and row["source"] == path.name, row["source"]
+        if path.exists():
+            assert row["verdict"] == json.loads(path.read_text(encoding="utf-8"))["verdict"], name
+    assert sorted(p.name for p in (tmp_path / "zoo").iterdir()) == sorted(
+        f"conformance-{n}.{ext}" for n in present for ext in ("json", "md")
+    ), "the zoo wrote reports of implementations it does not check"
     libraries = {ZOO[n].library for n in present}
     assert set(data["libraries_beyond_torch"]) == libraries
-    if present == THIRD_PARTY:
-        assert len(libraries) >= 6, (
-            f"the zoo covers {sorted(libraries)}: issue 13 asks for at least 6 libraries beyond PyTorch"
-        )
+    if present == list(ZOO):
+        assert len(libraries) >= 6, f"the zoo covers {sorted(libraries)}: at least 6 libraries beyond PyTorch"
     assert (tmp_path / "zoo.md").exists() and (tmp_path / "zoo.png").exists()
     for name in present:  # --quick: each equation's agreement test (and the contract) only
         report = json.loads((tmp_path / "zoo" / f"conformance-{name}.json").read_text(encoding="utf-8"))

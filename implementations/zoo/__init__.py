@@ -1,4 +1,4 @@
-"""The zoo: thin adapters over popular implementations of the paper's equations, installed from PyPI.
+"""The zoo: thin adapters over popular third-party implementations of the paper's equations, installed from PyPI.
 
 Each adapter maps the contract's canonical weights and arguments onto a library's own function or
 module and calls it; it never repairs the library's behaviour. What the library documents and
@@ -7,8 +7,10 @@ with its documentation as the reason; what it does differently without saying so
 suite to find and name (``conformance/diagnoses.py``). Models are built from configurations with
 random weights: nothing is downloaded.
 
-:data:`ZOO` lists them (``aiayn zoo`` checks every one whose library is installed and writes
-``reports/zoo.{md,json,png}``; ``aiayn check NAME`` checks one). The libraries come with the
+:data:`ZOO` lists them, third-party code only (aiayn's own built-ins, the PyTorch ones included,
+are in ``implementations/registry.py``; the zoo report shows those that call PyTorch's own modules
+from their own reports). ``aiayn zoo`` checks every adapter whose library is installed and writes
+``reports/zoo.{md,json,png}``; ``aiayn check NAME`` checks one. The libraries come with the
 ``zoo`` extra (``pip install 'aiayn[zoo]'``). Importing this package imports none of them.
 """
 
@@ -32,21 +34,6 @@ class ZooEntry:
 
 ZOO: Mapping[str, ZooEntry] = MappingProxyType(
     {
-        "torch-sdpa": ZooEntry(
-            "aiayn.implementations.torch_impl:TorchSDPAImplementation",
-            "torch",
-            "torch.nn.functional.scaled_dot_product_attention (Eq. (1)); the rest in plain torch",
-        ),
-        "torch-nn": ZooEntry(
-            "aiayn.implementations.torch_nn:TorchNNImplementation",
-            "torch",
-            "nn.MultiheadAttention, nn.LayerNorm, nn.TransformerEncoderLayer / DecoderLayer (documented forward)",
-        ),
-        "torch-nn-fastpath": ZooEntry(
-            "aiayn.implementations.torch_nn:TorchNNFastPath",
-            "torch",
-            "the same modules in eval mode (PyTorch's fused inference kernels)",
-        ),
         "marian": ZooEntry(
             "aiayn.implementations.zoo.hf_marian:Marian",
             "transformers",
