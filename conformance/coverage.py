@@ -10,7 +10,7 @@ Per equation, its record (``equations.py``, ``Equation.max_unchecked``) states t
 fraction of drawn elements that may go unchecked; a report row above it is **inconclusive**,
 which fails the run (exit 1) unless
 the implementation declares it in ``declared_inconclusive`` (``"equation"`` or
-``"equation@dtype"`` -> why). ``tests/test_budget_coverage.py`` checks the stated fractions
+``"equation@dtype"`` -> why). ``tests/meta/test_budget_coverage.py`` checks the stated fractions
 against the strategies themselves, dtype by dtype, with an implementation that rounds every
 intermediate to the dtype (``conformance/simulated.py``).
 
@@ -24,7 +24,7 @@ The stated fractions (measured with ``conformance/simulated.py`` over the ``thor
   score error at most 1) and ``_layer_rows`` (every input row keeps a spread in float16 and
   bfloat16)). Measured with ``aiayn.conformance.strategies`` over 10,000 draws per composite in
   float16 and bfloat16 (encoder layer, decoder layer, whole model): 0 elements unchecked
-  (``tests/test_conditioning.py`` repeats it on 300 draws). Without those conditions about 1 drawn
+  (``tests/meta/test_conditioning.py`` repeats it on 300 draws). Without those conditions about 1 drawn
   bfloat16 decoder layer in 45 has elements with no bound (3.5% of its outputs).
 """
 

@@ -9,7 +9,7 @@ example, "LayerNorm (§3.1) disagrees; the output matches 'unbiased variance, ep
 std'".
 
 The variants are computed here, in longdouble, by one small model of the paper (:class:`Ops`
-with its defaults is the paper; ``tests/test_diagnoses.py`` checks it equals the oracle,
+with its defaults is the paper; ``tests/meta/test_diagnoses.py`` checks it equals the oracle,
 ``aiayn.reference``, on every equation) with one operation swapped. A variant's own rounding is
 below the oracle's float64 share, which the budget includes, so "agrees within budget" has the
 budget's meaning. Two kinds are numerical rather than algebraic (the unshifted softmax, the

@@ -420,21 +420,27 @@ class Case:
 
 
 def check(
-    name: str, equation: str, kind: str = "agreement", violates: str = ""
+    equation: str, kind: str = "agreement", violates: str = ""
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Register a check function ``fn(case, **args)`` under ``name`` as ``check(impl, dtype, **args)``.
+    """Register a check function ``fn(case, **args)`` of ``equation`` as ``check(impl, dtype, **args)``.
 
-    ``violates`` (property checks, required there): what the paper states that a failure of the
-    property breaks, with its section, e.g. "a masked key is as if removed (§3.2.3)". A failing
-    property check names it, in its message and in the report, as an agreement check names the
-    catalogued departure its output matches.
+    The function's name is the check's one identifier: its test is ``test_<name>``, its replay files and
+    report lines name it, and an implementation's ``known_deviations`` declare it (with a test's parameters
+    and dtype, as ``name[param]@dtype``).
+
+    ``violates`` (property checks, required there): what the paper states that a failure of the property
+    breaks, with its section, e.g. "a masked key is as if removed (§3.2.3)". A failing property check names
+    it, in its message and in the report, as an agreement check names the catalogued departure its output
+    matches.
     """
-    if kind == "property" and not violates:
-        raise ValueError(
-            f"check {name!r}: a property check states what the paper says that its failure breaks (violates=)"
-        )
 
     def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        name = fn.__name__
+        if kind == "property" and not violates:
+            raise ValueError(
+                f"check {name!r}: a property check states what the paper says that its failure breaks (violates=)"
+            )
+
         @functools.wraps(fn)
         def run(impl: Any, dtype: str, **args: Any) -> None:
             stats = _STATS.get()

@@ -5,7 +5,7 @@ could make, and carries the name of that bug in the catalogue of ``diagnoses.py`
 which the suite must name when it catches it. A mutant provides only the equations its bug lives
 in (``targets``), so the suite runs just the checks that concern it.
 
-- :data:`MUTANTS`: the NumPy built-in with one bug each. ``tests/test_conformance_mutants.py``
+- :data:`MUTANTS`: the NumPy built-in with one bug each. ``tests/meta/test_conformance_mutants.py``
   runs the suite (default profile) against all of them and requires every one to be caught and
   diagnosed as itself, with the unbroken NumPy implementation as the control; ``aiayn mutants``
   does the same and writes the kill table to ``reports/conformance-mutants.md`` and ``.json``.
@@ -522,7 +522,8 @@ def _markdown(table: Mapping[str, Any]) -> str:
         "",
         "Each mutant is the NumPy built-in with one bug (`conformance/mutants.py`), checked by `pytest conformance` "
         f"(Hypothesis profile `{table['hypothesis_profile']}`, no shrinking) on the equations the bug lives in; "
-        "the meta-test `tests/test_conformance_mutants.py` repeats this with the default profile `dev` on every run.",
+        "the meta-test `tests/meta/test_conformance_mutants.py` repeats this with the default profile `dev` on every "
+        "run.",
         "",
         "*Diagnosed as*: the departures (`conformance/diagnoses.py`) whose output the failing agreement checks "
         "matched; a mutant is diagnosed as itself when its own departure is among them.",

@@ -1,6 +1,6 @@
 """An honest low-precision implementation: every equation with every intermediate rounded to the dtype.
 
-The meta-tests of the budgets (``tests/test_budget_coverage.py``) need an implementation that is
+The meta-tests of the budgets (``tests/meta/test_budget_coverage.py``) need an implementation that is
 *right* in a dtype but no more accurate than that dtype allows: if the suite failed it, a budget
 would be too tight (a false alarm); if a variant with a real numerical defect passed, a budget
 would be too loose. Real kernels keep intermediates in the dtype, or wider; this simulates the

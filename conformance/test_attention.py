@@ -27,7 +27,7 @@ from aiayn.conformance.profiles import profile
 @profile()
 @given(data=st.data())
 def test_softmax(impl: Any, dtype: str, data: st.DataObject) -> None:
-    A.softmax_agreement(impl, dtype, **data.draw(S.softmax_inputs(dtype, scope=S.scope(impl, "softmax"))))
+    A.softmax(impl, dtype, **data.draw(S.softmax_inputs(dtype, scope=S.scope(impl, "softmax"))))
 
 
 @pytest.mark.aiayn_equation("softmax")
@@ -54,7 +54,7 @@ def test_softmax_shift_invariance(impl: Any, dtype: str, data: st.DataObject) ->
 @profile()
 @given(data=st.data())
 def test_scaled_dot_product_attention(impl: Any, dtype: str, data: st.DataObject) -> None:
-    A.attention_agreement(
+    A.scaled_dot_product_attention(
         impl, dtype, **data.draw(S.attention_inputs(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
     )
 
@@ -67,7 +67,7 @@ def test_attention_unchanged_when_keys_and_values_are_permuted_together(
 ) -> None:
     args = data.draw(S.attention_inputs(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
     perm = np.array(data.draw(st.permutations(range(args["k"].shape[-2]))))
-    A.attention_keys_values_permuted(impl, dtype, **args, perm=perm)
+    A.attention_unchanged_when_keys_and_values_are_permuted_together(impl, dtype, **args, perm=perm)
 
 
 @pytest.mark.aiayn_equation("scaled_dot_product_attention", needs=("masks:random",))
@@ -76,7 +76,7 @@ def test_attention_unchanged_when_keys_and_values_are_permuted_together(
 def test_attention_outputs_follow_permuted_queries(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.attention_inputs(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
     perm = np.array(data.draw(st.permutations(range(args["q"].shape[-2]))))
-    A.attention_queries_permuted(impl, dtype, **args, perm=perm)
+    A.attention_outputs_follow_permuted_queries(impl, dtype, **args, perm=perm)
 
 
 @pytest.mark.aiayn_equation("scaled_dot_product_attention", needs=("masks:padding", "cross-attention"))
@@ -85,7 +85,7 @@ def test_attention_outputs_follow_permuted_queries(impl: Any, dtype: str, data: 
 def test_attention_masked_keys_equal_removed_keys(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.attention_inputs(dtype, mask=False, scope=S.scope(impl, "scaled_dot_product_attention")))
     keep = data.draw(S.keep_pattern(args["k"].shape[-2]))
-    A.attention_masked_equals_removed(impl, dtype, q=args["q"], k=args["k"], v=args["v"], keep=keep)
+    A.attention_masked_keys_equal_removed_keys(impl, dtype, q=args["q"], k=args["k"], v=args["v"], keep=keep)
 
 
 @pytest.mark.aiayn_equation("scaled_dot_product_attention", needs=("masks:padding",))
@@ -97,14 +97,16 @@ def test_attention_poison_at_masked_positions_changes_nothing(
 ) -> None:
     args = data.draw(S.attention_inputs(dtype, mask=False, scope=S.scope(impl, "scaled_dot_product_attention")))
     keep = data.draw(S.keep_pattern(args["k"].shape[-2]))
-    A.attention_poison(impl, dtype, q=args["q"], k=args["k"], v=args["v"], keep=keep, poison=poison)
+    A.attention_poison_at_masked_positions_changes_nothing(
+        impl, dtype, q=args["q"], k=args["k"], v=args["v"], keep=keep, poison=poison
+    )
 
 
 @pytest.mark.aiayn_equation("scaled_dot_product_attention", needs=("masks:causal",))
 @profile(0.5)
 @given(data=st.data())
 def test_causal_output_at_i_ignores_inputs_after_i(impl: Any, dtype: str, data: st.DataObject) -> None:
-    A.attention_causal(
+    A.causal_output_at_i_ignores_inputs_after_i(
         impl, dtype, **data.draw(S.causal_perturbation(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
     )
 
@@ -118,7 +120,9 @@ def test_attention_batch_elements_are_independent(impl: Any, dtype: str, data: s
             dtype, batch=(data.draw(st.integers(2, 3)),), scope=S.scope(impl, "scaled_dot_product_attention")
         )
     )
-    A.attention_batch_independent(impl, dtype, **args, index=data.draw(st.integers(0, args["q"].shape[0] - 1)))
+    A.attention_batch_elements_are_independent(
+        impl, dtype, **args, index=data.draw(st.integers(0, args["q"].shape[0] - 1))
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,14 +133,14 @@ def test_attention_batch_elements_are_independent(impl: Any, dtype: str, data: s
 @profile()
 @given(data=st.data())
 def test_multi_head_attention(impl: Any, dtype: str, data: st.DataObject) -> None:
-    A.mha_agreement(impl, dtype, **data.draw(S.mha_inputs(dtype, scope=S.scope(impl, "multi_head_attention"))))
+    A.multi_head_attention(impl, dtype, **data.draw(S.mha_inputs(dtype, scope=S.scope(impl, "multi_head_attention"))))
 
 
 @pytest.mark.aiayn_equation("multi_head_attention", needs=("masks:random", "batch:1"))
 @profile(0.5)
 @given(data=st.data())
 def test_multi_head_attention_fully_masked_self_attention_row(impl: Any, dtype: str, data: st.DataObject) -> None:
-    A.mha_agreement(
+    A.multi_head_attention_fully_masked_self_attention_row(
         impl, dtype, **data.draw(S.mha_fully_masked_self_attention(dtype, scope=S.scope(impl, "multi_head_attention")))
     )
 
@@ -153,4 +157,6 @@ def test_multi_head_attention_heads_are_independent(impl: Any, dtype: str, data:
     names = ["w_q", "w_k", "w_v"] + [b for b in ("b_q", "b_k", "b_v") if b in params]
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     replacement = {n: rng.uniform(-scale, scale, (d_model, d_k) if n.startswith("w") else (d_k,)) for n in names}
-    A.mha_heads_independent(impl, dtype, **args, head=data.draw(st.integers(0, h - 1)), replacement=replacement)
+    A.multi_head_attention_heads_are_independent(
+        impl, dtype, **args, head=data.draw(st.integers(0, h - 1)), replacement=replacement
+    )

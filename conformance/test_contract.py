@@ -25,7 +25,7 @@ from aiayn.conformance.profiles import profile
 def test_declarations_follow_the_contract(impl: Any, dtype: str) -> None:
     if isinstance(impl, LoadFailure):
         pytest.fail(f"could not load implementation {impl.spec!r}: {impl.message}", pytrace=False)
-    contract.declarations(impl, dtype)
+    contract.declarations_follow_the_contract(impl, dtype)
 
 
 def _rounding_cases(dtype: str) -> np.ndarray:
@@ -53,16 +53,18 @@ def _rounding_cases(dtype: str) -> np.ndarray:
 
 @pytest.mark.aiayn_equation("contract")
 def test_from_numpy_rounds_to_nearest_even(impl: Any, dtype: str) -> None:
-    contract.from_numpy_rounding(impl, dtype, x=_rounding_cases(dtype))
+    contract.from_numpy_rounds_to_nearest_even(impl, dtype, x=_rounding_cases(dtype))
 
 
 @pytest.mark.aiayn_equation("contract")
 @profile()
 @given(x=hnp.arrays(np.float64, st.integers(1, 6), elements=st.floats(-1e5, 1e5, allow_nan=False)))
 def test_from_numpy_rounds_random_values(impl: Any, dtype: str, x: np.ndarray) -> None:
-    contract.from_numpy_rounding(impl, dtype, x=x)
+    contract.from_numpy_rounds_random_values(impl, dtype, x=x)
 
 
 @pytest.mark.aiayn_equation("contract")
 def test_to_numpy_returns_float64_copies_and_round_trips_ids_and_masks(impl: Any, dtype: str) -> None:
-    contract.to_numpy_copies(impl, dtype, x=np.linspace(-2.0, 3.0, 6).reshape(2, 3))
+    contract.to_numpy_returns_float64_copies_and_round_trips_ids_and_masks(
+        impl, dtype, x=np.linspace(-2.0, 3.0, 6).reshape(2, 3)
+    )

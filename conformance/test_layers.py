@@ -19,7 +19,7 @@ from aiayn.conformance.profiles import profile
 @profile()
 @given(data=st.data())
 def test_layer_norm(impl: Any, dtype: str, data: st.DataObject) -> None:
-    L.layer_norm_agreement(impl, dtype, **data.draw(S.layer_norm_inputs(dtype, scope=S.scope(impl, "layer_norm"))))
+    L.layer_norm(impl, dtype, **data.draw(S.layer_norm_inputs(dtype, scope=S.scope(impl, "layer_norm"))))
 
 
 @pytest.mark.aiayn_equation("layer_norm", needs=("batch:1",))
@@ -37,11 +37,11 @@ def test_layer_norm_unchanged_by_shifting_its_input(impl: Any, dtype: str, data:
     )
     fixed = scope.layer_norm_eps
     eps = fixed if fixed is not None else data.draw(st.sampled_from([1e-6, 1e-3, 0.25]))
-    L.layer_norm_shift_invariance(impl, dtype, x=x, gain=gain, bias=bias, eps=eps, shift=shift)
+    L.layer_norm_unchanged_by_shifting_its_input(impl, dtype, x=x, gain=gain, bias=bias, eps=eps, shift=shift)
 
 
 @pytest.mark.aiayn_equation("feed_forward")
 @profile()
 @given(data=st.data())
 def test_feed_forward(impl: Any, dtype: str, data: st.DataObject) -> None:
-    L.ffn_agreement(impl, dtype, **data.draw(S.ffn_inputs(dtype, scope=S.scope(impl, "feed_forward"))))
+    L.feed_forward(impl, dtype, **data.draw(S.ffn_inputs(dtype, scope=S.scope(impl, "feed_forward"))))

@@ -17,14 +17,14 @@ from aiayn.conformance.profiles import profile
 @profile()
 @given(data=st.data())
 def test_positional_encoding(impl: Any, dtype: str, data: st.DataObject) -> None:
-    P.pe_agreement(impl, dtype, **data.draw(S.pe_inputs(dtype, scope=S.scope(impl, "positional_encoding"))))
+    P.positional_encoding(impl, dtype, **data.draw(S.pe_inputs(dtype, scope=S.scope(impl, "positional_encoding"))))
 
 
 @pytest.mark.aiayn_equation("positional_encoding")
 @profile(0.5)
 @given(data=st.data(), offset=st.integers(1, 20))
 def test_positional_encoding_shift_is_a_linear_map(impl: Any, dtype: str, data: st.DataObject, offset: int) -> None:
-    P.pe_shift(
+    P.positional_encoding_shift_is_a_linear_map(
         impl,
         dtype,
         **data.draw(S.pe_inputs(dtype, min_length=1, scope=S.scope(impl, "positional_encoding"))),
@@ -36,4 +36,6 @@ def test_positional_encoding_shift_is_a_linear_map(impl: Any, dtype: str, data: 
 @profile(0.25)
 @given(data=st.data())
 def test_positional_encoding_is_bounded_by_one(impl: Any, dtype: str, data: st.DataObject) -> None:
-    P.pe_bounded(impl, dtype, **data.draw(S.pe_inputs(dtype, scope=S.scope(impl, "positional_encoding"))))
+    P.positional_encoding_is_bounded_by_one(
+        impl, dtype, **data.draw(S.pe_inputs(dtype, scope=S.scope(impl, "positional_encoding")))
+    )

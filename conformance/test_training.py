@@ -21,7 +21,7 @@ from aiayn.conformance.profiles import profile
 @profile(0.5)
 @given(args=S.lrate_inputs())
 def test_lrate(impl: Any, dtype: str, args: dict[str, Any]) -> None:
-    T.lrate_agreement(impl, dtype, **args)
+    T.lrate(impl, dtype, **args)
 
 
 @pytest.mark.aiayn_equation("lrate")
@@ -30,28 +30,26 @@ def test_lrate(impl: Any, dtype: str, args: dict[str, Any]) -> None:
 def test_lrate_rises_linearly_to_its_peak_then_decays_as_inverse_sqrt(
     impl: Any, dtype: str, args: dict[str, Any]
 ) -> None:
-    T.lrate_shape(impl, dtype, **args)
+    T.lrate_rises_linearly_to_its_peak_then_decays_as_inverse_sqrt(impl, dtype, **args)
 
 
 @pytest.mark.aiayn_equation("lrate")
 def test_lrate_at_step_zero_follows_the_declared_policy(impl: Any, dtype: str) -> None:
-    T.lrate_step_zero(impl, dtype, d_model=512, warmup_steps=4000)
+    T.lrate_at_step_zero_follows_the_declared_policy(impl, dtype, d_model=512, warmup_steps=4000)
 
 
 @pytest.mark.aiayn_equation("label_smoothing")
 @profile()
 @given(data=st.data())
 def test_label_smoothing(impl: Any, dtype: str, data: st.DataObject) -> None:
-    T.label_smoothing_agreement(
-        impl, dtype, **data.draw(S.label_smoothing_inputs(dtype, min_classes=S.min_classes(impl)))
-    )
+    T.label_smoothing(impl, dtype, **data.draw(S.label_smoothing_inputs(dtype, min_classes=S.min_classes(impl))))
 
 
 @pytest.mark.aiayn_equation("label_smoothing")
 @profile(0.5)
 @given(data=st.data())
 def test_smoothed_targets_sum_to_one(impl: Any, dtype: str, data: st.DataObject) -> None:
-    T.label_smoothing_sums_to_one(
+    T.smoothed_targets_sum_to_one(
         impl, dtype, **data.draw(S.label_smoothing_inputs(dtype, min_classes=S.min_classes(impl)))
     )
 
@@ -60,7 +58,7 @@ def test_smoothed_targets_sum_to_one(impl: Any, dtype: str, data: st.DataObject)
 @profile()
 @given(data=st.data())
 def test_smoothed_cross_entropy(impl: Any, dtype: str, data: st.DataObject) -> None:
-    T.cross_entropy_agreement(impl, dtype, **data.draw(S.cross_entropy_inputs(dtype, min_classes=S.min_classes(impl))))
+    T.smoothed_cross_entropy(impl, dtype, **data.draw(S.cross_entropy_inputs(dtype, min_classes=S.min_classes(impl))))
 
 
 @pytest.mark.aiayn_equation("smoothed_cross_entropy")
@@ -69,4 +67,6 @@ def test_smoothed_cross_entropy(impl: Any, dtype: str, data: st.DataObject) -> N
 def test_smoothed_cross_entropy_is_minimised_at_the_target_with_value_its_entropy(
     impl: Any, dtype: str, data: st.DataObject
 ) -> None:
-    T.cross_entropy_minimum(impl, dtype, **data.draw(S.cross_entropy_minimum_inputs(dtype)))
+    T.smoothed_cross_entropy_is_minimised_at_the_target_with_value_its_entropy(
+        impl, dtype, **data.draw(S.cross_entropy_minimum_inputs(dtype))
+    )

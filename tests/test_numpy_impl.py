@@ -182,7 +182,7 @@ def test_lrate_step_zero_follows_each_declared_policy(step_zero: str) -> None:
     """Step 0 as declared ("zero": 0.0, "raise": ValueError, "one": lrate(1)), and a negative step raises ValueError."""
     stats = _run(
         NumpyImplementation(policies={"step_zero": step_zero}),
-        "lrate_step_zero",
+        "lrate_at_step_zero_follows_the_declared_policy",
         "float64",
         d_model=512,
         warmup_steps=4000,
@@ -194,7 +194,7 @@ def test_lrate_step_zero_follows_each_declared_policy(step_zero: str) -> None:
 def test_smoothed_targets_sum_to_one_under_each_declared_variant(variant: str) -> None:
     impl = NumpyImplementation(policies={"label_smoothing": variant})
     for case in F.cases("label_smoothing"):
-        stats = _run(impl, "label_smoothing_sums_to_one", impl.dtypes[0], **case.args)
+        stats = _run(impl, "smoothed_targets_sum_to_one", impl.dtypes[0], **case.args)
         assert stats.checked == case.args["targets"].size, f"{variant} [{case}]: {stats.checked} sums checked"
 
 

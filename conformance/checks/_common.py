@@ -74,9 +74,9 @@ def agreement(case: Case, **args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return got, expected, budget
 
 
-def agreement_check(equation: str) -> Callable[..., None]:
-    """Register the agreement check of ``equation`` (named as the equation): its result agrees with the oracle
-    within the record's budget on every element the budget applies to."""
+def agreement_check(equation: str, name: str | None = None) -> Callable[..., None]:
+    """Register an agreement check of ``equation``, named ``name`` (default: the equation's name): its result agrees
+    with the oracle within the record's budget on every element the budget applies to."""
     from aiayn.conformance.equations import record
 
     budget_name = record(equation).budget_name
@@ -85,6 +85,6 @@ def agreement_check(equation: str) -> Callable[..., None]:
         got, expected, budget = agreement(case, **args)
         compare(case, got, expected, budget, budget_name=budget_name)
 
-    agrees.__name__ = agrees.__qualname__ = f"{equation}_agreement"
+    agrees.__name__ = agrees.__qualname__ = name or equation
     agrees.__doc__ = f"{equation} agrees with the oracle within {budget_name}."
-    return check(equation, equation)(agrees)
+    return check(equation)(agrees)

@@ -18,10 +18,10 @@ from aiayn.conformance.numerics import gamma, is_representable, precision
 # softmax, §3.2.1
 
 
-softmax_agreement = agreement_check("softmax")
+softmax = agreement_check("softmax")
 
 
-@check("softmax_rows_sum_to_one", "softmax", kind="property", violates="softmax weights sum to 1 (§3.2.1)")
+@check("softmax", kind="property", violates="softmax weights sum to 1 (§3.2.1)")
 def softmax_rows_sum_to_one(case: Case, x: np.ndarray, axis: int) -> None:
     """Each slice along ``axis`` sums to 1 (rows that are all -inf excepted: they are NaN).
 
@@ -46,7 +46,6 @@ def softmax_rows_sum_to_one(case: Case, x: np.ndarray, axis: int) -> None:
 
 
 @check(
-    "softmax_shift_invariance",
     "softmax",
     kind="property",
     violates="softmax is unchanged by adding a constant to its inputs (§3.2.1)",
@@ -71,16 +70,15 @@ def softmax_shift_invariance(case: Case, x: np.ndarray, axis: int, shift: float)
 # scaled dot-product attention, Eq. (1), and masks, §3.2.3
 
 
-attention_agreement = agreement_check("scaled_dot_product_attention")
+scaled_dot_product_attention = agreement_check("scaled_dot_product_attention")
 
 
 @check(
-    "attention_keys_values_permuted",
     "scaled_dot_product_attention",
     kind="property",
     violates="attention does not depend on the order of the key-value pairs (Eq. (1))",
 )
-def attention_keys_values_permuted(
+def attention_unchanged_when_keys_and_values_are_permuted_together(
     case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, perm: np.ndarray
 ) -> None:
     """Permuting keys and values together (and the mask's key axis) leaves the output unchanged."""
@@ -98,12 +96,11 @@ def attention_keys_values_permuted(
 
 
 @check(
-    "attention_queries_permuted",
     "scaled_dot_product_attention",
     kind="property",
     violates="each output row depends on its own query only (Eq. (1))",
 )
-def attention_queries_permuted(
+def attention_outputs_follow_permuted_queries(
     case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, perm: np.ndarray
 ) -> None:
     """Permuting the queries (and the mask's query axis) permutes the output rows the same way."""
@@ -121,12 +118,13 @@ def attention_queries_permuted(
 
 
 @check(
-    "attention_masked_equals_removed",
     "scaled_dot_product_attention",
     kind="property",
     violates="a masked key is as if removed: weight exactly 0 (§3.2.3)",
 )
-def attention_masked_equals_removed(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray) -> None:
+def attention_masked_keys_equal_removed_keys(
+    case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray
+) -> None:
     """Masking keys out (§3.2.3) gives the output of deleting those keys and values."""
     got, _, budget = agreement(case, q=q, k=k, v=v, mask=keep[None, :])
     got_r, _, budget_r = agreement(case, q=q, k=k[..., keep, :], v=v[..., keep, :], mask=None)
@@ -141,12 +139,13 @@ def attention_masked_equals_removed(case: Case, q: np.ndarray, k: np.ndarray, v:
 
 
 @check(
-    "attention_poison_at_masked_positions",
     "scaled_dot_product_attention",
     kind="property",
     violates="masked scores are set to -inf: what a masked key or value holds cannot matter (§3.2.3)",
 )
-def attention_poison(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray, poison: str) -> None:
+def attention_poison_at_masked_positions_changes_nothing(
+    case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray, poison: str
+) -> None:
     """Garbage at masked key/value positions changes nothing: the largest finite values there, or NaN in keys.
 
     ``poison``: "huge" (the dtype's largest finite value, +-, in masked keys and values) or
@@ -194,12 +193,11 @@ def attention_poison(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, ke
 
 
 @check(
-    "attention_causal_ignores_future",
     "scaled_dot_product_attention",
     kind="property",
     violates="with the causal mask, position i sees only positions j <= i (§3.2.3)",
 )
-def attention_causal(
+def causal_output_at_i_ignores_inputs_after_i(
     case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, upto: int, q2: np.ndarray, k2: np.ndarray, v2: np.ndarray
 ) -> None:
     """With the causal mask (§3.2.3), the output at i does not depend on queries, keys or values at j > i.
@@ -224,12 +222,11 @@ def attention_causal(
 
 
 @check(
-    "attention_batch_independent",
     "scaled_dot_product_attention",
     kind="property",
     violates="batch elements are computed independently",
 )
-def attention_batch_independent(
+def attention_batch_elements_are_independent(
     case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, index: int
 ) -> None:
     """Batch element ``index`` computed alone equals the same element computed in the batch."""
@@ -250,16 +247,19 @@ def attention_batch_independent(
 # --------------------------------------------------------------------------------------------
 # multi-head attention, §3.2.2
 
-mha_agreement = agreement_check("multi_head_attention")
+multi_head_attention = agreement_check("multi_head_attention")
+#: The same agreement on self-attention inputs with a fully masked query row (a kernel path of its own in fused code).
+multi_head_attention_fully_masked_self_attention_row = agreement_check(
+    "multi_head_attention", "multi_head_attention_fully_masked_self_attention_row"
+)
 
 
 @check(
-    "mha_heads_independent",
     "multi_head_attention",
     kind="property",
     violates="each head attends on its own projections only (§3.2.2)",
 )
-def mha_heads_independent(
+def multi_head_attention_heads_are_independent(
     case: Case,
     query: np.ndarray,
     key: np.ndarray,

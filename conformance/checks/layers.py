@@ -8,16 +8,15 @@ from aiayn.conformance.checks._common import agreement, agreement_check
 from aiayn.conformance.harness import Case, check, compare
 from aiayn.conformance.numerics import is_representable
 
-layer_norm_agreement = agreement_check("layer_norm")
+layer_norm = agreement_check("layer_norm")
 
 
 @check(
-    "layer_norm_shift_invariance",
     "layer_norm",
     kind="property",
     violates="LayerNorm is unchanged by adding a constant to a row (§3.1)",
 )
-def layer_norm_shift_invariance(
+def layer_norm_unchanged_by_shifting_its_input(
     case: Case, x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, shift: float
 ) -> None:
     """LayerNorm(x + c) = LayerNorm(x): the mean is subtracted. x and x + c are exact in the dtype."""
@@ -35,4 +34,4 @@ def layer_norm_shift_invariance(
     )
 
 
-ffn_agreement = agreement_check("feed_forward")
+feed_forward = agreement_check("feed_forward")

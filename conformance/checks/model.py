@@ -15,17 +15,16 @@ import numpy as np
 from aiayn.conformance.checks._common import agreement, agreement_check
 from aiayn.conformance.harness import Case, check, compare
 
-encoder_layer_agreement = agreement_check("encoder_layer")
-decoder_layer_agreement = agreement_check("decoder_layer")
+encoder_layer = agreement_check("encoder_layer")
+decoder_layer = agreement_check("decoder_layer")
 
 
 @check(
-    "decoder_layer_causal",
     "decoder_layer",
     kind="property",
     violates="the decoder's self-attention at position i sees only positions j <= i (§3.2.3)",
 )
-def decoder_layer_causal(
+def decoder_output_at_i_ignores_decoder_inputs_after_i(
     case: Case, y: np.ndarray, memory: np.ndarray, params: dict[str, Any], num_heads: int, upto: int, y2: np.ndarray
 ) -> None:
     """With the default self-mask (causal, §3.2.3), the output at i ignores decoder inputs at j > i.
@@ -50,16 +49,15 @@ def decoder_layer_causal(
     )
 
 
-forward_agreement = agreement_check("transformer_forward")
+transformer_forward = agreement_check("transformer_forward")
 
 
 @check(
-    "transformer_forward_causal",
     "transformer_forward",
     kind="property",
     violates="the model's logits at position i depend only on target positions j <= i (§3.2.3)",
 )
-def forward_causal(
+def transformer_logits_at_i_ignore_target_tokens_after_i(
     case: Case, src: np.ndarray, tgt: np.ndarray, params: dict[str, Any], num_heads: int, upto: int, tgt2: np.ndarray
 ) -> None:
     """The logits at target position i ignore the target tokens at j > i (the decoder is causal, §3.1)."""
@@ -81,12 +79,11 @@ def forward_causal(
 
 
 @check(
-    "transformer_forward_batch_independent",
     "transformer_forward",
     kind="property",
     violates="batch elements are computed independently",
 )
-def forward_batch_independent(
+def transformer_batch_elements_are_independent(
     case: Case,
     src: np.ndarray,
     tgt: np.ndarray,

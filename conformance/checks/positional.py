@@ -8,18 +8,17 @@ from aiayn.conformance.checks._common import agreement, agreement_check
 from aiayn.conformance.harness import Case, check, compare
 from aiayn.conformance.numerics import gamma, precision
 
-pe_agreement = agreement_check("positional_encoding")
+positional_encoding = agreement_check("positional_encoding")
 
 
 @check(
-    "pe_shift_is_linear",
     "positional_encoding",
     kind="property",
     violates=(
         "PE(pos + k) = M_k PE(pos), M_k rotating each interleaved (sin, cos) pair by k / 10000^(2i/d_model) (§3.5)"
     ),
 )
-def pe_shift(case: Case, length: int, d_model: int, offset: int) -> None:
+def positional_encoding_shift_is_a_linear_map(case: Case, length: int, d_model: int, offset: int) -> None:
     """PE(pos + k) = M_k PE(pos) for a fixed matrix M_k.
 
     §3.5: "PE_{pos+k} can be represented as a linear function of PE_pos".
@@ -49,8 +48,8 @@ def pe_shift(case: Case, length: int, d_model: int, offset: int) -> None:
     )
 
 
-@check("pe_bounded_by_one", "positional_encoding", kind="property", violates="every sinusoid lies in [-1, 1] (§3.5)")
-def pe_bounded(case: Case, length: int, d_model: int) -> None:
+@check("positional_encoding", kind="property", violates="every sinusoid lies in [-1, 1] (§3.5)")
+def positional_encoding_is_bounded_by_one(case: Case, length: int, d_model: int) -> None:
     """|PE| <= 1 (sines and cosines), up to the allowed error of sin/cos (t relative, see
     aiayn.conformance.numerics)."""
     got = case.run("positional_encoding", [length, d_model, case.dtype])

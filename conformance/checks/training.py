@@ -32,16 +32,17 @@ def lrate_value(case: Case, step: int, d_model: int, warmup_steps: int) -> float
     return first
 
 
-lrate_agreement = agreement_check("lrate")
+lrate = agreement_check("lrate")
 
 
 @check(
-    "lrate_warmup_then_decay",
     "lrate",
     kind="property",
     violates="lrate rises linearly for warmup_steps, then decays as step^-0.5 (Eq. (3))",
 )
-def lrate_shape(case: Case, rise: list[int], decay: list[int], d_model: int, warmup_steps: int) -> None:
+def lrate_rises_linearly_to_its_peak_then_decays_as_inverse_sqrt(
+    case: Case, rise: list[int], decay: list[int], d_model: int, warmup_steps: int
+) -> None:
     """The schedule rises linearly to its peak at warmup_steps, then decays as step^-0.5 (§5.3).
 
     With w = warmup_steps: lrate(s) = (s / w) lrate(w) for 1 <= s <= w, and
@@ -83,12 +84,11 @@ def lrate_shape(case: Case, rise: list[int], decay: list[int], d_model: int, war
 
 
 @check(
-    "lrate_step_zero",
     "lrate",
     kind="property",
     violates="step 0 follows the declared step_zero policy; a negative step raises ValueError (the contract)",
 )
-def lrate_step_zero(case: Case, d_model: int, warmup_steps: int) -> None:
+def lrate_at_step_zero_follows_the_declared_policy(case: Case, d_model: int, warmup_steps: int) -> None:
     """Step 0 follows the declared policy ("zero": exactly 0.0; "raise": ValueError; "one": exactly lrate(1)); a
     negative step raises ValueError."""
     declared = policy(case, "step_zero")
@@ -129,16 +129,15 @@ def _expect_value_error(case: Case, step: int, d_model: int, warmup_steps: int, 
 # label smoothing, §5.4
 
 
-label_smoothing_agreement = agreement_check("label_smoothing")
+label_smoothing = agreement_check("label_smoothing")
 
 
 @check(
-    "label_smoothing_sums_to_one",
     "label_smoothing",
     kind="property",
     violates="each smoothed target distribution sums to 1 (§5.4)",
 )
-def label_smoothing_sums_to_one(case: Case, targets: np.ndarray, vocab_size: int, eps: float) -> None:
+def smoothed_targets_sum_to_one(case: Case, targets: np.ndarray, vocab_size: int, eps: float) -> None:
     """Each smoothed target distribution sums to 1 (0 for a padding row under "K-2"):
     |sum_c q_hat_c - 1| <= sum_c B_c + gamma_K(2^-53) sum_c q_hat_c."""
     got, _, budget = agreement(case, targets=targets, vocab_size=vocab_size, eps=eps)
@@ -155,16 +154,15 @@ def label_smoothing_sums_to_one(case: Case, targets: np.ndarray, vocab_size: int
     )
 
 
-cross_entropy_agreement = agreement_check("smoothed_cross_entropy")
+smoothed_cross_entropy = agreement_check("smoothed_cross_entropy")
 
 
 @check(
-    "cross_entropy_minimum_is_target_entropy",
     "smoothed_cross_entropy",
     kind="property",
     violates="the smoothed cross-entropy is smallest where softmax(logits) is the target distribution (§5.4)",
 )
-def cross_entropy_minimum(
+def smoothed_cross_entropy_is_minimised_at_the_target_with_value_its_entropy(
     case: Case, targets: np.ndarray, vocab_size: int, eps: float, shift: float, delta: np.ndarray
 ) -> None:
     """The loss is smallest when softmax(logits) is the smoothed target q, and its value there is H(q).

@@ -68,7 +68,7 @@ def test_a_failure_message_says_what_where_by_how_much_on_what_and_how_to_replay
     impl = mutants.NoScale()
     register_spec(impl, "aiayn.conformance.mutants:NoScale")
     with pytest.raises(ConformanceFailure) as failure:
-        A.attention_agreement(impl, "float64", **_no_scale_case())
+        A.scaled_dot_product_attention(impl, "float64", **_no_scale_case())
     message = str(failure.value)
     for part in (
         "scaled dot-product attention (§3.2.1, Eq. (1))",
@@ -148,10 +148,10 @@ def _widened(self, x, axis):  # type: ignore[no-untyped-def]
 def test_a_broken_plugin_fails_the_check_it_is_in_with_a_message_saying_how(bad, dtype: str, words: str) -> None:  # type: ignore[no-untyped-def]
     x = np.array([[0.5, -1.0, 2.0], [3.0, 3.0, math.pi]])
     with pytest.raises(ConformanceFailure) as failure:
-        A.softmax_agreement(_Broken(bad), dtype, x=x, axis=-1)
+        A.softmax(_Broken(bad), dtype, x=x, axis=-1)
     assert words in str(failure.value), str(failure.value)
     assert "softmax (§3.2.1, inside Eq. (1))" in str(failure.value)
-    A.softmax_agreement(NumpyImplementation(), dtype, x=x, axis=-1)  # the same check passes on the real thing
+    A.softmax(NumpyImplementation(), dtype, x=x, axis=-1)  # the same check passes on the real thing
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def _run_poison_checks(spec: str, tmp_path: Path) -> tuple[int, str, dict]:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "AIAYN_PROFILE": "ci", "AIAYN_FIND_ONLY": "1"}
     proc = subprocess.run(
         [
@@ -210,12 +210,12 @@ def _run_poison_checks(spec: str, tmp_path: Path) -> tuple[int, str, dict]:
 
 
 def test_a_declared_deviation_that_deviates_is_reported_not_failed(tmp_path: Path) -> None:
-    code, out, report = _run_poison_checks("tests.test_conformance_mutants:_DeclaredAdditiveMask", tmp_path)
+    code, out, report = _run_poison_checks("tests.meta.test_conformance_mutants:_DeclaredAdditiveMask", tmp_path)
     assert code == 0, f"declared deviations should not fail the run:\n{out[-3000:]}"
     assert "2 xfailed" in out, out[-2000:]
     assert report["verdict"] == "PASS WITH KNOWN DEVIATIONS", report.get("verdict")
 
 
 def test_a_declaration_that_no_longer_deviates_fails_the_run(tmp_path: Path) -> None:
-    code, out, _ = _run_poison_checks("tests.test_conformance_mutants:_StaleDeclaration", tmp_path)
+    code, out, _ = _run_poison_checks("tests.meta.test_conformance_mutants:_StaleDeclaration", tmp_path)
     assert code != 0 and "XPASS(strict)" in out, f"a stale declaration must fail (strict xfail):\n{out[-3000:]}"

@@ -9,7 +9,7 @@ The budgets (``conformance/budgets.py``, ``conformance/propagation.py``) and the
    every intermediate rounded to the dtype, sums accumulated in the dtype left to right) passes
    every equation in every dtype;
 3. catch a numerical defect: the same implementation with LayerNorm's variance as E[x^2] - E[x]^2
-   in float16 fails (and the project's mutants still fail: ``tests/test_conformance_mutants.py``);
+   in float16 fails (and the project's mutants still fail: ``tests/meta/test_conformance_mutants.py``);
 4. bound the declared "uniform" policy too: the same implementation with masked scores replaced by a
    finite value (a fully masked row weighs every key 1/n_k, rounded like any row) passes attention.
 

@@ -1,4 +1,4 @@
-"""Implementations that hang, for the tests of the time limit (``tests/test_hang_once.py``).
+"""Implementations that hang, for the tests of the time limit (``tests/meta/test_hang_once.py``).
 
 Each is the NumPy built-in with one method that sleeps on inputs of more than 3 elements, so that the
 suite's checks of that method (and of whatever calls it) hang while every other equation is correct.
