@@ -28,6 +28,8 @@ REPORTS = Path(__file__).resolve().parent.parent / "reports"
 
 def _row(dtype: str, status: str, **kw) -> dict:
     base = {
+        "equation": "feed_forward",
+        "section": "position-wise feed-forward (§3.3, Eq. (2))",
         "dtype": dtype,
         "status": status,
         "scope": "full domain",
