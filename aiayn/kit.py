@@ -319,8 +319,9 @@ class Report:
         self.lines.extend(md_table(headers, rows, align))
 
 
-def write_report(out_dir: Path, report: Report, stem: str | None = None) -> list[Path]:
-    """Write ``<stem>.md`` and ``<stem>.json`` (stem defaults to the report name); return the paths."""
+def write_report(out_dir: Path, report: Report, stem: str | None = None, *, quiet: bool = False) -> list[Path]:
+    """Write ``<stem>.md`` and ``<stem>.json`` (stem defaults to the report name); return the paths.
+    ``quiet``: do not print them (a caller that names them itself)."""
     if not report.verdict:
         raise ValueError(f"report {report.name!r}: verdict is empty; every report states one")
     out_dir = Path(out_dir)
@@ -339,10 +340,10 @@ def write_report(out_dir: Path, report: Report, stem: str | None = None) -> list
         "---",
         f"{SIGNATURE_PREFIX}`{sig}`",
     ]
-    md_path = write_text(out_dir / f"{stem}.md", "\n".join(body) + "\n")
+    md_path = write_text(out_dir / f"{stem}.md", "\n".join(body) + "\n", quiet=quiet)
     data = rounded({"report": report.name, "title": report.title, "verdict": report.verdict, **report.data})
     data[SIGNATURE_KEY] = sig
-    json_path = write_json(out_dir / f"{stem}.json", data, ensure_ascii=False, allow_nan=False)
+    json_path = write_json(out_dir / f"{stem}.json", data, quiet=quiet, ensure_ascii=False, allow_nan=False)
     return [md_path, json_path]
 
 

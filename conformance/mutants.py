@@ -35,7 +35,7 @@ from aiayn.conformance.results import Row, Status
 from aiayn.conformance.runner import pytest_arguments
 from aiayn.implementations import numpy_impl as base
 from aiayn.implementations.numpy_impl import NumpyImplementation
-from aiayn.kit import SIGNATURE_PREFIX, md_table, signature, write_json, write_text
+from aiayn.kit import Report, md_table, write_report
 
 __all__ = ["MUTANTS", "TORCH_MUTANTS", "Bug", "Mutant", "kill_table", "run", "run_mutants"]
 
@@ -500,25 +500,16 @@ def kill_table(report_dir: Path) -> dict[str, Any]:
             ],
         },
         "hypothesis_profile": control["hypothesis_profile"],
-        "signature": signature(
-            "conformance-mutants",
-            packages=("numpy", "hypothesis"),
-            mutants=len(rows),
-            control=CONTROL,
-            profile=control["hypothesis_profile"],
-            seed=control["seed"],
-            find_only="yes",
-        ),
+        "seed": control["seed"],
     }
 
 
-def _markdown(table: Mapping[str, Any]) -> str:
+def as_report(table: Mapping[str, Any]) -> Report:
+    """The kill table as a report (``aiayn.kit.write_report``)."""
     total = table["total"]
     lines = [
-        "# Mutants: does the conformance suite catch realistic bugs?",
         "",
-        f"**{table['caught']} of {total} caught, {table['diagnosed']} of {total} diagnosed as themselves**; "
-        f"control (`{table['control']['impl']}`, unbroken): **{table['control']['verdict']}**.",
+        f"Control (`{table['control']['impl']}`, unbroken): **{table['control']['verdict']}**.",
         "",
         "Each mutant is the NumPy built-in with one bug (`conformance/mutants.py`), checked by `pytest conformance` "
         f"(Hypothesis profile `{table['hypothesis_profile']}`, no shrinking) on the equations the bug lives in; "
@@ -535,8 +526,22 @@ def _markdown(table: Mapping[str, Any]) -> str:
         caught = "yes" if r["caught"] else "**NO**"
         rows.append([f"`{r['mutant']}`", r["bug"], ", ".join(r["equations"]), caught, "; ".join(r["caught_by"]), shown])
     lines += md_table(["mutant", "bug", "equations", "caught", "caught by", "diagnosed as"], rows)
-    lines += ["", f"{SIGNATURE_PREFIX}`{table['signature']}`", ""]
-    return "\n".join(lines)
+    return Report(
+        name="conformance-mutants",
+        title="Mutants: does the conformance suite catch realistic bugs?",
+        precision="float64, float32",
+        seed=str(table["seed"]),
+        packages=("numpy", "hypothesis"),
+        fields={
+            "mutants": total,
+            "control": table["control"]["impl"],
+            "profile": table["hypothesis_profile"],
+            "find_only": "yes",
+        },
+        lines=lines,
+        data=dict(table),
+        verdict=f"{table['caught']} of {total} caught, {table['diagnosed']} of {total} diagnosed as themselves",
+    )
 
 
 def run(out: Path, *, workers: int = 2) -> int:
@@ -549,8 +554,8 @@ def run(out: Path, *, workers: int = 2) -> int:
         except FileNotFoundError:
             print(proc.stdout[-4000:], proc.stderr[-4000:], sep="\n")
             raise RuntimeError("the conformance suite did not write its reports (its output is above)") from None
-    write_text(Path(out) / "conformance-mutants.md", _markdown(table))
-    write_json(Path(out) / "conformance-mutants.json", table, sort_keys=True)
-    print(_markdown(table))
+    report = as_report(table)
+    write_report(Path(out), report)
+    print("\n".join([report.verdict, *report.lines]))
     ok = table["caught"] == table["diagnosed"] == table["total"] and table["control"]["verdict"] == "PASS"
     return 0 if ok else 1

@@ -18,15 +18,18 @@ commit of aiayn itself. The same cells, one line per equation, end every ``aiayn
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from aiayn.conformance.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
 from aiayn.conformance.equations import CONTRACT, RECORDS, title
 from aiayn.conformance.results import Outcome, Row, Status, TestResult
 from aiayn.implementations.protocol import DTYPES, EQUATIONS, flushes_subnormals, scope_of
-from aiayn.kit import md_table, signature, write_json, write_text
+from aiayn.kit import Report, md_table, write_report
 
 
 def _typed(results: Iterable[TestResult | Mapping[str, Any]]) -> list[TestResult]:
@@ -139,16 +142,6 @@ def build(entry: Any, results: Iterable[TestResult | Mapping[str, Any]], run: Ma
     failed = sum(1 for r in rows if r.status is Status.FAIL)
     inconclusive = sum(1 for r in rows if r.status is Status.INCONCLUSIVE)
     scoped = sorted({r.scope for r in rows if r.scope not in ("", "full domain")})
-    sig = signature(
-        f"conformance-{entry.name}",
-        packages=("numpy", "hypothesis"),
-        impl=entry.spec,
-        impl_version=getattr(impl, "version", "-"),
-        device=getattr(impl, "device", "-"),
-        profile=run.get("profile"),
-        seed=run.get("seed"),
-        examples_per_test=run.get("max_examples"),
-    )
     if impl is None:
         verdict = "NOT LOADED"
     elif failed:
@@ -177,7 +170,7 @@ def build(entry: Any, results: Iterable[TestResult | Mapping[str, Any]], run: Ma
         "inconclusive_rows": inconclusive,
         "hypothesis_profile": run.get("profile"),
         "seed": run.get("seed"),
-        "signature": sig,
+        "max_examples": run.get("max_examples"),
         "rows": [r.to_dict() for r in rows],
     }
 
@@ -193,14 +186,47 @@ def _fmt_headroom(row: Row) -> str:
     return "exact" if row.headroom is None else f"{row.headroom:.3g}x"
 
 
-def markdown(data: Mapping[str, Any]) -> str:
-    """The report as Markdown."""
+def as_report(data: Mapping[str, Any]) -> Report:
+    """The report of :func:`build`'s data, for ``aiayn.kit.write_report``: its verdict, Markdown body and JSON."""
     counts = [f"{data['failed_rows']} equation x dtype rows fail"] if data["failed_rows"] else []
     counts += [f"{data['inconclusive_rows']} rows inconclusive"] if data.get("inconclusive_rows") else []
+    return Report(
+        name=f"conformance-{data['implementation']}",
+        title=f'Conformance of `{data["implementation"]}` to "Attention Is All You Need"',
+        precision=", ".join(data["dtypes"]) or "-",
+        seed=str(data.get("seed")),
+        packages=("numpy", "hypothesis"),
+        generator=(__name__,),
+        fields={
+            "impl": data["spec"],
+            "impl_version": data.get("version") or "-",
+            "device": data.get("device") or "-",
+            "profile": data.get("hypothesis_profile"),
+            "examples_per_test": data.get("max_examples"),
+        },
+        lines=_body(data),
+        data=_strict_json(dict(data)),
+        verdict=data["verdict"] + (f" ({'; '.join(counts)})" if counts else ""),
+    )
+
+
+def _strict_json(value: Any) -> Any:
+    """``value`` with what strict JSON cannot hold written as text: infinite or NaN floats (an infinite error's
+    ratio) as "inf", "-inf", "nan"; NumPy scalars as Python numbers."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict_json(v) for v in value]
+    return value
+
+
+def _body(data: Mapping[str, Any]) -> list[str]:
+    """The report's Markdown below its title and verdict."""
     lines = [
-        f'# Conformance of `{data["implementation"]}` to "Attention Is All You Need"',
-        "",
-        f"Verdict: **{data['verdict']}**" + (f" ({'; '.join(counts)})" if counts else ""),
         "",
         f"Implementation `{data['spec']}`: {data['version']} on {data['device']}; "
         f"dtypes {', '.join(data['dtypes']) or '-'}; "
@@ -276,8 +302,7 @@ def markdown(data: Mapping[str, Any]) -> str:
             "",
         ]
         lines += [f"- `{t}`: {w.removeprefix('known deviation declared by ')}" for t, w in reasons]
-    lines += ["", f"Signature: `{data['signature']}`", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def _fmt_examples(row: Row) -> str:
@@ -325,8 +350,7 @@ def write(directory: Path, entry: Any, results: Iterable[dict[str, Any]], run: M
     ``directory`` (atomically, quietly: the plugin names them in its summary); return both paths."""
     data = build(entry, results, run)
     md, js = paths(directory, report_name(entry.impl, data["implementation"]))
-    write_text(md, markdown(data), quiet=True)
-    write_json(js, data, quiet=True, sort_keys=True, default=str)
+    write_report(md.parent, as_report(data), stem=md.stem, quiet=True)
     return md, js
 
 
