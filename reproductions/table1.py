@@ -5,7 +5,8 @@ O(·) cells (``aiayn.reproductions.paper``), each column measured on real PyTorc
 (``aiayn.reproductions._instrument``): operations counted by ``torch.utils.flop_counter`` over one
 call, sequential operations as the depth of the dependency chain of the computation as it runs,
 and the maximum path length from the Jacobian's sparsity through stacked layers (or through the
-cells of the recurrence). Each is swept over n (and d, k, r) and its growth exponent fitted by least
+cells of the recurrence). Each is swept over n (and d, k, r: operations over all four, sequential
+depth and path length over n and, n fixed, over k and r) and its growth exponent fitted by least
 squares in log-log, beside the printed O(·)'s exponent; the closed forms of
 ``aiayn.reference.counts.layer_operations`` are checked against the counts. All of it is
 deterministic (counts are integers; depths and paths are exact). Output: table1.md, table1.json,
@@ -120,13 +121,25 @@ SWEEP_D = (32, 64, 128, 256, 512)  # operations, at n = 256
 SWEEP_K = (2, 3, 5, 9)  # operations of the convolutions, at n = 256, d = 64
 SWEEP_R = (4, 8, 16, 32, 64)  # operations of restricted attention, at n = 256, d = 64
 DEPTH_N = (8, 16, 32, 64, 128, 256)  # sequential depth, at d = 8
-PATH_N = (9, 27, 81)  # path length (powers of k = 3: the dilated stack's log_3 n is an integer), d = 4, r = 8
+PATH_N = (9, 27, 81)  # path length (powers of k = 3: the dilated stack's log_3 n is an integer), d = 4
+PATH_POINT = {"k": 3, "r": 8}  # k and r of the sweeps over n (sequential depth and path length)
+#: Sequential depth and path length across k and r at a fixed n, for the layers that have them:
+#: layer type -> (variable, n, values). Dilated convolutions at n = 4096 = 2^12 = 4^6 = 8^4 = 16^3 = 64^2, so
+#: log_k n is an integer at every k swept; contiguous convolutions and restricted attention at n = 257 with
+#: k, r = 17, 33, 65, 129, so (n − 1)/(k − 1) and (n − 1)/⌊(r − 1)/2⌋ are integers.
+KR_SWEEPS: dict[str, tuple[str, int, tuple[int, ...]]] = {
+    "convolutional": ("k", 4096, (2, 4, 8, 16, 64)),
+    "restricted_self_attention": ("r", 257, (17, 33, 65, 129)),
+    "convolutional_contiguous": ("k", 257, (17, 33, 65, 129)),
+}
 OPS_POINT = {"n": 256, "d": 64, "k": 3, "r": 16}
 #: |fitted − printed exponent| within which a measured growth counts as the printed one. Operation
 #: counts of monomials are exact powers (fits exact to rounding); depths and paths of the form
 #: a·f(n) + c bend the log-log slope by at most c / (a·f(n_min) + c) (0.08 for the recurrence's
 #: depth 3n + 2 from n = 8, 0.05 for ⌈(n−1)/(k−1)⌉ from n = 9), while the nearest other
-#: candidates (√n, n log n, n², or 0 against 1) sit 0.5 or more away.
+#: candidates (√n, n log n, n², or 0 against 1) sit 0.5 or more away. Across k and r (:data:`KR_SWEEPS`) the
+#: paths are exact at the swept points, and (n − 1)/(k − 1) bends the slope in k away from −1 by at most
+#: 1/(k − 1) = 1/16 from k = 17 (likewise (n − 1)/⌊(r − 1)/2⌋ in r), against 1 for the nearest other candidate.
 EXPONENT_TOLERANCE = 0.1
 
 
@@ -162,11 +175,12 @@ def measure_operations(layer_type: str) -> dict:
         sweeps["k"] = {k: I.flops(layer_type, point["n"], point["d"], k, point["r"]) for k in SWEEP_K}
     if layer_type == "restricted_self_attention":
         sweeps["r"] = {r: I.flops(layer_type, point["n"], point["d"], point["k"], r) for r in SWEEP_R}
-    fitted = {v: _sweep_exponent(values) for v, values in sweeps.items()}
-    fitted = {v: e for v, e in fitted.items() if abs(e) > EXPONENT_TOLERANCE}  # a variable the count does not grow with
+    fitted_all = {v: _sweep_exponent(values) for v, values in sweeps.items()}
+    fitted = {v: e for v, e in fitted_all.items() if abs(e) > EXPONENT_TOLERANCE}  # omitted: the count does not grow
     return {
         "sweeps": sweeps,
         "fitted": fitted,
+        "fitted_all": fitted_all,
         "at_point": I.flops(layer_type, point["n"], point["d"], point["k"], point["r"]),
     }
 
@@ -177,8 +191,11 @@ def _oracle_ops(layer_type: str, n: int, d: int, k: int, r: int) -> int:
     return 2 * ops.complexity
 
 
-def _fmt_exponents(fitted: dict[str, float]) -> str:
-    return ", ".join(f"{v}^{e:.3f}" for v, e in fitted.items()) or "none"
+def _fmt_exponents(fitted: dict[str, float], fitted_all: dict[str, float]) -> str:
+    """The exponents kept, then those omitted (within the tolerance of 0) with their fitted values."""
+    kept = ", ".join(f"{v}^{e:.3f}" for v, e in fitted.items()) or "none"
+    omitted = ", ".join(f"{v}^{e:.3f}" for v, e in fitted_all.items() if v not in fitted)
+    return f"{kept} (omitted as 0: {omitted})" if omitted else kept
 
 
 def _section_complexity(report: Report) -> list[dict]:
@@ -196,7 +213,7 @@ def _section_complexity(report: Report) -> list[dict]:
                 printed,
                 I.DESCRIPTIONS[layer_type],
                 fmt_int(m["at_point"]),
-                _fmt_exponents(m["fitted"]),
+                _fmt_exponents(m["fitted"], m["fitted_all"]),
                 "—" if expected is None else ", ".join(f"{v}^{e}" for v, e in expected.items()),
                 agree,
                 "yes" if oracle == m["at_point"] else f"NO ({fmt_int(oracle)})",
@@ -210,6 +227,7 @@ def _section_complexity(report: Report) -> list[dict]:
                 "at_point": m["at_point"],
                 "sweeps": {v: {str(x): c for x, c in sw.items()} for v, sw in m["sweeps"].items()},
                 "fitted_exponents": m["fitted"],
+                "fitted_exponents_all": m["fitted_all"],
                 "printed_exponents": expected,
                 "agree": agree,
                 "oracle_closed_form": oracle,
@@ -249,17 +267,17 @@ def _section_complexity(report: Report) -> list[dict]:
     report.add(
         "",
         f"The separable convolution is a sum, O(k·n·d + n·d²), so no single exponent exists: its fitted d exponent "
-        f"{sep['fitted_exponents'].get('d', 0):.3f} lies between the two terms' 1 and 2, close to 2 because the "
+        f"{sep['fitted_exponents_all']['d']:.3f} lies between the two terms' 1 and 2, close to 2 because the "
         "pointwise n·d² dominates the depthwise k·n·d when d > k, and its k exponent "
-        f"{sep['fitted_exponents'].get('k', 0):.3f} is "
-        'near 0 for the same reason (§4: "equal to the combination of a self-attention layer and a point-wise '
-        'feed-forward layer" for k = n).',
+        f"{sep['fitted_exponents_all']['k']:.3f} (within {EXPONENT_TOLERANCE} of 0, so omitted from the fitted "
+        "column) is near 0 for the same reason: the depthwise term grows with k but is the smaller one (§4: "
+        '"equal to the combination of a self-attention layer and a point-wise feed-forward layer" for k = n).',
     )
     return data
 
 
 def measure_sequential(layer_type: str) -> dict:
-    depths = {n: I.sequential_depth(layer_type, n) for n in DEPTH_N}
+    depths = {n: I.sequential_depth(layer_type, n, **PATH_POINT) for n in DEPTH_N}
     return {
         "depth": {n: v["depth"] for n, v in depths.items()},
         "operations": {n: v["operations"] for n, v in depths.items()},
@@ -267,7 +285,7 @@ def measure_sequential(layer_type: str) -> dict:
 
 
 def measure_paths(layer_type: str) -> dict[int, int]:
-    return {n: I.path_length(layer_type, n) for n in PATH_N}
+    return {n: I.path_length(layer_type, n, **PATH_POINT) for n in PATH_N}
 
 
 def _printed_f(text: str, n: int, k: int, r: int) -> float:
@@ -291,7 +309,7 @@ def _growth(values: dict[int, int], kind: str, k: int) -> float:
 
 
 def _section_paths(report: Report) -> list[dict]:
-    k, r = 3, 8
+    k, r = PATH_POINT["k"], PATH_POINT["r"]
     rows, data = [], []
     for layer_type in TYPES + EXTRA_TYPES:
         for column in ("sequential", "path"):
@@ -356,6 +374,110 @@ def _section_paths(report: Report) -> list[dict]:
         ["layer type", "column", "printed", "measured over the sweep", "fitted growth", "ours ÷ printed f(n)", "agree"],
         rows,
         "lllllrl",
+    )
+    return data
+
+
+def _printed_growth_in(text: str, var: str) -> tuple[str, float]:
+    """How a printed cell grows with ``var`` (k or r) at a fixed n: ("log", 1) for O(log_k(n)) in k (linear in
+    log_k n); ("power", −1) for O(n/k) in k and O(n/r) in r; ("power", 0) where ``var`` does not appear."""
+    inner = re.fullmatch(r"O\((.*)\)", text).group(1)
+    if inner == f"log_{var}(n)":
+        return "log", 1.0
+    if inner == f"n/{var}":
+        return "power", -1.0
+    if var in inner:
+        raise ValueError(f"text: cannot read how {text!r} grows with {var}")
+    return "power", 0.0
+
+
+def measure_across(layer_type: str, column: str) -> dict[int, int]:
+    """Sequential depth or path length of ``layer_type`` over its :data:`KR_SWEEPS` values of k or r, n fixed."""
+    var, n, values = KR_SWEEPS[layer_type]
+    if column == "sequential":
+        return {x: I.sequential_depth(layer_type, n, **{var: x})["depth"] for x in values}
+    return {x: I.path_length(layer_type, n, **{var: x}) for x in values}
+
+
+def _growth_across(values: dict[int, int], kind: str, n: int) -> float:
+    """The fitted exponent in k or r (kind "power"), or the fitted slope against log_k n (kind "log"), n fixed."""
+    xs = sorted(values)
+    if kind == "log":
+        return I.fit_linear([math.log(n) / math.log(x) for x in xs], [float(values[x]) for x in xs])[0] + 0.0
+    return fit_exponent([float(x) for x in xs], [float(values[x]) for x in xs]) + 0.0
+
+
+def _section_k_and_r(report: Report) -> list[dict]:
+    rows, data = [], []
+    for layer_type, (var, n, swept) in KR_SWEEPS.items():
+        for column in ("sequential", "path"):
+            text = _printed_text(layer_type, column)
+            if text is None:
+                continue
+            values = measure_across(layer_type, column)
+            kind, expected = _printed_growth_in(text, var)
+            fitted = _growth_across(values, kind, n)
+            ratios = [values[x] / _printed_f(text, n, **{**PATH_POINT, var: x}) for x in swept]
+            agree = abs(fitted - expected) <= EXPONENT_TOLERANCE
+            growth = (
+                f"slope in log_{var} n {fitted:.3f} (printed 1)"
+                if kind == "log"
+                else f"{var}^{fitted:.3f} (printed {var}^{expected:g})"
+            )
+            rows.append(
+                [
+                    LABELS[layer_type],
+                    column,
+                    text,
+                    f"{var} = {', '.join(map(str, swept))} at n = {n}",
+                    ", ".join(str(values[x]) for x in swept),
+                    growth,
+                    f"{min(ratios):.2f}–{max(ratios):.2f}",
+                    "yes" if agree else "NO",
+                ]
+            )
+            data.append(
+                {
+                    "layer_type": layer_type,
+                    "column": column,
+                    "printed": text,
+                    "variable": var,
+                    "n": n,
+                    "swept": list(swept),
+                    "values": {str(x): values[x] for x in swept},
+                    "growth": kind,
+                    "fitted": fitted,
+                    "printed_exponent": expected,
+                    "ratio_range": [min(ratios), max(ratios)],
+                    "agree": agree,
+                }
+            )
+    report.section(
+        "The same two columns across k and r",
+        f"The sweeps over n above hold k = {PATH_POINT['k']} and r = {PATH_POINT['r']} fixed, so they cannot test how "
+        "O(log_k(n)), O(n/k) and O(n/r) "
+        "depend on k and r, nor that the O(1) cells do not grow with them. Here n is fixed and k (the convolutions) "
+        "or r (restricted attention) is swept, measured as above (`KR_SWEEPS` in `reproductions/table1.py`: n = 4096 "
+        "for the dilated convolution, a power of every k swept; n = 257 for the others, so that every path is a whole "
+        "number of window advances). Growth: the fitted exponent in k or r (printed: −1 for n/k and n/r, 0 where the "
+        "variable does not appear), or for O(log_k(n)) the fitted slope of the values against log_k n over the k "
+        f"sweep (printed 1); agreement within {EXPONENT_TOLERANCE}. The ratio column divides ours by the printed "
+        "O(·)'s function at each swept value.",
+        "",
+    )
+    report.table(
+        [
+            "layer type",
+            "column",
+            "printed",
+            "swept",
+            "measured over the sweep",
+            "fitted growth",
+            "ours ÷ printed f",
+            "agree",
+        ],
+        rows,
+        "llllllrl",
     )
     return data
 
@@ -448,17 +570,21 @@ def write_counts(out_dir: Path) -> str:
     complexity = _section_complexity(report)
     progress(NAME, "sequential depth and path length (dispatch trace, Jacobians)")
     paths = _section_paths(report)
+    progress(NAME, "sequential depth and path length across k and r")
+    across = _section_k_and_r(report)
     crossover = _section_crossover(report)
     _figure_counts(out_dir)
     report.add("", "![Counted operations against n](table1.png)")
     monomial = [c for c in complexity if c["printed_exponents"] is not None]
     agree = [c for c in monomial if c["agree"] == "yes"]
     columns_agree = [p for p in paths if p["agree"]]
+    across_agree = [p for p in across if p["agree"]]
     oracle_ok = all(c["oracle_equals_count"] for c in complexity)
     report.verdict = (
         f"measured on real layers: operation-count exponents agree with the printed O(·) for {len(agree)} of "
         f"{len(monomial)} monomial rows (the separable sum has none); sequential depth and path length grow as printed "
-        f"for {len(columns_agree)} of {len(paths)} cells (fitted exponents within {EXPONENT_TOLERANCE}); the oracle's "
+        f"in n for {len(columns_agree)} of {len(paths)} cells and in k or r for {len(across_agree)} of {len(across)} "
+        f"cells whose layer has them (fitted exponents within {EXPONENT_TOLERANCE}); the oracle's "
         f"closed forms {'equal' if oracle_ok else 'DIFFER from'} the counts; counts cross at n = d = {POINT['d']}: "
         f"{'yes' if crossover['equal_at_n_equals_d'] else 'NO'}."
     )
@@ -466,6 +592,7 @@ def write_counts(out_dir: Path) -> str:
         "operations_point": OPS_POINT,
         "complexity": complexity,
         "sequential_and_path": paths,
+        "sequential_and_path_across_k_and_r": across,
         "crossover": crossover,
         "exponent_tolerance": EXPONENT_TOLERANCE,
     }

@@ -6,7 +6,9 @@ method (training time × number of GPUs × footnote 5's sustained rate, 9.5 TFLO
 rows, the GPU-days each printed cost implies on each of footnote 5's GPU types; §6.1's claim that
 big EN-FR costs "less than 1/4" of the previous state of the art; and two independent estimates:
 6·N·D (N from ``aiayn.reference.counts``, D from §5.1's batch and §5.2's steps) and Epoch AI's
-published 7.4·10^18 FLOP for the big model (a hardware estimate at 33% utilisation).
+7.4245248·10^18 FLOP for the big model (a hardware estimate whose stated arithmetic, 9.3 TFLOPS × 8
+GPUs × 3.5 days × 0.33, is recomputed). Numbers that depend on the vocabulary the other rows of
+Table 3 imply are printed as ranges over that interval.
 The BLEU cells are listed with their provenance only: they cannot be recomputed without the
 systems' translations. Printed values: ``aiayn.reproductions.paper``. Runtime: well under a second.
 """
@@ -31,14 +33,17 @@ from aiayn.reproductions import paper
 NAME = "table2"
 GPUS = ("K80", "K40", "M40", "P100")
 SECONDS_PER_DAY = 86_400
-UTILISATION_EPOCH = Fraction(33, 100)
-# Epoch AI's published training-compute estimate for "Transformer" (big) (Epoch AI, Notable AI
-# Models data); not a value the paper prints.
-EPOCH_BIG_FLOP = 7.4e18
-EPOCH_BIG_TEXT = "7.4·10^18"
-# NVIDIA's listed peak single-precision rate of the P100 PCIe card (the SXM2 card lists 10.6);
-# not in the paper; used only to show which rate makes Epoch's figure come out.
-P100_PCIE_PEAK_TFLOPS = Fraction(93, 10)
+#: Epoch AI's training-compute estimate for "Transformer" (the big model), not a value the paper prints: Epoch AI,
+#: Notable AI Models data, model "Transformer", whose training-compute notes state the arithmetic
+#: 9.3·10^12 FLOP/s × 8 GPUs × 3.5 days × 0.33 = 7.4245248·10^18 FLOP (the rate cited from NVIDIA's P100 page:
+#: the P100 PCIe card's peak single-precision rate; the SXM2 card lists 10.6).
+EPOCH_SOURCE = 'Epoch AI, Notable AI Models data, model "Transformer", training-compute notes'
+EPOCH_RATE_TFLOPS = Fraction("9.3")
+EPOCH_GPUS = 8
+EPOCH_DAYS = Fraction("3.5")
+UTILISATION_EPOCH = Fraction("0.33")
+EPOCH_BIG_STATED = Fraction("7.4245248e18")  # the result Epoch states
+EPOCH_BIG_FLOP = float(EPOCH_BIG_STATED)
 
 
 def _frac(value: float | int) -> Fraction:
@@ -480,32 +485,39 @@ def _section_six_nd(report: Report, runs: dict[str, dict]) -> dict:
     return data
 
 
+def _span(values: list[float], fmt) -> str:
+    """``values`` formatted, lowest to highest, as one text when they print alike and as "lo–hi" otherwise."""
+    return "–".join(dict.fromkeys(fmt(v) for v in sorted(values)))
+
+
 def _section_epoch(report: Report, runs: dict[str, dict], six: dict) -> dict:
     big = runs["big"]
     gpu_seconds = big["hours"] * 3600 * big["gpus"]
+    epoch = EPOCH_RATE_TFLOPS * 10**12 * EPOCH_GPUS * EPOCH_DAYS * SECONDS_PER_DAY * UTILISATION_EPOCH
+    epoch_ok = epoch == EPOCH_BIG_STATED
     at_95 = gpu_seconds * _frac(GPU_TFLOPS["P100"]) * 10**12 * UTILISATION_EPOCH
-    at_93 = gpu_seconds * P100_PCIE_PEAK_TFLOPS * 10**12 * UTILISATION_EPOCH
-    lo, hi = Fraction("7.35e18"), Fraction("7.45e18")
-    rate_lo = lo / (gpu_seconds * UTILISATION_EPOCH) / 10**12
-    rate_hi = hi / (gpu_seconds * UTILISATION_EPOCH) / 10**12
     floors = {kind: [e["six_n_d_per_side"] for e in v["at"]] for kind, v in six["big"]["vocabularies"].items()}
     floor_min = min(min(f) for f in floors.values())
     below = EPOCH_BIG_FLOP < floor_min
-    # the utilisation of peak a run must reach to do at least the 6·N·D floor in 84 h on 8 GPUs
-    needed = {
-        kind: [f / float(gpu_seconds * peak * 10**12) for f in fl]
-        for kind, fl in floors.items()
-        for peak in (P100_PCIE_PEAK_TFLOPS,)
-    }
+    # the utilisation of Epoch's peak rate a run must reach to do at least the 6·N·D floor in 84 h on 8 GPUs
+    needed = {kind: [f / float(gpu_seconds * EPOCH_RATE_TFLOPS * 10**12) for f in fl] for kind, fl in floors.items()}
     tokens_for_epoch = {
         kind: [EPOCH_BIG_FLOP / (6 * e["parameters"]) / big["steps"] for e in v["at"]]
         for kind, v in six["big"]["vocabularies"].items()
     }
+    stated = (
+        f"{float(EPOCH_RATE_TFLOPS)}·10^12 FLOP/s × {EPOCH_GPUS} GPUs × {float(EPOCH_DAYS)} days × "
+        f"{float(UTILISATION_EPOCH)}"
+    )
     report.section(
-        "Another way: Epoch AI's 7.4·10^18 FLOP for the big model",
-        f"Epoch AI's published estimate for the big model is {EPOCH_BIG_TEXT} FLOP, a hardware estimate: "
-        "training time × GPUs × the GPU's peak rate × an assumed 33% utilisation. The paper's method is the same "
-        "product without the utilisation factor (it takes 9.5 TFLOPS as the *sustained* rate).",
+        f"Another way: Epoch AI's {as_printed(EPOCH_BIG_STATED)} FLOP for the big model",
+        f"Epoch AI's estimate for the big model is {fmt_sci(EPOCH_BIG_FLOP, 8)} FLOP ({EPOCH_SOURCE}), a hardware "
+        f"estimate whose notes state the arithmetic: {stated} = {fmt_sci(EPOCH_BIG_FLOP, 8)}, the rate being the "
+        "P100's peak single-precision rate as NVIDIA's P100 page lists it (the PCIe card) and 0.33 an assumed "
+        "utilisation. Recomputed here from those stated inputs: "
+        f"{fmt_sci(float(epoch), 8)} ({'equal to' if epoch_ok else 'NOT equal to'} the stated result). The paper's "
+        "method is the same product with footnote 5's 9.5 TFLOPS, taken as the *sustained* rate, and no utilisation "
+        "factor.",
         "",
     )
     report.table(
@@ -518,19 +530,14 @@ def _section_epoch(report: Report, runs: dict[str, dict], six: dict) -> dict:
                 big["printed"].text,
             ],
             ["33% of the paper's rate", "× 0.33", fmt_sci(float(at_95), 4), as_printed(at_95)],
-            [
-                "33% of 9.3 TFLOPS (P100 PCIe listed peak)",
-                f"{float(big['hours']):g} h × 3600 × 8 × 9.3 TFLOPS × 0.33",
-                fmt_sci(float(at_93), 4),
-                as_printed(at_93),
-            ],
-            ["Epoch AI (published)", "—", "—", EPOCH_BIG_TEXT],
+            ["Epoch AI, recomputed from its stated inputs", stated, fmt_sci(float(epoch), 8), as_printed(epoch)],
+            ["Epoch AI (stated result)", "—", fmt_sci(EPOCH_BIG_FLOP, 8), as_printed(EPOCH_BIG_STATED)],
             *[
                 [
                     f"6·N·D floor, per side, V = {_vocab_text(six['big']['vocabularies'][k]['vocab'])} ({k})",
                     "above",
-                    " – ".join(fmt_sci(f, 4) for f in floors[k]),
-                    " – ".join(as_printed(f) for f in floors[k]),
+                    _span(floors[k], lambda x: fmt_sci(x, 4)),
+                    _span(floors[k], as_printed),
                 ]
                 for k in floors
             ],
@@ -539,24 +546,21 @@ def _section_epoch(report: Report, runs: dict[str, dict], six: dict) -> dict:
     )
     report.add(
         "",
-        f"At 33% utilisation of 84 h × 8 GPUs, a result that prints as {EPOCH_BIG_TEXT} needs a peak rate between "
-        f"{float(rate_lo):.3f} and {float(rate_hi):.3f} TFLOPS: footnote 5's 9.5 does not give it, the P100 PCIe's "
-        "listed 9.3 does. Which rate Epoch used is our inference, not a statement of theirs.",
-        "",
         (
             "**Epoch's estimate lies below the 6·N·D floor** "
             if below
             else "Epoch's estimate is not below the 6·N·D floor "
         )
-        + f"({EPOCH_BIG_TEXT} against {' and '.join(as_printed(min(f)) for f in floors.values())} at the stated and "
-        "inferred vocabularies). 6·N·D counts only the model's own multiply-adds for §5's steps and batch sizes (no "
-        "attention scores, padding, recomputation or idle time), so it is a floor on what the run must have done. "
+        + f"({as_printed(EPOCH_BIG_STATED)} against {' and '.join(_span(f, as_printed) for f in floors.values())} at "
+        "the stated and inferred vocabularies). 6·N·D counts only the model's own multiply-adds for §5's steps and "
+        "batch sizes (no attention scores, padding, recomputation or idle time), so it is a floor on what the run must "
+        "have done. "
         + (
             "What follows: the run used more than Epoch's assumed 33% of the GPUs' peak, at least "
-            + " / ".join(f"{min(needed[k]):.0%}" for k in needed)
-            + " of 9.3 TFLOPS over the 84 hours (stated / inferred vocabulary); or it trained on fewer tokens than "
-            "§5.1 and §5.2 say: Epoch's figure at face value allows only "
-            + " / ".join(f"{min(tokens_for_epoch[k]):,.0f}" for k in tokens_for_epoch)
+            + " / ".join(_span(needed[k], lambda x: f"{x:.0%}") for k in needed)
+            + f" of {float(EPOCH_RATE_TFLOPS)} TFLOPS over the 84 hours (stated / inferred vocabulary); or it trained "
+            "on fewer tokens than §5.1 and §5.2 say: Epoch's figure at face value allows only "
+            + " / ".join(_span(tokens_for_epoch[k], lambda x: f"{x:,.0f}") for k in tokens_for_epoch)
             + " tokens per side per step, against the printed about 25,000. So if §5's steps and batch sizes are "
             "right, 33% understates this run's utilisation; the paper's own figure (100% of a sustained 9.5 TFLOPS) is "
             "above the floor and so consistent with it."
@@ -565,13 +569,14 @@ def _section_epoch(report: Report, runs: dict[str, dict], six: dict) -> dict:
         ),
     )
     return {
-        "epoch_published": EPOCH_BIG_FLOP,
+        "epoch_source": EPOCH_SOURCE,
+        "epoch_stated": EPOCH_BIG_FLOP,
+        "epoch_recomputed": float(epoch),
+        "epoch_recomputed_equals_stated": epoch_ok,
         "at_paper_rate_33pct": float(at_95),
-        "at_9_3_tflops_33pct": float(at_93),
-        "rate_interval_reproducing_epoch_tflops": [float(rate_lo), float(rate_hi)],
         "six_n_d_floor": floors,
         "below_floor": below,
-        "utilisation_needed_of_9_3": needed,
+        "utilisation_needed_of_epoch_rate": needed,
         "tokens_per_side_per_step_for_epoch": tokens_for_epoch,
     }
 
@@ -601,9 +606,11 @@ def _section_bleu(report: Report) -> list[dict]:
 
 
 def _pct(model: dict) -> str:
-    """ "29% / 31%": per-side 6·N·D over the §6.1 figure at the stated / inferred vocabulary (the inferred one's low
-    end)."""
-    return " / ".join(f"{model['vocabularies'][k]['per_side_over_paper'][0]:.0%}" for k in ("stated", "inferred"))
+    """ "29% / 30%": per-side 6·N·D over the §6.1 figure at the stated / inferred vocabulary (a range where the ends
+    of the inferred interval print differently)."""
+    return " / ".join(
+        _span(model["vocabularies"][k]["per_side_over_paper"], lambda x: f"{x:.0%}") for k in ("stated", "inferred")
+    )
 
 
 def main(out_dir: Path) -> str:
@@ -636,9 +643,10 @@ def main(out_dir: Path) -> str:
         f"{next(r['ratio_printed'] for r in quarter['rows'] if r['model'] == quarter['previous_state_of_the_art']):.2f}"
         "); "
         f"6·N·D gives {_pct(six_nd['base'])} (base) and {_pct(six_nd['big'])} (big) of the §6.1 figures at V = 37,000 "
-        f"/ the inferred {_vocab_text(six_nd['big']['vocabularies']['inferred']['vocab'])}; Epoch's 7.4·10^18 = 33% × "
-        f"84 h × 8 × 9.3 TFLOPS, {'below' if epoch['below_floor'] else 'not below'} the 6·N·D floor; BLEU not "
-        "recomputable."
+        f"/ the inferred {_vocab_text(six_nd['big']['vocabularies']['inferred']['vocab'])}; Epoch's "
+        f"{as_printed(EPOCH_BIG_STATED)} {'is' if epoch['epoch_recomputed_equals_stated'] else 'is NOT'} its stated "
+        f"{float(EPOCH_RATE_TFLOPS)} TFLOPS × {EPOCH_GPUS} × {float(EPOCH_DAYS)} days × {float(UTILISATION_EPOCH)}, "
+        f"{'below' if epoch['below_floor'] else 'not below'} the 6·N·D floor; BLEU not recomputable."
     )
     report.data = {
         "transformer_cells": cells,

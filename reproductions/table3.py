@@ -375,10 +375,24 @@ BIG_HYPOTHESES: tuple[Hypothesis, ...] = (
 )
 
 
+def direction(change: Sequence[int]) -> str:
+    """ "adds", "removes" or "none" when every value of ``change`` (parameters against a reference) is above, below
+    or at 0; "either" when they straddle it."""
+    if min(change) > 0:
+        return "adds"
+    if max(change) < 0:
+        return "removes"
+    return "none" if min(change) == max(change) == 0 else "either"
+
+
 def big_hypotheses(results: Mapping[str, dict]) -> list[dict]:
-    """Each :data:`BIG_HYPOTHESES` counted: big's parameters over its vocabularies, and whether any prints as 213."""
+    """Each :data:`BIG_HYPOTHESES` counted: big's parameters over its vocabularies, whether any prints as 213, and
+    the change against the other rows' counting at their vocabulary (paired by V where both use that vocabulary,
+    else over both intervals' ends). A hypothesis whose vocabulary is solved from the printed 213 gives it by
+    construction."""
     printed_big = int(paper.printed("table3.big.params").value)
     shared = results[PAPER_ASSUMPTION.label]["best_interval"]
+    reference = count_line(TABLE3["big"], PAPER_ASSUMPTION)
     vocabularies = {
         "shared": shared,
         "stated": (STATED_VOCAB, STATED_VOCAB),
@@ -394,6 +408,10 @@ def big_hypotheses(results: Mapping[str, dict]) -> list[dict]:
         else:
             lo, hi = vocabularies[h.vocab]
             gives = intersect([fits, (lo, hi)]) is not None
+        if h.vocab == "shared":
+            change = [line.at(v) - reference.at(v) for v in shared]
+        else:
+            change = [line.at(v) - reference.at(w) for v in (lo, hi) for w in shared]
         out.append(
             {
                 "name": h.name,
@@ -404,6 +422,9 @@ def big_hypotheses(results: Mapping[str, dict]) -> list[dict]:
                 "gives_printed": gives,
                 "vocab_kind": h.vocab,
                 "vocab_that_would": fits,
+                "change": [min(change), max(change)],
+                "direction": direction(change),
+                "by_construction": h.vocab == "own",
             }
         )
     return out
@@ -425,11 +446,15 @@ def _section_big(report: Report, results: Mapping[str, dict]) -> list[dict]:
                 h["what"],
                 vocab,
                 count,
-                "yes" if h["gives_printed"] else "no",
+                _change_text(h["change"]),
+                h["direction"],
+                ("yes, by construction" if h["by_construction"] else "yes")
+                if h["gives_printed"]
+                else ("no, by construction" if h["by_construction"] else "no"),
                 _interval_text(h["vocab_that_would"]),
             ]
         )
-    same = [h for h in hyps if h["gives_printed"] and h["vocab_kind"] != "own"]
+    same = [h for h in hyps if h["gives_printed"] and not h["by_construction"]]
     own = next(h for h in hyps if h["vocab_kind"] == "own")
     own_iv = own["vocab_that_would"]
     en_fr = int(paper.printed("s5.1.vocab_en_fr").value)
@@ -455,18 +480,21 @@ def _section_big(report: Report, results: Mapping[str, dict]) -> list[dict]:
             "what is counted",
             "vocabulary",
             "big's parameters ×10^6",
+            "against the first row (×10^6)",
+            "direction",
             f"gives {printed_big}M",
             "V that would",
         ],
         rows,
-        "llrrll",
+        "llrrrlll",
     )
+    report.add("", *_big_directions(hyps, printed_big))
     report.add(
         "",
         (
             f"Under the same assumptions as the other rows, {'none gives' if not same else 'these give'} {printed_big}M"
             + (": " + ", ".join(h["name"] for h in same) if same else "")
-            + f". A vocabulary of big's own does ({_interval_text(own_iv)} tokens), which "
+            + f". A vocabulary of big's own does, by construction ({_interval_text(own_iv)} tokens), which "
             + (
                 f"contains {', '.join(inside)}"
                 if inside
@@ -482,6 +510,55 @@ def _section_big(report: Report, results: Mapping[str, dict]) -> list[dict]:
         ),
     )
     return hyps
+
+
+def _change_text(change: Sequence[int]) -> str:
+    lo, hi = (c / 1e6 for c in change)
+    return f"{lo:+.3f}" if lo == hi else f"{lo:+.3f} to {hi:+.3f}"
+
+
+def _reach(h: dict, printed_big: int) -> str:
+    """ " (too few)" when every count of the hypothesis still prints above ``printed_big``, " (too many)" when every
+    one prints below it, "" otherwise."""
+    lo, hi = count_bounds(printed_big)
+    if min(h["count"]) >= hi:
+        return " (too few)"
+    return " (too many)" if max(h["count"]) < lo else ""
+
+
+def _big_directions(hyps: Sequence[dict], printed_big: int) -> list[str]:
+    """The hypotheses read by direction: how far big is from the printed count, which ones move it away, which
+    could bring it closer and by how much, and which one holds by construction."""
+    first = hyps[0]
+    hi = count_bounds(printed_big)[1]
+    excess = [c - printed_big * 10**6 for c in first["count"]]
+    needed = [c - (hi - 1) for c in first["count"]]  # the fewest parameters to remove, at either end of V
+    testable = [h for h in hyps[1:] if not h["by_construction"]]
+    adds = [h["name"] for h in testable if h["direction"] == "adds"]
+    removes = [h for h in testable if h["direction"] == "removes"]
+    enough = [h["name"] for h in removes if h["gives_printed"]]
+    per_token = count_line(TABLE3["big"], PAPER_ASSUMPTION).slope
+    return [
+        "The column \"against the first row\" is each hypothesis's count minus big's count under the other rows' "
+        f"counting at their vocabulary ({first['name']}), in millions. That count is "
+        f"{_change_text(excess)}M away from the printed {printed_big}M, so only a hypothesis that removes at least "
+        f"{min(needed) / 1e6:.3f}–{max(needed) / 1e6:.3f}M (at the two ends of the vocabulary interval) can make big "
+        f"print as {printed_big}. Adding parameters moves it further away: {', '.join(adds) or 'none'} "
+        f"{'adds' if len(adds) == 1 else 'add'} parameters and so cannot give {printed_big}M. Removing parameters "
+        "could lower it: "
+        + "; ".join(f"{h['name']} {_change_text(h['change'])}M{_reach(h, printed_big)}" for h in removes)
+        + f" (a vocabulary smaller by one token removes {fmt_int(per_token)}); of these, {', '.join(enough) or 'none'} "
+        + ("gives" if len(enough) <= 1 else "give")
+        + f" {printed_big}M.",
+        "",
+        *(
+            f'"{h["name"]}" gives {printed_big}M by construction: its vocabulary is solved from the printed '
+            f"{printed_big} itself, so it could not have failed and is no evidence for how big was counted; it says "
+            f"only which V would be needed ({_interval_text(h['vocab_that_would'])})."
+            for h in hyps
+            if h["by_construction"]
+        ),
+    ]
 
 
 def _section_row_e(report: Report, results: Mapping[str, dict]) -> dict:
@@ -564,7 +641,11 @@ def _json_results(results: Mapping[str, dict]) -> dict:
 
 def _verdict(results: Mapping[str, dict], printed_rows: Mapping[str, int]) -> str:
     r = results[PAPER_ASSUMPTION.label]
-    gives = [h for h in big_hypotheses(results) if h["gives_printed"]]
+    hyps = big_hypotheses(results)
+    testable = [h for h in hyps if not h["by_construction"]]
+    gives = [h["name"] for h in testable if h["gives_printed"]]
+    constructed = [h["name"] for h in hyps if h["by_construction"] and h["gives_printed"]]
+    adds = [h for h in testable if h["direction"] == "adds"]
     always_flagged = sorted(set.intersection(*(set(x["flagged"]) for x in results.values())))
     none_all = all(x["all_rows"] is None for x in results.values())
     none_at_37000 = sum(len(x["reproduced_at_37000"]) for x in results.values()) == 0
@@ -577,9 +658,11 @@ def _verdict(results: Mapping[str, dict], printed_rows: Mapping[str, int]) -> st
         f"{head}; with shared embeddings, biases and LayerNorm, {len(r['best_rows'])} of {len(printed_rows)} rows "
         f"agree on V = {_interval_text(r['best_interval'])} and {', '.join(r['flagged']) or 'none'} needs "
         f"{_interval_text(r['intervals'].get('big'))}; flagged under every set: {', '.join(always_flagged) or 'none'}; "
-        f"{'no row is' if none_at_37000 else 'some rows are'} reproduced at the stated 37000; of {len(BIG_HYPOTHESES)} "
-        f"big-row hypotheses, {', '.join(h['name'] for h in gives) or 'none'} give{'s' if len(gives) == 1 else ''} "
-        "213M."
+        f"{'no row is' if none_at_37000 else 'some rows are'} reproduced at the stated 37000; of the {len(testable)} "
+        f"big-row hypotheses that could fail, {', '.join(gives) or 'none'} give{'s' if len(gives) <= 1 else ''} 213M "
+        f"and {len(adds)} add parameters, moving big further from it"
+        + (f" ({', '.join(constructed)} gives it by construction)" if constructed else "")
+        + "."
     )
 
 
@@ -667,7 +750,10 @@ def _conclusions(results: Mapping[str, dict], printed_rows: Mapping[str, int]) -
         f"{', '.join(map(_interval_text, mixed)) or 'none'} (without big: "
         f"{', '.join(map(_interval_text, others)) or 'none'}).",
         "- The named hypotheses for big (another vocabulary, unshared projections, biases or LayerNorm left out) are "
-        "tested in their own section above; those that give the printed count: "
-        + (", ".join(h["name"] for h in big_hypotheses(results) if h["gives_printed"]) or "none")
+        "tested in their own section above; those that give the printed count without being solved for it: "
+        + (
+            ", ".join(h["name"] for h in big_hypotheses(results) if h["gives_printed"] and not h["by_construction"])
+            or "none"
+        )
         + ".",
     ]

@@ -147,6 +147,21 @@ def test_every_report_ends_with_a_signature(regenerated: Path) -> None:
         assert data[SIGNATURE_KEY] in last, f"{md.name}: json signature {data[SIGNATURE_KEY]!r} differs from the md's"
 
 
+def test_reports_name_their_tests_sweeps_and_sources(regenerated: Path) -> None:
+    """What a reader needs to judge the verdicts is in the reports themselves: Table 1's path lengths across k and r,
+    Epoch's stated arithmetic in Table 2, the big row's hypotheses by direction in Table 3, and (when the ablation
+    has results) the sign-flip test beside the t-test with its smallest attainable p."""
+    table1 = (regenerated / "table1.md").read_text(encoding="utf-8")
+    assert "The same two columns across k and r" in table1 and "slope in log_k n" in table1 and "r^-1.026" in table1
+    assert "9.3·10^12 FLOP/s × 8 GPUs × 3.5 days × 0.33" in (regenerated / "table2.md").read_text(encoding="utf-8")
+    table3 = (regenerated / "table3.md").read_text(encoding="utf-8")
+    assert "by construction" in table3 and "| adds |" in table3 and "| removes |" in table3
+    ablation = regenerated / "bleu-ablation.md"
+    if ablation.exists():
+        text = ablation.read_text(encoding="utf-8")
+        assert "sign-flip test" in text and "= 0.0625" in text and "95% CI, unadjusted" in text
+
+
 def test_index_lists_every_reproduction(regenerated: Path) -> None:
     index = (regenerated / "README.md").read_text(encoding="utf-8")
     for r in REPRODUCTIONS:
@@ -328,6 +343,67 @@ def test_fit_exponent_and_crossover_on_exact_power_laws() -> None:
     cross = crossover([256, 1024], [256.0**2, 1024.0**2], [512.0 * 256, 512.0 * 1024])
     assert cross is not None and abs(cross - 512) < 1e-9 * 512
     assert crossover([1, 2], [1.0, 2.0], [5.0, 6.0]) is None
+
+
+def test_printed_growth_in_k_and_r() -> None:
+    """How each printed path or sequential cell grows with k or r at a fixed n: O(log_k(n)) linearly in log_k n,
+    O(n/k) and O(n/r) as k^-1 and r^-1, cells without the variable not at all."""
+    from aiayn.reproductions.table1 import _printed_growth_in
+
+    assert _printed_growth_in("O(log_k(n))", "k") == ("log", 1.0)
+    assert _printed_growth_in("O(n/k)", "k") == ("power", -1.0) and _printed_growth_in("O(n/r)", "r") == ("power", -1.0)
+    assert _printed_growth_in("O(1)", "k") == ("power", 0.0) and _printed_growth_in("O(n)", "r") == ("power", 0.0)
+    with pytest.raises(ValueError, match="grows with k"):
+        _printed_growth_in("O(k·n)", "k")
+
+
+def test_path_lengths_across_k_and_r_by_hand() -> None:
+    """n = 257 (256 positions to cross): contiguous causal k advances k − 1 per layer, 256/16 = 16 layers at k = 17,
+    then 8, 4, 2; centred restricted r advances ⌊(r − 1)/2⌋, 256/8 = 32 at r = 17, then 16, 8, 4. The log-log slopes
+    of those in k (or r) are −1.026 (the k − 1 against k), within the tolerance of the printed −1; a depth that does
+    not change is slope 0."""
+    pytest.importorskip("torch")
+    from aiayn.reproductions._instrument import fit_power
+    from aiayn.reproductions.table1 import EXPONENT_TOLERANCE, _growth_across, measure_across
+
+    contiguous = measure_across("convolutional_contiguous", "path")
+    restricted = measure_across("restricted_self_attention", "path")
+    assert contiguous == {17: 16, 33: 8, 65: 4, 129: 2} and restricted == {17: 32, 33: 16, 65: 8, 129: 4}
+    assert measure_across("restricted_self_attention", "sequential") == dict.fromkeys((17, 33, 65, 129), 10)
+    slope = _growth_across(contiguous, "power", 257)
+    assert slope == pytest.approx(fit_power([17, 33, 65, 129], [16, 8, 4, 2]), rel=1e-12)
+    assert abs(slope + 1.0256620301732657) < 1e-12 and abs(slope + 1) <= EXPONENT_TOLERANCE
+    assert _growth_across({2: 12, 4: 6, 8: 4, 16: 3, 64: 2}, "log", 4096) == pytest.approx(1.0, abs=1e-12)
+    assert _growth_across({17: 10, 33: 10}, "power", 257) == 0.0
+
+
+def test_k_and_r_section_flags_a_path_that_does_not_shrink(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The across-k-and-r check can fail: paths that stay constant as k and r grow disagree with O(n/k), O(n/r) and
+    O(log_k(n)), while the O(1) depths still agree."""
+    from aiayn.kit import Report
+    from aiayn.reproductions import table1
+
+    monkeypatch.setattr(
+        table1, "measure_across", lambda layer_type, column: dict.fromkeys(table1.KR_SWEEPS[layer_type][2], 7)
+    )
+    rows = table1._section_k_and_r(Report("t", "t", precision="x"))
+    assert {(r["layer_type"], r["column"]): r["agree"] for r in rows} == {
+        ("convolutional", "sequential"): True,
+        ("convolutional", "path"): False,
+        ("restricted_self_attention", "sequential"): True,
+        ("restricted_self_attention", "path"): False,
+        ("convolutional_contiguous", "path"): False,
+    }
+
+
+def test_an_omitted_exponent_is_printed_with_its_fitted_value() -> None:
+    """An exponent within the tolerance of 0 is left out of the fit's reading but shown with its value, not as 0."""
+    from aiayn.reproductions.table1 import _fmt_exponents
+
+    assert _fmt_exponents({"n": 1.0, "d": 1.971}, {"n": 1.0, "d": 1.971, "k": 0.0672}) == (
+        "n^1.000, d^1.971 (omitted as 0: k^0.067)"
+    )
+    assert _fmt_exponents({"n": 2.0}, {"n": 2.0}) == "n^2.000"
 
 
 def test_convolution_is_exact_on_integers() -> None:
@@ -624,6 +700,44 @@ def test_big_hypotheses_by_hand() -> None:
         and hyps["a vocabulary of its own"]["gives_printed"]
     )
     assert [h for h, v in hyps.items() if v["gives_printed"]] == ["a vocabulary of its own"]
+
+
+def test_big_hypotheses_by_direction() -> None:
+    """Against big at the other rows' counting and vocabulary: leaving biases out removes 6·(4·1024 + 4096 + 1024)
+    (encoder: one attention, the FFN) + 6·(2·4·1024 + 4096 + 1024) (decoder) = 135,168 at every V; an unshared output
+    projection adds V·1024; the stated vocabulary removes 1024·(V_shared − 37,000). The vocabulary solved for big
+    gives 213M by construction, and no other hypothesis gives it."""
+    from aiayn.reproductions.table3 import analyse, big_hypotheses, direction
+
+    results = analyse()
+    hyps = {h["name"]: h for h in big_hypotheses(results)}
+    lo, hi = results["biases, LayerNorm, shared"]["best_interval"]
+    assert hyps["no biases"]["change"] == [-135_168, -135_168] and hyps["no biases"]["direction"] == "removes"
+    assert hyps["an unshared output projection"]["change"] == [1024 * lo, 1024 * hi]
+    assert hyps["the stated vocabulary"]["change"] == [1024 * (37_000 - hi), 1024 * (37_000 - lo)]
+    assert [h for h, v in hyps.items() if v["direction"] == "adds"] == [
+        "an unshared output projection",
+        "three embedding matrices",
+    ]
+    assert [h for h, v in hyps.items() if v["by_construction"]] == ["a vocabulary of its own"]
+    assert not [h for h, v in hyps.items() if v["gives_printed"] and not v["by_construction"]]
+    assert direction([0, 0]) == "none" and direction([-1, 2]) == "either" and direction([3, 5]) == "adds"
+
+
+def test_epoch_estimate_is_its_stated_arithmetic() -> None:
+    """Epoch's notes: 9.3·10^12 FLOP/s × 8 GPUs × 3.5 days × 0.33 = 7.4245248·10^18 (9.3e12 · 8 · 302,400 s ·
+    0.33, exactly); table2.md cites it and prints the tokens per side it allows as a range at the inferred
+    vocabulary: 7.4245248·10^18 / (6 · 300,000 · N) for N = 218,505,216 and 218,271,744 is 18,877.1 and 18,897.3."""
+    from aiayn.reproductions import table2
+
+    product = (
+        table2.EPOCH_RATE_TFLOPS * 10**12 * table2.EPOCH_GPUS * table2.EPOCH_DAYS * 86_400 * table2.UTILISATION_EPOCH
+    )
+    assert product == table2.EPOCH_BIG_STATED == Fraction(74_245_248 * 10**11)
+    ends = [7.4245248e18 / (6 * 300_000 * n) for n in (218_505_216, 218_271_744)]
+    assert [round(x, 1) for x in ends] == [18_877.1, 18_897.3]
+    assert table2._span(ends, lambda x: f"{x:,.0f}") == "18,877–18,897"
+    assert table2._span([1.0, 1.0], str) == "1.0"
 
 
 def test_six_nd_floor_and_epoch_by_hand() -> None:

@@ -522,7 +522,111 @@ def test_ablation_summary_pairs_rows_with_base_by_seed() -> None:
     s = {x["row"]: x for x in summarise(base + row, ["base", "C: N=1"])}["C: N=1"]
     assert s["seeds"] == [1, 2, 3] and s["nll_paired_seeds"] == [1, 2, 3]
     assert s["nll_test"]["mean"] == pytest.approx(-0.22, abs=1e-12) and s["nll_test"]["p"] < 0.01
-    assert s["nll_verdict"] == "disagrees"  # the paper's C1 (N = 2) is worse than base: higher perplexity
+    assert s["nll_verdict_t"] == "disagrees"  # the paper's C1 (N = 2) is worse than base: higher perplexity
+    # three pairs: the sign-flip test's smallest p is 2/8, so the verdict rests on the t-test alone, and says so
+    assert s["nll_sign_flip"]["p"] == 0.25 and s["nll_verdict"] == "disagrees (t-test only)"
+
+
+def test_sign_flip_test_by_hand() -> None:
+    """Differences 1..5 all positive: only the all-plus and all-minus patterns reach |sum| = 15, p = 2/32. With -2
+    instead of 2 the sum is 11, and |15 − 2·S| >= 11 (S the sum of the flipped values) holds for the subsets of
+    {1..5} summing to at most 2 ({}, {1}, {2}) and their complements: p = 6/32. All differences 0 tie every
+    pattern: p = 1. Holm over 4 rows needs 4 · 2/2^n < 0.05: n = 8 (4 · 2/128 = 0.0625 at n = 7)."""
+    from aiayn.reproductions.translation.ablation_report import min_p, seeds_needed, sign_flip_test
+
+    r = sign_flip_test([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert (r["at_least_as_extreme"], r["patterns"], r["p"], r["min_p"]) == (2, 32, 2 / 32, 2 / 32)
+    assert sign_flip_test([1.0, -2.0, 3.0, 4.0, 5.0])["p"] == 6 / 32
+    assert sign_flip_test([0.0, 0.0, 0.0])["p"] == 1.0
+    assert sign_flip_test([0.1, 0.2, -0.3])["p"] == 1.0  # the sum is 0 up to rounding; exact arithmetic sees a tie
+    assert min_p(5) == 0.0625 and min_p(8) == 2 / 256
+    assert seeds_needed(4) == 8 and seeds_needed(4, 0.25) == 6 and seeds_needed(1) == 6
+
+
+def test_ablation_verdict_needs_both_tests_or_names_the_one() -> None:
+    """A row agrees or disagrees only when the t-test and the sign-flip test both say so; otherwise its verdict
+    names the test it rests on; two tests reading opposite directions from one mean is an error."""
+    from aiayn.reproductions.translation.ablation_report import AGREES, DISAGREES, NOT_SEPARABLE, joint_verdict
+
+    assert joint_verdict(AGREES, AGREES) == AGREES and joint_verdict(NOT_SEPARABLE, NOT_SEPARABLE) == NOT_SEPARABLE
+    assert joint_verdict(DISAGREES, NOT_SEPARABLE) == "disagrees (t-test only)"
+    assert joint_verdict(NOT_SEPARABLE, AGREES) == "agrees (sign-flip test only)"
+    with pytest.raises(ValueError, match="opposite"):
+        joint_verdict(AGREES, DISAGREES)
+
+
+def test_paper_direction_reads_bleu_and_perplexity_with_one_rule() -> None:
+    """A printed difference of at most one unit of the last digit is "equal", for BLEU as for perplexity: row E's
+    25.7 against base's 25.8 BLEU (§6.2: "nearly identical") reads as its 4.92 against 4.92 perplexity does."""
+    from aiayn.reproductions.translation.ablation_report import paper_direction, printed_direction
+
+    assert printed_direction("25.7", "25.8") == "equal" and printed_direction("4.91", "4.92") == "equal"
+    assert printed_direction("25.6", "25.8") == "lower" and printed_direction("5.29", "4.92") == "higher"
+    assert printed_direction("26", "25.8") == "higher"  # the finer of the two printings sets the unit
+    assert paper_direction("E: learned", "BLEU") == paper_direction("E: learned", "PPL") == "equal"
+    assert paper_direction("C: d=64", "BLEU") == "lower" and paper_direction("C: d=64", "PPL") == "higher"
+
+
+def _synthetic_runs(rows_and_offsets: dict[str, float], seeds: int) -> list[dict]:
+    """Runs of every row for seeds 1..``seeds``: dev NLL 5 + 0.01·seed, plus for the other rows their offset and
+    0.003·(seed mod 3) (differences that vary but keep the offset's sign)."""
+    nll = {
+        (row, k): 5.0 + 0.01 * k + (offset + 0.003 * (k % 3) if row != "base" else 0.0)
+        for row, offset in rows_and_offsets.items()
+        for k in range(1, seeds + 1)
+    }
+    return [
+        {
+            "row": row,
+            "seed": k,
+            "parameters": 10,
+            "dev": {"nll": nll[row, k], "ppl": math.exp(nll[row, k])},
+            "dev_bleu": {"sacrebleu": 1.0 + 0.1 * k, "chrf": 10.0, "sacrebleu_signature": "s", "chrf_signature": "c"},
+            "train_seconds": 60.0,
+            "steps": 3,
+            "tokens": 800,
+            "threads": 1,
+            "measurement": {"code": "x", "commit": "y"},
+        }
+        for row, offset in rows_and_offsets.items()
+        for k in range(1, seeds + 1)
+    ]
+
+
+def test_ablation_report_states_the_tests_and_what_more_seeds_allow() -> None:
+    """The report shows the sign-flip test beside the t-test, its smallest attainable p, unadjusted intervals, the
+    geometric mean, and the seeds the design needs; with 5 seeds a separable row rests on the t-test only, with 8
+    (for 4 rows compared) both tests separate it."""
+    from aiayn.reproductions.translation.ablation_report import make_report
+
+    setup = {
+        "corpus": "c",
+        "pairs": {"train": 10, "dev": 2},
+        "dev_books": [8],
+        "vocab": 300,
+        "tokens": 800,
+        "max_tokens": 1500,
+        "warmup": 3,
+        "beam": 0,
+        "alpha": 0.6,
+        "device": "cpu",
+        "jobs": 1,
+        "train_target_tokens": 1000,
+    }
+    offsets = {"base": 0.0, "A: h=1": 0.1, "C: N=1": 0.2, "C: d=64": 0.3, "E: learned": -0.1}
+    for seeds, verdict in ((5, "agrees (t-test only)"), (8, "agrees")):
+        report = make_report(_synthetic_runs(offsets, seeds), {**setup, "seeds": list(range(1, seeds + 1))})
+        rows = {r["row"]: r for r in report.data["rows"]}
+        assert rows["C: d=64"]["nll_verdict"] == verdict, (seeds, rows["C: d=64"]["nll_verdict"])
+        assert report.data["seeds"] == {
+            "seeds_per_row": seeds,
+            "min_p": 2 / 2**seeds,
+            "rows_compared": 4,
+            "seeds_needed": 8,
+        }
+    md = "\n".join(make_report(_synthetic_runs(offsets, 5), {**setup, "seeds": [1, 2, 3, 4, 5]}).lines)
+    for text in ("sign-flip test", "2/2^5 = 1/16 = 0.0625", "95% CI, unadjusted", "geometric mean", "normal"):
+        assert text in md, text
 
 
 def test_ablation_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
@@ -579,7 +683,8 @@ def test_ablation_end_to_end_on_a_tiny_budget(
     data = json.loads((tmp_path / "out" / "bleu-ablation.json").read_text(encoding="utf-8"))
     rows = {r["row"]: r for r in data["rows"]}
     assert set(rows) == {"base", "C: N=1"} and all(len(r["ppl"]) == 2 for r in rows.values())
-    assert rows["C: N=1"]["nll_verdict"] in ("agrees", "disagrees", "not separable") and "nll_test" in rows["C: N=1"]
+    assert rows["C: N=1"]["nll_verdict"] in ("agrees (t-test only)", "disagrees (t-test only)", "not separable")
+    assert "nll_test" in rows["C: N=1"] and rows["C: N=1"]["nll_sign_flip"]["min_p"] == 0.5  # two pairs
     assert rows["C: N=1"]["parameters"] < rows["base"]["parameters"]
     for r in data["runs"]:
         assert 800 <= r["tokens"] < 800 + 1500, (

@@ -8,18 +8,30 @@ Statistics (the paired design): every row is trained with the same seeds, and a 
 batch order (the same batches for every row) as well as the row's initial weights and dropout
 masks, so row and base are compared seed by seed.
 
-- Per row: the mean dev perplexity and a 95% confidence interval, exp of the mean dev NLL ± the
-  t-quantile times its standard error (perplexity is exp(NLL), so the interval is taken on the
-  NLL scale, where seeds vary additively).
-- Against base: the **paired t-test** (two-sided) on the per-seed differences of dev NLL
-  (row − base), with the mean difference, its 95% confidence interval, the perplexity ratio
-  exp(mean difference) and the effect size Cohen's d_z = mean / sd of the differences; the same
-  for dev sacreBLEU. p-values are Holm-adjusted over the rows compared (Holm 1979), per metric.
-- Verdict per row against the paper's direction (its printed Table 3 perplexity of the analogous
-  row against base's 4.92): **agrees** (Holm-adjusted p < 0.05 and the difference has the
-  paper's sign), **disagrees** (p < 0.05 and the opposite sign, or any separable difference
-  where the paper prints none), **not separable** (p >= 0.05: the seeds do not tell the row from
-  base; not evidence of equality).
+- Per row: the geometric mean of the seeds' dev perplexities, exp(mean dev NLL), and a 95%
+  confidence interval, exp of the mean dev NLL ± the t-quantile times its standard error
+  (perplexity is exp(NLL), so the interval is taken on the NLL scale, where seeds vary additively).
+- Against base, two tests of the per-seed differences (row − base) of dev NLL, and the same two
+  for dev sacreBLEU, each two-sided with p-values Holm-adjusted over the rows compared (Holm 1979),
+  per metric and per test:
+
+  - the **paired t-test**, with the mean difference, its 95% confidence interval (unadjusted: a
+    per-row interval, not a simultaneous one), the perplexity ratio exp(mean difference) and the
+    effect size Cohen's d_z = mean / sd of the differences. It assumes the differences are
+    independent draws from a normal distribution; with a handful of seeds that cannot be checked.
+  - the **exact sign-flip permutation test**: p is the share of all 2^n sign patterns of the n
+    differences whose sum is at least as far from 0 as the observed one. It assumes only that
+    under no effect each difference is as likely negative as positive; its smallest attainable p
+    is 2/2^n, so with m rows compared under Holm it can separate any row only when
+    m · 2/2^n < 0.05 (:func:`seeds_needed`: 8 seeds for 4 rows).
+
+- Verdict per row against the paper's direction (the printed Table 3 value of the analogous row
+  against base's, read by :func:`paper_direction`, one rule for perplexity and BLEU): each test
+  gives **agrees** (Holm-adjusted p < 0.05 and the difference has the paper's sign),
+  **disagrees** (p < 0.05 and the opposite sign, or any separable difference where the paper
+  prints none) or **not separable** (p >= 0.05: the seeds do not tell the row from base; not
+  evidence of equality). The row's verdict is that when both tests give it; when only one test
+  separates the row, the verdict names the test it rests on ("disagrees (t-test only)").
 
 The t distribution is evaluated with mpmath (the regularized incomplete beta function), so the
 report needs no SciPy; ``tests/test_translation.py`` checks it against ``scipy.stats``.
@@ -27,9 +39,11 @@ report needs no SciPy; ``tests/test_translation.py`` checks it against ``scipy.s
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +141,45 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
+def sign_flip_test(differences: Sequence[float]) -> dict[str, Any]:
+    """The exact two-sided sign-flip permutation test of a zero mean on paired differences.
+
+    p = #{s in {−1, +1}^n : |Σ s_i·d_i| >= |Σ d_i|} / 2^n, every one of the 2^n sign patterns
+    enumerated and each sum exact (the differences as the rationals their floats are), so ties
+    are counted exactly. No normality is assumed, only that under no effect each difference is
+    symmetric about 0.
+    """
+    exact = [Fraction(d) for d in differences]
+    n = len(exact)
+    if n < 1:
+        raise ValueError("differences: the sign-flip test needs at least one pair")
+    observed = abs(sum(exact))
+    extreme = sum(
+        abs(sum(s * d for s, d in zip(signs, exact))) >= observed for signs in itertools.product((1, -1), repeat=n)
+    )
+    return {"n": n, "patterns": 2**n, "at_least_as_extreme": extreme, "p": extreme / 2**n, "min_p": min_p(n)}
+
+
+def min_p(n: int) -> float:
+    """The smallest two-sided p the exact sign-flip test can give with n pairs: 2/2^n (all signs alike)."""
+    return 2 / 2**n
+
+
+def _min_p_text(n: int) -> str:
+    """ "2/2^5 = 1/16 = 0.0625": the smallest attainable p, exactly."""
+    return f"2/2^{n} = {Fraction(2, 2**n)} = {min_p(n):.4g}"
+
+
+def seeds_needed(rows_compared: int, level: float = ALPHA) -> int:
+    """The fewest seeds per row with which the sign-flip test can separate a row under Holm: the least n with
+    rows_compared · 2/2^n < level (Holm's first step multiplies the smallest p, at best 2/2^n, by m; with n that
+    large, every row whose differences all share one sign is separable)."""
+    n = 1
+    while not rows_compared * min_p(n) < level:
+        n += 1
+    return n
+
+
 def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
     """(mean, low, high): the t interval of the mean of ``values`` (n >= 2)."""
     n = len(values)
@@ -135,20 +188,48 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float,
     return mean, mean - half, mean + half
 
 
+def printed_direction(row_text: str, base_text: str) -> str:
+    """ "higher" or "lower" when two printed values differ by more than one unit of their last printed digit,
+    "equal" otherwise: a one-unit difference lets the two true values be arbitrarily close (25.7 and 25.8 may be
+    25.749 and 25.751)."""
+
+    def decimals(text: str) -> int:
+        return len(text.split(".")[1]) if "." in text else 0
+
+    row, base = Fraction(row_text), Fraction(base_text)
+    unit = Fraction(1, 10 ** max(decimals(row_text), decimals(base_text)))
+    if abs(row - base) <= unit:
+        return "equal"
+    return "higher" if row > base else "lower"
+
+
 def paper_direction(row: str, metric: str) -> str:
-    """The sign of the printed row's metric minus base's (Table 3): "higher", "lower" or "equal"."""
+    """The printed row's metric against base's (Table 3), by :func:`printed_direction` (the same rule for PPL and
+    BLEU; §6.2 calls row E's 25.7 BLEU against base's 25.8 "nearly identical")."""
     from aiayn.reproductions.paper import printed
 
-    ours, base = printed(f"table3.{ROW_INFO[row][1]}.{metric}").value, printed(f"table3.base.{metric}").value
-    return "higher" if ours > base else "lower" if ours < base else "equal"
+    ours, base = printed(f"table3.{ROW_INFO[row][1]}.{metric}").text, printed(f"table3.base.{metric}").text
+    return printed_direction(ours, base)
 
 
 def verdict(p_holm: float, mean_difference: float, paper: str, level: float = ALPHA) -> str:
-    """:data:`AGREES`, :data:`DISAGREES` or :data:`NOT_SEPARABLE` (see the module docstring)."""
+    """One test's :data:`AGREES`, :data:`DISAGREES` or :data:`NOT_SEPARABLE` (see the module docstring)."""
     if not p_holm < level:
         return NOT_SEPARABLE
     ours = "higher" if mean_difference > 0 else "lower"
     return AGREES if ours == paper else DISAGREES
+
+
+def joint_verdict(by_t: str, by_sign_flip: str) -> str:
+    """The row's verdict from both tests' (module docstring): theirs when they give the same, else the separating
+    test's with the test named ("agrees (t-test only)", "disagrees (sign-flip test only)")."""
+    if by_t == by_sign_flip:
+        return by_t
+    if by_sign_flip == NOT_SEPARABLE:
+        return f"{by_t} (t-test only)"
+    if by_t == NOT_SEPARABLE:
+        return f"{by_sign_flip} (sign-flip test only)"
+    raise ValueError(f"the two tests read opposite directions ({by_t!r}, {by_sign_flip!r}) from one mean difference")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,14 +273,26 @@ def summarise(runs: list[dict[str, Any]], rows: list[str]) -> list[dict[str, Any
     for metric, value in (("nll", lambda r: r["dev"]["nll"]), ("bleu", _bleu)):
         for s in compared:
             seeds = sorted(set(by_row[s["row"]]) & set(base))
+            differences = [value(by_row[s["row"]][k]) - value(base[k]) for k in seeds]
             s[f"{metric}_paired_seeds"] = seeds
-            s[f"{metric}_test"] = paired_t_test([value(by_row[s["row"]][k]) - value(base[k]) for k in seeds])
-        for s, p in zip(compared, holm([s[f"{metric}_test"]["p"] for s in compared])):
-            s[f"{metric}_test"]["p_holm"] = p
+            s[f"{metric}_test"] = paired_t_test(differences)
+            s[f"{metric}_sign_flip"] = sign_flip_test(differences)
+        for test in ("test", "sign_flip"):
+            for s, p in zip(compared, holm([s[f"{metric}_{test}"]["p"] for s in compared])):
+                s[f"{metric}_{test}"]["p_holm"] = p
+        for s in compared:
             paper = paper_direction(s["row"], "PPL" if metric == "nll" else "BLEU")
+            mean = s[f"{metric}_test"]["mean"]
             s[f"{metric}_paper_direction"] = paper
-            s[f"{metric}_verdict"] = verdict(p, s[f"{metric}_test"]["mean"], paper)
+            s[f"{metric}_verdict_t"] = verdict(s[f"{metric}_test"]["p_holm"], mean, paper)
+            s[f"{metric}_verdict_sign_flip"] = verdict(s[f"{metric}_sign_flip"]["p_holm"], mean, paper)
+            s[f"{metric}_verdict"] = joint_verdict(s[f"{metric}_verdict_t"], s[f"{metric}_verdict_sign_flip"])
     return out
+
+
+def seeds_per_row(summary: list[dict[str, Any]]) -> int:
+    """The paired seeds each compared row has (the fewest, should rows differ): the n of both tests."""
+    return min(len(s["nll_paired_seeds"]) for s in summary if s["row"] != "base")
 
 
 def _p(p: float) -> str:
@@ -207,13 +300,62 @@ def _p(p: float) -> str:
 
 
 def _test_cells(s: dict[str, Any], metric: str, fmt: str) -> list[str]:
-    t = s[f"{metric}_test"]
+    t, f = s[f"{metric}_test"], s[f"{metric}_sign_flip"]
     ci = f"[{t['ci'][0]:{fmt}}, {t['ci'][1]:{fmt}}]"
     return [
         f"{t['mean']:+{fmt}} {ci}",
         f"{t['d_z']:+.2f}",
         f"t({t['df']}) = {t['t']:+.2f}, p = {_p(t['p'])}, Holm {_p(t['p_holm'])}",
+        f"{f['at_least_as_extreme']}/{f['patterns']}: p = {_p(f['p'])}, Holm {_p(f['p_holm'])}",
     ]
+
+
+def _tally(compared: list[dict[str, Any]], metric: str) -> str:
+    """ "agrees A; disagrees (t-test only) B, C; ...": the rows under each verdict, in a fixed order."""
+    order = sorted({x[f"{metric}_verdict"] for x in compared}, key=lambda v: (v.split(" (")[0] == NOT_SEPARABLE, v))
+    return "; ".join(f"{v} {', '.join(x['row'] for x in compared if x[f'{metric}_verdict'] == v)}" for v in order)
+
+
+def _seeds_section(rep: Report, summary: list[dict[str, Any]], runs: list[dict[str, Any]], setup: dict) -> dict:
+    """How many seeds each row has, what the exact test can reach with them, and what :func:`seeds_needed` allows."""
+    compared = [x for x in summary if x["row"] != "base"]
+    n, m = seeds_per_row(summary), len(compared)
+    needed = seeds_needed(m)
+    rows = len(summary)
+    span = setup.get("wall_span_seconds") or sum(r["train_seconds"] for r in runs) / max(1, setup.get("jobs", 1))
+    minutes = span / 60 * rows * needed / len(runs)
+    new_runs = rows * max(0, needed - n)
+    t_only = [x["row"] for x in compared for m_ in ("nll", "bleu") if x[f"{m_}_verdict"].endswith("(t-test only)")]
+    reachable = m * min_p(n) < ALPHA
+    rep.section(
+        "Seeds per row, and what the sign-flip test can show with them",
+        f"Seeds per row here: n = {n} (`seeds_per_row`). The paired t-test assumes the {n} differences per row are "
+        "independent draws from a normal distribution, which so few cannot check; the exact sign-flip test drops that "
+        f"assumption but cannot give a two-sided p below {_min_p_text(n)}, whatever the data. Under Holm over the {m} "
+        f"rows compared it can separate a row only if {m} × 2/2^n < {ALPHA} (Holm's first step; then every row whose "
+        f"differences all share one sign is separable): with n = {n} that is {_p(m * min_p(n))}, so "
+        + (
+            "it can separate rows here."
+            if reachable
+            else "it separates no row, whatever the data, and "
+            + (
+                f"the verdicts of {', '.join(dict.fromkeys(t_only))} rest on the t-test's normality alone."
+                if t_only
+                else "no verdict here rests on the t-test alone."
+            )
+        )
+        + f" The fewest seeds per row with which it can is {needed} (`seeds_needed`: {m} × 2/2^{needed} = "
+        f"{_p(m * min_p(needed))} < {ALPHA})"
+        + (
+            f": {rows} rows × {needed} seeds = {rows * needed} runs at this token budget, about {minutes:.0f} min on "
+            f"the machine that ran these (this run's {len(runs)} runs in {span / 60:.1f} min, scaled linearly); the "
+            f"ablation skips finished runs, so with this run's folder kept, adding seeds up to {needed} trains "
+            f"{new_runs} new runs (about {minutes * new_runs / (rows * needed):.0f} min)."
+            if n < needed
+            else "; this run has them."
+        ),
+    )
+    return {"seeds_per_row": n, "min_p": min_p(n), "rows_compared": m, "seeds_needed": needed}
 
 
 def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
@@ -238,17 +380,15 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
     rep.fields = {"results_commit": ",".join(commits), "results_code": ",".join(codes)}
     base = next(x for x in summary if x["row"] == "base")
     compared = [x for x in summary if x["row"] != "base"]
-    tally = {v: [x["row"] for x in compared if x["nll_verdict"] == v] for v in (AGREES, DISAGREES, NOT_SEPARABLE)}
+    n = seeds_per_row(summary)
     rep.verdict = (
         f"{len(summary)} rows x {len(seeds)} seeds (paired), {setup['tokens']:,} target tokens each "
         f"({setup['tokens'] / setup['train_target_tokens']:.2f} passes over the data); dev perplexity base "
-        f"{base['ppl_mean']:.1f}; against the paper's direction (paired t-test on dev NLL, Holm-adjusted, level "
-        f"{ALPHA}): "
-        + "; ".join(
-            f"{v} {', '.join(f'{r}' for r in tally[v])}" for v in (AGREES, DISAGREES, NOT_SEPARABLE) if tally[v]
-        )
-        + f"; dev sacreBLEU at most {max(max(x['bleu']) for x in summary):.2f}; not comparable to Table 3's WMT14 "
-        "figures"
+        f"{base['ppl_mean']:.1f} (geometric mean); against the paper's direction (dev NLL, paired t-test and exact "
+        f"sign-flip test, each Holm-adjusted, level {ALPHA}): {_tally(compared, 'nll')}; the sign-flip test's "
+        f"smallest p with {n} seeds is {_min_p_text(n)}, {seeds_needed(len(compared))} seeds per row would let it "
+        f"separate rows under Holm; dev sacreBLEU at most {max(max(x['bleu']) for x in summary):.2f}; not comparable "
+        "to Table 3's WMT14 figures"
     )
     rep.add(
         "",
@@ -265,8 +405,11 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
         + ", ".join(map(str, seeds))
         + "; a seed fixes the batch order (the same "
         "batches for every row), the initial weights and the dropout masks, so each row is compared with base seed by "
-        "seed (paired). Statistics: `reproductions/translation/ablation_report.py` (its docstring states every "
-        "formula).",
+        "seed (paired). Two tests of each row against base, both two-sided and Holm-adjusted over the rows compared: "
+        "the paired t-test (which assumes normally distributed differences) and the exact sign-flip permutation test "
+        "(which does not); a row agrees or disagrees with the paper only when both tests say so, and otherwise its "
+        "verdict names the one test it rests on. Statistics: `reproductions/translation/ablation_report.py` (its "
+        "docstring states every formula).",
         "",
         f"Device: {setup['device']}, "
         + "/".join(str(j) for j in sorted({r.get("jobs", setup["jobs"]) for r in runs}))
@@ -299,6 +442,7 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
                     "",
                     "",
                     "",
+                    "",
                     paper,
                     "",
                 ]
@@ -324,26 +468,35 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
             "change against base",
             "parameters",
             "dev PPL per seed",
-            "mean PPL [95% CI]",
-            "Δ dev NLL vs base, mean [95% CI]",
+            "geometric mean PPL = exp(mean NLL) [95% CI]",
+            "Δ dev NLL vs base, mean [95% CI, unadjusted]",
             "d_z",
             "paired t-test",
+            "sign-flip test",
             "PPL ratio",
-            "paper: PPL (row), vs base 4.92",
+            f"paper: PPL (row), vs base {printed('table3.base.PPL').text}",
             "verdict",
         ],
         body,
-        "llrrrrrlrll",
+        "llrrrrrllrll",
     )
     rep.add(
         "",
-        "Δ dev NLL: row minus base, per seed, in nats per BPE piece (negative: the row predicts the dev books better). "
-        'PPL ratio = exp(mean Δ). d_z = mean Δ / sd of Δ. "paired t-test": t statistic with its degrees of freedom, '
-        "two-sided p, and p Holm-adjusted over the rows compared. Verdict: **agrees** / **disagrees** with the sign of "
-        "the paper's change when the Holm-adjusted p < 0.05, **not separable** otherwise (which is not evidence of no "
-        "difference).",
+        "Geometric mean PPL: exp of the mean dev NLL over the seeds, the geometric mean of the seeds' "
+        "perplexities (not their arithmetic mean); its interval is the t interval of the mean NLL, exponentiated."
+        " Δ dev NLL: row minus base, per seed, in nats per BPE piece (negative: the row predicts the dev books "
+        "better); its interval is the per-row 95% t interval, not adjusted for the rows compared (the verdicts "
+        "use Holm-adjusted p-values, so an interval that excludes 0 can stand beside **not separable**). PPL "
+        'ratio = exp(mean Δ). d_z = mean Δ / sd of Δ. "paired t-test": t statistic with its degrees of freedom, '
+        'two-sided p, and p Holm-adjusted over the rows compared. "sign-flip test": how many of the 2^n sign '
+        "patterns of the n differences give a sum at least as far from 0 as the observed one, out of 2^n, the "
+        "exact two-sided p, and p Holm-adjusted likewise. Verdict: **agrees** / **disagrees** with the direction "
+        f"of the paper's change when both tests' Holm-adjusted p < {ALPHA}; **not separable** when neither's is; "
+        "otherwise the verdict of the one test that separates, named (which is not evidence of no difference for "
+        "the other). The paper's direction: higher or lower when the printed row and base differ by more than one"
+        " unit of their last printed digit, equal otherwise (the same rule for perplexity and BLEU).",
     )
-    rep.section("Dev sacreBLEU: the same test")
+    rep.section("Dev sacreBLEU: the same tests")
     body = []
     for s in compared:
         pr = s["paper_row"]
@@ -363,15 +516,17 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
             "row",
             "dev sacreBLEU per seed",
             "mean",
-            "Δ vs base, mean [95% CI]",
+            "Δ vs base, mean [95% CI, unadjusted]",
             "d_z",
             "paired t-test",
-            "paper: BLEU (row), vs base 25.8",
+            "sign-flip test",
+            f"paper: BLEU (row), vs base {printed('table3.base.BLEU').text}",
             "verdict",
         ],
         body,
-        "lrrrrlll",
+        "lrrrrllll",
     )
+    seeds_data = _seeds_section(rep, summary, runs, setup)
     passes = setup["tokens"] / setup["train_target_tokens"]
     order = sorted(summary, key=lambda x: x["ppl_mean"])
     rep.section(
@@ -380,20 +535,21 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
             f"- {x}"
             for x in (
                 f"Scale: every run saw {setup['tokens']:,} target tokens, {passes:.2f} passes over the "
-                f"{setup['train_target_tokens']:,} of the training side, so the models are early in training (mean dev "
-                f"perplexity {order[0]['ppl_mean']:.0f} to {order[-1]['ppl_mean']:.0f}): this table measures how fast "
-                "each variant learns on one budget, not what it can reach. BLEU this low is mostly noise, hence "
-                "perplexity first.",
-                "Ordered by mean dev perplexity, best first: "
+                f"{setup['train_target_tokens']:,} of the training side, so the models are early in training "
+                f"(geometric mean dev perplexity {order[0]['ppl_mean']:.0f} to {order[-1]['ppl_mean']:.0f}): this "
+                "table measures how fast each variant learns on one budget, not what it can reach. BLEU this low is "
+                "mostly noise, hence perplexity first.",
+                "Ordered by geometric mean dev perplexity, best first: "
                 + ", ".join(f"{x['row']} {x['ppl_mean']:.1f}" for x in order)
                 + ".",
                 "The printed Table 3 figures (newstest2013 perplexity per wordpiece and BLEU after 100K steps of the "
                 "65M-parameter base model on WMT14 EN-DE) measure converged models, so only the direction of each "
                 "change is compared: a small model early in training can rank variants differently (fewer layers or "
                 "learned positions may learn faster and reach less).",
-                f"Row E: the paper prints the same perplexity as base ({printed('table3.E.PPL').text}) and calls the "
-                'results "nearly identical" (§6.2); any separable difference here therefore disagrees, and not '
-                "separable is consistent with it.",
+                f"Row E: the paper prints the same perplexity as base ({printed('table3.E.PPL').text}) and a BLEU one "
+                f"unit of its last digit away ({printed('table3.E.BLEU').text} against "
+                f'{printed("table3.base.BLEU").text}), and calls the results "nearly identical" (§6.2); both read '
+                "as equal, so any separable difference here disagrees, and not separable is consistent with it.",
             )
         ],
     )
@@ -423,7 +579,9 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
         f"{', '.join(commits)} by code {', '.join(codes)} (`aiayn.kit.code_hash` of "
         "`aiayn.reproductions.translation.ablation`).",
     )
-    rep.data.update(setup=setup, rows=summary, runs=runs, measurement={"codes": codes, "commits": commits})
+    rep.data.update(
+        setup=setup, rows=summary, seeds=seeds_data, runs=runs, measurement={"codes": codes, "commits": commits}
+    )
     return rep
 
 
