@@ -30,7 +30,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from aiayn import __version__
-from aiayn.environment import MissingExtra, UsageError, missing_extra, reports_dir
+from aiayn.environment import (
+    MissingExtra,
+    UsageError,
+    add_output_arguments,
+    check_work_dirs,
+    missing_extra,
+    out_dir,
+    writable_dir,
+)
 
 __all__ = ["COMMANDS", "main"]
 
@@ -91,11 +99,19 @@ def _add_check(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--report", metavar="DIR", default=None, help="also write conformance-<name>.md and .json into DIR")
     p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a report in DIR of larger scope (default: a smaller run, e.g. -k or --profile smoke, "
+        "writes beside it under a name that says its scope)",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         default=default_workers(),
-        help="worker processes; a crash or hang in the implementation then fails one check and the run goes on "
-        "(0: in this process)",
+        help="worker processes; a crash, a hang or a process exit (os._exit, any code) in the implementation then "
+        "fails one check, with its replay file, and the run goes on. 0: in this process, where sys.exit and a hang "
+        "in Python code still fail one check, but a segfault, a hang in C code or os._exit ends the whole run at "
+        "once, with no report and whatever exit status the implementation chose (os._exit(0): 0)",
     )
     p.add_argument(
         "--timeout",
@@ -123,6 +139,11 @@ def _check(args: argparse.Namespace) -> int:
 
     if args.workers < 0:
         raise UsageError(f"--workers: expected 0 or more, got {args.workers}")
+    if not (args.timeout == args.timeout and 0 <= args.timeout < float("inf")):
+        raise UsageError(f"--timeout: expected seconds, 0 or more and finite (0: no limit), got {args.timeout}")
+    if args.report is not None:
+        writable_dir(args.report, "--report")
+    check_work_dirs()
     extra = args.pytest_args
     return int(
         pytest.main(
@@ -136,6 +157,7 @@ def _check(args: argparse.Namespace) -> int:
                 keyword=args.keyword,
                 seed=args.seed,
                 device=args.device,
+                force=args.force,
                 extra=extra,
             )
         )
@@ -246,9 +268,7 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         help="the CUDA cases: torch and torch-sdpa, float32 and bfloat16, n up to 8192, "
         "against a cuBLAS GEMM ceiling; writes benchmarks-cuda.*",
     )
-    p.add_argument(
-        "--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)"
-    )
+    add_output_arguments(p)
     p.add_argument("--baseline", default=str(DEFAULT_BASELINE), help="stored run to compare ratios with, or 'none'")
     p.add_argument(
         "--from-run",
@@ -267,13 +287,15 @@ def _bench(args: argparse.Namespace) -> int:
     from aiayn import benchmarks
     from aiayn.benchmarks.report import write
 
-    out = args.out or reports_dir()
+    out = out_dir(args.out)
     stem = "benchmarks-cuda" if args.cuda else "benchmarks"
+    if args.baseline != "none" and not args.cuda and not Path(args.baseline).is_file():
+        raise UsageError(f"--baseline: {args.baseline}: no such file (a stored run's JSON, or 'none')")
     baseline = "none" if args.cuda else args.baseline
     if args.from_run is not None:
         if not args.from_run.exists():
             raise UsageError(f"--from-run: {args.from_run}: no such file")
-        write(args.from_run, out, baseline=baseline, stem=stem)
+        write(args.from_run, out, baseline=baseline, stem=stem, smoke=args.smoke, force=args.force)
         return EXIT_OK
     if args.cuda:
         torch = importlib.import_module("aiayn.environment").require("torch")
@@ -318,7 +340,7 @@ def _bench(args: argparse.Namespace) -> int:
     if status != 0:
         return status
     print(f"wrote {run_json.resolve()}")
-    write(run_json, out, baseline=baseline, stem=stem)
+    write(run_json, out, baseline=baseline, stem=stem, smoke=args.smoke, force=args.force)
     return EXIT_OK
 
 
@@ -337,9 +359,7 @@ def _add_false_alarms(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", choices=list(PROFILES), default="dev", help="Hypothesis profile of every run")
     p.add_argument("--seeds", default="1,2,3", help="comma-separated Hypothesis seeds, one run each")
     p.add_argument("--workers", type=int, default=default_workers(), help="worker processes of each run")
-    p.add_argument(
-        "--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)"
-    )
+    add_output_arguments(p)
     p.add_argument(
         "--work",
         type=Path,
@@ -358,15 +378,37 @@ def _false_alarms(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds: expected comma-separated integers, got {args.seeds!r}") from None
     if not seeds:
         raise UsageError("--seeds: give at least one seed")
+    if args.workers < 0:
+        raise UsageError(f"--workers: expected 0 or more, got {args.workers}")
+    out = out_dir(args.out)
+    if args.work is not None:
+        writable_dir(args.work, "--work")
+    check_work_dirs()
+    _loadable(args.specs)  # a spec that cannot be loaded is a usage error, never a stored alarm
     alarmed = run(
         args.specs,
         profile=args.profile,
         seeds=seeds,
         workers=args.workers,
-        out=args.out or reports_dir(),
+        out=out,
         work=args.work,
+        force=args.force,
     )
     return EXIT_FAILED if alarmed else EXIT_OK
+
+
+def _loadable(specs: Sequence[str]) -> None:
+    """Load every spec once before the work; one that cannot be loaded is a one-line usage error."""
+    from aiayn.implementations import registry
+
+    for spec in specs:
+        try:
+            registry.load(spec)
+        except MissingExtra:
+            raise
+        except Exception as exc:  # the registry's own errors say what failed; any other is the spec's own code
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise UsageError(f"SPEC: {spec!r} cannot be loaded: {first}") from None
 
 
 def _add_zoo(p: argparse.ArgumentParser) -> None:
@@ -386,9 +428,7 @@ def _add_zoo(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_LIMIT_S,
         help="time limit of one call into an implementation, seconds (0: none)",
     )
-    p.add_argument(
-        "--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)"
-    )
+    add_output_arguments(p)
     p.add_argument(
         "--quick",
         action="store_true",
@@ -415,30 +455,31 @@ def _zoo(args: argparse.Namespace) -> int:
         from aiayn.conformance.zoo import rerender
 
         try:
-            return rerender(args.names, out=args.out or reports_dir())
+            return rerender(args.names, out=out_dir(args.out))
         except FileNotFoundError as e:
             raise UsageError(f"--no-run: {e}") from None
     return run(
         args.names,
         profile=args.profile,
         workers=args.workers,
-        out=args.out or reports_dir(),
+        out=out_dir(args.out),
         timeout=args.timeout,
         quick=args.quick,
+        force=args.force,
     )
 
 
 def _add_mutants(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)"
-    )
+    add_output_arguments(p)
     p.add_argument("--workers", type=int, default=2, help="worker processes of the suite")
 
 
 def _mutants(args: argparse.Namespace) -> int:
     from aiayn.conformance.mutants import run
 
-    return run(args.out or reports_dir(), workers=args.workers)
+    if args.workers < 0:
+        raise UsageError(f"--workers: expected 0 or more, got {args.workers}")
+    return run(out_dir(args.out), workers=args.workers)
 
 
 # --------------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 - :func:`source_checkout`: the repository aiayn runs from, or None when it is installed from a
   wheel;
-- :func:`reports_dir`: the default folder for reports (the checkout's ``reports/``, else
-  ``./aiayn-reports`` in the current directory);
+- :func:`reports_dir`: the default folder for reports, relative to the current directory (the
+  checkout's ``reports/`` when run at its root, else ``./aiayn-reports``); :func:`out_dir` and
+  :func:`writable_dir` check a destination before the work starts;
 - :func:`cache_dir` and :func:`failure_dir`: caches and the inputs of failed checks
   (``$AIAYN_FAILURES``, else ``<cache>/failures``), never silently inside the current checkout;
 - :func:`require`: import an optional dependency, or stop with one line naming the extra that
@@ -16,19 +17,25 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import tempfile
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 __all__ = [
     "EXTRAS",
     "MissingExtra",
     "UsageError",
+    "add_output_arguments",
     "cache_dir",
+    "check_work_dirs",
     "failure_dir",
     "missing_extra",
+    "out_dir",
     "reports_dir",
     "require",
     "source_checkout",
+    "writable_dir",
 ]
 
 #: Third-party module -> the aiayn extra that installs it.
@@ -113,9 +120,57 @@ def source_checkout() -> Path | None:
 
 
 def reports_dir() -> Path:
-    """Default output folder of reports: the checkout's ``reports/``, else ``./aiayn-reports``."""
+    """Default output folder of reports, relative to the current directory as command-line tools have it: the
+    checkout's ``reports/`` when aiayn runs at the root of the checkout it is installed from, else
+    ``./aiayn-reports``. Never a folder elsewhere chosen silently."""
     root = source_checkout()
-    return root / "reports" if root is not None else Path.cwd() / "aiayn-reports"
+    cwd = Path.cwd()
+    if root is not None and cwd.resolve() == root.resolve():
+        return root / "reports"
+    return cwd / "aiayn-reports"
+
+
+def writable_dir(path: str | os.PathLike[str], what: str) -> Path:
+    """``path`` as a folder that exists and takes files (created if need be), checked before any work; else a
+    one-line :class:`UsageError` naming ``what`` (the option or variable) and the reason."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{what}: {folder} is a file, expected a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".aiayn-write-test-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{what}: cannot write into {folder} ({exc.strerror or exc})") from None
+    return folder
+
+
+def out_dir(value: str | os.PathLike[str] | None, what: str = "--out") -> Path:
+    """The report folder of a command: ``value`` (its ``--out``), else :func:`reports_dir`; checked with
+    :func:`writable_dir` before the work."""
+    if value:
+        return writable_dir(value, what)
+    return writable_dir(reports_dir(), f"{what} (default {reports_dir()})")
+
+
+OUT_HELP = "report folder (default: reports/ when run at the root of aiayn's checkout, else ./aiayn-reports)"
+FORCE_HELP = (
+    "replace a report of larger scope at the destination (default: a smaller run writes beside it, under a name "
+    "that says its scope)"
+)
+
+
+def add_output_arguments(parser: Any) -> None:
+    """``--out`` and ``--force`` of a command that writes a measured report."""
+    parser.add_argument("--out", type=Path, default=None, help=OUT_HELP)
+    parser.add_argument("--force", action="store_true", help=FORCE_HELP)
+
+
+def check_work_dirs() -> None:
+    """The folders a conformance run writes into besides its reports, checked before the first check:
+    ``$AIAYN_FAILURES`` (replay files) and ``$AIAYN_CACHE`` (Hypothesis examples, data)."""
+    writable_dir(failure_dir(), "$AIAYN_FAILURES" if os.environ.get("AIAYN_FAILURES") else "the replay-file folder")
+    writable_dir(cache_dir(), "$AIAYN_CACHE" if os.environ.get("AIAYN_CACHE") else "aiayn's cache folder")
 
 
 def cache_dir() -> Path:

@@ -19,6 +19,7 @@ Every file written through the kit is announced on stdout with its path (:func:`
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -30,7 +31,7 @@ import platform
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -43,6 +44,7 @@ __all__ = [
     "SIGNATURE_KEY",
     "SIGNATURE_PREFIX",
     "Report",
+    "Scope",
     "GROUND_FLOOR",
     "aiayn_commit",
     "announce",
@@ -60,6 +62,8 @@ __all__ = [
     "rounded",
     "save_png",
     "signature",
+    "smaller",
+    "stored_scope",
     "write_json",
     "write_report",
     "write_text",
@@ -292,9 +296,22 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], align: str |
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Scope:
+    """What a measured report covers, so that a run never replaces the report of a larger one (:func:`write_report`).
+
+    ``label``: how a person reads it ("preset smoke", "profile dev, 2 seeds"); ``size``: comparable between two
+    runs of one report (examples, seeds, tokens, cases; larger covers more); ``full``: the command's full scope.
+    """
+
+    label: str
+    size: float
+    full: bool = False
+
+
 @dataclass
 class Report:
-    """A report in the making: Markdown lines, JSON data, and the one-line verdict."""
+    """A report in the making: Markdown lines, JSON data, the one-line verdict, and (measured reports) its scope."""
 
     name: str
     title: str
@@ -308,6 +325,7 @@ class Report:
     lines: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     verdict: str = ""
+    scope: Scope | None = None
 
     def add(self, *lines: str) -> None:
         self.lines.extend(lines)
@@ -319,14 +337,30 @@ class Report:
         self.lines.extend(md_table(headers, rows, align))
 
 
-def write_report(out_dir: Path, report: Report, stem: str | None = None, *, quiet: bool = False) -> list[Path]:
+def write_report(
+    out_dir: Path, report: Report, stem: str | None = None, *, quiet: bool = False, force: bool = False
+) -> list[Path]:
     """Write ``<stem>.md`` and ``<stem>.json`` (stem defaults to the report name); return the paths.
-    ``quiet``: do not print them (a caller that names them itself)."""
+
+    ``quiet``: do not print them (a caller that names them itself). A report with a :class:`Scope` never
+    replaces one of larger scope at the destination (a report stored without a scope counts as a full run):
+    it is written beside it as ``<stem>-<scope label>``, and a line says so; ``force`` replaces it.
+    """
     if not report.verdict:
         raise ValueError(f"report {report.name!r}: verdict is empty; every report states one")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = stem or report.name
+    if report.scope is not None and not force:
+        stored = stored_scope(out_dir / f"{stem}.json")
+        if stored is not None and smaller(report.scope, stored):
+            beside = f"{stem}-{_slug(report.scope.label)}"
+            print(
+                f"{out_dir / stem}.md covers more ({stored.get('label', 'a full run')}) than this run "
+                f"({report.scope.label}): writing {beside}.md beside it (--force replaces it)",
+                flush=True,
+            )
+            stem = beside
     code = code_hash(*(report.generator or (_caller_module(),)))
     sig = signature(
         report.name, packages=report.packages, code=code, precision=report.precision, seed=report.seed, **report.fields
@@ -342,9 +376,40 @@ def write_report(out_dir: Path, report: Report, stem: str | None = None, *, quie
     ]
     md_path = write_text(out_dir / f"{stem}.md", "\n".join(body) + "\n", quiet=quiet)
     data = rounded({"report": report.name, "title": report.title, "verdict": report.verdict, **report.data})
+    if report.scope is not None:
+        data["scope"] = dataclasses.asdict(report.scope)
     data[SIGNATURE_KEY] = sig
     json_path = write_json(out_dir / f"{stem}.json", data, quiet=quiet, ensure_ascii=False, allow_nan=False)
     return [md_path, json_path]
+
+
+def stored_scope(path: Path) -> dict[str, Any] | None:
+    """The scope of the report stored at ``path`` (its JSON): None when there is none; a report stored without
+    a scope counts as a full run of unknown size."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {"label": "a report that could not be read", "size": math.inf, "full": True}
+    scope = data.get("scope") if isinstance(data, dict) else None
+    return (
+        scope
+        if isinstance(scope, dict)
+        else {"label": "a full run (no scope recorded)", "size": math.inf, "full": True}
+    )
+
+
+def smaller(scope: Scope, stored: Mapping[str, Any]) -> bool:
+    """Whether a run of ``scope`` covers less than the stored report's."""
+    if stored.get("full") and not scope.full:
+        return True
+    size = stored.get("size")
+    return isinstance(size, (int, float)) and scope.size < size and not (scope.full and math.isinf(size))
+
+
+def _slug(label: str) -> str:
+    return "-".join("".join(c if c.isalnum() else " " for c in label.lower()).split()) or "partial"
 
 
 JSON_DIGITS = 12

@@ -23,7 +23,7 @@ from typing import Any
 from aiayn.benchmarks.cases import HEAD_DIM, HEADS, attention_flops
 from aiayn.benchmarks.compare import compare_runs, format_comparison, load_run
 from aiayn.environment import UsageError, reports_dir
-from aiayn.kit import Report, figure_style, md_table, pyplot, save_png, write_report
+from aiayn.kit import Report, Scope, figure_style, md_table, pyplot, save_png, write_report
 
 __all__ = ["DEFAULT_BASELINE", "TARGETS", "build_report", "default_run", "write"]
 
@@ -726,7 +726,13 @@ def build_report(run: dict[str, Any], baseline: dict[str, Any] | None) -> tuple[
 
 
 def write(
-    run_path: Path, out: Path, *, baseline: str | Path | None = DEFAULT_BASELINE, stem: str = "benchmarks"
+    run_path: Path,
+    out: Path,
+    *,
+    baseline: str | Path | None = DEFAULT_BASELINE,
+    stem: str = "benchmarks",
+    smoke: bool = False,
+    force: bool = False,
 ) -> list[Path]:
     """Read one run's pytest-benchmark JSON and write ``<stem>.md``, ``.json`` and ``.png`` into ``out``.
 
@@ -735,7 +741,8 @@ def write(
     run = load_run(Path(run_path))
     use_baseline = baseline is not None and str(baseline) != "none" and Path(baseline).exists()
     report, rows = build_report(run, load_run(Path(baseline)) if use_baseline else None)
-    paths = write_report(Path(out), report, stem)
-    paths.append(_plot(rows, run, Path(out) / f"{stem}.png"))
+    report.scope = Scope(label="smoke cases" if smoke else "full cases", size=float(len(rows)), full=not smoke)
+    paths = write_report(Path(out), report, stem, force=force)
+    paths.append(_plot(rows, run, paths[0].with_suffix(".png")))
     print(report.verdict)
     return paths

@@ -19,6 +19,7 @@ is run again. The report counts only seeds whose every unit is stored for the cu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from typing import Any
 
 from aiayn.conformance.results import Row, Status
 from aiayn.conformance.runner import pytest_arguments
-from aiayn.kit import Report, code_hash, write_json, write_report
+from aiayn.kit import Report, Scope, code_hash, code_of, write_json, write_report
 
 __all__ = ["run"]
 
@@ -73,14 +74,19 @@ def _one(specs: Sequence[str], profile: str, seed: int, workers: int, folder: Pa
     }
 
 
+#: The counts this project commits, per profile (README, "How we know the suite is right"): a count of fewer seeds
+#: is a smaller scope and never replaces such a report (``kit.write_report``).
+FULL_SEEDS = {"dev": 20, "thorough": 3}
+
 #: Modules of the conformance package that no unit runs: the package's docstring module and the drivers of other
 #: commands (the mutants and the zoo import implementations of their own, which would tie every unit to them).
 _NOT_IN_A_UNIT = frozenset({"__init__", "mutants", "zoo"})
 
 
 def suite_code(spec: str) -> str:
-    """The hash of the code a unit runs: every module of the conformance package, plus the
-    implementation's own module when it is one of aiayn's (a built-in or ``aiayn.…:attr``)."""
+    """The hash of the code a unit runs: every module of the conformance package, plus the implementation's own
+    code: its module when it is one of aiayn's (a built-in or ``aiayn.…:attr``); for code outside aiayn, its
+    module's source (syntax tree) and the version of the distribution that installed it, if any."""
     from aiayn.implementations.registry import BUILTINS
 
     folder = Path(__file__).resolve().parent
@@ -90,7 +96,35 @@ def suite_code(spec: str) -> str:
     target = BUILTINS.get(spec, spec)
     if ":" in target and target.startswith("aiayn."):
         modules.append(target.split(":", 1)[0])
-    return code_hash(*modules)
+        return code_hash(*modules)
+    digest = hashlib.sha256(code_hash(*modules).encode() + b"\0" + _outside_code(target))
+    return digest.hexdigest()[:12]
+
+
+def _outside_code(target: str) -> bytes:
+    """What identifies the code of an implementation outside aiayn: ``module:attr``'s module source (its syntax
+    tree, ``kit.code_of``) and its distribution's name and version; an entry-point name's target likewise."""
+    import importlib.metadata
+    import importlib.util
+
+    if ":" not in target:  # an entry point: identified by its distribution
+        found = [ep for ep in importlib.metadata.entry_points(group="aiayn.implementations") if ep.name == target]
+        if not found:
+            return target.encode()
+        dist = found[0].dist
+        return f"{found[0].value}|{dist.name if dist else '?'}|{dist.version if dist else '?'}".encode()
+    module = target.split(":", 1)[0]
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    parts = [target.encode()]
+    if spec is not None and spec.origin and spec.origin.endswith(".py"):
+        parts.append(code_of(Path(spec.origin).read_bytes()))
+    top = module.split(".", 1)[0]
+    for dist in importlib.metadata.packages_distributions().get(top, []):
+        parts.append(f"{dist}=={importlib.metadata.version(dist)}".encode())
+    return b"\0".join(parts)
 
 
 def _unit_path(work: Path, seed: int, spec: str) -> Path:
@@ -115,6 +149,7 @@ def run(
     out: Path,
     work: Path | None = None,
     one: Any = None,
+    force: bool = False,
 ) -> int:
     """Run the suite once per seed and implementation, resuming from ``work``; write the report;
     return the number of seeds with an alarm. ``one`` replaces the unit runner (tests)."""
@@ -222,5 +257,10 @@ def run(
         "codes": codes,
         "reused_units": reused,
     }
-    write_report(out, rep)
+    rep.scope = Scope(
+        label=f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''} x {len(specs)} implementations",
+        size=float(len(seeds) * len(specs)),
+        full=len(seeds) >= FULL_SEEDS.get(profile, 20),
+    )
+    write_report(out, rep, force=force)
     return alarmed

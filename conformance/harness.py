@@ -22,6 +22,7 @@ import json
 import os
 import re
 import warnings
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,6 +190,8 @@ class Case:
     kind: str  # "agreement" (counts towards the report's headroom), "property" or "contract"
     diagnosis: Diagnosis | None = None  # set by the check's helper: what the diagnoses need if an agreement check fails
     violates: str = ""  # a property check: the statement of the paper its failure breaks (the check's own name for it)
+    # id(native) -> (native, shape, dtype) of what from_numpy made in this case: to_numpy must give that shape back
+    _made: dict[int, tuple[Any, tuple[int, ...], str]] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def title(self) -> str:
@@ -217,7 +220,15 @@ class Case:
         if not isinstance(value, np.ndarray):
             return value
         target = "bool" if value.dtype == np.bool_ else "int64" if value.dtype.kind in "iu" else dtype
-        return self.guard(f"from_numpy(<{value.dtype} {value.shape}>, {target!r})", self.impl.from_numpy, value, target)
+        what = f"from_numpy(<{value.dtype} {value.shape}>, {target!r})"
+        out = self.guard(what, self.impl.from_numpy, value, target)
+        if out is None or (isinstance(out, _NOT_NATIVE) and not isinstance(out, np.generic)):
+            self.fail(
+                f"{what} returned {_what_it_is(out)}, expected a native array "
+                "(the contract's from_numpy: implementations/protocol.py)"
+            )
+        self._made[id(out)] = (out, value.shape, target)
+        return out
 
     def numpy(self, native: Any, what: str) -> Any:
         """``to_numpy`` of a (nested) native value, checked to be an ndarray (floats come back as float64)."""
@@ -230,11 +241,24 @@ class Case:
             return native
         arr = self.guard(f"to_numpy({what})", self.impl.to_numpy, native)
         if not isinstance(arr, np.ndarray):
-            self.fail(f"to_numpy({what}) returned {type(arr).__name__}, expected a numpy.ndarray")
+            self.fail(f"to_numpy({what}) returned {_what_it_is(arr)}, expected a numpy.ndarray")
         if arr.dtype.kind == "f" and arr.dtype != np.float64:
             self.fail(
                 f"to_numpy({what}) returned dtype {arr.dtype}; the contract says float results come back as float64"
             )
+        made = self._made.get(id(native))
+        if made is not None and made[0] is native:
+            _, shape, target = made
+            if arr.shape != shape:
+                self.fail(
+                    f"to_numpy({what}) returned shape {arr.shape} for what from_numpy made of a {shape} array: "
+                    "from_numpy and to_numpy must keep shapes"
+                )
+            if arr.dtype.kind not in {"bool": "b", "int64": "iu"}.get(target, "f"):
+                self.fail(
+                    f"to_numpy({what}) returned dtype {arr.dtype} for what from_numpy made as {target}: "
+                    "the contract says floats come back as float64, ids as int64, masks as bool"
+                )
         return arr
 
     def guard(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -253,6 +277,11 @@ class Case:
             raise UnsupportedInput(f"{what}: {exc}") from None
         except MemoryError:
             self.fail(f"{what} raised MemoryError (inputs: {self.describe_inputs()})")
+        except SystemExit as exc:  # sys.exit() inside the implementation: this check's failure, the run goes on
+            self.fail(
+                f"{what} tried to end the process (SystemExit({exc.code!r})); an implementation reports a problem "
+                "by raising an exception"
+            )
         except Exception as exc:  # a plugin's own error fails this check, never the run
             self.fail(f"{what} raised {type(exc).__name__}: {exc}")
 
@@ -682,6 +711,18 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
     return f" (first at index {i}: {a[i]!r} then {b[i]!r})"
 
 
+#: What ``from_numpy`` cannot mean as a native array: the values the suite passes through unconverted.
+_NOT_NATIVE = (bool, int, float, complex, str, bytes, Mapping, list, tuple)
+
+
+def _what_it_is(value: Any) -> str:
+    """``None``, or the type of ``value`` with a short repr, for a message about a wrong return value."""
+    if value is None:
+        return "None"
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60] + ' ...' if len(text) > 60 else text}"
+
+
 def _describe_native(v: Any) -> str:
     if isinstance(v, Mapping):
         return "{" + ", ".join(f"{k}: {_describe_native(x)}" for k, x in v.items()) + "}"
@@ -753,7 +794,8 @@ def _save(case: Case) -> Path:
     """
     arrays: dict[str, np.ndarray] = {}
     encoded = json.dumps(_encode(case.args, "args", arrays), sort_keys=True, default=str)
-    digest = hashlib.sha256(encoded.encode())
+    digest = hashlib.sha256(_spec_of(case.impl).encode() + b"\0" + encoded.encode())  # two implementations of one
+    # name in one run never share a file
     for key in sorted(arrays):
         digest.update(
             key.encode()
@@ -784,8 +826,33 @@ def save_case(case: Case, path: Path) -> Path:
 
 
 def load_case(path: str | os.PathLike[str]) -> tuple[str, str, str, dict[str, Any]]:
-    """Read a failure file: (implementation spec, dtype, check name, raw arguments)."""
+    """Read a failure file: (implementation spec, dtype, check name, raw arguments).
+
+    Raises ``ValueError`` saying what is wrong with a file that is not one :func:`save_case` wrote: not an .npz
+    archive, no ``__meta__`` entry, a ``__meta__`` that is not a JSON object with the strings ``impl``, ``dtype``
+    and ``check`` and the arguments, or arguments that name arrays the file does not hold.
+    """
+    if not zipfile.is_zipfile(path):
+        raise ValueError("not an .npz archive")
     with np.load(path, allow_pickle=False) as data:
-        meta = json.loads(str(data["__meta__"]))
+        if "__meta__" not in data.files:
+            raise ValueError("the archive has no __meta__ entry")
+        try:
+            meta = json.loads(str(data["__meta__"]))
+        except ValueError as exc:
+            raise ValueError(f"its __meta__ is not JSON ({exc})") from None
         arrays = {k.replace("|", "/"): data[k] for k in data.files if k != "__meta__"}
-    return meta["impl"], meta["dtype"], meta["check"], _decode(meta["args"], arrays)
+    if not isinstance(meta, dict):
+        raise ValueError(f"its __meta__ is not a JSON object but {type(meta).__name__} {str(meta)[:80]!r}")
+    bad = [k for k in ("impl", "dtype", "check") if not isinstance(meta.get(k), str) or not meta[k]]
+    if bad:
+        raise ValueError(f"its __meta__ lacks the string field(s) {', '.join(bad)}")
+    try:
+        args = _decode(meta.get("args"), arrays)
+    except KeyError as exc:
+        raise ValueError(f"its __meta__ names an array the file does not hold ({exc})") from None
+    except (TypeError, AttributeError) as exc:
+        raise ValueError(f"its __meta__ holds arguments in a form the suite does not write ({exc})") from None
+    if not isinstance(args, dict):
+        raise ValueError("its __meta__ has no object of arguments ('args')")
+    return meta["impl"], meta["dtype"], meta["check"], args

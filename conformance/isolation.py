@@ -8,13 +8,16 @@ Every call into an implementation (``harness.Case.guard``) runs under :func:`cal
   file is memory-mapped (:class:`_Slot`): describing a call is a memory copy, not a file write, and
   the pages belong to the file, so the description outlives a worker that dies.
   A C-level watchdog (``faulthandler.dump_traceback_later(limit, exit=True)``) ends the worker if
-  the call does not return within the limit, and a segfault or an abort ends it anyway. The
-  controller then finds the record (``plugin.pytest_handlecrashitem``), turns the crash into that
-  check's failure (equation, shapes, a replay file) and pytest-xdist starts a new worker: the
-  other checks go on and the report is still written.
+  the call does not return within the limit, and a segfault, an abort or a process exit
+  (``os._exit`` with any code, 0 included) ends it anyway. The controller then finds the record
+  (``plugin.pytest_handlecrashitem``), turns the crash into that check's failure (equation,
+  shapes, a replay file) and pytest-xdist starts a new worker: the other checks go on and the
+  report is still written.
 - **In the pytest process itself** (no workers): a Python-level alarm (SIGALRM, main thread
   only) raises :class:`CallTimedOut` when the limit passes. It stops hangs in Python code; a hang
-  inside C code, or a segfault, can only be contained by worker processes.
+  inside C code, a segfault, or ``os._exit`` (which ends the process at once, with the status the
+  implementation chose) can only be contained by worker processes. ``sys.exit`` is an exception
+  (``SystemExit``), caught in every mode: that check's failure (``harness.Case.guard``).
 
 :class:`CallTimedOut` derives from BaseException, so Hypothesis does not retry or shrink the
 hanging example (each retry would wait the whole limit again): the first example that hangs is

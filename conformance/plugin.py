@@ -41,7 +41,9 @@ check ran: all deselected or skipped).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -100,6 +102,7 @@ class _Run:
     crashes: list[str] = field(default_factory=list)
     inconclusive: list[str] = field(default_factory=list)
     usage_error: str = ""
+    written: list[str] = field(default_factory=list)  # the report files, or what could not be written and where it went
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,6 +154,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DIR",
         default=None,
         help="write conformance-<impl>.md and .json (per equation x dtype) into DIR",
+    )
+    group.addoption(
+        "--aiayn-force",
+        action="store_true",
+        default=False,
+        help="with --aiayn-report: replace a report of larger scope there (default: a smaller run writes beside it)",
     )
     group.addoption(
         "--aiayn-agreement-only",
@@ -357,6 +366,38 @@ def deviation_key(item: pytest.Item) -> str:
     callspec = getattr(item, "callspec", None)
     extra = [str(v) for k, v in (callspec.params.items() if callspec else ()) if k not in ("impl", "dtype")]
     return f"{name}[{'-'.join(extra)}]" if extra else name
+
+
+@functools.cache
+def deviation_names() -> dict[str, frozenset[str]]:
+    """Every test of the suite by the name ``known_deviations`` declarations use -> its parameters as
+    :func:`deviation_key` writes them in brackets (empty: the test has none of its own).
+
+    Read from the suite's test modules (``conformance/test_*.py``) and their ``parametrize`` marks, so that
+    ``declaration_problems(impl, deviation_names())`` finds a declaration that names no test whatever part of
+    the suite a run selects.
+    """
+    names: dict[str, frozenset[str]] = {}
+    for path in sorted(Path(__file__).resolve().parent.glob("test_*.py")):
+        module = importlib.import_module(f"aiayn.conformance.{path.stem}")
+        for attr, fn in vars(module).items():
+            if attr.startswith("test_") and callable(fn):
+                names[attr.removeprefix("test_")] = _parameter_ids(fn)
+    return names
+
+
+def _parameter_ids(fn: Any) -> frozenset[str]:
+    """The bracketed part of :func:`deviation_key` for each parameter set of test function ``fn``: its values by
+    ``str``, joined with ``-``, across its ``parametrize`` marks."""
+    ids: list[tuple[str, ...]] = [()]
+    for mark in getattr(fn, "pytestmark", ()):
+        if mark.name != "parametrize":
+            continue
+        argnames, argvalues = mark.args[0], mark.args[1]
+        several = len(argnames.split(",") if isinstance(argnames, str) else argnames) > 1
+        values = [getattr(v, "values", v if several else (v,)) for v in argvalues]  # a pytest.param has .values
+        ids = [head + tuple(map(str, v)) for head in ids for v in values]
+    return frozenset("-".join(i) for i in ids if i)
 
 
 def _is_aiayn(item: pytest.Item) -> bool:
@@ -633,6 +674,40 @@ def _is_worker(config: pytest.Config) -> bool:
     return _worker_input(config) is not None
 
 
+def _report_names(run: _Run, specs: list[str]) -> dict[str, str]:
+    """spec -> the name its report files carry: the implementation's name, made distinct where two implementations
+    of one run share it (the later ones get their spec appended)."""
+    names: dict[str, str] = {}
+    for spec in dict.fromkeys(specs):
+        entry = run.loaded.get(spec)
+        name = entry.name if entry is not None else spec
+        names[spec] = name if name not in names.values() else f"{name}-{spec}"
+    return names
+
+
+def _write_report(
+    directory: Path, entry: Loaded, results: list[TestResult], config: pytest.Config, names: dict[str, str]
+) -> list[str]:
+    """Write one implementation's report; a write that fails keeps the results: the report goes to a temporary
+    folder instead, and the lines say where."""
+    import tempfile
+    import types
+
+    from aiayn.conformance import report
+
+    named = types.SimpleNamespace(
+        spec=entry.spec, impl=entry.impl, error=entry.error, skip=entry.skip, name=names.get(entry.spec, entry.name)
+    )
+    force = config.getoption("--aiayn-force")
+    try:
+        paths = report.write(directory, named, results, run_info(config), force=force)
+        return [f"wrote {path.resolve()}" for path in paths]
+    except OSError as exc:
+        fallback = Path(tempfile.mkdtemp(prefix="aiayn-report-"))
+        paths = report.write(fallback, named, results, run_info(config), force=True)
+        return [f"could not write the report into {directory} ({exc.strerror or exc}); wrote it to {paths[0].parent}"]
+
+
 def _nothing_checked(config: pytest.Config, results: list[TestResult]) -> str:
     """Why this run checked nothing although it was asked to (empty when something was checked or nobody asked)."""
     run = config.stash[_STATE]
@@ -663,6 +738,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if from_run:
         from aiayn.conformance import report
 
+        names = _report_names(run, [r.spec for r in from_run])
         for spec in dict.fromkeys(r.spec for r in from_run):
             entry = run.loaded.get(spec) or _load(run, spec, explicit=True)
             if entry.skip:  # an optional dependency is missing: nothing to report, and no committed report to overwrite
@@ -676,7 +752,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 if r.status is Status.INCONCLUSIVE
             ]
             if directory:
-                report.write(Path(directory), entry, mine, run_info(config))
+                run.written += _write_report(Path(directory), entry, mine, config, names)
         if run.inconclusive and int(session.exitstatus) == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
     for uid in run.testrunuids:
@@ -703,13 +779,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             from aiayn.environment import failure_dir
 
             terminalreporter.write_line(f"inputs of failed checks: {failure_dir()} (replay one: aiayn replay FILE)")
-        directory = config.getoption("--aiayn-report")
-        if directory:
-            for spec in dict.fromkeys(r.spec for r in results):
-                entry = run.loaded.get(spec)
-                if entry is not None and not entry.skip:
-                    for path in report.paths(Path(directory), report.report_name(entry.impl, entry.name)):
-                        terminalreporter.write_line(f"wrote {path.resolve()}")
+        for line in run.written:
+            terminalreporter.write_line(line, red=line.startswith("could not"))
     for line in run.inconclusive:
         terminalreporter.write_line(
             f"INCONCLUSIVE: aiayn: {line}; not declared by the implementation (declared_inconclusive), "
@@ -734,7 +805,10 @@ def run_info(config: pytest.Config) -> dict[str, str]:
     examples, derandomized = profiles.PROFILES[name]
     if seed is None:
         seed = "derandomized" if derandomized else "random"
-    return {"profile": name, "seed": str(seed), "max_examples": str(examples)}
+    chosen = [f"-k {config.getoption('keyword')}"] if config.getoption("keyword", None) else []
+    chosen += [f"dtypes {', '.join(config.getoption('--dtype'))}"] if config.getoption("--dtype", None) else []
+    chosen += ["agreement tests only"] if config.getoption("--aiayn-agreement-only", False) else []
+    return {"profile": name, "seed": str(seed), "max_examples": str(examples), "selection": "; ".join(chosen)}
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -29,7 +29,7 @@ from aiayn.conformance.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_i
 from aiayn.conformance.equations import CONTRACT, RECORDS, title
 from aiayn.conformance.results import Outcome, Row, Status, TestResult
 from aiayn.implementations.protocol import DTYPES, EQUATIONS, flushes_subnormals, scope_of
-from aiayn.kit import Report, md_table, write_report
+from aiayn.kit import Report, Scope, md_table, write_report
 
 
 def _typed(results: Iterable[TestResult | Mapping[str, Any]]) -> list[TestResult]:
@@ -345,13 +345,33 @@ def report_name(impl: Any, name: str) -> str:
     return name if device == "cpu" else f"{name}-{device}"
 
 
-def write(directory: Path, entry: Any, results: Iterable[dict[str, Any]], run: Mapping[str, str]) -> tuple[Path, Path]:
+def write(
+    directory: Path,
+    entry: Any,
+    results: Iterable[TestResult | Mapping[str, Any]],
+    run: Mapping[str, str],
+    *,
+    force: bool = False,
+) -> tuple[Path, Path]:
     """Write ``conformance-<name>.md`` and ``.json`` (``conformance-<name>-<device>.*`` off the CPU) into
-    ``directory`` (atomically, quietly: the plugin names them in its summary); return both paths."""
+    ``directory`` (atomically, quietly: the plugin names them in its summary); return both paths.
+
+    The report's scope is the examples it ran (a run of every test at profile dev, ci or thorough over every
+    declared dtype is a full run): a smaller run (``-k``, ``--dtype``, profile smoke) never replaces the report of
+    a larger one, it writes beside it (``kit.write_report``) unless ``force``.
+    """
     data = build(entry, results, run)
     md, js = paths(directory, report_name(entry.impl, data["implementation"]))
-    write_report(md.parent, as_report(data), stem=md.stem, quiet=True)
-    return md, js
+    rep = as_report(data)
+    selection = run.get("selection") or ""
+    examples = sum(int(r.get("examples") or 0) for r in data["rows"])
+    rep.scope = Scope(
+        label=f"profile {run.get('profile')}" + (f", {selection}" if selection else ""),
+        size=float(examples),
+        full=not selection and run.get("profile") != "smoke",
+    )
+    written = write_report(md.parent, rep, stem=md.stem, quiet=True, force=force)
+    return written[0], written[1]
 
 
 def summary_lines(entry: Any, results: Iterable[TestResult | Mapping[str, Any]]) -> list[str]:

@@ -50,6 +50,7 @@ def pytest_arguments(
     device: str | None = None,
     quiet: bool = True,
     agreement_only: bool = False,
+    force: bool = False,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The pytest command line (without ``pytest`` itself) that checks ``specs``."""
@@ -76,6 +77,7 @@ def pytest_arguments(
         args.append(f"--aiayn-device={device}")
     if report is not None:
         args.append(f"--aiayn-report={report}")
+        args += ["--aiayn-force"] if force else []
     if timeout is not None:
         args.append(f"--aiayn-timeout={timeout:g}")
     if keyword:

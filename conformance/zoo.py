@@ -43,10 +43,11 @@ from aiayn.conformance.equations import CONTRACT, record
 from aiayn.conformance.report import paths
 from aiayn.conformance.results import Row, Status
 from aiayn.conformance.runner import pytest_arguments
+from aiayn.environment import UsageError
 from aiayn.implementations.protocol import EQUATIONS
 from aiayn.implementations.registry import BUILTINS
 from aiayn.implementations.zoo import ZOO, ZooEntry
-from aiayn.kit import Report, figure_style, pyplot, save_png, write_report
+from aiayn.kit import Report, Scope, figure_style, pyplot, save_png, smaller, stored_scope, write_report
 
 __all__ = ["BUILTIN_ROWS", "cell", "installed", "run", "summarise"]
 
@@ -234,6 +235,7 @@ def _session(
             report=folder,
             dtypes=["float32"] if quick else (),
             agreement_only=quick,
+            force=True,  # run() decided already whether this run may replace the stored reports
             extra=["--tb=line", "-rN"],
         ),
     ]
@@ -244,7 +246,14 @@ def _session(
 
 
 def run(
-    names: Sequence[str], *, profile: str, workers: int, out: Path, timeout: float | None = None, quick: bool = False
+    names: Sequence[str],
+    *,
+    profile: str,
+    workers: int,
+    out: Path,
+    timeout: float | None = None,
+    quick: bool = False,
+    force: bool = False,
 ) -> int:
     """Check the zoo adapters ``names`` whose library is installed; write the zoo report; return the exit status.
 
@@ -255,6 +264,17 @@ def run(
     unknown = [n for n in names if n not in ZOO]
     if unknown:
         raise ValueError(f"not in the zoo: {', '.join(unknown)}; the zoo has {', '.join(ZOO)}")
+    scope = Scope(
+        label=f"{'quick, ' if quick else ''}{len(names)} adapters",
+        size=float(len(names) * (1 if quick else 4)),
+        full=not quick and set(names) >= set(ZOO),
+    )
+    stored = stored_scope(Path(out) / "zoo.json")
+    if stored is not None and not force and smaller(scope, stored):
+        raise UsageError(
+            f"{Path(out) / 'zoo.md'} covers more ({stored.get('label')}) than this run ({scope.label}): "
+            "give another --out, or --force to replace it"
+        )
     present = [n for n in names if installed(ZOO[n].library)]
     missing = [n for n in names if n not in present]
     for n in missing:

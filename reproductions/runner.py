@@ -10,7 +10,7 @@ measurement (bleu: the data in the cache, if any, and its worked example) or sai
 measured yet. When all are run it writes the folder's ``README.md``:
 the index with each report's kind, one-line verdict, and, for measured reports, whether their
 measurement code is still the current one (``STALE`` when it has changed since). The default
-folder is the checkout's ``reports/``, or ``./aiayn-reports`` when aiayn is installed from a wheel.
+folder is ``reports/`` at the root of aiayn's checkout, else ``./aiayn-reports`` in the current folder.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import inspect
 import time
 from pathlib import Path
 
-from aiayn.environment import UsageError, reports_dir
+from aiayn.environment import OUT_HELP, UsageError, out_dir
 from aiayn.kit import md_table, write_text
 from aiayn.reproductions.registry import BY_NAME, DETERMINISTIC, REPRODUCTIONS, resolve, status, stored
 
@@ -45,9 +45,7 @@ def run_one(name: str, out: Path, *, measure: bool = True) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     names = ", ".join(r.name for r in REPRODUCTIONS)
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"reproductions to run (default: all): {names}")
-    parser.add_argument(
-        "--out", type=Path, default=None, help="output folder (default: the checkout's reports/, else ./aiayn-reports)"
-    )
+    parser.add_argument("--out", type=Path, default=None, help=OUT_HELP)
     parser.add_argument(
         "--no-measure",
         action="store_true",
@@ -61,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"unknown reproduction(s) {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
     names = args.names or [r.name for r in REPRODUCTIONS]
-    args.out = Path(args.out) if args.out else reports_dir()
+    args.out = out_dir(args.out)
     print(f"writing into {args.out.resolve()}", flush=True)
     verdicts: dict[str, str] = {}
     total = time.perf_counter()
@@ -84,6 +82,9 @@ def _state(out: Path, name: str) -> str:
     if s["state"] == "missing":
         return f"measured: not yet (`{r.command}`)"
     where = f"commit {', '.join(s['commits']) or '?'}, code {', '.join(s['codes']) or '?'}"
+    scope = (stored(out, r) or {}).get("scope")
+    if isinstance(scope, dict) and scope.get("label"):
+        where += f", scope {scope['label']}"
     if s["state"] == "current":
         return f"measured at {where}: current"
     return f"**STALE**: measured at {where}; the measurement code has changed since: rerun `{r.command}`"

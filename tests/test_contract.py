@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from aiayn.conformance.declarations import declaration_problems
+from aiayn.conformance.plugin import deviation_names
 from aiayn.implementations import protocol, registry
 from aiayn.implementations.protocol import DTYPES, EQUATIONS, POLICY_CHOICES
 
@@ -40,7 +42,9 @@ def impl(request: pytest.FixtureRequest) -> Any:
 
 
 def test_declarations_are_valid(impl: Any) -> None:
-    assert protocol.contract_problems(impl) == [], f"{impl.name}: {protocol.contract_problems(impl)}"
+    """Every declaration holds, ``known_deviations`` included: each names a test of the suite."""
+    problems = protocol.contract_problems(impl) + declaration_problems(impl, deviation_names())
+    assert problems == [], f"{impl.name}: {problems}"
     assert isinstance(impl, protocol.Implementation)
     assert impl.name in registry.BUILTINS
     assert impl.version.strip(), f"{impl.name}: empty version"

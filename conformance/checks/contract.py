@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from aiayn.conformance.declarations import declaration_problems
 from aiayn.conformance.harness import Case, check, compare
 from aiayn.conformance.numerics import round_to
+from aiayn.conformance.plugin import deviation_names
 from aiayn.implementations.protocol import contract_problems
 
 
 @check("contract", kind="contract")
 def declarations_follow_the_contract(case: Case) -> None:
-    """name, version, device, dtypes, policies and provides() hold valid values."""
-    problems = contract_problems(case.impl)
+    """name, version, device, dtypes, policies and provides() hold valid values; scope, declared_inconclusive and
+    known_deviations name what exists (every known deviation a test of this suite)."""
+    problems = contract_problems(case.impl) + declaration_problems(case.impl, deviation_names())
     case.exact_checks()
     if problems:
         case.fail("declarations break the contract: " + "; ".join(problems))

@@ -24,7 +24,7 @@ import argparse
 import os
 from pathlib import Path
 
-from aiayn.environment import UsageError, reports_dir
+from aiayn.environment import UsageError, add_output_arguments, out_dir, writable_dir
 
 __all__ = [
     "PRESET_NAMES",
@@ -93,7 +93,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=1, help="initial weights, dropout masks and batch order")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--work", default="runs/translation", help="checkpoints, vocabulary, outputs (resumed if present)")
-    p.add_argument("--out", default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
+    add_output_arguments(p)
     p.add_argument(
         "--no-report", dest="report", action="store_false", help="write results.json only, no bleu-training report"
     )
@@ -108,7 +108,9 @@ def run_train(args: argparse.Namespace) -> int:
             "--preset base trains on your corpus: give "
             "--train-src/--train-tgt/--dev-src/--dev-tgt/--test-src/--test-tgt"
         )
-    args.out = args.out or str(reports_dir())
+    writable_dir(args.work, "--work")
+    if args.report:
+        args.out = str(out_dir(args.out))
     import torch
     import torch.distributed as dist
 
@@ -129,15 +131,13 @@ def run_train(args: argparse.Namespace) -> int:
         from aiayn.kit import write_report
         from aiayn.reproductions.translation.report import make_report
 
-        write_report(Path(args.out), make_report([results]))
+        write_report(Path(args.out), make_report([results]), force=args.force)
     return 0
 
 
 def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", type=Path, help="finished run folders (the --work of aiayn train)")
-    p.add_argument(
-        "--out", type=Path, default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)"
-    )
+    add_output_arguments(p)
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -149,7 +149,7 @@ def run_report(args: argparse.Namespace) -> int:
         runs = [load_run(folder) for folder in args.runs]
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
-    write_report(args.out or reports_dir(), make_report(runs))
+    write_report(out_dir(args.out), make_report(runs), force=args.force)
     return 0
 
 
@@ -187,7 +187,7 @@ def add_ablation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--work", default="runs/ablation", help="one folder per (row, seed); finished runs are not run again"
     )
-    p.add_argument("--out", default=None, help="report folder (default: the checkout's reports/, else ./aiayn-reports)")
+    add_output_arguments(p)
 
 
 def check_ablation_arguments(args: argparse.Namespace) -> argparse.Namespace:
@@ -214,18 +214,25 @@ def check_ablation_arguments(args: argparse.Namespace) -> argparse.Namespace:
     for name in ("tokens", "max_tokens", "warmup", "vocab", "beam", "jobs"):
         if getattr(args, name) < (0 if name == "beam" else 1):
             raise UsageError(f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}")
-    args.out = args.out or str(reports_dir())
+    writable_dir(args.work, "--work")
+    args.out = str(out_dir(args.out))
     return args
 
 
 def run_ablation(args: argparse.Namespace) -> int:
     """Train every (row, seed), score on the dev books, write ``bleu-ablation.{md,json}``."""
-    from aiayn.kit import write_report
+    from aiayn.kit import Scope, write_report
     from aiayn.reproductions.translation.ablation import run_all
     from aiayn.reproductions.translation.ablation_report import make_report
 
     report = make_report(*run_all(check_ablation_arguments(args)))
-    write_report(Path(args.out), report)
+    runs = len(args.rows) * len(args.seeds)
+    report.scope = Scope(
+        label=f"{len(args.rows)} rows x {len(args.seeds)} seeds",
+        size=float(runs * args.tokens),
+        full=set(args.rows) >= set(SCALE_ROWS[args.scale]) and len(args.seeds) >= 5,
+    )
+    write_report(Path(args.out), report, force=args.force)
     for row in report.data["rows"]:
         print(
             f"{row['row']:12s} dev PPL {row['ppl_mean']:8.2f} {row['ppl']}  sacreBLEU {row['bleu_mean']:6.2f} "

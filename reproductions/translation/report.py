@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from aiayn.kit import Report, rounded, write_report
+from aiayn.kit import Report, Scope, rounded, write_report
 
 STEM = "bleu-training"
 PAIR_NAMES = {"en": "EN", "de": "DE", "fr": "FR"}
@@ -194,6 +194,12 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
         packages=("torch", "sacrebleu", "sentencepiece", "numpy"),
     )
     rep.generator = (__name__,)
+    presets = sorted({str(r["preset"]) for r in runs})
+    rep.scope = Scope(
+        label=f"preset {', '.join(presets)}, {len(runs)} run{'s' if len(runs) > 1 else ''}",
+        size=float(sum(r.get("train_target_tokens") or 0 for r in runs)),
+        full="smoke" not in presets,
+    )
     rep.fields = {"results_commit": ",".join(measurement["commits"]), "results_code": ",".join(measurement["codes"])}
     rep.verdict = (
         "; ".join(

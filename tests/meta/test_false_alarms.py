@@ -57,3 +57,41 @@ def test_a_unit_stored_for_other_code_or_profile_runs_again(tmp_path: Path) -> N
 def test_the_code_hash_covers_the_suite_and_a_builtins_module() -> None:
     assert false_alarms.suite_code("numpy") != false_alarms.suite_code("torch")  # different implementation modules
     assert false_alarms.suite_code("numpy") == false_alarms.suite_code("numpy-blocked")  # same module
+
+
+def test_an_outside_implementations_own_code_is_in_its_units_key(tmp_path: Path, monkeypatch) -> None:
+    """A unit stored for an implementation outside aiayn is not reused once that implementation's code changes."""
+    module = tmp_path / "outside_impl.py"
+    module.write_text("from aiayn.implementations.numpy_impl import NumpyImplementation as Impl\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = false_alarms.suite_code("outside_impl:Impl")
+    assert first == false_alarms.suite_code("outside_impl:Impl")
+    module.write_text("from aiayn.implementations.numpy_impl import NumpyImplementation as Impl\nX = 1\n")
+    assert false_alarms.suite_code("outside_impl:Impl") != first
+
+
+def test_a_spec_that_cannot_be_loaded_is_a_usage_error_and_nothing_is_stored(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "false-alarms",
+            "no_such_module:Impl",
+            "--seeds",
+            "1",
+            "--out",
+            str(tmp_path / "out"),
+            "--work",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "'no_such_module:Impl' cannot be loaded" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list((tmp_path / "work").glob("*.json"))
