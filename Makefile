@@ -49,8 +49,8 @@ reproduce: $(STAMP)
 	$(AIAYN) train-report runs/cpu-en-de $(dir $(wildcard runs/cpu-en-fr/results.json))
 
 # Everything of the BLEU reproduction: the EN->DE run (if not done), the EN->FR run, the report of
-# both, then Table 3's variations at CPU scale (5 rows x 5 paired seeds, 800,000 target tokens each,
-# two at a time: about half an hour on 2 cores; about an hour in all).
+# both, then Table 3's variations at CPU scale (5 rows x 8 paired seeds, 800,000 target tokens each,
+# two at a time: about 45 minutes on 2 cores; about 75 minutes in all).
 reproduce-bleu: $(STAMP)
 	$(TORCHRUN) -m aiayn train --preset cpu --greedy-too --work runs/cpu-en-de --no-report
 	$(TORCHRUN) -m aiayn train --preset cpu --tgt-lang fr --greedy-too --work runs/cpu-en-fr --no-report

@@ -148,8 +148,8 @@ REPRODUCTIONS: tuple[Reproduction, ...] = (
     ),
     Reproduction(
         "bleu-ablation",
-        "Table 3's variations at CPU scale: 5 paired seeds per row, paired t-tests, verdicts against "
-        "the paper's direction",
+        "Table 3's variations at CPU scale: 8 paired seeds per row, paired t-tests and exact sign-flip tests, "
+        "verdicts against the paper's direction",
         MEASURED,
         None,
         "make reproduce-bleu (aiayn ablation --jobs 2)",

@@ -159,7 +159,9 @@ def test_reports_name_their_tests_sweeps_and_sources(regenerated: Path) -> None:
     ablation = regenerated / "bleu-ablation.md"
     if ablation.exists():
         text = ablation.read_text(encoding="utf-8")
-        assert "sign-flip test" in text and "= 0.0625" in text and "95% CI, unadjusted" in text
+        n = json.loads(ablation.with_suffix(".json").read_text(encoding="utf-8"))["seeds"]["seeds_per_row"]
+        smallest = f"2/2^{n} = 1/{2 ** (n - 1)} = {2 / 2**n:.4g}"  # the exact test's smallest two-sided p
+        assert "sign-flip test" in text and smallest in text and "95% CI, unadjusted" in text
 
 
 def test_index_lists_every_reproduction(regenerated: Path) -> None:

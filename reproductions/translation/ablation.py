@@ -1,4 +1,4 @@
-"""Table 3 at CPU scale: a few of its rows, each trained with the same 5 seeds on a fixed token budget.
+"""Table 3 at CPU scale: a few of its rows, each trained with the same 8 seeds on a fixed token budget.
 
 ``aiayn ablation`` (``make reproduce-bleu`` runs it) trains every
 (row, seed) pair of :data:`ROWS` on the EN→DE Bible corpus (whole books held out, as the main run),
@@ -26,9 +26,10 @@ Choices (what the paper does not fix at this scale):
       seeds and the batches do not depend on the row, so a seed pairs each row's run with base's
       (the paired design of the report's t-tests).
     - One joint BPE vocabulary (``--vocab``) shared by all rows, trained once on the training side.
-    - Five seeds by default (``--seeds 1,2,3,4,5``): a paired t-test with 4 degrees of freedom.
-    - The token budget (``--tokens``) is what two cores can train for 25 runs in about half an hour
-      of ``make reproduce-bleu`` (the rest of its hour trains the EN→DE and EN→FR runs).
+    - Eight seeds by default (``--seeds 1,...,8``): a paired t-test with 7 degrees of freedom, and an
+      exact sign-flip test whose smallest two-sided p, 2/2^8, passes Holm's first step over 4 rows.
+    - The token budget (``--tokens``) is what two cores can train for 40 runs in about 45 minutes
+      of ``make reproduce-bleu`` (the rest of it trains the EN→DE and EN→FR runs).
 
 Resumable: each finished (row, seed) leaves ``<work>/<row>/seed<k>/results.json`` and is not run
 again; an unfinished one resumes from its checkpoint.

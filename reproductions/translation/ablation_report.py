@@ -381,14 +381,19 @@ def make_report(runs: list[dict[str, Any]], setup: dict[str, Any]) -> Report:
     base = next(x for x in summary if x["row"] == "base")
     compared = [x for x in summary if x["row"] != "base"]
     n = seeds_per_row(summary)
+    needed = seeds_needed(len(compared))
+    enough = (
+        f"enough for it to separate rows under Holm (it needs {needed})"
+        if n >= needed
+        else f"{needed} seeds per row would let it separate rows under Holm"
+    )
     rep.verdict = (
         f"{len(summary)} rows x {len(seeds)} seeds (paired), {setup['tokens']:,} target tokens each "
         f"({setup['tokens'] / setup['train_target_tokens']:.2f} passes over the data); dev perplexity base "
         f"{base['ppl_mean']:.1f} (geometric mean); against the paper's direction (dev NLL, paired t-test and exact "
         f"sign-flip test, each Holm-adjusted, level {ALPHA}): {_tally(compared, 'nll')}; the sign-flip test's "
-        f"smallest p with {n} seeds is {_min_p_text(n)}, {seeds_needed(len(compared))} seeds per row would let it "
-        f"separate rows under Holm; dev sacreBLEU at most {max(max(x['bleu']) for x in summary):.2f}; not comparable "
-        "to Table 3's WMT14 figures"
+        f"smallest p with {n} seeds is {_min_p_text(n)}, {enough}; dev sacreBLEU at most "
+        f"{max(max(x['bleu']) for x in summary):.2f}; not comparable to Table 3's WMT14 figures"
     )
     rep.add(
         "",
