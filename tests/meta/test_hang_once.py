@@ -101,8 +101,12 @@ def test_a_hang_in_the_pytest_process_is_remembered(monkeypatch: pytest.MonkeyPa
 
 
 def _check(tmp_path: Path, workers: int) -> tuple[subprocess.CompletedProcess[str], float, dict[str, Any]]:
+    # pytest prints a failure's message in full twice (the traceback and the short summary) where CI or
+    # BUILD_NUMBER is set, and truncates the summary to COLUMNS otherwise: the counts below read distinct checks
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "AIAYN_"))}
+    env = {k: v for k, v in env.items() if k not in ("CI", "BUILD_NUMBER", "COLUMNS")}
     env |= {
+        "COLUMNS": "80",
         "PYTHONPATH": os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]),
         "AIAYN_FAILURES": str(tmp_path / "failures"),
         "OMP_NUM_THREADS": "1",
@@ -129,13 +133,14 @@ def test_a_hanging_method_costs_one_limit_per_worker(tmp_path: Path, workers: in
     proc, elapsed, data = _check(tmp_path, workers)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, f"exit {proc.returncode}:\n{out[-4000:]}"
-    hangs = re.findall(r"softmax\(<[^\n]*\) did not return within 3 s", out)
+    hangs = set(re.findall(r"softmax\(<[^\n]*\) did not return within 3 s", out))
     assert 1 <= len(hangs) <= max(1, workers), f"{len(hangs)} calls waited for the limit:\n{out[-4000:]}"
+    rows = {(r["equation"], r["dtype"]): r for r in data["rows"]}
+    assert re.search(r"\b10 failed, 8 passed\b", out), f"not every softmax check failed:\n{out[-4000:]}"
     skipped = re.findall(r"was not called: softmax of hanging_impl:SlowSoftmax already hung in this run", out)
-    assert len(hangs) + len(skipped) == 10, f"{len(hangs)} hangs, {len(skipped)} calls not made:\n{out[-4000:]}"
+    assert len(skipped) >= 10 - len(hangs), f"{len(hangs)} hangs, {len(skipped)} calls not made:\n{out[-4000:]}"
     named = set(re.findall(r"replay of the first hang: aiayn replay (\S+\.npz)", out))
     assert named and all(Path(p).exists() for p in named), f"first hang's replay file missing: {named}"
-    rows = {(r["equation"], r["dtype"]): r for r in data["rows"]}
     for dtype in ("float64", "float32"):
         assert rows["softmax", dtype]["status"] == "fail", rows["softmax", dtype]
         assert rows["softmax", dtype]["measure"] == "hang (time limit)", rows["softmax", dtype]
