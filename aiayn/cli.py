@@ -10,6 +10,7 @@
     aiayn bench                     attention throughput as a fraction of this machine's GEMM ceiling
     aiayn mutants                   the suite against deliberately broken implementations (must catch all)
     aiayn false-alarms              the suite on correct implementations over many seeds (must raise none)
+    aiayn zoo [NAME ...]            popular libraries through thin adapters, one report row each
 
 Exit status, by pytest's conventions: 0 success; 1 a check failed (or a mutant escaped); 4 a usage
 error: a bad option, an implementation that cannot be loaded, a dtype it does not declare, a
@@ -34,6 +35,7 @@ from aiayn.environment import (
     MissingExtra,
     UsageError,
     add_output_arguments,
+    check_range,
     check_work_dirs,
     missing_extra,
     out_dir,
@@ -137,10 +139,10 @@ def _check(args: argparse.Namespace) -> int:
 
     from aiayn.conformance.runner import pytest_arguments
 
-    if args.workers < 0:
-        raise UsageError(f"--workers: expected 0 or more, got {args.workers}")
-    if not (args.timeout == args.timeout and 0 <= args.timeout < float("inf")):
-        raise UsageError(f"--timeout: expected seconds, 0 or more and finite (0: no limit), got {args.timeout}")
+    _check_profile(args.profile)
+    check_range("--workers", args.workers, least=0)
+    check_range("--timeout", args.timeout, least=0)
+    _check_keyword(args.keyword)
     if args.report is not None:
         writable_dir(args.report, "--report")
     check_work_dirs()
@@ -162,6 +164,29 @@ def _check(args: argparse.Namespace) -> int:
             )
         )
     )
+
+
+def _check_profile(profile: str) -> None:
+    """A profile name that came from ``$AIAYN_PROFILE`` (argparse checks only the names given as --profile)."""
+    from aiayn.conformance.profiles import PROFILES
+
+    if profile not in PROFILES:
+        raise UsageError(f"$AIAYN_PROFILE: {profile!r} is not a profile; expected one of {', '.join(PROFILES)}")
+
+
+def _check_keyword(expression: str | None) -> None:
+    """A -k expression parsed once, here, before any worker starts (a bad one would stop every worker)."""
+    if not expression:
+        return
+    try:
+        from _pytest.mark.expression import Expression
+    except ImportError:  # pytest moved its parser: pytest itself reports a bad expression
+        return
+    try:
+        Expression.compile(expression)
+    except Exception as exc:  # SyntaxError from pytest 8.4 on, ParseError before
+        why = getattr(exc, "msg", None) or getattr(exc, "message", None) or str(exc)
+        raise UsageError(f"-k: {expression!r} is not a pytest -k expression ({why})") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,8 +318,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--baseline: {args.baseline}: no such file (a stored run's JSON, or 'none')")
     baseline = "none" if args.cuda else args.baseline
     if args.from_run is not None:
-        if not args.from_run.exists():
-            raise UsageError(f"--from-run: {args.from_run}: no such file")
+        _check_run_json(args.from_run, "--from-run")
         write(args.from_run, out, baseline=baseline, stem=stem, smoke=args.smoke, force=args.force)
         return EXIT_OK
     if args.cuda:
@@ -312,6 +336,7 @@ def _bench(args: argparse.Namespace) -> int:
         "no:cacheprovider",
         f"--rootdir={Path(benchmarks.__file__).resolve().parent}",
         f"--benchmark-json={run_json}",
+        f"--benchmark-storage=file://{run_json.parent.resolve() / 'benchmark-storage'}",  # not ./.benchmarks
     ]
     cmd.append("--bench-training-step=aiayn.reproductions.translation.bench:training_step")  # our model, loaded by spec
     if args.smoke:
@@ -342,6 +367,29 @@ def _bench(args: argparse.Namespace) -> int:
     print(f"wrote {run_json.resolve()}")
     write(run_json, out, baseline=baseline, stem=stem, smoke=args.smoke, force=args.force)
     return EXIT_OK
+
+
+def _check_run_json(path: Path, option: str) -> None:
+    """A pytest-benchmark JSON of ``aiayn bench``, checked before a report is written from it."""
+    import json
+
+    from aiayn.environment import file_arguments
+
+    file_arguments(**{option.lstrip("-").replace("-", "_"): path})
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"{option}: {path} is not JSON ({exc})") from None
+    entries = run.get("benchmarks") if isinstance(run, dict) else None
+    if not isinstance(entries, list):
+        raise UsageError(f"{option}: {path} is not a pytest-benchmark JSON (no 'benchmarks' list)")
+    bad = [i for i, b in enumerate(entries) if not (isinstance(b, dict) and isinstance(b.get("extra_info", {}), dict))]
+    bad += [i for i, b in enumerate(entries) if i not in bad and "name" not in b]
+    if bad:
+        raise UsageError(f"{option}: {path}: benchmarks[{bad[0]}] is not a pytest-benchmark entry ({len(bad)} such)")
+    ours = ("case", "stage", "training", "memory_model")
+    if not any(key in b.get("extra_info", {}) for b in entries for key in ours):
+        raise UsageError(f"{option}: {path} holds no case of aiayn bench (a run of aiayn's benchmarks is expected)")
 
 
 def _add_false_alarms(p: argparse.ArgumentParser) -> None:
@@ -378,8 +426,7 @@ def _false_alarms(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds: expected comma-separated integers, got {args.seeds!r}") from None
     if not seeds:
         raise UsageError("--seeds: give at least one seed")
-    if args.workers < 0:
-        raise UsageError(f"--workers: expected 0 or more, got {args.workers}")
+    check_range("--workers", args.workers, least=0)
     out = out_dir(args.out)
     if args.work is not None:
         writable_dir(args.work, "--work")
@@ -449,8 +496,8 @@ def _zoo(args: argparse.Namespace) -> int:
     unknown = [n for n in args.names if n not in ZOO]
     if unknown:
         raise UsageError(f"NAME: {', '.join(map(repr, unknown))} not in the zoo; expected some of {', '.join(ZOO)}")
-    if args.workers < 0:
-        raise UsageError(f"--workers: expected 0 or more, got {args.workers}")
+    check_range("--workers", args.workers, least=0)
+    check_range("--timeout", args.timeout, least=0)
     if args.no_run:
         from aiayn.conformance.zoo import rerender
 
@@ -477,8 +524,7 @@ def _add_mutants(p: argparse.ArgumentParser) -> None:
 def _mutants(args: argparse.Namespace) -> int:
     from aiayn.conformance.mutants import run
 
-    if args.workers < 0:
-        raise UsageError(f"--workers: expected 0 or more, got {args.workers}")
+    check_range("--workers", args.workers, least=0)
     return run(out_dir(args.out), workers=args.workers)
 
 

@@ -28,8 +28,10 @@ __all__ = [
     "UsageError",
     "add_output_arguments",
     "cache_dir",
+    "check_range",
     "check_work_dirs",
     "failure_dir",
+    "file_arguments",
     "missing_extra",
     "out_dir",
     "reports_dir",
@@ -130,6 +132,34 @@ def reports_dir() -> Path:
     return cwd / "aiayn-reports"
 
 
+def check_range(option: str, value: float | None, *, least: float, above: bool = False) -> None:
+    """A numeric option checked before the work: finite and at least ``least`` (more than it where ``above``);
+    ``None`` (not given) passes. Else a one-line :class:`UsageError` naming the option, the range and the value."""
+    if value is None:
+        return
+    finite = value == value and abs(value) != float("inf")
+    if not finite or value < least or (above and value == least):
+        bound = f"more than {least:g}" if above else f"{least:g} or more"
+        kind = "an integer" if isinstance(value, int) else "a finite number"
+        raise UsageError(f"{option}: expected {kind}, {bound}; got {value}")
+
+
+def file_arguments(**paths: str | os.PathLike[str] | None) -> None:
+    """Input files named by options (``option=path``), checked before the work: each given one must be a
+    readable file; else a one-line :class:`UsageError` naming the option."""
+    for option, path in paths.items():
+        if path is None:
+            continue
+        name = "--" + option.replace("_", "-")
+        target = Path(path)
+        if not target.exists():
+            raise UsageError(f"{name}: {target}: no such file")
+        if not target.is_file():
+            raise UsageError(f"{name}: {target} is a folder, expected a file")
+        if not os.access(target, os.R_OK):
+            raise UsageError(f"{name}: {target}: not readable")
+
+
 def writable_dir(path: str | os.PathLike[str], what: str) -> Path:
     """``path`` as a folder that exists and takes files (created if need be), checked before any work; else a
     one-line :class:`UsageError` naming ``what`` (the option or variable) and the reason."""
@@ -169,8 +199,8 @@ def add_output_arguments(parser: Any) -> None:
 def check_work_dirs() -> None:
     """The folders a conformance run writes into besides its reports, checked before the first check:
     ``$AIAYN_FAILURES`` (replay files) and ``$AIAYN_CACHE`` (Hypothesis examples, data)."""
-    writable_dir(failure_dir(), "$AIAYN_FAILURES" if os.environ.get("AIAYN_FAILURES") else "the replay-file folder")
     writable_dir(cache_dir(), "$AIAYN_CACHE" if os.environ.get("AIAYN_CACHE") else "aiayn's cache folder")
+    writable_dir(failure_dir(), "$AIAYN_FAILURES" if os.environ.get("AIAYN_FAILURES") else "the replay-file folder")
 
 
 def cache_dir() -> Path:

@@ -325,6 +325,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             continue
         impl = entry.impl
         dtypes = tuple(getattr(impl, "dtypes", ()) or ())
+        _check_module_dtypes(metafunc.module, module_dtypes, entry, dtypes)
         chosen = [d for d in (dtypes[:1] if mode == "first" else dtypes) if d in wanted]
         if equation != "contract" and equation not in _provided(impl):
             params.append(
@@ -354,6 +355,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             )
         ]
     metafunc.parametrize(("impl", "dtype"), params)
+
+
+def _check_module_dtypes(module: Any, asked: Any, entry: Loaded, declared: tuple[str, ...]) -> None:
+    """``suite(..., dtypes=...)`` asks for dtypes the implementation declares, as ``--dtype`` must; else the module
+    is a usage error, never a row of skips that passes."""
+    if asked is None:
+        return
+    where = f"aiayn: suite({entry.spec!r}, dtypes={list(asked)!r}) in {module.__name__}"
+    unknown = [d for d in asked if d not in _DTYPES]
+    if unknown or not asked:
+        raise pytest.UsageError(f"{where}: expected dtypes among {', '.join(_DTYPES)}, got {list(asked)!r}")
+    missing = [d for d in asked if d not in declared]
+    if missing:
+        raise pytest.UsageError(
+            f"{where}: {entry.name} does not declare dtype {', '.join(missing)}; it declares "
+            f"{', '.join(declared) or 'none'}"
+        )
 
 
 def deviation_key(item: pytest.Item) -> str:

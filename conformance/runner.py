@@ -11,7 +11,6 @@ written into the current directory.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,13 +27,9 @@ def default_workers() -> int:
 
 
 def _empty_ini() -> Path:
-    """An ini file with an empty [pytest] section, so that no project configuration applies."""
-    path = Path(tempfile.gettempdir()) / "aiayn-pytest.ini"
-    if not path.exists() or path.read_text(encoding="utf-8") != "[pytest]\n":
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text("[pytest]\n", encoding="utf-8")
-        os.replace(tmp, path)
-    return path
+    """An ini file with an empty [pytest] section, so that no project configuration applies. It travels with the
+    package (a name pytest never finds on its own), so no shared temporary path can be taken or be a folder."""
+    return Path(__file__).resolve().parent / "isolated.ini"
 
 
 def pytest_arguments(

@@ -69,6 +69,10 @@ class InvalidImplementation(ImplementationNotFound):
     """The name resolved to an object that does not satisfy the Implementation contract."""
 
 
+class _Misplaced(ValueError):
+    """Internal: the implementation loads but cannot be placed on the device asked for."""
+
+
 class _UnknownName(Exception):
     """Internal: the name is neither ``module:attr``, a built-in, nor an entry point."""
 
@@ -97,13 +101,14 @@ def known_names() -> list[str]:
 
 
 def _not_found(
-    spec: str, reason: str, cls: type[ImplementationNotFound] = ImplementationNotFound
+    spec: str, reason: str, cls: type[ImplementationNotFound] = ImplementationNotFound, *, names: bool = True
 ) -> ImplementationNotFound:
-    return cls(
-        f"cannot load implementation {spec!r}: {reason}. "
-        f"Known names: {', '.join(known_names())}; or name one directly as 'module:attr' "
+    """The error for ``spec``; ``names``: list the known names too (not when the name itself was found)."""
+    known = (
+        f" Known names: {', '.join(known_names())}; or name one directly as 'module:attr' "
         f"(e.g. 'aiayn.implementations.examples.my_attention:MyAttention')."
     )
+    return cls(f"cannot load implementation {spec!r}: {reason}." + (known if names else ""))
 
 
 def _import_target(target: str) -> Any:
@@ -125,7 +130,7 @@ def _instantiate(obj: Any, device: str | None = None) -> Any:
     if not constructor:
         if _same_device(getattr(obj, "device", None), device):
             return obj
-        raise ValueError(
+        raise _Misplaced(
             f"it is a ready-made instance on device {getattr(obj, 'device', None)!r} and cannot be placed on {device!r}"
         )
     try:
@@ -133,10 +138,17 @@ def _instantiate(obj: Any, device: str | None = None) -> Any:
     except (TypeError, ValueError):
         takes_device = False
     if not takes_device:
-        raise ValueError(f"its constructor takes no 'device' argument, so it cannot be placed on {device!r}")
+        impl = obj()
+        declared = getattr(impl, "device", None)
+        if _same_device(declared, device):  # already there (numpy on "cpu")
+            return impl
+        raise _Misplaced(
+            f"it runs on {declared!r} only (its constructor takes no 'device' argument), so it cannot be placed on "
+            f"{device!r}"
+        )
     impl = obj(device=device)
     if not _same_device(getattr(impl, "device", None), device):
-        raise ValueError(f"asked for device {device!r}, it declares device {getattr(impl, 'device', None)!r}")
+        raise _Misplaced(f"asked for device {device!r}, it declares device {getattr(impl, 'device', None)!r}")
     return impl
 
 
@@ -180,11 +192,16 @@ def load(spec: str, *, device: str | None = None) -> Implementation:
         impl = _instantiate(obj, device)
     except _UnknownName:
         raise _not_found(spec, "unknown name") from None
+    except _Misplaced as exc:
+        raise _not_found(spec, str(exc), names=False) from None
     except Exception as exc:  # import errors, a missing attribute, a failing constructor
         raise _not_found(spec, f"{type(exc).__name__}: {exc}") from exc
     problems = contract_problems(impl)
     if problems:
         raise _not_found(
-            spec, f"{origin} gave {impl!r}, which breaks the contract: {'; '.join(problems)}", InvalidImplementation
+            spec,
+            f"{origin} gave {impl!r}, which breaks the contract: {'; '.join(problems)}",
+            InvalidImplementation,
+            names=False,
         )
     return impl

@@ -21,10 +21,18 @@ options are read without it, and torch is imported when a command runs.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 from pathlib import Path
 
-from aiayn.environment import UsageError, add_output_arguments, out_dir, writable_dir
+from aiayn.environment import (
+    UsageError,
+    add_output_arguments,
+    check_range,
+    file_arguments,
+    out_dir,
+    writable_dir,
+)
 
 __all__ = [
     "PRESET_NAMES",
@@ -32,6 +40,8 @@ __all__ = [
     "add_ablation_arguments",
     "add_report_arguments",
     "add_train_arguments",
+    "check_device",
+    "check_train_arguments",
     "run_ablation",
     "run_report",
     "run_train",
@@ -99,23 +109,68 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run_train(args: argparse.Namespace) -> int:
-    """Train, average, decode, score; write ``<work>/results.json`` and (unless --no-report) bleu-training.*."""
-    if args.train_src and not all((args.train_tgt, args.dev_src, args.dev_tgt, args.test_src, args.test_tgt)):
-        raise UsageError("--train-src needs --train-tgt, --dev-src, --dev-tgt, --test-src and --test-tgt")
-    if args.preset == "base" and not args.train_src:
+CORPUS_OPTIONS = ("train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt")
+
+
+def check_train_arguments(args: argparse.Namespace) -> None:
+    """Every option of ``aiayn train`` that needs no torch, checked before the work; UsageError names the bad one."""
+    corpus = {name: getattr(args, name) for name in CORPUS_OPTIONS}
+    given = [name for name, path in corpus.items() if path is not None]
+    if given and len(given) < len(corpus):
+        missing = ", ".join("--" + n.replace("_", "-") for n in CORPUS_OPTIONS if n not in given)
+        raise UsageError(f"your own corpus needs all six texts; missing {missing}")
+    if args.preset == "base" and not given:
         raise UsageError(
             "--preset base trains on your corpus: give "
             "--train-src/--train-tgt/--dev-src/--dev-tgt/--test-src/--test-tgt"
         )
+    file_arguments(**corpus)
+    if not given and args.src_lang == args.tgt_lang:
+        raise UsageError(f"--src-lang and --tgt-lang: expected two languages, got {args.src_lang} twice")
+    if args.config is not None:
+        from aiayn.reference.counts import TABLE3
+
+        if args.config not in TABLE3:
+            close = difflib.get_close_matches(args.config, list(TABLE3), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise UsageError(f"--config: {args.config!r} is no Table 3 row; known: {', '.join(TABLE3)}{hint}")
+    for option, least in (("steps", 1), ("max_tokens", 1), ("accumulate", 1), ("warmup", 1), ("beam", 0)):
+        check_range("--" + option.replace("_", "-"), getattr(args, option), least=least)
+    check_range("--minutes", args.minutes, least=0, above=True)
+    check_range("--lr-scale", args.lr_scale, least=0, above=True)
+    check_range("--alpha", args.alpha, least=0)
     writable_dir(args.work, "--work")
     if args.report:
         args.out = str(out_dir(args.out))
+
+
+def check_device(device: str | None) -> None:
+    """``--device`` checked against what torch sees here, before the work; UsageError names what is missing."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        where = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise UsageError(f"--device: {device!r} is no torch device ({' '.join(str(exc).split())[:160]})") from None
+    if where.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {device}: torch sees no CUDA device here (torch {torch.__version__})")
+    if where.type == "cuda" and where.index is not None and where.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {device}: torch sees {torch.cuda.device_count()} CUDA device(s) here")
+    if where.type == "mps" and not torch.backends.mps.is_available():
+        raise UsageError(f"--device {device}: torch sees no MPS device here")
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Train, average, decode, score; write ``<work>/results.json`` and (unless --no-report) bleu-training.*."""
+    check_train_arguments(args)
     import torch
     import torch.distributed as dist
 
     from aiayn.reproductions.translation.run import run
 
+    check_device(args.device)
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend)
@@ -145,11 +200,23 @@ def run_report(args: argparse.Namespace) -> int:
     from aiayn.kit import write_report
     from aiayn.reproductions.translation.report import load_run, make_report
 
-    try:
-        runs = [load_run(folder) for folder in args.runs]
-    except FileNotFoundError as exc:
-        raise UsageError(str(exc)) from None
-    write_report(out_dir(args.out), make_report(runs), force=args.force)
+    out = out_dir(args.out)
+    runs = []
+    for folder in args.runs:
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"RUN: {folder} is a file, expected a run folder (the --work of aiayn train)")
+        try:
+            run = load_run(folder)
+            make_report([run])  # each run alone first, so that a bad one is named
+        except FileNotFoundError as exc:
+            raise UsageError(str(exc)) from None
+        except ValueError as exc:  # json.JSONDecodeError included
+            raise UsageError(f"RUN: {folder / 'results.json'} is not a results file of aiayn train ({exc})") from None
+        except (KeyError, TypeError, AttributeError, IndexError) as exc:
+            what = f"lacks {exc}" if isinstance(exc, KeyError) else f"does not read as one ({type(exc).__name__})"
+            raise UsageError(f"RUN: {folder / 'results.json'} {what}; is it a finished run of aiayn train?") from None
+        runs.append(run)
+    write_report(out, make_report(runs), force=args.force)
     return 0
 
 
