@@ -1,10 +1,11 @@
 """The optional declarations of an implementation, validated against what the suite knows.
 
 ``implementations/protocol.py`` (``contract_problems``) checks the contract's members and values; this module adds
-what only the suite can tell: a ``policies`` key it does not read (a misspelt ``padding_id`` would otherwise fall back
-to its default without a word), a ``declared_inconclusive`` key that names no equation, a ``known_deviations`` name
-that is no test of the suite (or not with those parameters, or not a dtype). Each problem names the closest valid
-name. The contract check ``declarations_follow_the_contract`` (``checks/contract.py``) reports them.
+what only the suite can tell: ``compiles_per_shape`` that is not a bool, a ``policies`` key it does not read (a
+misspelt ``padding_id`` would otherwise fall back to its default without a word), a ``declared_inconclusive`` key
+that names no equation, a ``known_deviations`` name that is no test of the suite (or not with those parameters, or
+not a dtype). Each problem names the closest valid name. The contract check ``declarations_follow_the_contract``
+(``checks/contract.py``) reports them.
 """
 
 from __future__ import annotations
@@ -31,10 +32,20 @@ def declaration_problems(impl: Any, checks: Mapping[str, Collection[str]] | None
     ``known_deviations`` entry is checked.
     """
     return (
-        _policy_key_problems(getattr(impl, "policies", None))
+        _compiles_problems(impl)
+        + _policy_key_problems(getattr(impl, "policies", None))
         + _inconclusive_problems(getattr(impl, "declared_inconclusive", None))
         + _deviation_problems(getattr(impl, "known_deviations", None), checks)
     )
+
+
+def _compiles_problems(impl: Any) -> list[str]:
+    """``compiles_per_shape`` (optional): True where each new input shape costs the implementation a compile; the
+    suite then draws sizes from a few sets per run (``strategies.few_shapes``)."""
+    value = getattr(impl, "compiles_per_shape", False)
+    if isinstance(value, bool):
+        return []
+    return [f"compiles_per_shape: expected True or False, got {value!r}"]
 
 
 def _policy_key_problems(policies: Any) -> list[str]:

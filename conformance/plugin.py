@@ -46,6 +46,7 @@ import hashlib
 import importlib
 import os
 import shutil
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ _MARK = "aiayn_equation"
 
 _STATE = pytest.StashKey["_Run"]()
 _STATS = pytest.StashKey[Any]()
+_DECLARED = pytest.StashKey[bool]()  # the item is a known deviation its implementation declares
 
 
 @dataclass
@@ -465,6 +467,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     strict=True, reason=f"known deviation declared by {getattr(impl, 'name', impl)}: {reason}"
                 )
             )
+            item.stash[_DECLARED] = True
 
 
 # --------------------------------------------------------------------------------------------
@@ -497,7 +500,7 @@ def _prepare_isolation(config: pytest.Config) -> None:
 def pytest_runtest_call(item: pytest.Item):
     if not _is_aiayn(item):
         return (yield)
-    from aiayn.conformance import harness, isolation
+    from aiayn.conformance import harness, isolation, profiles, strategies
 
     _prepare_isolation(item.config)
 
@@ -515,10 +518,45 @@ def pytest_runtest_call(item: pytest.Item):
         }
     )
     token = harness.current_stats().set(stats)
+    test = item.obj  # Hypothesis reads a test's settings from the function at each call
+    own = getattr(test, "_hypothesis_internal_use_settings", None)
+    if own is not None and item.stash.get(_DECLARED, False):
+        test._hypothesis_internal_use_settings = profiles.without_shrinking(own)
+    salt = _shape_salt(item.config) if compiles_per_shape(params.get("impl")) else None
     try:
-        return (yield)
+        with strategies.few_shapes(salt):
+            return (yield)
     finally:
         harness.current_stats().reset(token)
+        if own is not None:
+            test._hypothesis_internal_use_settings = own
+
+
+def compiles_per_shape(impl: Any) -> bool:
+    """The implementation declares that each new input shape costs it a compile (``compiles_per_shape = True``)."""
+    return getattr(impl, "compiles_per_shape", False) is True
+
+
+_SALT: list[int] = []
+
+
+def _shape_salt(config: pytest.Config) -> int:
+    """Which few sets of sizes this run draws from (``strategies.few_shapes``): fixed under a derandomized profile,
+    the Hypothesis seed's when one is given, else one per run (the same in every worker of an xdist run)."""
+    from aiayn.conformance import profiles
+
+    if not _SALT:
+        seed = config.getoption("hypothesis_seed", None)
+        worker = _worker_input(config)
+        if profiles.PROFILES[profiles.active()][1]:
+            _SALT.append(0)
+        elif seed is not None:
+            _SALT.append(zlib.crc32(str(seed).encode()))
+        elif worker and worker.get("testrunuid"):
+            _SALT.append(zlib.crc32(str(worker["testrunuid"]).encode()))
+        else:
+            _SALT.append(int.from_bytes(os.urandom(4), "little"))
+    return _SALT[0]
 
 
 def _spec_of(impl: Any, config: pytest.Config) -> str | None:
@@ -833,6 +871,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     run = config.stash[_STATE]
     if run.explicit is None:
         return []
+    from aiayn.conformance.strategies import FEW_SHAPES
+
     info = run_info(config)
     lines = [
         f"aiayn conformance: profile {info['profile']} ({info['max_examples']} examples per test), seed {info['seed']}"
@@ -850,5 +890,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         lines.append(
             f"  {impl.name} ({impl.version}) on {impl.device}, dtypes {', '.join(dtypes) or 'none selected'}"
             + ("" if entry.spec == impl.name else f" [{entry.spec}]")
+            + (f"; compiles per shape: sizes from {FEW_SHAPES} sets per strategy" if compiles_per_shape(impl) else "")
         )
     return lines

@@ -14,7 +14,8 @@ Choose with ``--aiayn-profile NAME`` (``aiayn check --profile NAME``) or ``$AIAY
 Deadlines stay off in every profile: these machines are shared and noisy; a hang is caught by the
 per-call time limit instead (``plugin.py``). ``$AIAYN_FIND_ONLY=1`` (set by the mutant runner,
 ``mutants.py``) keeps a profile's example generation but skips shrinking and the example
-database: it only asks whether a failure is found.
+database: it only asks whether a failure is found. A check that an implementation declares as a
+known deviation is not shrunk either (:func:`without_shrinking`): its failure is expected.
 
 Examples that fail are kept in aiayn's cache (``aiayn.environment.cache_dir()/hypothesis``), not
 in the current directory; the derandomized profiles keep none.
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from hypothesis import settings
 
-__all__ = ["PROFILES", "activate", "active", "examples", "profile"]
+__all__ = ["PROFILES", "activate", "active", "examples", "profile", "without_shrinking"]
 
 #: Name -> (examples per test, derandomized).
 PROFILES: dict[str, tuple[int, bool]] = {
@@ -90,6 +91,19 @@ def current_settings(fraction: float = 1.0) -> settings:
         suppress_health_check=[HealthCheck.too_slow],
         **extra,
     )
+
+
+def without_shrinking(own: settings) -> settings:
+    """``own`` without the shrink phase (nor the explain phase that follows it).
+
+    For a check the implementation declares as a known deviation: the check still runs every example until one
+    fails (and fails the run if none does), but its failure is expected, so the minimal failing example is not
+    searched for; the diagnosis reads the examples that ran. Shrinking is the costly part of a failing check (a
+    whole-model example shrinks through dozens of shapes, each a compile on a library that compiles per shape).
+    """
+    from hypothesis import Phase, settings
+
+    return settings(own, phases=tuple(p for p in own.phases if p not in (Phase.shrink, Phase.explain)))
 
 
 def profile(fraction: float = 1.0) -> Callable[[F], F]:

@@ -11,9 +11,12 @@ How many examples each test draws is the active aiayn profile's (``conformance/p
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import types
-from collections.abc import Mapping
-from typing import Any
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from hypothesis import strategies as st
@@ -24,6 +27,7 @@ from aiayn.conformance.numerics import gamma, precision
 from aiayn.implementations.protocol import FULL_SCOPE, Scope, scope_of
 
 __all__ = [
+    "FEW_SHAPES",
     "attention_inputs",
     "causal_perturbation",
     "cross_entropy_inputs",
@@ -31,6 +35,7 @@ __all__ = [
     "encoder_inputs",
     "exact_shift",
     "ffn_inputs",
+    "few_shapes",
     "forward_inputs",
     "keep_pattern",
     "label_smoothing_inputs",
@@ -61,19 +66,73 @@ def min_classes(impl: Any) -> int:
     return 3 if isinstance(policies, Mapping) and policies.get("label_smoothing") == "K-2" else 2
 
 
-def _batch(draw: Any, scope: Scope, options: list[tuple[int, ...]]) -> tuple[int, ...]:
+# --------------------------------------------------------------------------------------------
+# sizes: drawn, or a few per run for an implementation that compiles per shape
+
+#: How many sets of sizes each strategy draws from in a run, for an implementation that declares
+#: ``compiles_per_shape = True`` (a library that compiles each new input shape pays about this many
+#: compiles per strategy, instead of one per example and per shrink step).
+FEW_SHAPES = 4
+_FEW: contextvars.ContextVar[int | None] = contextvars.ContextVar("aiayn_few_shapes", default=None)
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def few_shapes(salt: int | None) -> Iterator[None]:
+    """Inside: every strategy takes its sizes from one of :data:`FEW_SHAPES` sets, fixed for the run by ``salt``
+    (None: sizes drawn as usual). Values, masks' kinds and the other choices are still drawn; Hypothesis draws,
+    and shrinks, the set's index."""
+    token = _FEW.set(salt)
+    try:
+        yield
+    finally:
+        _FEW.reset(token)
+
+
+class _Sizes:
+    """Where a strategy's sizes (lengths, widths, batch shapes, heads, axes) come from.
+
+    Drawn by Hypothesis; or, inside :func:`few_shapes`, from a generator seeded by the strategy's name, the set's
+    index (drawn, in [0, FEW_SHAPES)) and the run's salt, so the same index gives the same sizes all run long.
+    Outside :func:`few_shapes` it draws exactly what a direct ``draw`` would.
+    """
+
+    def __init__(self, draw: Any, name: str, rng: np.random.Generator | None = None) -> None:
+        self.draw = draw
+        self.rng = rng
+        salt = _FEW.get()
+        if rng is None and salt is not None:
+            index = draw(st.integers(0, FEW_SHAPES - 1))
+            self.rng = np.random.default_rng([zlib.crc32(name.encode()), index, salt])
+
+    def within(self, draw: Any) -> _Sizes:
+        """The same sizes, for a strategy called from this one (its own ``draw``)."""
+        return _Sizes(draw, "", self.rng) if self.rng is not None else _Sizes(draw, "")
+
+    def integers(self, low: int, high: int) -> int:
+        if self.rng is None:
+            return self.draw(st.integers(low, high))
+        return int(self.rng.integers(low, high + 1))
+
+    def sampled_from(self, options: Sequence[T]) -> T:
+        if self.rng is None:
+            return self.draw(st.sampled_from(options))
+        return options[int(self.rng.integers(len(options)))]
+
+
+def _batch(sizes: _Sizes, scope: Scope, options: list[tuple[int, ...]]) -> tuple[int, ...]:
     """A batch shape among ``options`` whose number of dimensions the scope accepts (its own shapes if none does)."""
     if scope.batch_dims is not None:
         kept = [b for b in options if len(b) in scope.batch_dims]
         options = kept or [tuple([2] * d) for d in scope.batch_dims]
-    return draw(st.sampled_from(options))
+    return sizes.sampled_from(options)
 
 
-def _length(draw: Any, scope: Scope, low: int, high: int) -> int:
+def _length(sizes: _Sizes, scope: Scope, low: int, high: int) -> int:
     """A sequence length in [low, high], at most the scope's ``max_length``."""
     if scope.max_length is not None:
         high = max(low, min(high, scope.max_length))
-    return draw(st.integers(low, high))
+    return sizes.integers(low, high)
 
 
 def _floats(scale: float) -> st.SearchStrategy[float]:
@@ -211,9 +270,10 @@ def _pin_spread(draw: Any, z: np.ndarray) -> np.ndarray:
 @st.composite
 def softmax_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """x of shape (rows..., n) and an axis: random, near-constant, large (|x| up to 1e4), or with -inf entries."""
+    sizes = _Sizes(draw, "softmax_inputs")
     ndims = [1, 2, 3] if scope.batch_dims is None else [b + 1 for b in scope.batch_dims]
-    ndim = draw(st.sampled_from(ndims))
-    shape = tuple(_length(draw, scope, 1, 7) if i == ndim - 1 else draw(st.integers(1, 3)) for i in range(ndim))
+    ndim = sizes.sampled_from(ndims)
+    shape = tuple(_length(sizes, scope, 1, 7) if i == ndim - 1 else sizes.integers(1, 3) for i in range(ndim))
     kind = draw(st.sampled_from(["random", "near_constant", "large", "masked"]))
     if kind == "near_constant":
         x = draw(_floats(100.0)) + _array(draw, shape, 1e-6)
@@ -224,7 +284,7 @@ def softmax_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[
     if kind == "masked":
         hide = draw(hnp.arrays(np.bool_, shape))
         x = np.where(hide, -np.inf, x)
-    return {"x": x, "axis": draw(st.integers(-len(shape), len(shape) - 1))}
+    return {"x": x, "axis": sizes.integers(-len(shape), len(shape) - 1)}
 
 
 def exact_shift(
@@ -298,11 +358,12 @@ def attention_inputs(
     ``scope.self_attention_only``: n_k = n_q; masks of the accepted kinds only (a scope that
     accepts only the causal mask always gets it).
     """
+    sizes = _Sizes(draw, "attention_inputs")
     if batch is None:
-        batch = _batch(draw, scope, [(), (2,), (2, 1)])
-    n_q = _length(draw, scope, 1, max_n)
-    n_k = n_q if scope.self_attention_only else _length(draw, scope, 1, max_n)
-    d_k, d_v = draw(st.integers(1, max_d)), draw(st.integers(1, max_d))
+        batch = _batch(sizes, scope, [(), (2,), (2, 1)])
+    n_q = _length(sizes, scope, 1, max_n)
+    n_k = n_q if scope.self_attention_only else _length(sizes, scope, 1, max_n)
+    d_k, d_v = sizes.integers(1, max_d), sizes.integers(1, max_d)
     scale = min(draw(st.sampled_from([1.0, 4.0, 30.0])), logit_scale_cap(dtype, d_k))
     q, k = _array(draw, (*batch, n_q, d_k), scale), _array(draw, (*batch, n_k, d_k), scale)
     v = _array(draw, (*batch, n_k, d_v), 10.0)
@@ -325,9 +386,10 @@ def keep_pattern(draw: Any, n_k: int) -> np.ndarray:
 @st.composite
 def causal_perturbation(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """q, k, v of one length n >= 2 and copies that differ only after position ``upto``."""
-    n = _length(draw, scope, 2, 5)
-    d_k, d_v = draw(st.integers(1, 5)), draw(st.integers(1, 5))
-    batch = _batch(draw, scope, [(), (2,)])
+    sizes = _Sizes(draw, "causal_perturbation")
+    n = _length(sizes, scope, 2, 5)
+    d_k, d_v = sizes.integers(1, 5), sizes.integers(1, 5)
+    batch = _batch(sizes, scope, [(), (2,)])
     upto = draw(st.integers(0, n - 2))
     q, k, v = (_array(draw, (*batch, n, d), 4.0) for d in (d_k, d_k, d_v))
     q2, k2, v2 = q.copy(), k.copy(), v.copy()
@@ -350,12 +412,13 @@ def mha_inputs(
     :func:`mha_fully_masked_self_attention` draws them for self-attention, in a test of their own
     (fused self-attention kernels treat them differently, see ``implementations/torch_nn.py``).
     """
-    h = draw(st.integers(min_heads, 3))
-    d_k = draw(st.integers(1, 3))
+    sizes = _Sizes(draw, "mha_inputs")
+    h = sizes.integers(min_heads, 3)
+    d_k = sizes.integers(1, 3)
     d_model = h * d_k
-    n_q = _length(draw, scope, 1, 4)
-    n_k = n_q if scope.self_attention_only else _length(draw, scope, 1, 4)
-    batch = _batch(draw, scope, [(), (2,)])
+    n_q = _length(sizes, scope, 1, 4)
+    n_k = n_q if scope.self_attention_only else _length(sizes, scope, 1, 4)
+    batch = _batch(sizes, scope, [(), (2,)])
     w = 1.5 / np.sqrt(d_model)
     params = {name: _weights(draw, (d_model, d_model), w) for name in ("w_q", "w_k", "w_v", "w_o")}
     if "attention" not in scope.no_bias and draw(st.booleans()):
@@ -383,7 +446,8 @@ def mha_fully_masked_self_attention(draw: Any, dtype: str, *, scope: Scope = FUL
     tensor for query, key and value), so that the declared ``fully_masked`` policy is checked on
     the path such kernels take.
     """
-    h, d_k, n = 2, draw(st.integers(1, 3)), draw(st.integers(2, 4))
+    sizes = _Sizes(draw, "mha_fully_masked_self_attention")
+    h, d_k, n = 2, sizes.integers(1, 3), sizes.integers(2, 4)
     d_model = h * d_k
     w = 1.5 / np.sqrt(d_model)
     params = {name: _weights(draw, (d_model, d_model), w) for name in ("w_q", "w_k", "w_v", "w_o")}
@@ -403,7 +467,8 @@ def mha_fully_masked_self_attention(draw: Any, dtype: str, *, scope: Scope = FUL
 @st.composite
 def pe_inputs(draw: Any, dtype: str, *, min_length: int = 0, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """length 0..64 (at most the scope's max_length) and an even d_model 2..32."""
-    return {"length": _length(draw, scope, min_length, 64), "d_model": 2 * draw(st.integers(1, 16))}
+    sizes = _Sizes(draw, "pe_inputs")
+    return {"length": _length(sizes, scope, min_length, 64), "d_model": 2 * sizes.integers(1, 16)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -420,7 +485,8 @@ def layer_norm_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> di
     rows have a spread of max(2^(-p/2), 32 d u) relative to their level, so the condition
     kappa = rms(x)/sigma is as large as the dtype can still resolve.
     """
-    rows, d = draw(st.integers(1, 3)), draw(st.integers(1, 12))
+    sizes = _Sizes(draw, "layer_norm_inputs")
+    rows, d = sizes.integers(1, 3), sizes.integers(1, 12)
     kind = draw(st.sampled_from(["random", "offset", "near_constant"]))
     prec = precision(dtype)
     z = _pin_spread(draw, _array(draw, (rows, d), 1.0))
@@ -439,7 +505,7 @@ def layer_norm_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> di
     bias = np.zeros(d) if "layer_norm" in scope.no_bias else _array(draw, (d,), 1.0)
     eps = scope.layer_norm_eps if scope.layer_norm_eps is not None else draw(st.sampled_from([1e-6, 1e-5, 1e-3, 0.25]))
     if scope.batch_dims is not None:  # x is (rows, d): one batch dimension; give it as many as the scope accepts
-        dims = draw(st.sampled_from(list(scope.batch_dims)))
+        dims = sizes.sampled_from(list(scope.batch_dims))
         x = x[0] if dims == 0 else x.reshape(*([1] * (dims - 1)), rows, d)
     return {"x": x, "gain": gain, "bias": bias, "eps": eps}
 
@@ -447,9 +513,10 @@ def layer_norm_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> di
 @st.composite
 def ffn_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """x (..., n, d_model), W1 (d_model, d_ff), W2 (d_ff, d_model), biases; ReLU active on part of the units."""
-    batch = _batch(draw, scope, [(), (2,)])
-    n, d = _length(draw, scope, 1, 4), draw(st.integers(1, 8))
-    d_ff = scope.d_ff_ratio * d if scope.d_ff_ratio else draw(st.integers(1, 16))
+    sizes = _Sizes(draw, "ffn_inputs")
+    batch = _batch(sizes, scope, [(), (2,)])
+    n, d = _length(sizes, scope, 1, 4), sizes.integers(1, 8)
+    d_ff = scope.d_ff_ratio * d if scope.d_ff_ratio else sizes.integers(1, 16)
     biased = "ffn" not in scope.no_bias
     return {
         "x": _array(draw, (*batch, n, d), 3.0),
@@ -486,8 +553,9 @@ def lrate_shape_inputs(draw: Any) -> dict[str, Any]:
 @st.composite
 def label_smoothing_inputs(draw: Any, dtype: str, *, min_classes: int = 2) -> dict[str, Any]:
     """targets (...,) in [0, K), K ``min_classes``..12, eps in [0, 0.5] (0.1 is the paper's)."""
-    k = draw(st.integers(min_classes, 12))
-    shape = draw(st.sampled_from([(1,), (3,), (2, 4)]))
+    sizes = _Sizes(draw, "label_smoothing_inputs")
+    k = sizes.integers(min_classes, 12)
+    shape = sizes.sampled_from([(1,), (3,), (2, 4)])
     targets = draw(hnp.arrays(np.int64, shape, elements=st.integers(0, k - 1)))
     eps = draw(st.sampled_from([0.0, 0.1])) if draw(st.booleans()) else draw(st.floats(0.0, 0.5))
     return {"targets": targets, "vocab_size": k, "eps": eps}
@@ -496,8 +564,9 @@ def label_smoothing_inputs(draw: Any, dtype: str, *, min_classes: int = 2) -> di
 @st.composite
 def cross_entropy_inputs(draw: Any, dtype: str, *, min_classes: int = 2) -> dict[str, Any]:
     """logits (..., K) at scales 1, 10 or 100 and targets; eps as in label_smoothing_inputs."""
-    k = draw(st.integers(min_classes, 12))
-    shape = draw(st.sampled_from([(1,), (3,), (2, 3)]))
+    sizes = _Sizes(draw, "cross_entropy_inputs")
+    k = sizes.integers(min_classes, 12)
+    shape = sizes.sampled_from([(1,), (3,), (2, 3)])
     scale = draw(st.sampled_from([1.0, 10.0, 100.0]))
     targets = draw(hnp.arrays(np.int64, shape, elements=st.integers(0, k - 1)))
     eps = draw(st.sampled_from([0.0, 0.1])) if draw(st.booleans()) else draw(st.floats(0.0, 0.5))
@@ -507,8 +576,9 @@ def cross_entropy_inputs(draw: Any, dtype: str, *, min_classes: int = 2) -> dict
 @st.composite
 def cross_entropy_minimum_inputs(draw: Any, dtype: str) -> dict[str, Any]:
     """Targets, K, eps > 0 (so log q is finite), a shift of the logits and a perturbation away from log q."""
-    k = draw(st.integers(2, 10))
-    shape = draw(st.sampled_from([(1,), (3,)]))
+    sizes = _Sizes(draw, "cross_entropy_minimum_inputs")
+    k = sizes.integers(2, 10)
+    shape = sizes.sampled_from([(1,), (3,)])
     targets = draw(hnp.arrays(np.int64, shape, elements=st.integers(0, k - 1)))
     eps = draw(st.sampled_from([0.1, 0.3])) if draw(st.booleans()) else draw(st.floats(0.01, 0.5))
     delta = _array(draw, (*shape, k), 2.0)
@@ -526,7 +596,7 @@ def _config(n_layers: int, d_model: int, h: int, d_ff: int) -> types.SimpleNames
 
 
 @st.composite
-def _sizes(draw: Any, dtype: str, scope: Scope = FULL_SCOPE) -> tuple[int, int, int]:
+def _sizes(draw: Any, dtype: str, scope: Scope = FULL_SCOPE, outer: _Sizes | None = None) -> tuple[int, int, int]:
     """(d_model, h, d_ff) of a small layer.
 
     d_model >= 4 in float16 and bfloat16; d_ff = ratio * d_model if the scope fixes it.
@@ -537,10 +607,11 @@ def _sizes(draw: Any, dtype: str, scope: Scope = FULL_SCOPE) -> tuple[int, int, 
     decoder layers and 11 in 3000 whole models had such a row). From d_model = 4 on it applies
     (0 in 10,000 of each, with the conditions of ``condition_attention`` and ``_layer_rows``).
     """
-    h = draw(st.sampled_from([1, 2]))
+    sizes = outer.within(draw) if outer is not None else _Sizes(draw, "")
+    h = sizes.sampled_from([1, 2])
     widths = [4] if precision(dtype).p <= 11 and h == 1 else [2, 4]
-    d_model = h * draw(st.sampled_from(widths))
-    return d_model, h, (scope.d_ff_ratio * d_model if scope.d_ff_ratio else draw(st.sampled_from([4, 8, 16])))
+    d_model = h * sizes.sampled_from(widths)
+    return d_model, h, (scope.d_ff_ratio * d_model if scope.d_ff_ratio else sizes.sampled_from([4, 8, 16]))
 
 
 def _params(
@@ -581,11 +652,12 @@ def _layer_rows(draw: Any, shape: tuple[int, ...], dtype: str, level: float = 0.
 def encoder_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """x (B, n, d_model), one encoder layer's canonical weights, an optional padding mask (lengths >= 1; if the scope
     accepts padding)."""
-    d_model, h, d_ff = draw(_sizes(dtype, scope))
+    sizes = _Sizes(draw, "encoder_inputs")
+    d_model, h, d_ff = draw(_sizes(dtype, scope, sizes))
     layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()), scope)[
         "encoder"
     ][0]
-    b, n = draw(st.integers(1, 2)), _length(draw, scope, 1, 5)
+    b, n = sizes.integers(1, 2), _length(sizes, scope, 1, 5)
     x = _layer_rows(draw, (b, n, d_model), dtype)
     layer["self_attn"] = condition_attention(layer["self_attn"], _row_radius(x), _row_radius(x), h, dtype)
     mask = None
@@ -599,12 +671,13 @@ def encoder_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[
 def decoder_inputs(draw: Any, dtype: str, *, causal_check: bool = False, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
     """y (B, n_tgt, d), memory (B, n_src, d), one decoder layer's weights; masks None or causal & padding (if the
     scope accepts padding)."""
-    d_model, h, d_ff = draw(_sizes(dtype, scope))
+    sizes = _Sizes(draw, "decoder_inputs")
+    d_model, h, d_ff = draw(_sizes(dtype, scope, sizes))
     layer = _params(draw(st.integers(0, 2**32 - 1)), _config(1, d_model, h, d_ff), 2, draw(st.booleans()), scope)[
         "decoder"
     ][0]
-    b = draw(st.integers(1, 2))
-    n_tgt, n_src = _length(draw, scope, 2 if causal_check else 1, 5), _length(draw, scope, 1, 5)
+    b = sizes.integers(1, 2)
+    n_tgt, n_src = _length(sizes, scope, 2 if causal_check else 1, 5), _length(sizes, scope, 1, 5)
     y, memory = _layer_rows(draw, (b, n_tgt, d_model), dtype), _array(draw, (b, n_src, d_model), 2.0)
     y2 = None
     if causal_check:
@@ -664,18 +737,19 @@ def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement", scope: Sco
     ``kind``: "agreement"; "causal" (adds ``upto`` and ``tgt2``, equal to tgt up to ``upto``);
     "batch" (B = 2 and an ``index``).
     """
-    d_model, h, d_ff = draw(_sizes(dtype, scope))
-    vocab = draw(st.integers(2, 11))
+    sizes = _Sizes(draw, "forward_inputs")
+    d_model, h, d_ff = draw(_sizes(dtype, scope, sizes))
+    vocab = sizes.integers(2, 11)
     params = _params(
         draw(st.integers(0, 2**32 - 1)),
-        _config(draw(st.integers(1, 2)), d_model, h, d_ff),
+        _config(sizes.integers(1, 2), d_model, h, d_ff),
         vocab,
         draw(st.booleans()),
         scope,
     )
     _condition_model(params, h, dtype)
-    b = 2 if kind == "batch" else draw(st.integers(1, 2))
-    n_src, n_tgt = _length(draw, scope, 1, 4), _length(draw, scope, 2 if kind == "causal" else 1, 4)
+    b = 2 if kind == "batch" else sizes.integers(1, 2)
+    n_src, n_tgt = _length(sizes, scope, 1, 4), _length(sizes, scope, 2 if kind == "causal" else 1, 4)
     src = draw(hnp.arrays(np.int64, (b, n_src), elements=st.integers(0, vocab - 1)))
     tgt = draw(hnp.arrays(np.int64, (b, n_tgt), elements=st.integers(0, vocab - 1)))
     args: dict[str, Any] = {"src": src, "tgt": tgt, "params": params, "num_heads": h}

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import subprocess
 import sys
 import time
@@ -240,8 +241,10 @@ def _session(
         ),
     ]
     print(f"aiayn zoo: {' '.join(names)} (profile {profile}, {workers} workers)", flush=True)
+    # --quick asks whether each adapter's failures are found and named, as the mutant runner does: no shrinking
+    env = {**os.environ, "AIAYN_FIND_ONLY": "1"} if quick else None
     start = time.perf_counter()
-    code = subprocess.run(cmd, check=False).returncode
+    code = subprocess.run(cmd, check=False, env=env).returncode
     return code, time.perf_counter() - start
 
 
@@ -258,8 +261,9 @@ def run(
     """Check the zoo adapters ``names`` whose library is installed; write the zoo report; return the exit status.
 
     ``quick``: float32 only, and only each equation's agreement test with the oracle and the
-    contract (``--aiayn-agreement-only``): the smoke selection CI runs (JAX compiles a kernel for
-    every new input shape, which makes the whole suite over every dtype take tens of minutes).
+    contract (``--aiayn-agreement-only``), with failures found but not shrunk (``$AIAYN_FIND_ONLY``): the smoke
+    selection CI runs (JAX compiles a kernel for every new input shape, which makes the whole suite over every
+    dtype take tens of minutes).
     """
     unknown = [n for n in names if n not in ZOO]
     if unknown:

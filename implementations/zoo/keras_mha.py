@@ -86,6 +86,7 @@ class KerasMHA(ImplementationBase):
     device = "cpu"
     dtypes = ("float64", "float32", "float16", "bfloat16") if _BACKEND == "jax" else ("float64", "float32")
     policies: Mapping[str, object] = MappingProxyType({**DEFAULT_POLICIES, "fully_masked": "uniform"})
+    compiles_per_shape = True  # a layer built per call is traced for each new input shape
     scope = MappingProxyType(
         {"multi_head_attention": Scope(batch_dims=(1,), note="query (B, T, d_model) as Keras documents")}
     )
