@@ -6,7 +6,8 @@ which the suite must name when it catches it. A mutant provides only the equatio
 in (``targets``), so the suite runs just the checks that concern it.
 
 - :data:`MUTANTS`: the NumPy built-in with one bug each. ``tests/meta/test_conformance_mutants.py``
-  runs the suite (default profile) against all of them and requires every one to be caught and
+  runs the suite (the derandomized ``smoke`` profile: the same 8 examples per check every run) against all of
+  them and requires every one to be caught and
   diagnosed as itself, with the unbroken NumPy implementation as the control; ``aiayn mutants``
   does the same and writes the kill table to ``reports/conformance-mutants.md`` and ``.json``.
 - :data:`TORCH_MUTANTS`: the PyTorch built-in with one bug each, built on first use (importing
@@ -447,7 +448,7 @@ def __getattr__(name: str) -> Any:
 
 
 def run_mutants(
-    report_dir: Path, *, workers: int = 0, extra: list[str] | None = None
+    report_dir: Path, *, workers: int = 0, profile: str | None = None, extra: list[str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run ``pytest conformance`` on every mutant and the control (``numpy``), reports into ``report_dir``.
 
@@ -460,7 +461,9 @@ def run_mutants(
         sys.executable,
         "-m",
         "pytest",
-        *pytest_arguments(specs, report=report_dir, workers=workers, extra=["--tb=no", *(extra or [])]),
+        *pytest_arguments(
+            specs, report=report_dir, workers=workers, profile=profile, extra=["--tb=no", *(extra or [])]
+        ),
     ]
     env = {**os.environ, "AIAYN_FIND_ONLY": "1", "AIAYN_FAILURES": str(report_dir / "failures")}
     return subprocess.run(cmd, cwd=report_dir.parent, env=env, capture_output=True, text=True, check=False)
@@ -513,8 +516,8 @@ def as_report(table: Mapping[str, Any]) -> Report:
         "",
         "Each mutant is the NumPy built-in with one bug (`conformance/mutants.py`), checked by `pytest conformance` "
         f"(Hypothesis profile `{table['hypothesis_profile']}`, no shrinking) on the equations the bug lives in; "
-        "the meta-test `tests/meta/test_conformance_mutants.py` repeats this with the default profile `dev` on every "
-        "run.",
+        "the meta-test `tests/meta/test_conformance_mutants.py` repeats this in `make test` with the derandomized "
+        "profile `smoke` (the same 8 examples per check every run).",
         "",
         "*Diagnosed as*: the departures (`conformance/diagnoses.py`) whose output the failing agreement checks "
         "matched; a mutant is diagnosed as itself when its own departure is among them.",

@@ -1,9 +1,10 @@
 """The conformance suite has teeth, and fails well.
 
 1. Every NumPy mutant (``MUTANTS`` of ``conformance/mutants.py``: the NumPy built-in with one
-   realistic bug) is caught by ``pytest conformance`` under the default profile and diagnosed as
-   its own departure, and the unbroken NumPy built-in, run alongside as the control, passes. This
-   runs the suite in a subprocess (about a minute and a half on two cores). The PyTorch mutants
+   realistic bug) is caught by ``pytest conformance`` and diagnosed as its own departure, and the
+   unbroken NumPy built-in, run alongside as the control, passes. This runs the suite in a
+   subprocess at the derandomized ``smoke`` profile (8 examples per check, the same every run; about
+   half a minute on two cores); ``aiayn mutants`` runs it at ``dev`` (40, random) for the report. The PyTorch mutants
    (``TORCH_MUTANTS``) are run by ``tests/test_torch_impl.py``.
 2. A failure message names the equation and section, the worst element, the error as a multiple
    of its budget, the input shapes and dtypes, and a replay command that reruns that one check.
@@ -36,7 +37,7 @@ def _failures_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_every_mutant_is_caught_and_the_unbroken_numpy_implementation_passes(tmp_path: Path) -> None:
-    proc = mutants.run_mutants(tmp_path / "reports", workers=2)
+    proc = mutants.run_mutants(tmp_path / "reports", workers=2, profile="smoke")
     assert (tmp_path / "reports" / "conformance-numpy.json").exists(), (
         f"the suite did not run:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     )
