@@ -93,14 +93,15 @@ class UnsupportedInput(Exception):
 class Stats:
     """What the checks of one test saw, for its report row.
 
-    ``examples``: check calls (one per Hypothesis example or fixed case). ``checked``: elements
-    compared against a budget that applies (or exactly: NaN patterns, contract checks).
-    ``unchecked``: elements whose budget is infinite or undefined, by reason: never counted as
-    passed. ``worst``: the largest error / budget among checked elements of the agreement checks
-    (None when none was checked). ``exact``: elements of checks with zero tolerance (the contract,
-    exact policies). ``nan_mismatches``: examples that failed on a NaN pattern. ``largest``: the
-    largest over-budget discrepancy found in this test (ratio, where, inputs, replay file), which
-    leads the failure message of the shrunk example. ``files``: replay files written.
+        ``examples``: check calls (one per Hypothesis example or fixed case). ``checked``: elements
+        compared against a budget that applies (or exactly: NaN patterns, contract checks).
+        ``unchecked``: elements whose budget is infinite or undefined, by reason: never counted as
+        passed. ``worst``: the largest error / budget among checked elements of the agreement checks
+        (None when none was checked). ``exact``: elements of checks with zero tolerance (the contract,
+        exact policies). ``nan_mismatches``: examples that failed on a NaN pattern. ``largest``: the
+        largest over-budget discrepancy found in this test (ratio, where, inputs, replay file), which
+        leads the failure message of the shrunk example. ``notes``: what a passing check accepted that the
+    report should say (e.g. a refusal by an exception other than ValueError). ``files``: replay files written.
     """
 
     examples: int = 0
@@ -114,6 +115,7 @@ class Stats:
     largest: dict[str, Any] | None = None
     departures: set[str] = field(default_factory=set)
     violations: set[str] = field(default_factory=set)
+    notes: set[str] = field(default_factory=set)
     files: list[str] = field(default_factory=list)
 
     def result(self, **identity: Any) -> TestResult:
@@ -131,6 +133,7 @@ class Stats:
             nan_mismatches=self.nan_mismatches,
             departures=sorted(self.departures | set((self.largest or {}).get("departures") or ())),
             violations=sorted(self.violations),
+            notes=sorted(self.notes),
             largest=None if self.largest is None else {k: v for k, v in self.largest.items() if k != "lines"},
         )
 
@@ -176,6 +179,32 @@ class Diagnosis:
         from aiayn.conformance.diagnoses import explain
 
         return explain(self.equation, self.args, got, self.budget_at, dtype)
+
+
+#: The dtype names of the contract (``implementations/protocol.py``: ``DTYPES`` and the index dtypes).
+_CONTRACT_DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "bool")
+
+
+def contract_dtype_name(native_dtype: Any) -> str | None:
+    """The contract's name of a native dtype, by meaning: what NumPy makes of it (NumPy, JAX, ml_dtypes, anything
+    ``np.dtype`` accepts), else a printed name that ends in a contract name after its last dot (``torch.float32``);
+    None when neither tells (a library's own names, e.g. ``dtypes.double``): the values decide alone."""
+    if not isinstance(native_dtype, str):  # np.dtype("float") is float64: a printed name is read as text only
+        try:
+            return np.dtype(native_dtype).name
+        except (TypeError, ValueError):
+            pass
+    text = str(native_dtype).rsplit(".", 1)[-1]
+    return text if text in _CONTRACT_DTYPES else None
+
+
+def same_device(native: Any, declared: str) -> bool:
+    """A result's device is the declared one, by meaning: case aside, the same name, the same with an index
+    (``cuda`` and ``cuda:0``), or the declared name as one word of the native one (JAX's ``TFRT_CPU_0``)."""
+    got, want = str(native).strip().lower(), declared.strip().lower()
+    if got == want or got.startswith(want + ":") or want.startswith(got + ":"):
+        return True
+    return ":" not in want and want in re.split(r"[^a-z0-9]+", got)
 
 
 @dataclass
@@ -346,9 +375,13 @@ class Case:
         return got
 
     def _check_native_dtype(self, out: Any, got: np.ndarray, dtype: str, method: str) -> None:
+        """The result is in ``dtype`` by meaning: its native dtype, named as the contract names dtypes
+        (:func:`contract_dtype_name`), is ``dtype`` where a name can be read; and every value is a ``dtype`` number."""
         native_dtype = getattr(out, "dtype", None)
-        if native_dtype is not None and str(native_dtype).rsplit(".", 1)[-1] != dtype:
-            self.fail(f"{method} returned native dtype {native_dtype}, expected {dtype}")
+        name = None if native_dtype is None else self.native_dtype_name(native_dtype)
+        if name is not None and name != dtype:
+            shown = f"{native_dtype}" + ("" if str(native_dtype) == name else f" ({name})")
+            self.fail(f"{method} returned native dtype {shown}, expected {dtype}")
         if got.dtype.kind == "f":
             bad = ~is_representable(got, dtype)
             if np.any(bad):
@@ -358,13 +391,20 @@ class Case:
                     f"the result was not rounded to the declared dtype"
                 )
 
+    def native_dtype_name(self, native_dtype: Any) -> str | None:
+        """The contract's name of ``native_dtype`` (the implementation's ``dtype_name`` hook if it has one); a hook
+        that raises fails the check."""
+        hook = getattr(self.impl, "dtype_name", None)
+        if callable(hook):
+            return self.guard(f"{self.impl.name}.dtype_name({native_dtype!r})", hook, native_dtype)
+        return contract_dtype_name(native_dtype)
+
     def _check_device(self, out: Any, method: str) -> None:
         device = getattr(out, "device", None)
-        if device is None or not isinstance(self.impl.device, str):
+        if device is None or callable(device) or not isinstance(self.impl.device, str):
             return
-        dev, declared = str(device), self.impl.device
-        if not (dev == declared or dev.startswith(declared + ":") or declared.startswith(dev + ":")):
-            self.fail(f"{method} returned an array on device {dev!r}, declared device {declared!r}")
+        if not same_device(device, self.impl.device):
+            self.fail(f"{method} returned an array on device {str(device)!r}, declared device {self.impl.device!r}")
 
     # ---- failing
 

@@ -97,6 +97,7 @@ def _row(equation: str, dtype: str, results: list[TestResult], impl: Any) -> Row
     row.unnamed_failures = sorted(
         {r.test for r in results if r.outcome is Outcome.FAILED and not r.departures and not r.violations}
     )
+    row.notes = sorted({n for r in results for n in r.notes})
     row.failed_tests = failed
     row.known_deviations = deviations
     row.tests = sorted({r.test for r in results})
@@ -319,6 +320,7 @@ def _fmt_notes(row: Row) -> str:
         parts.append("breaks " + "; ".join(f"'{v}'" for v in row.violations))
     if row.out_of_scope_tests and row.status is not Status.OUT_OF_SCOPE:
         parts.append(f"{len(row.out_of_scope_tests)} tests out of scope")
+    parts += row.notes
     return ", ".join(parts)
 
 

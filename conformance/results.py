@@ -92,6 +92,7 @@ class TestResult:
     nan_mismatches: int = 0
     departures: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     largest: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
@@ -143,6 +144,7 @@ class Row:
     departures: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     unnamed_failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     failed_tests: list[str] = field(default_factory=list)
     known_deviations: dict[str, str] = field(default_factory=dict)
     tests: list[str] = field(default_factory=list)

@@ -68,3 +68,8 @@ def test_to_numpy_returns_float64_copies_and_round_trips_ids_and_masks(impl: Any
     contract.to_numpy_returns_float64_copies_and_round_trips_ids_and_masks(
         impl, dtype, x=np.linspace(-2.0, 3.0, 6).reshape(2, 3)
     )
+
+
+@pytest.mark.aiayn_equation("contract")
+def test_from_numpy_copies_its_input(impl: Any, dtype: str) -> None:
+    contract.from_numpy_copies_its_input(impl, dtype, x=np.linspace(-2.0, 3.0, 6).reshape(2, 3))

@@ -118,7 +118,8 @@ EQUATIONS: tuple[str, ...] = (
 #:   the other K-2 classes; rows whose target is padding are all 0: the Annotated Transformer's
 #:   ``LabelSmoothing`` and toolkits that ignore the padding index).
 #: - ``"step_zero"`` — Eq. (3) at step 0, where step^-0.5 is infinite: ``"zero"`` (min(inf, 0) = 0,
-#:   the formula's own limit), ``"raise"`` (ValueError) or ``"one"`` (step 0 is computed as step 1:
+#:   the formula's own limit), ``"raise"`` (refused: ValueError, or any exception) or ``"one"``
+#:   (step 0 is computed as step 1:
 #:   the Annotated Transformer's ``rate()``, ``if step == 0: step = 1``).
 #: - ``"flush_subnormals"`` (optional, default none) — where the implementation's arithmetic
 #:   flushes subnormal results to zero (FTZ/DAZ: fast-math builds, XLA's CPU backend, PyTorch's CPU
@@ -348,8 +349,16 @@ class Implementation(Protocol):
         ``dtype`` is one of :attr:`dtypes` (floating point), ``"int64"`` (token ids, targets,
         lengths) or ``"bool"`` (masks, True = may attend). Float conversion rounds to nearest
         (ties to even), so for ``"float32"``/``"float16"`` the values must equal NumPy's own
-        ``array.astype(dtype)``. The result must not share memory with ``array`` (the suite may
-        reuse its buffers). Raise ``ValueError`` naming the dtype if it is not supported.
+        ``array.astype(dtype)``. The result must not share memory with ``array``, at once or lazily: an edit of
+        ``array`` after this call returns must not change it (checked). Raise ``ValueError`` naming the dtype if it
+        is not supported.
+
+        What the suite requires of a result in ``dtype``: every value that :meth:`to_numpy` gives back is a
+        ``dtype`` number; and where the native array has a ``dtype`` attribute whose contract name can be read
+        (NumPy's name of it, or a printed name ending in a contract name after its last dot, ``torch.float32``),
+        that name is ``dtype``. A library whose dtypes print under names of its own (``dtypes.double``) is judged by
+        its values alone, unless the implementation defines ``dtype_name(native_dtype) -> str`` giving the
+        contract's name.
         """
         ...
 
@@ -358,6 +367,10 @@ class Implementation(Protocol):
 
         Floating-point arrays of any precision come back as ``float64`` (exactly: widening is
         lossless), integer arrays as ``int64``, boolean arrays as ``bool``. Shapes are kept.
+
+        A result with a ``device`` attribute must be on :attr:`device`, by meaning: case aside, the same name, the
+        same with an index (``"cuda"`` and ``"cuda:0"``), or the declared name as one word of the native one
+        (``"TFRT_CPU_0"`` on ``"cpu"``).
         """
         ...
 
@@ -451,8 +464,8 @@ class CompleteImplementation(Implementation, Protocol):
         """Learning rate schedule (§5.3, Eq. (3)): d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5).
 
         Python numbers in (``step`` >= 0), a Python float out. Step 0 follows
-        ``policies["step_zero"]``: ``"zero"`` → 0.0, ``"raise"`` → ``ValueError``. A negative
-        step raises ``ValueError``.
+        ``policies["step_zero"]``: ``"zero"`` → 0.0, ``"raise"`` → a refusal. A negative step is refused. A
+        refusal is ``ValueError`` by preference; any exception is accepted as one (the report names its type).
         """
         ...
 

@@ -2,7 +2,7 @@
 
 Every other check trusts ``from_numpy``/``to_numpy``: the oracle is run on what ``to_numpy``
 returns of ``from_numpy``'s result. These checks make sure that boundary is what the contract says:
-rounding to nearest (ties to even) into the dtype, exact widening back, copies not views.
+rounding to nearest (ties to even) into the dtype, exact widening back, copies not views (both ways).
 """
 
 from __future__ import annotations
@@ -79,3 +79,22 @@ def to_numpy_returns_float64_copies_and_round_trips_ids_and_masks(case: Case, x:
     back = case.numpy(case.native(mask), "mask")
     if back.dtype != np.bool_ or not np.array_equal(back, mask):
         case.fail(f"bool masks do not round-trip: got {back.dtype} {back.tolist()}, expected {mask.tolist()}")
+
+
+@check("contract", kind="contract")
+def from_numpy_copies_its_input(case: Case, x: np.ndarray) -> None:
+    """from_numpy's result owns its values: writing into the NumPy array afterwards changes nothing the
+    implementation holds (a tensor that shares the array's memory, at once or lazily, would compute on the edit)."""
+    source = np.array(x, dtype=np.float64)  # writable, ours
+    native = case.native(source)
+    source[...] = -7.0  # the edit: every element, after from_numpy returned
+    seen = case.numpy(native, "from_numpy(x), x edited afterwards")
+    compare(
+        case,
+        seen,
+        round_to(x, case.dtype),
+        np.zeros(x.shape),
+        what="from_numpy shares the input's memory: an edit of the NumPy array after from_numpy changed the native "
+        "array (the contract's from_numpy returns a copy)",
+        expected_name="the values at the time of from_numpy",
+    )
