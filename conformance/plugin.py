@@ -105,6 +105,7 @@ class _Run:
     inconclusive: list[str] = field(default_factory=list)
     usage_error: str = ""
     written: list[str] = field(default_factory=list)  # the report files, or what could not be written and where it went
+    config: pytest.Config | None = None  # (the controller's) for the lines printed as failures arrive
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,7 +197,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "be loaded fail it; needs: what of the domain the test needs ('masks:KIND', 'cross-attention', "
         "'batch:1'), so that it is out of scope for an implementation whose declared Scope excludes it",
     )
-    run = _Run(explicit=_explicit_specs(config), device=config.getoption("--aiayn-device"))
+    run = _Run(explicit=_explicit_specs(config), device=config.getoption("--aiayn-device"), config=config)
     config.stash[_STATE] = run
     _CURRENT[:] = [run]
     profile = config.getoption("--aiayn-profile") or os.environ.get("AIAYN_PROFILE")
@@ -592,6 +593,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     elif rep.failed and call.excinfo is not None and call.excinfo.errisinstance(CallTimedOut):
         # a call past the time limit without workers, or a call not made because its method hung earlier
         reason, crash = str(call.excinfo.value).splitlines()[0], "timeout"
+    elif rep.failed and call.excinfo is not None:  # the failure's first line: what was found, or what broke
+        reason = (str(call.excinfo.value).strip().splitlines() or [call.excinfo.typename])[0]
     result = stats.result(
         spec=_spec_of(impl, item.config) or getattr(impl, "spec", "-"),
         equation=marker.args[0],
@@ -720,10 +723,27 @@ def _main_thread_frames(dump: str) -> list[str]:
 _CURRENT: list[_Run] = []
 
 
+@pytest.hookimpl(trylast=True)  # after the terminal reporter's progress character
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for key, value in report.user_properties:
         if key == "aiayn" and isinstance(value, dict) and _CURRENT:
-            _CURRENT[0].results.append(TestResult.from_dict(value))
+            result = TestResult.from_dict(value)
+            _CURRENT[0].results.append(result)
+            if result.outcome is Outcome.FAILED:
+                _say_failure(_CURRENT[0], result)
+
+
+def _say_failure(run: _Run, result: TestResult) -> None:
+    """One line as soon as a check fails (under workers pytest shows the tracebacks only when the run ends)."""
+    config = run.config
+    terminal = config.pluginmanager.get_plugin("terminalreporter") if config is not None else None
+    if terminal is None or _is_worker(config):
+        return
+    from aiayn.conformance.report import failure_reason
+
+    if getattr(getattr(terminal, "_tw", None), "width_of_current_line", 1):  # after progress characters
+        terminal.write("\n")
+    terminal.write_line(f"aiayn: FAILED {result.nodeid or result.test}: {failure_reason(result)}", red=True)
 
 
 def _is_worker(config: pytest.Config) -> bool:

@@ -376,6 +376,40 @@ def write(
     return written[0], written[1]
 
 
+#: The most characters of the notes of one cell in the end-of-run table (the report holds them all).
+CELL_WIDTH = 240
+
+
+def _fmt_tests(tests: list[str], shown: int = 3) -> list[str]:
+    if len(tests) <= shown:
+        return list(tests)
+    return [*tests[:shown], f"{len(tests) - shown} more failed tests"]
+
+
+def _unnamed(result: TestResult) -> bool:
+    return result.outcome is Outcome.FAILED and not result.departures and not result.violations
+
+
+def _without_title(reason: str) -> str:
+    """A failure's first line without the equation's title, which the table's row names already."""
+    head, sep, rest = reason.partition("): ")
+    return rest if sep and "§" in head else reason
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 45].rstrip(", ") + " ... (the report lists every one)"
+
+
+def failure_reason(result: TestResult) -> str:
+    """Why a check failed, in one line: the departures it matched, the statement it broke, else its message's first
+    line (a contract problem, a crash, a disagreement no known departure explains)."""
+    if result.departures:
+        return "matches " + " or ".join(f"'{d}'" for d in result.departures)
+    if result.violations:
+        return "breaks " + "; ".join(f"'{v}'" for v in result.violations)
+    return result.reason or result.crash or "failed (no message)"
+
+
 def summary_lines(entry: Any, results: Iterable[TestResult | Mapping[str, Any]]) -> list[str]:
     """The per-equation table that ends a run: one line per equation, its status in each dtype checked."""
     results = _typed(results)
@@ -399,13 +433,15 @@ def summary_lines(entry: Any, results: Iterable[TestResult | Mapping[str, Any]])
                 notes.append(f"{_fmt_fraction(cell)} checked")
             if cell.measure in ("NaN mismatch",) or cell.measure.startswith(("crash", "hang")):
                 notes.append(cell.measure)
-            notes += cell.failed_tests
+            notes += _fmt_tests(cell.failed_tests)
             notes += [f"matches '{d}'" for d in cell.departures]
             notes += [f"breaks '{v}'" for v in cell.violations]
+            mine = [r for r in results if r.equation == equation and r.dtype == dtype]
+            notes += sorted({_without_title(failure_reason(r)) for r in mine if _unnamed(r)})
             if cell.status is Status.PASS_WITHIN_SCOPE:
                 notes.append(f"scope: {cell.scope}")
             if notes:
-                text += f" ({', '.join(notes)})"
+                text += f" ({_shorten(', '.join(notes), CELL_WIDTH)})"
             parts.append(text)
         lines.append(f"  {title(equation):<{width}}  {'; '.join(parts)}")
     return lines

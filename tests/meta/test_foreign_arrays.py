@@ -26,7 +26,7 @@ from aiayn.implementations.numpy_impl import NumpyImplementation
 HERE = Path(__file__).resolve().parent
 
 
-def _check(tmp_path: Path, spec: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def _check(tmp_path: Path, spec: str, workers: int = 0) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "AIAYN_"))}
     env |= {
         "PYTHONPATH": os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]),
@@ -34,7 +34,16 @@ def _check(tmp_path: Path, spec: str) -> tuple[subprocess.CompletedProcess[str],
         "OMP_NUM_THREADS": "1",
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "aiayn", "check", spec, "--workers=0", "--profile=smoke", f"--report={tmp_path}"],
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "check",
+            spec,
+            f"--workers={workers}",
+            "--profile=smoke",
+            f"--report={tmp_path}",
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -55,13 +64,19 @@ def test_foreign_dtype_names_and_device_spelling_pass_every_equation(tmp_path: P
     assert len(equations) == 13, f"every equation and the contract pass: {sorted(equations)}"
 
 
-def test_a_tensor_that_shares_its_numpy_array_fails_the_contract_by_name(tmp_path: Path) -> None:
-    proc, data = _check(tmp_path, "foreign_impl:Aliasing")
+def test_a_tensor_that_shares_its_numpy_array_fails_the_contract_by_name_at_once(tmp_path: Path) -> None:
+    """Under two workers: the failure is printed as it arrives, before the run's end, and the end-of-run table says
+    why the contract row failed."""
+    proc, data = _check(tmp_path, "foreign_impl:Aliasing", workers=2)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, f"exit {proc.returncode}:\n{out[-3000:]}"
     failing = [r for r in data["rows"] if r["status"] == "fail"]
     assert [(r["equation"], r["failed_tests"]) for r in failing] == [("contract", ["test_from_numpy_copies_its_input"])]
-    assert "from_numpy shares the input's memory" in out, out[-3000:]
+    said = out.find("aiayn: FAILED conformance/test_contract.py::test_from_numpy_copies_its_input")
+    table = out.find("aiayn conformance: per equation")
+    assert 0 <= said < table, f"the failure was not printed before the run ended:\n{out[-3000:]}"
+    row = next(line for line in out[table:].splitlines() if line.strip().startswith("the plug-in contract"))
+    assert "from_numpy shares the input's memory" in row, row
 
 
 @pytest.mark.parametrize(
