@@ -47,10 +47,12 @@ class Ops:
     fully_masked: str | None = None  # None: the declared policy; else nan | zeros | uniform
     softmax_shift: bool = True
     softmax_last_axis: bool = False
+    softmax_length_one: bool = False  # True: 1 over a length-1 axis, whatever the input (NaN and +-inf included)
     heads: str = "blocks"  # blocks | strided | reversed
     pe: str = "interleaved"  # interleaved | swapped | halves | exponent_i | from_one | base_1000
     layer_norm: str = "biased"  # biased | unbiased | eps_std | unbiased_eps_std | one_pass | scale_shift
     activation: str = "relu"  # relu | none | gelu | bias_after_relu
+    ffn_sublayer: str = "none"  # none | residual | pre_norm:<eps> (x + FFN(LayerNorm(x))) | post_norm:<eps>
     residual: str = "post"  # post | pre
     embed_scale: bool = True
     causal_offset: int = 0
@@ -76,6 +78,8 @@ def _compute_type(dtype: str | None) -> Any:
 def _softmax(z: np.ndarray, axis: int, ops: Ops, dtype: str | None = None) -> np.ndarray:
     if ops.softmax_last_axis:
         axis = -1
+    if ops.softmax_length_one and z.shape[axis] == 1:  # a shortcut: one element, weight 1, nothing computed
+        return np.ones(z.shape, dtype=LD)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         if not ops.softmax_shift:  # numerical: exp overflows in the dtype, as unshifted code does
             e = np.exp(z.astype(_compute_type(dtype)))
@@ -208,7 +212,20 @@ def layer_norm(
 
 
 def feed_forward(x: np.ndarray, w1: Any, b1: Any, w2: Any, b2: Any, ops: Ops = PAPER) -> np.ndarray:
+    """Eq. (2); with ``ops.ffn_sublayer`` the module is the whole sub-layer around it: its own residual, and its
+    own LayerNorm (gain 1, bias 0, the eps named) before (pre-norm) or after (post-norm) it."""
     x = np.asarray(x, dtype=LD)
+    kind, _, eps = ops.ffn_sublayer.partition(":")
+    if kind == "none":
+        return _ffn(x, w1, b1, w2, b2, ops)
+    ones, zeros = np.ones(x.shape[-1], dtype=LD), np.zeros(x.shape[-1], dtype=LD)
+    if kind == "pre_norm":
+        return x + _ffn(layer_norm(x, ones, zeros, float(eps), PAPER), w1, b1, w2, b2, ops)
+    y = x + _ffn(x, w1, b1, w2, b2, ops)
+    return layer_norm(y, ones, zeros, float(eps), PAPER) if kind == "post_norm" else y
+
+
+def _ffn(x: np.ndarray, w1: Any, b1: Any, w2: Any, b2: Any, ops: Ops) -> np.ndarray:
     if ops.activation == "bias_after_relu":
         hidden = np.maximum(np.matmul(x, np.asarray(w1, dtype=LD)), 0) + np.asarray(b1, dtype=LD)
     else:
@@ -480,6 +497,12 @@ CATALOGUE: tuple[Departure, ...] = (
         numerical=True,
     ),
     _d(
+        "softmax returns 1 over a length-1 axis whatever the input",
+        "a shortcut for one element: NaN and +-inf give 1 too, where exp(x - max x) / sum gives NaN",
+        "softmax",
+        softmax_length_one=True,
+    ),
+    _d(
         "softmax over the last axis whatever axis says",
         "the axis argument ignored",
         "softmax",
@@ -540,6 +563,30 @@ CATALOGUE: tuple[Departure, ...] = (
     _d("no ReLU", "FFN without its max(0, .): two linear maps", "ffn", activation="none"),
     _d("GELU instead of ReLU", "BERT's and GPT's activation; Eq. (2) has max(0, .)", "ffn", activation="gelu"),
     _d("bias after the ReLU", "max(0, x W1) + b1 instead of max(0, x W1 + b1)", "ffn", activation="bias_after_relu"),
+    _d(
+        "feed-forward module with its own residual x + FFN(x)",
+        "the module is the residual sub-layer without its LayerNorm, checked as Eq. (2)",
+        "ffn",
+        ffn_sublayer="residual",
+    ),
+    *(
+        _d(
+            f"feed-forward module with its own pre-norm and residual x + FFN(LayerNorm(x)), eps {eps}",
+            "the whole pre-norm sub-layer (unit gain, zero bias) in one module, checked as Eq. (2)",
+            "ffn",
+            ffn_sublayer=f"pre_norm:{eps}",
+        )
+        for eps in ("1e-5", "1e-6")
+    ),
+    *(
+        _d(
+            f"feed-forward module with its own residual and post-norm LayerNorm(x + FFN(x)), eps {eps}",
+            "the whole post-norm sub-layer of §3.1 (unit gain, zero bias) in one module, checked as Eq. (2)",
+            "ffn",
+            ffn_sublayer=f"post_norm:{eps}",
+        )
+        for eps in ("1e-5", "1e-6")
+    ),
     _d(
         "pre-norm sub-layers x + Sublayer(LayerNorm(x))",
         "GPT-2, the Annotated Transformer, tensor2tensor's later default; §3.1 is post-norm",

@@ -53,8 +53,10 @@ def _paper_cases() -> list[tuple[str, dict[str, Any], Any]]:
     w1, b1, w2, b2 = RNG.normal(size=(4, 8)), RNG.normal(size=8), RNG.normal(size=(8, 4)), RNG.normal(size=4)
     targets, logits = np.array([[0, 3, 6], [2, 2, 5]]), RNG.normal(size=(2, 3, 7))
     src, tgt = np.array([[1, 2, 3], [4, 5, 6]]), np.array([[0, 1], [2, 3]])
+    lone = np.array([[0.5], [-np.inf]])  # length-1 rows: only a masked (-inf) one tells a shortcut
     return [
         ("softmax", {"x": x, "axis": 1}, lambda: R.softmax(x, 1)),
+        ("softmax", {"x": lone, "axis": -1}, lambda: R.softmax(lone, -1)),
         *[
             (
                 "scaled_dot_product_attention",
@@ -147,7 +149,7 @@ def test_every_departure_changes_some_output(departure: D.Departure) -> None:
         if departure.family not in record(equation).departures:
             continue
         args = dict(args)
-        if equation == "softmax":
+        if equation == "softmax" and args["x"].ndim == 3:  # the first case; the second keeps its length-1 rows
             args["x"] = np.concatenate(
                 [args["x"], 1e4 * np.ones((2, 3, 1))], axis=-1
             )  # overflow for the unshifted form
@@ -268,6 +270,41 @@ def test_a_pre_norm_encoder_is_named(stats: Stats) -> None:
         mask=None,
     )
     assert "'pre-norm sub-layers x + Sublayer(LayerNorm(x))'" in message, message
+
+
+class SoftmaxShortcut(NumpyImplementation):
+    def softmax(self, x, axis=-1):  # type: ignore[no-untyped-def]
+        return np.ones_like(x) if x.shape[axis] == 1 else super().softmax(x, axis)
+
+
+class PreNormFFN(NumpyImplementation):
+    """A feed-forward module that is the whole pre-norm sub-layer: x + FFN(LayerNorm(x)), PyTorch's eps 1e-5."""
+
+    def feed_forward(self, x, w1, b1, w2, b2):  # type: ignore[no-untyped-def]
+        d = x.shape[-1]
+        normed = super().layer_norm(x, np.ones(d, x.dtype), np.zeros(d, x.dtype), 1e-5)
+        return (x + super().feed_forward(normed, w1, b1, w2, b2)).astype(x.dtype)
+
+
+def test_a_softmax_shortcut_over_length_one_axes_is_named(stats: Stats) -> None:
+    """A row of one masked score: exp(-inf - max) / sum is 0/0 in the paper's softmax, the shortcut gives 1."""
+    x = np.array([[0.5, -np.inf, 3.0]])
+    message = _message(A.softmax, SoftmaxShortcut(), "float64", x=x, axis=0)
+    assert "'softmax returns 1 over a length-1 axis whatever the input'" in message, message
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_feed_forward_module_that_is_the_pre_norm_sub_layer_is_named(stats: Stats, dtype: str) -> None:
+    x = 3.0 * RNG.normal(size=(2, 3, 4))
+    ffn = {
+        "w1": RNG.normal(size=(4, 6)),
+        "b1": RNG.normal(size=6),
+        "w2": RNG.normal(size=(6, 4)),
+        "b2": RNG.normal(size=4),
+    }
+    message = _message(L.feed_forward, PreNormFFN(), dtype, x=x, **ffn)
+    name = "'feed-forward module with its own pre-norm and residual x + FFN(LayerNorm(x)), eps 1e-5'"
+    assert name in message, message
 
 
 def test_no_known_departure_says_so(stats: Stats) -> None:
