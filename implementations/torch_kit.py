@@ -16,6 +16,8 @@ calls it; it never repairs the module's behaviour. What every such adapter needs
   wants it: inverted (PyTorch's True = may not attend), additive (0 / -inf), expanded to exactly
   (B, n_q, n_k), (B*h, n_q, n_k) or (B, h, n_q, n_k);
 - :func:`padding_from_mask`: a (B, 1, n_k) mask as the key-padding vector (B, n_k) modules take;
+- :func:`causal_and_padding`: any mask that is key padding, causal, or both, as (key padding (B, n_k), causal?) for
+  modules that take a key-padding mask and build their own causal mask;
 - :func:`batched`: (..., n, d) broadcast and flattened to the (B, n, d) most modules take;
 - :func:`copy_layer_norm`: canonical {"gain", "bias"} into an ``nn.LayerNorm``.
 
@@ -54,6 +56,7 @@ __all__ = [
     "attention_mask",
     "batched",
     "build",
+    "causal_and_padding",
     "copy_layer_norm",
     "copy_linear",
     "fused_qkv",
@@ -176,6 +179,34 @@ def padding_from_mask(mask: torch.Tensor | None, batch: int) -> torch.Tensor | N
     if mask is None:
         return None
     return mask.reshape(-1, mask.shape[-1]).expand(batch, -1) if mask.shape[-2] == 1 else None
+
+
+def causal_and_padding(
+    mask: torch.Tensor | None, batch: tuple[int, ...], n_q: int, n_k: int
+) -> tuple[torch.Tensor | None, bool]:
+    """The contract's mask (True = may attend, broadcastable to batch + (n_q, n_k)) as (key padding, causal).
+
+    For a module that takes a key-padding mask (B, n_k), True = may attend (None: every key), and makes its own
+    causal mask (end-aligned: query i sees keys j <= i + n_k - n_q, §3.2.3) when told to. The last query may see
+    every key the causal mask allows, so its row is the padding; the mask must then be exactly that padding, or the
+    causal mask and that padding together. Raises ValueError for any other mask (a random mask: out of the module's
+    scope, which its adapter declares).
+    """
+    if mask is None:
+        return None, False
+    full = mask.expand(*batch, n_q, n_k).reshape(-1, n_q, n_k)  # (B, n_q, n_k)
+    padding = full[:, -1, :]  # (B, n_k)
+    rows = padding[:, None, :].expand_as(full)
+    causal = torch.ones(n_q, n_k, dtype=torch.bool, device=full.device).tril(n_k - n_q)  # (n_q, n_k)
+    kept = None if bool(padding.all()) else padding
+    if torch.equal(full, rows):
+        return kept, False
+    if torch.equal(full, rows & causal):
+        return kept, True
+    raise ValueError(
+        "mask: neither key padding nor the causal mask with key padding (the module takes a key-padding mask and "
+        "makes its own causal mask)"
+    )
 
 
 def batched(t: torch.Tensor, batch: tuple[int, ...]) -> torch.Tensor:

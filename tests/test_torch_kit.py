@@ -25,6 +25,7 @@ from aiayn.implementations.torch_kit import (  # noqa: E402
     attention_mask,
     batched,
     build,
+    causal_and_padding,
     copy_layer_norm,
     copy_linear,
     fused_qkv,
@@ -68,6 +69,25 @@ def test_attention_mask_layouts_and_kinds():
     assert attention_mask(None, (2,), 2, 3) is None
     assert padding_from_mask(mask, 2).tolist() == [[True, False, True]] * 2
     assert padding_from_mask(torch.ones(1, 2, 3, dtype=torch.bool), 1) is None  # not a key-padding mask
+
+
+@pytest.mark.parametrize(("n_q", "n_k"), [(3, 3), (2, 4)])
+def test_causal_and_padding_recovers_what_the_contracts_mask_combines(n_q: int, n_k: int) -> None:
+    """For code that takes a key-padding mask and builds its own (end-aligned) causal mask."""
+    lengths = torch.tensor([n_k, n_k - 1])
+    padding = torch.arange(n_k)[None, :] < lengths[:, None]  # (B, n_k)
+    causal = torch.ones(n_q, n_k, dtype=torch.bool).tril(n_k - n_q)  # (n_q, n_k)
+    combined = padding[:, None, :] & causal  # (B, n_q, n_k): what the suite hands a decoder's self-attention
+    got, is_causal = causal_and_padding(combined, (2,), n_q, n_k)
+    assert is_causal and torch.equal(got, padding)
+    got, is_causal = causal_and_padding(padding[:, None, :], (2,), n_q, n_k)  # (B, 1, n_k) key padding only
+    assert not is_causal and torch.equal(got, padding)
+    assert causal_and_padding(causal, (2,), n_q, n_k) == (None, True)  # causal alone: no padding
+    assert causal_and_padding(None, (2,), n_q, n_k) == (None, False)
+    scattered = combined.clone()
+    scattered[0, 0, 0] = False  # a random mask: neither
+    with pytest.raises(ValueError, match="neither key padding nor the causal mask"):
+        causal_and_padding(scattered, (2,), n_q, n_k)
 
 
 def test_build_and_layer_norm_keep_the_global_default_dtype():
