@@ -119,7 +119,7 @@ def _attention() -> list[Fixed]:
     return [
         Fixed(check, "no mask, (2,3) batch", check, {"q": q, "k": k, "v": v, "mask": None}, (*cross, "masks:none")),
         Fixed(
-            check, "sharp softmax (3 q)", check, {"q": 3.0 * q, "k": k, "v": v, "mask": None}, (*cross, "masks:none")
+            check, "sharp weights (3 q)", check, {"q": 3.0 * q, "k": k, "v": v, "mask": None}, (*cross, "masks:none")
         ),
         Fixed(
             check,

@@ -62,8 +62,15 @@ def pytest_arguments(
         "-p",
         "no:cacheprovider",
         "--aiayn-own-session",
+        # aiayn (this command) is imported before pytest marks the plugin's package for assertion rewriting; the
+        # suite's checks report through their own messages, not through rewritten asserts
+        "-W",
+        "ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning",
     ]
-    args += ["-q"] if quiet else []
+    # -rN: no short summary, whose ids pytest writes relative to the current directory (long paths into
+    # site-packages); each failure is printed with its suite-relative id as it happens, and the run ends with
+    # the per-equation table (-r after -- brings the summary back)
+    args += ["-q", "-rN"] if quiet else []
     args += [f"--impl={spec}" for spec in specs]
     args += [f"--dtype={dtype}" for dtype in dtypes]
     if profile:

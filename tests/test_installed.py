@@ -206,6 +206,8 @@ def test_the_wheel_installs_only_aiayn_and_runs_from_outside(installed: dict[str
         f"aiayn check ext.impl:Good exited {good.returncode}:\n{good.stdout[-4000:]}\n{good.stderr[-2000:]}"
     )
     assert "aiayn conformance: per equation" in good.stdout and "LayerNorm (§3.1)" in good.stdout, good.stdout[-3000:]
+    # the command imported aiayn before pytest marked the plugin's package for assertion rewriting: nothing to warn
+    assert "PytestAssertRewriteWarning" not in good.stdout + good.stderr, good.stdout[-3000:]
     assert (installed["outside"] / "out" / "conformance-ext-good.md").exists()
 
     broken = _aiayn(installed, "check", "ext.impl:Broken", "--profile", "smoke")
