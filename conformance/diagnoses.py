@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CATALOGUE", "Departure", "Ops", "PAPER", "evaluate", "explain"]
+__all__ = ["CATALOGUE", "PRECISION_DEPARTURES", "Departure", "Ops", "PAPER", "evaluate", "explain"]
 
 LD = np.longdouble
 
@@ -649,6 +649,10 @@ CATALOGUE: tuple[Departure, ...] = (
 )
 
 
+#: The departures of arithmetic by their ``precision``: what a property check that holds at that arithmetic names.
+PRECISION_DEPARTURES = {d.precision: d.name for d in CATALOGUE if d.precision is not None}
+
+
 def explain(
     equation: str, args: Mapping[str, Any], got: np.ndarray, budget_at: Callable[[str], np.ndarray], dtype: str
 ) -> list[str]:
@@ -691,7 +695,46 @@ def explain(
         )
         if variant.shape == got.shape and _agrees(got, variant, budget):
             (arithmetic if departure.precision is not None else names).append(departure.name)
-    return arithmetic or names
+    return arithmetic or names or _pairs(equation, args, got, budget_at, dtype, families, undefined)
+
+
+def _pairs(
+    equation: str,
+    args: Mapping[str, Any],
+    got: np.ndarray,
+    budget_at: Callable[..., np.ndarray],
+    dtype: str,
+    families: Any,
+    undefined: np.ndarray,
+) -> list[str]:
+    """Two departures at once: a departure of the equation computed at a departure's arithmetic (float32 inside a
+    float64 claim; subnormals flushed), named as the pair. The budget is the arithmetic's, evaluated at the
+    variant's own values (its layout, its magnitudes), not the paper's."""
+    from aiayn.conformance.numerics import precision
+
+    arithmetics = [("float32", "float32")] if dtype == "float64" else []
+    arithmetics.append(("ftz", f"{dtype}-ftz"))
+    names = []
+    for departure in CATALOGUE:
+        if departure.family not in families or departure.precision is not None or departure.compute is not None:
+            continue
+        try:
+            variant = departure.output(equation, args, dtype)
+        except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
+            continue
+        if variant.shape != got.shape:
+            continue
+        for kind, target in arithmetics:
+            try:
+                budget = np.asarray(budget_at(target, values=variant), dtype=np.float64)
+            except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
+                continue
+            u = precision(dtype).u
+            budget = _where_undefined(budget, undefined, got, variant, u)
+            if _agrees(got, variant, budget):
+                names.append(f"{departure.name} + {PRECISION_DEPARTURES[kind]}")
+                break
+    return names
 
 
 #: Where the paper's output is NaN (a fully masked row) the check's budget is only a floor of one

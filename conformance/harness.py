@@ -168,12 +168,13 @@ class Diagnosis:
     """What ``diagnoses.explain`` needs to name the departure a failing agreement check matches.
 
     ``args``: the oracle's arguments for ``equation`` (the rounded inputs the implementation saw,
-    and the declared policies); ``budget_at(dtype)``: the check's budget computed for a dtype.
+    and the declared policies); ``budget_at(dtype, values=None)``: the check's budget computed for a dtype, at the
+    oracle's values or at ``values`` (a departure's own output, for a departure computed at another arithmetic).
     """
 
     equation: str
     args: Mapping[str, Any]
-    budget_at: Callable[[str], np.ndarray]
+    budget_at: Callable[..., np.ndarray]
 
     def explain(self, got: np.ndarray, dtype: str) -> list[str]:
         from aiayn.conformance.diagnoses import explain
@@ -219,6 +220,8 @@ class Case:
     kind: str  # "agreement" (counts towards the report's headroom), "property" or "contract"
     diagnosis: Diagnosis | None = None  # set by the check's helper: what the diagnoses need if an agreement check fails
     violates: str = ""  # a property check: the statement of the paper its failure breaks (the check's own name for it)
+    arithmetic_as: str | None = None  # a property re-checked at another arithmetic (explained_by_arithmetic)
+    rerun: Callable[[str], None] | None = field(default=None, repr=False)  # the check again, at an arithmetic
     # id(native) -> (native, shape, dtype) of what from_numpy made in this case: to_numpy must give that shape back
     _made: dict[int, tuple[Any, tuple[int, ...], str]] = field(default_factory=dict, init=False, repr=False)
 
@@ -233,8 +236,42 @@ class Case:
         """The precision the budgets assume: the dtype, or "<dtype>-ftz" where the implementation declares that this
         equation flushes subnormal results to zero in this dtype (policy ``flush_subnormals``,
         ``implementations/protocol.py``)."""
+        if self.arithmetic_as is not None:
+            return self.arithmetic_as
         flushed = flushes_subnormals(getattr(self.impl, "policies", None), self.equation, self.dtype)
         return f"{self.dtype}-ftz" if flushed else self.dtype
+
+    def explained_by_arithmetic(self) -> str | None:
+        """For a failing property: the precision departure under whose arithmetic the same check holds on the same
+        inputs (the implementation called again), else None.
+
+        "float32 inside a float64 claim" (float64 checks) and "subnormal results flushed to zero" (the dtype with
+        subnormals flushed), as ``diagnoses.explain`` names them for agreement checks. The property's own budget is
+        derived from the arithmetic (``case.arithmetic``), so re-checking at another arithmetic is the same theorem
+        with another unit roundoff; and every output the property reads must agree with the oracle within that
+        arithmetic's budget too (``checks/_common.agreement``), so an algebraic departure small enough to hide in a
+        wider budget is not taken for the arithmetic.
+        """
+        if self.rerun is None or self.arithmetic_as is not None:
+            return None
+        from aiayn.conformance.diagnoses import PRECISION_DEPARTURES
+
+        candidates = [("float32", "float32")] if self.dtype == "float64" else []
+        if not self.arithmetic.endswith("-ftz"):
+            candidates.append(("ftz", f"{self.dtype}-ftz"))
+        for kind, arithmetic in candidates:
+            scratch = Stats()
+            token = _STATS.set(scratch)
+            try:
+                self.rerun(arithmetic)
+            except Exception:  # fails there too (or cannot be re-checked): not explained by this arithmetic
+                continue
+            finally:
+                _STATS.reset(token)
+                for path in scratch.files:  # the re-check's own replay files: no message names them
+                    Path(path).unlink(missing_ok=True)
+            return PRECISION_DEPARTURES[kind]
+        return None
 
     # ---- calling the implementation
 
@@ -440,7 +477,17 @@ class Case:
         stats = _STATS.get()
         if breaks_property is None:
             breaks_property = kind in (OverBudget, NaNMismatch)
-        if self.kind == "property" and self.violates and breaks_property:  # the property's own name for what failed
+        explained = None
+        if self.kind == "property" and self.violates and breaks_property:
+            explained = self.explained_by_arithmetic()
+        if explained is not None:  # not a separate defect: the arithmetic the agreement checks name explains it
+            problem += (
+                f"; the output matches '{explained}': at that arithmetic this property holds on these inputs "
+                f"('{self.violates}')"
+            )
+            if stats is not None:
+                stats.departures.add(explained)
+        elif self.kind == "property" and self.violates and breaks_property:  # the property's own name for it
             problem += f"; this breaks what the paper states: '{self.violates}'"
             if stats is not None:
                 stats.violations.add(self.violates)
@@ -515,8 +562,13 @@ def check(
             stats = _STATS.get()
             if stats is not None:
                 stats.examples += 1
+            case = Case(impl, dtype, name, equation, args, kind, violates=violates)
+            if kind == "property":
+                case.rerun = lambda arithmetic: fn(
+                    Case(impl, dtype, name, equation, args, kind, violates=violates, arithmetic_as=arithmetic), **args
+                )
             try:
-                fn(Case(impl, dtype, name, equation, args, kind, violates=violates), **args)
+                fn(case, **args)
             except UnsupportedInput as exc:  # outside what the implementation supports: counted, not a failure
                 if stats is not None:
                     stats.unsupported += 1

@@ -70,7 +70,13 @@ def agreement(case: Case, **args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarr
     budget = r.budget_at(a, expected, case.arithmetic)
     model_args = {**seen, **(r.model_policies or r.policies)(case)}
     diagnosed = {**a, **r.diagnosis_policies}
-    case.diagnosis = Diagnosis(r.name, model_args, lambda dtype: r.budget_at(diagnosed, expected, dtype))
+    case.diagnosis = Diagnosis(
+        r.name,
+        model_args,
+        lambda dtype, values=None: r.budget_at(diagnosed, expected if values is None else values, dtype),
+    )
+    if case.arithmetic_as is not None:  # a property re-checked at another arithmetic: its values must agree there too
+        compare(case, got, expected, budget, budget_name=r.budget_name)
     return got, expected, budget
 
 

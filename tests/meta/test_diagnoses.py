@@ -307,6 +307,53 @@ def test_a_feed_forward_module_that_is_the_pre_norm_sub_layer_is_named(stats: St
     assert name in message, message
 
 
+def _in_float32(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {k: _in_float32(v) for k, v in tree.items()}
+    return tree.astype(np.float32) if isinstance(tree, np.ndarray) and tree.dtype == np.float64 else tree
+
+
+class PreNormInFloat32(NumpyImplementation):
+    """A pre-norm encoder layer computed in float32 while float64 is declared: two departures at once."""
+
+    def encoder_layer(self, x, params, num_heads, mask=None):  # type: ignore[no-untyped-def]
+        from aiayn.conformance.mutants import PreNormEncoder
+
+        return (
+            PreNormEncoder().encoder_layer(x.astype(np.float32), _in_float32(params), num_heads, mask).astype(x.dtype)
+        )
+
+
+class PositionsInFloat32(NumpyImplementation):
+    """The sinusoid table built in float32 (the right layout) under a float64 claim."""
+
+    def positional_encoding(self, length, d_model, dtype):  # type: ignore[no-untyped-def]
+        return super().positional_encoding(length, d_model, "float32").astype(np.dtype(dtype))
+
+
+def test_a_pre_norm_layer_computed_in_float32_is_named_as_the_pair(stats: Stats) -> None:
+    p = _params(1)["encoder"][0]
+    x = RNG.normal(size=(2, 3, 4))
+    message = _message(M.encoder_layer, PreNormInFloat32(), "float64", x=x, params=p, num_heads=2, mask=None)
+    pair = "'pre-norm sub-layers x + Sublayer(LayerNorm(x)) + float32 inside a float64 claim'"
+    assert pair in message, message
+
+
+def test_a_property_failure_explained_by_float32_arithmetic_says_so(stats: Stats) -> None:
+    """The float32 table agrees with the paper within float32's budget ("float32 inside a float64 claim"), and its
+    shift property holds at float32's arithmetic: the property failure names the arithmetic, not the layout."""
+    from aiayn.conformance.checks import positional as P
+
+    named = _message(P.positional_encoding, PositionsInFloat32(), "float64", length=40, d_model=16)
+    assert "'float32 inside a float64 claim'" in named, named
+    shift = _message(
+        P.positional_encoding_shift_is_a_linear_map, PositionsInFloat32(), "float64", length=40, d_model=16, offset=7
+    )
+    assert "the output matches 'float32 inside a float64 claim'" in shift, shift
+    assert "this breaks what the paper states" not in shift, shift
+    assert not stats.violations and "float32 inside a float64 claim" in stats.departures
+
+
 def test_no_known_departure_says_so(stats: Stats) -> None:
     class Doubled(NumpyImplementation):
         def softmax(self, x, axis=-1):  # type: ignore[no-untyped-def]
