@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CATALOGUE", "PRECISION_DEPARTURES", "Departure", "Ops", "PAPER", "evaluate", "explain"]
+__all__ = ["CATALOGUE", "PRECISION_DEPARTURES", "Departure", "Ops", "PAPER", "agreeing", "evaluate", "explain"]
 
 LD = np.longdouble
 
@@ -647,6 +647,49 @@ CATALOGUE: tuple[Departure, ...] = (
         compute="float32",
     ),
 )
+
+
+def agreeing(
+    names: list[str],
+    equation: str,
+    args: Mapping[str, Any],
+    got: np.ndarray,
+    budget_at: Callable[..., np.ndarray],
+    dtype: str,
+) -> list[str]:
+    """Which of ``names`` (catalogue names, or pairs "A + B" as :func:`explain` names them) agree with ``got`` on
+    these inputs, each judged alone (no precedence between them): the candidates an input cannot rule out."""
+    from aiayn.conformance.numerics import precision
+
+    by_name = {d.name: d for d in CATALOGUE}
+    kinds = {name: kind for kind, name in PRECISION_DEPARTURES.items()}
+    undefined = np.isnan(evaluate(equation, args))
+    got = np.asarray(got, dtype=np.float64)
+    kept = []
+    for name in names:
+        first, _, second = name.partition(" + ")
+        departure = by_name.get(first)
+        if departure is None or (second and second not in kinds):
+            kept.append(name)  # not a name this can evaluate: never ruled out
+            continue
+        try:
+            variant = departure.output(equation, args, dtype)
+            if second:
+                target = "float32" if kinds[second] == "float32" else f"{dtype}-ftz"
+                budget = np.asarray(budget_at(target, values=variant), dtype=np.float64)
+            else:
+                kind = departure.precision
+                target = f"{dtype}-ftz" if kind == "ftz" else kind or dtype
+                budget = np.asarray(budget_at(target), dtype=np.float64)
+        except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
+            continue  # no meaning on these inputs: ruled out here
+        u = precision(dtype).u
+        budget = _where_undefined(
+            budget, undefined, got, variant, u, _added_mask_rounding(departure, equation, args, u)
+        )
+        if variant.shape == got.shape and _agrees(got, variant, budget):
+            kept.append(name)
+    return kept
 
 
 #: The departures of arithmetic by their ``precision``: what a property check that holds at that arithmetic names.

@@ -23,6 +23,7 @@ import os
 import re
 import warnings
 import zipfile
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -723,11 +724,95 @@ def _matches(case: Case, got: np.ndarray) -> tuple[str, list[str]]:
         names = case.diagnosis.explain(got, case.dtype)
     except Exception as exc:  # a diagnosis that cannot be computed must not hide the failure itself
         return f" (no diagnosis: {type(exc).__name__}: {exc})", []
+    told = ""
+    if len(names) > 1 and _shown_example():
+        names, told = _disambiguate(case, names)
     if stats is not None and _shown_example():
         stats.departures.update(names)
     if not names:
         return "; no known departure matches (conformance/diagnoses.py)", names
-    return "; the output matches " + " or ".join(f"'{n}'" for n in names), names
+    return "; the output matches " + " or ".join(f"'{n}'" for n in names) + told, names
+
+
+#: Inputs drawn to tell candidate departures apart when a failing example cannot.
+DISAMBIGUATION_INPUTS = 3
+
+
+def _disambiguate(case: Case, names: list[str]) -> tuple[list[str], str]:
+    """Candidates that survive the largest-discrepancy example of the test and :data:`DISAMBIGUATION_INPUTS` inputs
+    drawn for the purpose (the failing example's shapes, masks, ids and sizes; its float arrays redrawn), with the
+    implementation called on each; and how the message says so.
+
+    A candidate survives an input when its variant agrees with the implementation's output there within budget
+    (``diagnoses.agreeing``, each candidate alone). When every candidate would be ruled out, none is (the inputs
+    drawn leave the bug's conditions); when more than one survives, the message says they cannot be told apart.
+    """
+    from aiayn.conformance.diagnoses import agreeing
+
+    survivors = list(names)
+    stats = _STATS.get()
+    largest = stats.largest if stats is not None else None
+    if largest and largest.get("departures"):
+        kept = [n for n in survivors if n in largest["departures"]]
+        survivors = kept or survivors
+    rng = np.random.default_rng(zlib.crc32(f"{case.check}:{case.dtype}".encode()))
+    tried = 0
+    for _ in range(DISAMBIGUATION_INPUTS):
+        if len(survivors) == 1:
+            break
+        outcome = _candidates_on_new_input(case, survivors, rng, agreeing)
+        if outcome is None:
+            continue
+        tried += 1
+        survivors = outcome or survivors
+    ruled_out = [n for n in names if n not in survivors]
+    if len(survivors) > 1:
+        return survivors, f" (cannot be told apart on these inputs and {tried} drawn to separate them)"
+    shown = ", ".join(f"'{n}'" for n in ruled_out)
+    return survivors, f" (not {shown}: ruled out on the test's largest discrepancy or {tried} drawn inputs)"
+
+
+def _candidates_on_new_input(case: Case, names: list[str], rng: np.random.Generator, agreeing: Any) -> list[str] | None:
+    """The candidates that agree with the implementation on one input drawn like the case's; None when the input
+    cannot be used (the implementation refuses it, or breaks its contract there)."""
+    from aiayn.conformance.checks._common import agreement
+
+    args = _redrawn(case.args, rng)
+    probe = Case(case.impl, case.dtype, case.check, case.equation, args, "agreement")
+    scratch = Stats()
+    token = _STATS.set(scratch)
+    try:
+        got, _, _ = agreement(probe, **args)
+        if probe.diagnosis is None:
+            return None
+        return agreeing(
+            names, probe.diagnosis.equation, probe.diagnosis.args, got, probe.diagnosis.budget_at, case.dtype
+        )
+    except Exception:  # refused, or the contract broken on it: this input tells nothing
+        return None
+    finally:
+        _STATS.reset(token)
+        for path in scratch.files:
+            Path(path).unlink(missing_ok=True)
+
+
+def _redrawn(value: Any, rng: np.random.Generator, memo: dict[int, Any] | None = None) -> Any:
+    """``value`` with every float array redrawn (normal, at half the array's own scale, at least 1/2; non-finite
+    entries such as -inf scores kept); masks, ids, shapes and scalars kept, and one array passed under two names
+    (self-attention) still one array."""
+    memo = {} if memo is None else memo
+    if id(value) in memo:
+        return memo[id(value)]
+    if isinstance(value, Mapping):
+        out: Any = {k: _redrawn(v, rng, memo) for k, v in value.items()}
+    elif isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        finite = value[np.isfinite(value)]
+        scale = max(1.0, float(np.max(np.abs(finite)))) if finite.size else 1.0
+        out = np.where(np.isfinite(value), rng.standard_normal(value.shape) * scale / 2, value)
+    else:
+        out = value
+    memo[id(value)] = out
+    return out
 
 
 def _shown_example() -> bool:

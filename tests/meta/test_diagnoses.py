@@ -354,6 +354,32 @@ def test_a_property_failure_explained_by_float32_arithmetic_says_so(stats: Stats
     assert not stats.violations and "float32 inside a float64 claim" in stats.departures
 
 
+def test_candidates_an_example_cannot_tell_apart_are_narrowed_on_drawn_inputs(stats: Stats) -> None:
+    """q = k = 0 and equal value rows: a masked_fill of -1e9, an added -1e4 and an ignored mask all give the failing
+    output (the mean, on the fully masked row). Values redrawn at the same shapes and mask separate the ignored mask
+    (the partly masked row) and the added -1e4 (a fully masked row of unequal scores); the two left agree wherever
+    scores stay far below 1e9, and the message says they cannot be told apart."""
+    q, k, v = np.zeros((2, 2)), np.zeros((3, 2)), np.ones((3, 2))
+    mask = np.array([[True, False, True], [False, False, False]])
+    message = _message(A.scaled_dot_product_attention, MaskedFill(), "float64", q=q, k=k, v=v, mask=mask)
+    head = message.splitlines()[0]
+    assert "'masked scores set to -1e9 (masked_fill)'" in head and "cannot be told apart" in head, head
+    assert "'mask ignored'" not in head and "'finite mask value -1e4 added to the scores'" not in head, head
+    assert stats.departures == {
+        "masked scores set to -1e9 (masked_fill)",
+        "fully masked rows give the mean of the values",
+    }
+
+
+def test_the_largest_discrepancy_example_narrows_the_candidates(stats: Stats) -> None:
+    """The test's largest discrepancy (another input) named one of the candidates: only it is named."""
+    stats.largest = {"ratio": 9.0, "where": "-", "inputs": "-", "replay": "/x.npz", "departures": ["mask ignored"]}
+    q, k, v = np.zeros((2, 2)), np.zeros((3, 2)), np.ones((3, 2))
+    mask = np.array([[True, True, True], [False, False, False]])
+    message = _message(A.scaled_dot_product_attention, MaskedFill(), "float64", q=q, k=k, v=v, mask=mask)
+    assert "the output matches 'mask ignored' (not " in message, message.splitlines()[0]
+
+
 def test_no_known_departure_says_so(stats: Stats) -> None:
     class Doubled(NumpyImplementation):
         def softmax(self, x, axis=-1):  # type: ignore[no-untyped-def]
