@@ -4,7 +4,8 @@ Each equation has a fast tier ``<name>`` (NumPy in extended precision, any size,
 an exact tier ``<name>_exact`` (mpmath, each result correctly rounded to float64), in the module
 of its paper section:
 
-- ``attention``  §3.2.1-3.2.3: softmax, Eq. (1), causal and padding masks, multi-head attention
+- ``attention``  §3.2.1-3.2.3: softmax, Eq. (1), causal and padding masks, multi-head attention; the backward
+  (vector-Jacobian products) of softmax and Eq. (1)
 - ``layers``     §3.1, §3.3, §3.4: LayerNorm and the sub-layer connection, Eq. (2), embeddings
 - ``positional`` §3.5: sinusoidal positional encoding and the shift matrix M_k
 - ``training``   §5.3, §5.4: Eq. (3)'s learning rate, label smoothing, smoothed cross-entropy
@@ -22,8 +23,12 @@ from aiayn.reference.attention import (
     padding_mask,
     scaled_dot_product_attention,
     scaled_dot_product_attention_exact,
+    scaled_dot_product_attention_vjp,
+    scaled_dot_product_attention_vjp_exact,
     softmax,
     softmax_exact,
+    softmax_vjp,
+    softmax_vjp_exact,
 )
 from aiayn.reference.counts import (
     BASE,
@@ -106,12 +111,16 @@ __all__ = [
     "positional_encoding_exact",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_exact",
+    "scaled_dot_product_attention_vjp",
+    "scaled_dot_product_attention_vjp_exact",
     "smoothed_cross_entropy",
     "smoothed_cross_entropy_exact",
     "smoothed_target_entropy",
     "smoothed_target_entropy_exact",
     "softmax",
     "softmax_exact",
+    "softmax_vjp",
+    "softmax_vjp_exact",
     "sublayer_connection",
     "sublayer_connection_exact",
     "training_flops",

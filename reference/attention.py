@@ -21,7 +21,7 @@ import mpmath
 import numpy as np
 
 from aiayn.reference._checks import as_float_array, as_mask, batch_shape, choice, positive_int, same_size
-from aiayn.reference._exact import DEFAULT_DPS, correctly_rounded, elementwise, mp_matmul, to_mp
+from aiayn.reference._exact import DEFAULT_DPS, correctly_rounded, elementwise, mp_matmul, mp_sum, to_mp
 
 LD = np.longdouble
 FULLY_MASKED_POLICIES = ("nan", "zeros", "uniform")
@@ -247,6 +247,165 @@ def scaled_dot_product_attention_exact(
     q, k, v, visible = _attention_inputs(q, k, v, mask, fully_masked)
     q, k, v = to_mp(q), to_mp(k), to_mp(v)
     return correctly_rounded(lambda: _attention_mp(q, k, v, visible, fully_masked), dps)
+
+
+# --------------------------------------------------------------------------------------------
+# the backward of softmax and Eq. (1): vector-Jacobian products
+#
+# For a cotangent dY of an output Y = f(X), the VJP is dX = J_f(X)^T dY: what reverse-mode autodiff
+# computes. Derived here from the definitions, not from any implementation's backward:
+#
+#   softmax  y_i = exp(x_i) / sum_j exp(x_j):  dy_i/dx_j = y_i (delta_ij - y_j), so
+#            dx_j = sum_i dy_i y_i (delta_ij - y_j) = y_j (dy_j - sum_i y_i dy_i).
+#   Eq. (1)  S = Q K^T / sqrt(d_k) (masked entries -inf), P = softmax_rows(S), O = P V:
+#            dV = P^T dO;  dP = dO V^T;  dS = P (.) (dP - D), D_i = sum_j P_ij dP_ij (= dO_i . O_i);
+#            dQ = dS K / sqrt(d_k);  dK = dS^T Q / sqrt(d_k).
+#   A masked score is the constant -inf: its weight is exactly 0, so dS is exactly 0 there and nothing
+#   flows to its query or key. A fully masked row under "zeros" or "uniform" has weights that do not
+#   depend on S (constants): its dS is exactly 0 (its dV share is still P^T dO). Under "nan" the row's
+#   output is undefined and so is every gradient it reaches (NaN: its dQ row, every dK, every dV).
+#   Inputs broadcast over batch dimensions receive the sum over the dimensions they were broadcast
+#   along (their gradient has their own shape).
+
+
+def _cotangent(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """A finite cotangent of exactly the output's shape."""
+    arr = as_float_array(name, value)
+    if arr.shape != shape:
+        raise ValueError(f"{name}: expected the output's shape {shape}, got {arr.shape}")
+    return arr
+
+
+def _unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``grad`` summed over the dimensions an input of ``shape`` was broadcast along (float or object arrays)."""
+    lead = grad.ndim - len(shape)
+    if lead:
+        grad = grad.sum(axis=tuple(range(lead)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    return grad.sum(axis=axes, keepdims=True) if axes else grad
+
+
+def softmax_vjp(x: Any, dy: Any, axis: int = -1) -> np.ndarray:
+    """The VJP of softmax along ``axis``: dx = y (.) (dy - sum_axis(y (.) dy)); fast tier (longdouble, float64 out).
+
+    Paper: §3.2.1 (the softmax of Eq. (1)). A masked entry (-inf) gets exactly 0; a slice that is all -inf has no
+    softmax and gives NaN, as :func:`softmax` does. Shapes: x and dy (..., n) along ``axis`` -> dx, same shape.
+    """
+    z = _softmax_input(x, axis).astype(LD)
+    g = _cotangent("dy", dy, z.shape).astype(LD)
+    y = _softmax_ld(z, axis)
+    with np.errstate(invalid="ignore"):
+        return (y * (g - np.sum(y * g, axis=axis, keepdims=True))).astype(np.float64)
+
+
+def softmax_vjp_exact(x: Any, dy: Any, axis: int = -1, *, dps: int = DEFAULT_DPS) -> np.ndarray:
+    """The VJP of softmax; exact tier (mpmath at ``dps`` digits, each result rounded once to float64).
+
+    Paper: §3.2.1. Same definition and shapes as :func:`softmax_vjp`.
+    """
+    z = _softmax_input(x, axis)
+    g = _cotangent("dy", dy, z.shape)
+    moved, cot = to_mp(np.moveaxis(z, axis, -1)), to_mp(np.moveaxis(g, axis, -1))
+
+    def compute() -> np.ndarray:
+        y = _softmax_rows_mp(moved, None, "nan")
+        d = mp_sum(y * cot, -1)[..., None]
+        return y * (cot - d)
+
+    return np.moveaxis(correctly_rounded(compute, dps), -1, axis)
+
+
+def _attention_vjp_ld(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    d_out: np.ndarray,
+    visible: np.ndarray | None,
+    fully_masked: str,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dQ, dK, dV of Eq. (1) in longdouble on validated arrays, each of its input's shape."""
+    scale = np.sqrt(LD(q.shape[-1]))
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) / scale  # (..., n_q, n_k)
+    if visible is not None:
+        s = np.where(visible, s, LD(-np.inf))
+    p = _softmax_ld(s, -1)  # (..., n_q, n_k); NaN rows where fully masked
+    dead = np.isnan(p[..., :1])  # (..., n_q, 1): rows with no visible key
+    if fully_masked != "nan":
+        p = np.where(dead, LD(0) if fully_masked == "zeros" else LD(1) / LD(p.shape[-1]), p)
+    with np.errstate(invalid="ignore"):
+        dv = np.matmul(np.swapaxes(p, -1, -2), d_out)  # (..., n_k, d_v)
+        dp = np.matmul(d_out, np.swapaxes(v, -1, -2))  # (..., n_q, n_k)
+        ds = p * (dp - np.sum(p * dp, axis=-1, keepdims=True))  # (..., n_q, n_k)
+        if fully_masked != "nan":
+            ds = np.where(dead, LD(0), ds)  # constant weights: no gradient to the scores
+        dq = np.matmul(ds, k) / scale  # (..., n_q, d_k)
+        dk = np.matmul(np.swapaxes(ds, -1, -2), q) / scale  # (..., n_k, d_k)
+    return _unbroadcast(dq, q.shape), _unbroadcast(dk, k.shape), _unbroadcast(dv, v.shape)
+
+
+def scaled_dot_product_attention_vjp(
+    q: Any, k: Any, v: Any, d_out: Any, mask: Any = None, *, fully_masked: str = "nan"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The VJP of scaled dot-product attention: (dQ, dK, dV) for the cotangent ``d_out``; fast tier (longdouble
+    inside, float64 out).
+
+    Paper: §3.2.1, Eq. (1), masks per §3.2.3. Formulas, and what masked entries and fully masked rows receive, in
+    the comment above. Shapes: q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), d_out the output's shape
+    (..., n_q, d_v), mask as for :func:`scaled_dot_product_attention` -> dq, dk, dv of q's, k's and v's shapes.
+    """
+    q, k, v, visible = _attention_inputs(q, k, v, mask, fully_masked)
+    shape = (*batch_shape("q, k, v", q, k, v), q.shape[-2], v.shape[-1])
+    d_out = _cotangent("d_out", d_out, shape)
+    grads = _attention_vjp_ld(q.astype(LD), k.astype(LD), v.astype(LD), d_out.astype(LD), visible, fully_masked)
+    return tuple(g.astype(np.float64) for g in grads)  # type: ignore[return-value]
+
+
+def _attention_vjp_mp(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    d_out: np.ndarray,
+    visible: np.ndarray | None,
+    fully_masked: str,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dQ, dK, dV of Eq. (1) on object arrays of mpf in the current mp context."""
+    root = mpmath.sqrt(q.shape[-1])
+    s = elementwise(lambda x: x / root, mp_matmul(q, np.swapaxes(k, -1, -2)))  # (..., n_q, n_k)
+    if visible is not None:
+        visible = np.broadcast_to(visible, s.shape)
+    p = _softmax_rows_mp(s, visible, fully_masked)  # masked weights exactly 0; dead rows per the policy
+    live = np.ones(s.shape[:-1], dtype=bool) if visible is None else np.any(visible, axis=-1)
+    dv = mp_matmul(np.swapaxes(p, -1, -2), d_out)
+    dp = mp_matmul(d_out, np.swapaxes(v, -1, -2))
+    ds = p * (dp - mp_sum(p * dp, -1)[..., None])
+    if fully_masked != "nan":
+        ds = np.where(live[..., None], ds, mpmath.mpf(0))
+    dq = elementwise(lambda x: x / root, mp_matmul(ds, k))
+    dk = elementwise(lambda x: x / root, mp_matmul(np.swapaxes(ds, -1, -2), q))
+    return _unbroadcast(dq, q.shape), _unbroadcast(dk, k.shape), _unbroadcast(dv, v.shape)
+
+
+def scaled_dot_product_attention_vjp_exact(
+    q: Any, k: Any, v: Any, d_out: Any, mask: Any = None, *, fully_masked: str = "nan", dps: int = DEFAULT_DPS
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The VJP of scaled dot-product attention; exact tier (mpmath at ``dps`` digits, each result rounded once to
+    float64).
+
+    Paper: §3.2.1, Eq. (1). Same definition, choices and shapes as :func:`scaled_dot_product_attention_vjp`.
+    """
+    q, k, v, visible = _attention_inputs(q, k, v, mask, fully_masked)
+    shape = (*batch_shape("q, k, v", q, k, v), q.shape[-2], v.shape[-1])
+    d_out = _cotangent("d_out", d_out, shape)
+    mq, mk, mv, mo = to_mp(q), to_mp(k), to_mp(v), to_mp(d_out)
+
+    def compute() -> np.ndarray:
+        parts = _attention_vjp_mp(mq, mk, mv, mo, visible, fully_masked)
+        return np.concatenate([np.asarray(part, dtype=object).reshape(-1) for part in parts])
+
+    flat = correctly_rounded(compute, dps)
+    sizes = np.cumsum([q.size, k.size])
+    dq, dk, dv = np.split(flat, sizes)
+    return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,222 @@
+"""The oracle's backward of softmax and Eq. (1) (``reference/attention.py``): both tiers against central finite
+differences of the oracle's own forward, the fast tier against the exact one, and the exact identities of the
+backward (masked entries get exactly nothing, sum_j dS_ij = 0 so sum_j dK_j = 0, broadcast inputs get summed
+gradients).
+
+Finite differences test the oracle only (never an implementation): a directional derivative
+f'(t) of f(t) = <dO, O(X + t E)> (every input moved along a random direction E at once) against <grad, E>.
+"""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+
+from aiayn.reference import attention as A
+from aiayn.reference._exact import to_mp
+
+LD = np.longdouble
+RNG = np.random.default_rng(20171204)
+POLICIES = ("zeros", "uniform")  # "nan": the row's gradients are NaN, checked on their own below
+
+
+def _case(batch: tuple[int, ...] = (2,), n_q: int = 3, n_k: int = 5, d_k: int = 4, d_v: int = 3, mask: bool = True):
+    q, k, v = (RNG.normal(size=(*batch, n, d)) for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v)))
+    q, k, v = q + 0.7, k - 0.4, v + 1.3  # non-zero means: a common component of the keys cancels in dQ's value only
+    d_out = RNG.normal(size=(*batch, n_q, d_v)) + 0.5
+    m = None
+    if mask:
+        m = RNG.random((*batch, n_q, n_k)) < 0.6
+        m[..., 0, :] = False  # a fully masked row
+        m[..., 1, 0] = True  # a live row
+    return q, k, v, d_out, m
+
+
+def _ulp(x: np.ndarray) -> np.ndarray:
+    return np.spacing(np.abs(np.asarray(x, dtype=np.float64)))
+
+
+# --------------------------------------------------------------------------------------------
+# the exact tier against finite differences in mpmath
+
+#: Central differences at 60 digits with step 1e-25: the truncation error h^2/6 |f'''| is below 1e-45 for these
+#: sizes and magnitudes (|f'''| of a softmax-weighted sum of O(10) terms of size O(10) stays far below 1e5), and the
+#: rounding error 10^-60 |f| / h below 1e-33; so the difference quotient is f'(0) to within 1e-30.
+FD_DPS, FD_STEP, FD_ERROR = 60, mpmath.mpf("1e-25"), 1e-30
+
+
+def _directional_mp(q, k, v, d_out, mask, fully_masked, directions) -> float:
+    """(f(h) - f(-h)) / 2h for f(t) = <dO, Attention(q + t Eq, k + t Ek, v + t Ev)>, in mpmath."""
+    with mpmath.workdps(FD_DPS):
+        visible = None if mask is None else np.broadcast_to(mask, (*q.shape[:-2], q.shape[-2], k.shape[-2]))
+
+        def f(t):
+            moved = [to_mp(a) + to_mp(e) * t for a, e in zip((q, k, v), directions)]
+            out = A._attention_mp(*moved, visible, fully_masked)
+            return mpmath.fsum((out * to_mp(d_out)).reshape(-1).tolist())
+
+        return (f(FD_STEP) - f(-FD_STEP)) / (2 * FD_STEP)
+
+
+@pytest.mark.parametrize("fully_masked", POLICIES)
+@pytest.mark.parametrize("mask", [True, False], ids=["masked", "unmasked"])
+def test_the_exact_backward_of_eq1_is_the_derivative(fully_masked: str, mask: bool) -> None:
+    q, k, v, d_out, m = _case(mask=mask)
+    grads = A.scaled_dot_product_attention_vjp_exact(q, k, v, d_out, m, fully_masked=fully_masked)
+    directions = [RNG.normal(size=a.shape) for a in (q, k, v)]
+    fd = _directional_mp(q, k, v, d_out, m, fully_masked, directions)
+    with mpmath.workdps(FD_DPS):
+        exact_dot = mpmath.fsum(
+            [
+                mpmath.mpf(float(g)) * mpmath.mpf(float(e))
+                for gr, di in zip(grads, directions)
+                for g, e in zip(gr.ravel(), di.ravel())
+            ]
+        )
+        # each gradient element is correctly rounded (half an ulp); the dot product with E is formed exactly
+        bound = sum(float(np.sum(_ulp(g) * np.abs(e))) for g, e in zip(grads, directions)) / 2 + FD_ERROR
+        assert abs(float(exact_dot - fd)) <= bound, (float(exact_dot), float(fd), bound)
+
+
+def test_the_exact_backward_of_softmax_is_the_derivative() -> None:
+    x = RNG.normal(size=(3, 5)) * 3
+    x[1, 2] = -np.inf  # a masked entry
+    dy, e = RNG.normal(size=x.shape) + 0.3, RNG.normal(size=x.shape)
+    e[np.isinf(x)] = 0.0  # -inf stays -inf: no direction there
+    dx = A.softmax_vjp_exact(x, dy, axis=-1)
+    with mpmath.workdps(FD_DPS):
+
+        def f(t):
+            z = np.where(np.isinf(x), mpmath.ninf, to_mp(np.where(np.isinf(x), 0.0, x)) + to_mp(e) * t)
+            y = A._softmax_rows_mp(z, None, "nan")
+            return mpmath.fsum((y * to_mp(dy)).reshape(-1).tolist())
+
+        fd = (f(FD_STEP) - f(-FD_STEP)) / (2 * FD_STEP)
+        dot = mpmath.fsum([mpmath.mpf(float(a)) * mpmath.mpf(float(b)) for a, b in zip(dx.ravel(), e.ravel())])
+    bound = float(np.sum(_ulp(dx) * np.abs(e))) / 2 + FD_ERROR
+    assert abs(float(dot - fd)) <= bound
+    assert dx[1, 2] == 0.0, "a masked entry gets exactly nothing"
+
+
+# --------------------------------------------------------------------------------------------
+# the fast tier: against the exact one, and against finite differences in longdouble
+
+
+def _magnitudes(q, k, v, d_out, m, fully_masked):
+    """M: the gradients' formulas with every term made non-negative (|dO|, |V|, |K|, |Q|, and D's terms): the scale
+    of the rounding errors of any evaluation order (Higham, Accuracy and Stability, §3.1: |fl(sum) - sum| <=
+    gamma_n sum |terms|)."""
+    p = np.nan_to_num(
+        A._softmax_ld(
+            np.where(
+                np.broadcast_to(m, (*q.shape[:-1], k.shape[-2])) if m is not None else True,
+                (q @ np.swapaxes(k, -1, -2)) / np.sqrt(q.shape[-1]),
+                -np.inf,
+            ),
+            -1,
+        ).astype(np.float64)
+    )
+    dp = np.abs(d_out) @ np.abs(np.swapaxes(v, -1, -2))
+    ds = p * (dp + np.sum(p * dp, -1, keepdims=True))
+    root = np.sqrt(q.shape[-1])
+    return (
+        A._unbroadcast(ds @ np.abs(k) / root, q.shape),
+        A._unbroadcast(np.swapaxes(ds, -1, -2) @ np.abs(q) / root, k.shape),
+        A._unbroadcast(
+            np.swapaxes(p, -1, -2) @ np.abs(d_out)
+            + (1 if fully_masked == "uniform" else 0) * np.abs(d_out).sum(-2, keepdims=True),
+            v.shape,
+        ),
+    )
+
+
+@pytest.mark.parametrize("fully_masked", POLICIES)
+@pytest.mark.parametrize("batch", [(), (2,), (2, 3)], ids=["unbatched", "B", "B,h"])
+def test_the_fast_backward_of_eq1_is_within_its_bound_of_the_exact_one(fully_masked: str, batch: tuple) -> None:
+    q, k, v, d_out, m = _case(batch=batch)
+    fast = A.scaled_dot_product_attention_vjp(q, k, v, d_out, m, fully_masked=fully_masked)
+    exact = A.scaled_dot_product_attention_vjp_exact(q, k, v, d_out, m, fully_masked=fully_masked)
+    # longdouble (u = 2^-64) with at most n_k + d + 2 terms per sum and 4 stages: 64 (n + 4) u M <= 2^-53 M here,
+    # plus the two float64 roundings (the fast tier's and the exact tier's: one ulp)
+    for name, f, e, mag in zip(("dq", "dk", "dv"), fast, exact, _magnitudes(q, k, v, d_out, m, fully_masked)):
+        bound = _ulp(e) + 2.0**-53 * mag
+        assert np.all(np.abs(f - e) <= bound), f"{name}: {np.max(np.abs(f - e) / bound)} x bound"
+
+
+def test_the_fast_backward_of_eq1_is_the_derivative_in_longdouble() -> None:
+    """Richardson's estimate of the truncation error: D(h) - f' ~ c h^2, so |D(h/2) - f'| ~ |D(h) - D(h/2)| / 3
+    (Nocedal & Wright, Numerical Optimization, §8.1); the bound takes twice that plus the rounding of f in longdouble
+    (2^-60 sum |terms| / h, sum |terms| = <|dO|, |O|> + 1)."""
+    q, k, v, d_out, m = _case()
+    grads = A.scaled_dot_product_attention_vjp(q, k, v, d_out, m, fully_masked="zeros")
+    directions = [RNG.normal(size=a.shape) for a in (q, k, v)]
+    visible = np.broadcast_to(m, (*q.shape[:-2], q.shape[-2], k.shape[-2]))
+
+    def f(t: LD) -> LD:
+        moved = [a.astype(LD) + e.astype(LD) * t for a, e in zip((q, k, v), directions)]
+        return np.sum(A._attention_ld(*moved, visible, "zeros") * d_out.astype(LD))
+
+    h = LD(2.0) ** -16
+    d_h, d_half = ((f(s) - f(-s)) / (2 * s) for s in (h, h / 2))
+    dot = sum(float(np.sum(g * e)) for g, e in zip(grads, directions))
+    scale = float(np.sum(np.abs(d_out) * np.abs(A.scaled_dot_product_attention(q, k, v, m, fully_masked="zeros")))) + 1
+    bound = 2 * abs(float(d_h - d_half)) + 2.0**-60 * scale / float(h / 2) + 2.0**-50 * abs(dot)
+    assert abs(float(d_half) - dot) <= bound, (float(d_half), dot, bound)
+
+
+# --------------------------------------------------------------------------------------------
+# exact identities of the backward
+
+
+@pytest.mark.parametrize("fully_masked", POLICIES)
+def test_masked_scores_and_fully_masked_rows_receive_exactly_nothing(fully_masked: str) -> None:
+    q, k, v, d_out, m = _case()
+    dq, dk, dv = A.scaled_dot_product_attention_vjp_exact(q, k, v, d_out, m, fully_masked=fully_masked)
+    assert np.all(dq[..., 0, :] == 0.0), "a fully masked query row gets no gradient (its weights are constants)"
+    poisoned_k, poisoned_v = k.copy(), v.copy()
+    hidden = ~np.any(m, axis=-2)  # (B, n_k): keys no query sees
+    poisoned_k[hidden] += 1e3
+    poisoned_v[hidden] -= 1e3
+    again = A.scaled_dot_product_attention_vjp_exact(q, poisoned_k, poisoned_v, d_out, m, fully_masked=fully_masked)
+    if fully_masked == "zeros":  # under "uniform" a fully masked row averages every value: hidden keys are seen
+        assert np.array_equal(again[0], dq), "what a key no query sees holds cannot change dQ"
+        assert np.all(dk[hidden] == 0.0) and np.all(dv[hidden] == 0.0)
+    assert np.array_equal(again[1][~hidden], dk[~hidden]) or fully_masked == "uniform"
+
+
+def test_the_keys_gradient_sums_to_zero_per_batch() -> None:
+    """sum_j dS_ij = sum_j P_ij (dP_ij - D_i) = D_i - D_i = 0, so sum_j dK_j = dS^T Q summed over j = 0."""
+    q, k, v, d_out, m = _case()
+    _, dk, _ = A.scaled_dot_product_attention_vjp_exact(q, k, v, d_out, m, fully_masked="zeros")
+    _, dk_fast, _ = A.scaled_dot_product_attention_vjp(q, k, v, d_out, m, fully_masked="zeros")
+    # each element is within half an ulp of the exact value, whose sum over keys is 0
+    assert np.all(np.abs(dk.sum(-2)) <= _ulp(dk).sum(-2) * 2)
+    assert np.all(np.abs(dk_fast.sum(-2)) <= _ulp(dk).sum(-2) * 4)
+
+
+def test_a_fully_masked_row_under_nan_makes_every_gradient_it_reaches_nan() -> None:
+    q, k, v, d_out, m = _case()
+    dq, dk, dv = A.scaled_dot_product_attention_vjp(q, k, v, d_out, m, fully_masked="nan")
+    assert np.all(np.isnan(dq[..., 0, :])) and np.all(np.isnan(dk)) and np.all(np.isnan(dv))
+    assert not np.any(np.isnan(dq[..., 1:, :]))
+
+
+def test_a_broadcast_input_gets_the_sum_of_its_gradients() -> None:
+    q, k, v, d_out, _ = _case(batch=(2, 3), mask=False)
+    shared_k, shared_v = k[:1, :1], v[:1, :1]  # (1, 1, n_k, d): broadcast over both batch dims
+    dq, dk, dv = A.scaled_dot_product_attention_vjp(q, shared_k, shared_v, d_out)
+    full = A.scaled_dot_product_attention_vjp(
+        q, np.broadcast_to(shared_k, k.shape), np.broadcast_to(shared_v, v.shape), d_out
+    )
+    assert dk.shape == shared_k.shape and dv.shape == shared_v.shape
+    assert np.allclose(dk, full[1].sum(axis=(0, 1), keepdims=True), rtol=1e-14, atol=1e-14)
+    assert np.array_equal(dq, full[0])
+
+
+def test_bad_cotangents_are_refused_with_their_name() -> None:
+    q, k, v, d_out, m = _case()
+    with pytest.raises(ValueError, match="d_out: expected the output's shape"):
+        A.scaled_dot_product_attention_vjp(q, k, v, d_out[..., :2], m)
+    with pytest.raises(ValueError, match="dy: expected finite values"):
+        A.softmax_vjp(np.zeros(3), np.array([0.0, np.nan, 1.0]))
