@@ -6,7 +6,8 @@ of its paper section:
 
 - ``attention``  §3.2.1-3.2.3: softmax, Eq. (1), causal and padding masks, multi-head attention; the backward
   (vector-Jacobian products) of softmax and Eq. (1)
-- ``layers``     §3.1, §3.3, §3.4: LayerNorm and the sub-layer connection, Eq. (2), embeddings
+- ``layers``     §3.1, §3.3, §3.4: LayerNorm and the sub-layer connection, Eq. (2), embeddings; the backward of
+  LayerNorm and Eq. (2)
 - ``positional`` §3.5: sinusoidal positional encoding and the shift matrix M_k
 - ``training``   §5.3, §5.4: Eq. (3)'s learning rate, label smoothing, smoothed cross-entropy
 - ``model``      §3.1: encoder layer, decoder layer, the full forward pass (fast tier)
@@ -46,8 +47,12 @@ from aiayn.reference.layers import (
     embedding_lookup_exact,
     feed_forward,
     feed_forward_exact,
+    feed_forward_vjp,
+    feed_forward_vjp_exact,
     layer_norm,
     layer_norm_exact,
+    layer_norm_vjp,
+    layer_norm_vjp_exact,
     output_logits,
     output_logits_exact,
     sublayer_connection,
@@ -90,11 +95,15 @@ __all__ = [
     "encoder_layer",
     "feed_forward",
     "feed_forward_exact",
+    "feed_forward_vjp",
+    "feed_forward_vjp_exact",
     "init_params",
     "label_smoothing",
     "label_smoothing_exact",
     "layer_norm",
     "layer_norm_exact",
+    "layer_norm_vjp",
+    "layer_norm_vjp_exact",
     "layer_operations",
     "lrate",
     "lrate_exact",

@@ -332,6 +332,153 @@ def feed_forward_exact(x: Any, w1: Any, b1: Any, w2: Any, b2: Any, *, dps: int =
 
 
 # --------------------------------------------------------------------------------------------
+# the backward of LayerNorm and Eq. (2): vector-Jacobian products
+#
+# Derived from the definitions (never from an implementation's backward). For a cotangent dY:
+#   LayerNorm  x_hat = (x - mean) / sigma, sigma = sqrt(var + eps) (biased var), y = gain x_hat + bias:
+#              d x_hat_i / d x_j = (delta_ij - 1/d - x_hat_i x_hat_j / d) / sigma (d sigma / d x_j = x_hat_j / d), so
+#              dx = (g - mean(g) - x_hat mean(g x_hat)) / sigma with g = dY gain;
+#              dgain = sum over rows of dY x_hat; dbias = sum over rows of dY.
+#   Eq. (2)    z = x W1 + b1, h = max(0, z), y = h W2 + b2:
+#              dW2 = h^T dY, db2 = sum dY, dh = dY W2^T, dz = dh [z > 0], dW1 = x^T dz, db1 = sum dz, dx = dz W1^T;
+#              the sums run over every row (position and batch): the weights are shared (§3.3). ReLU has no
+#              derivative at z = 0: the choice ``relu_at_zero`` (0, the subgradient autograd libraries take, by
+#              default; or 1) is used there.
+
+RELU_AT_ZERO = (0.0, 1.0)
+
+
+def _rows_sum(a: np.ndarray) -> np.ndarray:
+    """Sum over every axis but the last (float or object arrays)."""
+    return a.reshape(-1, a.shape[-1]).sum(axis=0)
+
+
+def layer_norm_vjp(
+    x: Any, gain: Any, bias: Any, dy: Any, eps: float = DEFAULT_EPS
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The VJP of LayerNorm over the last axis: (dx, dgain, dbias) for the cotangent ``dy``; fast tier (longdouble
+    inside, float64 out). Formulas in the comment above; the deviations from the mean are formed as
+    :func:`layer_norm` forms them (corrected two-pass).
+
+    Paper: §3.1. Shapes: x and dy (..., d_model), gain, bias (d_model,) -> dx (..., d_model), dgain, dbias (d_model,).
+    """
+    x, gain, bias, eps = _validate_layer_norm(x, gain, bias, eps)
+    dy = as_float_array("dy", dy)
+    if dy.shape != x.shape:
+        raise ValueError(f"dy: expected the output's shape {x.shape}, got {dy.shape}")
+    xl, gl, g = x.astype(LD), gain.astype(LD), dy.astype(LD)
+    d = x.shape[-1]
+    r = xl - np.sum(xl, axis=-1, keepdims=True) / d
+    dev = r - np.sum(r, axis=-1, keepdims=True) / d  # (..., d)
+    sigma = np.sqrt(np.sum(dev * dev, axis=-1, keepdims=True) / d + eps)  # (..., 1)
+    x_hat = dev / sigma
+    gg = g * gl
+    dx = (gg - np.mean(gg, axis=-1, keepdims=True) - x_hat * np.mean(gg * x_hat, axis=-1, keepdims=True)) / sigma
+    return dx.astype(np.float64), _rows_sum(g * x_hat).astype(np.float64), _rows_sum(g).astype(np.float64)
+
+
+def layer_norm_vjp_exact(
+    x: Any, gain: Any, bias: Any, dy: Any, eps: float = DEFAULT_EPS, *, dps: int = DEFAULT_DPS
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The VJP of LayerNorm; exact tier (mpmath at ``dps`` digits, each result rounded once to float64).
+
+    Paper: §3.1. Same definition and shapes as :func:`layer_norm_vjp`; x_hat and sigma formed as
+    :func:`layer_norm_exact` forms them (T_j = d x_j - sum x and Q = sum T_j^2 + d^3 eps, exact).
+    """
+    x, gain, bias, eps = _validate_layer_norm(x, gain, bias, eps)
+    dy = as_float_array("dy", dy)
+    if dy.shape != x.shape:
+        raise ValueError(f"dy: expected the output's shape {x.shape}, got {dy.shape}")
+    d = x.shape[-1]
+    rows, cots, gm = to_mp(x.reshape(-1, d)), to_mp(dy.reshape(-1, d)), to_mp(gain)
+
+    def compute() -> np.ndarray:
+        dx = np.empty(rows.shape, dtype=object)
+        dgain, dbias = [mpmath.mpf(0)] * d, [mpmath.mpf(0)] * d
+        for i, (row, cot) in enumerate(zip(rows, cots)):
+            with mpmath.workprec(EXACT_PREC):
+                s = mpmath.fsum(row.tolist())
+                t = [d * v - s for v in row]
+                q = mpmath.fsum(t, squared=True) + d**3 * mpmath.mpf(eps)
+            sigma = mpmath.sqrt(q / d**3)
+            x_hat = [t_j / mpmath.sqrt(q / d) for t_j in t]
+            g = [cot[j] * gm[j] for j in range(d)]
+            mean_g = mpmath.fsum(g) / d
+            mean_gx = mpmath.fdot(g, x_hat) / d
+            dx[i] = [(g[j] - mean_g - x_hat[j] * mean_gx) / sigma for j in range(d)]
+            dgain = [dgain[j] + cot[j] * x_hat[j] for j in range(d)]
+            dbias = [dbias[j] + cot[j] for j in range(d)]
+        return np.concatenate([dx.reshape(-1), np.array(dgain, dtype=object), np.array(dbias, dtype=object)])
+
+    flat = correctly_rounded(compute, dps)
+    return flat[: x.size].reshape(x.shape), flat[x.size : x.size + d], flat[x.size + d :]
+
+
+def feed_forward_vjp(
+    x: Any, w1: Any, b1: Any, w2: Any, b2: Any, dy: Any, *, relu_at_zero: float = 0.0
+) -> tuple[np.ndarray, ...]:
+    """The VJP of Eq. (2): (dx, dw1, db1, dw2, db2) for the cotangent ``dy``; fast tier (longdouble inside, float64
+    out). Formulas and the choice ``relu_at_zero`` in the comment above.
+
+    Paper: §3.3, Eq. (2). Shapes: as :func:`feed_forward`, dy the output's shape -> each input's shape.
+    """
+    x, w1, b1, w2, b2 = _validate_feed_forward(x, w1, b1, w2, b2)
+    choice("relu_at_zero", relu_at_zero, RELU_AT_ZERO)  # type: ignore[arg-type]
+    dy = as_float_array("dy", dy)
+    if dy.shape != x.shape:
+        raise ValueError(f"dy: expected the output's shape {x.shape}, got {dy.shape}")
+    xl, w1l, w2l, g = x.astype(LD), w1.astype(LD), w2.astype(LD), dy.astype(LD)
+    z = np.matmul(xl, w1l) + b1.astype(LD)  # (..., d_ff)
+    h = np.maximum(z, 0)
+    gate = np.where(z > 0, LD(1), np.where(z == 0, LD(relu_at_zero), LD(0)))
+    dz = np.matmul(g, w2l.T) * gate  # (..., d_ff)
+    d_model, d_ff = w1.shape
+    dw1 = np.matmul(xl.reshape(-1, d_model).T, dz.reshape(-1, d_ff))
+    dw2 = np.matmul(h.reshape(-1, d_ff).T, g.reshape(-1, d_model))
+    grads = (np.matmul(dz, w1l.T), dw1, _rows_sum(dz), dw2, _rows_sum(g))
+    return tuple(a.astype(np.float64) for a in grads)
+
+
+def feed_forward_vjp_exact(
+    x: Any, w1: Any, b1: Any, w2: Any, b2: Any, dy: Any, *, relu_at_zero: float = 0.0, dps: int = DEFAULT_DPS
+) -> tuple[np.ndarray, ...]:
+    """The VJP of Eq. (2); exact tier (every entry exact, rounded once to float64: the VJP is rational).
+
+    Paper: §3.3, Eq. (2). Same definition, choice and shapes as :func:`feed_forward_vjp`.
+    """
+    x, w1, b1, w2, b2 = _validate_feed_forward(x, w1, b1, w2, b2)
+    choice("relu_at_zero", relu_at_zero, RELU_AT_ZERO)  # type: ignore[arg-type]
+    dy = as_float_array("dy", dy)
+    if dy.shape != x.shape:
+        raise ValueError(f"dy: expected the output's shape {x.shape}, got {dy.shape}")
+    d_model, d_ff = w1.shape
+    xm, w1m, b1m, w2m, gm = (to_mp(a) for a in (x.reshape(-1, d_model), w1, b1, w2, dy.reshape(-1, d_model)))
+
+    def compute() -> np.ndarray:
+        z = _affine_mp(xm, w1m, b1m)  # (rows, d_ff), exact
+        h = np.vectorize(_relu_mp, otypes=[object])(z)
+        gate = np.vectorize(lambda v: 1 if v > 0 else (relu_at_zero if v == 0 else 0), otypes=[object])(z)
+        dz = _affine_mp(gm, w2m.T.copy(), None) * gate  # (rows, d_ff)
+        dx = _affine_mp(dz, w1m.T.copy(), None)  # (rows, d_model)
+        dw1 = _affine_mp(xm.T.copy(), dz, None)  # (d_model, d_ff)
+        dw2 = _affine_mp(h.T.copy(), gm, None)  # (d_ff, d_model)
+        with mpmath.workprec(EXACT_PREC):
+            db1 = [mpmath.fsum(dz[:, c].tolist()) for c in range(d_ff)]
+            db2 = [mpmath.fsum(gm[:, c].tolist()) for c in range(d_model)]
+        parts = (dx, dw1, np.array(db1, dtype=object), dw2, np.array(db2, dtype=object))
+        return np.concatenate([np.asarray(p, dtype=object).reshape(-1) for p in parts])
+
+    flat = correctly_rounded(compute, dps)
+    shapes = (x.shape, w1.shape, b1.shape, w2.shape, b2.shape)
+    out, start = [], 0
+    for shape in shapes:
+        size = int(np.prod(shape))
+        out.append(flat[start : start + size].reshape(shape))
+        start += size
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
 # embeddings and the tied pre-softmax projection, §3.4
 
 
