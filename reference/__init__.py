@@ -74,6 +74,8 @@ from aiayn.reference.training import (
     lrate_exact,
     smoothed_cross_entropy,
     smoothed_cross_entropy_exact,
+    smoothed_cross_entropy_vjp,
+    smoothed_cross_entropy_vjp_exact,
     smoothed_target_entropy,
     smoothed_target_entropy_exact,
 )
@@ -124,6 +126,8 @@ __all__ = [
     "scaled_dot_product_attention_vjp_exact",
     "smoothed_cross_entropy",
     "smoothed_cross_entropy_exact",
+    "smoothed_cross_entropy_vjp",
+    "smoothed_cross_entropy_vjp_exact",
     "smoothed_target_entropy",
     "smoothed_target_entropy_exact",
     "softmax",

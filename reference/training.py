@@ -352,6 +352,74 @@ def smoothed_cross_entropy_exact(
 
 
 # --------------------------------------------------------------------------------------------
+# the backward of the smoothed cross-entropy: its vector-Jacobian product
+#
+# loss = -sum_k q_k log softmax(z)_k = -sum_k q_k z_k + (sum_k q_k) log sum_j exp(z_j), so
+# d loss / d z_j = (sum_k q_k) softmax(z)_j - q_j, and for a cotangent dL of the per-position losses
+# dz = dL (sum_k q_k) softmax(z) - dL q. A padding row (q = 0 under "K-2") gets exactly 0. Derived from the
+# definition, not from an implementation's backward.
+
+
+def smoothed_cross_entropy_vjp(
+    logits: Any, targets: Any, eps: float, d_loss: Any, *, variant: str = "K", padding_id: int | None = None
+) -> np.ndarray:
+    """The VJP of the smoothed cross-entropy with respect to the logits; fast tier (longdouble inside, float64 out).
+
+    Paper: §5.4. Choices: as :func:`smoothed_cross_entropy`. Shapes: logits (..., K), targets (...) integer,
+    d_loss (...) the losses' shape -> d logits (..., K) float64.
+    """
+    z, t, k, e, pad = _validate_smoothed_ce(logits, targets, eps, variant, padding_id)
+    g = _loss_cotangent(d_loss, z.shape[:-1])
+    on, off = _smoothing_values(k, LD(e), variant, pad is not None, LD(1))
+    q = _fill(t, k, on, off, pad, LD, LD(0))  # (..., K)
+    zl = z.astype(LD)
+    w = np.exp(zl - np.max(zl, axis=-1, keepdims=True))
+    p = w / np.sum(w, axis=-1, keepdims=True)  # (..., K)
+    gl = g.astype(LD)[..., None]
+    return (gl * (np.sum(q, axis=-1, keepdims=True) * p - q)).astype(np.float64)
+
+
+def smoothed_cross_entropy_vjp_exact(
+    logits: Any,
+    targets: Any,
+    eps: float,
+    d_loss: Any,
+    *,
+    variant: str = "K",
+    padding_id: int | None = None,
+    dps: int = DEFAULT_DPS,
+) -> np.ndarray:
+    """The VJP of the smoothed cross-entropy; exact tier (mpmath at ``dps`` digits, each result rounded once).
+
+    Paper: §5.4. Same definition, choices and shapes as :func:`smoothed_cross_entropy_vjp`.
+    """
+    z, t, k, e, pad = _validate_smoothed_ce(logits, targets, eps, variant, padding_id)
+    g = _loss_cotangent(d_loss, z.shape[:-1])
+    zm, em, gm = to_mp(z), to_mp(e)[()], to_mp(g)
+
+    def compute() -> np.ndarray:
+        on, off = _smoothing_values(k, em, variant, pad is not None, mpmath.mpf(1))
+        q = _fill(t, k, on, off, pad, object, mpmath.mpf(0)).reshape(-1, k)
+        rows, cots = zm.reshape(-1, k), gm.reshape(-1)
+        out = np.empty(rows.shape, dtype=object)
+        for r in range(rows.shape[0]):
+            top = max(rows[r].tolist())
+            ex = [mpmath.exp(v - top) for v in rows[r]]
+            total, mass = mpmath.fsum(ex), mpmath.fsum(q[r].tolist())
+            out[r] = [cots[r] * (mass * ex[j] / total - q[r, j]) for j in range(k)]
+        return out.reshape(z.shape)
+
+    return correctly_rounded(compute, dps)
+
+
+def _loss_cotangent(d_loss: Any, shape: tuple[int, ...]) -> np.ndarray:
+    g = as_float_array("d_loss", d_loss)
+    if g.shape != shape:
+        raise ValueError(f"d_loss: expected the losses' shape {shape}, got {g.shape}")
+    return g
+
+
+# --------------------------------------------------------------------------------------------
 # the minimum of the smoothed cross-entropy: the entropy of the smoothed target
 
 
