@@ -5,7 +5,7 @@ an exact tier ``<name>_exact`` (mpmath, each result correctly rounded to float64
 of its paper section:
 
 - ``attention``  §3.2.1-3.2.3: softmax, Eq. (1), causal and padding masks, multi-head attention; the backward
-  (vector-Jacobian products) of softmax and Eq. (1)
+  (vector-Jacobian products) of softmax, Eq. (1) and multi-head attention
 - ``layers``     §3.1, §3.3, §3.4: LayerNorm and the sub-layer connection, Eq. (2), embeddings; the backward of
   LayerNorm and Eq. (2)
 - ``positional`` §3.5: sinusoidal positional encoding and the shift matrix M_k
@@ -21,6 +21,8 @@ from aiayn.reference.attention import (
     causal_mask,
     multi_head_attention,
     multi_head_attention_exact,
+    multi_head_attention_vjp,
+    multi_head_attention_vjp_exact,
     padding_mask,
     scaled_dot_product_attention,
     scaled_dot_product_attention_exact,
@@ -111,6 +113,8 @@ __all__ = [
     "lrate_exact",
     "multi_head_attention",
     "multi_head_attention_exact",
+    "multi_head_attention_vjp",
+    "multi_head_attention_vjp_exact",
     "output_logits",
     "output_logits_exact",
     "padding_mask",

@@ -558,14 +558,139 @@ def multi_head_attention_exact(
     return correctly_rounded(compute, dps)
 
 
+def _mha_vjp(
+    ins: Mapping[str, np.ndarray],
+    h: int,
+    visible: np.ndarray | None,
+    fully_masked: str,
+    d_out: np.ndarray,
+    matmul: Any,
+    attention: Any,
+    attention_vjp: Any,
+) -> dict[str, np.ndarray]:
+    """The VJP of §3.2.2 with the arithmetic given (``matmul``, Eq. (1) forward and VJP): longdouble or mpmath.
+
+    Y = Concat(head_1..h) W^O + b^O with head_i = Attention(Q_i, K_i, V_i), Q = query W^Q + b^Q (likewise K, V):
+    dW^O = Concat^T dY, db^O = sum dY, dConcat = dY (W^O)^T split into heads, (dQ_i, dK_i, dV_i) by Eq. (1)'s VJP,
+    dW^Q = query^T dQ, db^Q = sum dQ, dquery = dQ (W^Q)^T (likewise for key and value); every sum over all rows.
+    """
+
+    def rows(a: np.ndarray) -> np.ndarray:
+        return a.reshape(-1, a.shape[-1])
+
+    def t(a: np.ndarray) -> np.ndarray:
+        return np.swapaxes(a, -1, -2)
+
+    def affine(x: np.ndarray, w: str, b: str) -> np.ndarray:
+        y = matmul(x, ins[w])
+        return y + ins[b] if b in ins else y
+
+    q, k, v = affine(ins["query"], "w_q", "b_q"), affine(ins["key"], "w_k", "b_k"), affine(ins["value"], "w_v", "b_v")
+    qh, kh, vh = _split_heads(q, h), _split_heads(k, h), _split_heads(v, h)  # (..., h, n, d)
+    concat = _merge_heads(attention(qh, kh, vh, visible, fully_masked))  # (..., n_q, h*d_v)
+    grads = {"w_o": matmul(t(rows(concat)), rows(d_out)), "b_o": rows(d_out).sum(axis=0)}
+    d_heads = _split_heads(matmul(d_out, t(ins["w_o"])), h)  # (..., h, n_q, d_v)
+    dqh, dkh, dvh = attention_vjp(qh, kh, vh, d_heads, visible, fully_masked)
+    for name, x, d in (("query", "q", dqh), ("key", "k", dkh), ("value", "v", dvh)):
+        merged = _merge_heads(d)  # (..., n, h*d)
+        grads[f"w_{x}"] = matmul(t(rows(ins[name])), rows(merged))
+        grads[f"b_{x}"] = rows(merged).sum(axis=0)
+        grads[name] = matmul(merged, t(ins[f"w_{x}"]))
+    return grads
+
+
+MHA_GRADIENTS = ("query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
+
+
+def multi_head_attention_vjp(
+    query: Any,
+    key: Any,
+    value: Any,
+    params: Mapping[str, Any],
+    num_heads: int,
+    d_out: Any,
+    mask: Any = None,
+    *,
+    fully_masked: str = "nan",
+) -> dict[str, np.ndarray]:
+    """The VJP of multi-head attention: the gradient of every input and parameter for the cotangent ``d_out``, by
+    name (:data:`MHA_GRADIENTS`: query, key, value, w_q, ..., b_o; a bias's gradient is returned whether the bias is
+    given or absent, i.e. zero); fast tier (longdouble inside, float64 out).
+
+    Paper: §3.2.2. Canonical layout, choices and shapes as :func:`multi_head_attention`; each gradient has its
+    input's shape. Self-attention passes one array as query, key and value: its gradient is the sum of the three.
+    """
+    query, key, value, w, b, h, visible = _mha_inputs(query, key, value, params, num_heads, mask, fully_masked)
+    shape = (*batch_shape("query, key, value", query, key, value), query.shape[-2], w["w_o"].shape[1])
+    d_out = _cotangent("d_out", d_out, shape)
+    ins = {name: a.astype(LD) for name, a in {**w, **b, "query": query, "key": key, "value": value}.items()}
+
+    def vjp(q, k, v, d, vis, policy):
+        return _attention_vjp_ld(q, k, v, d, vis, policy)
+
+    grads = _mha_vjp(ins, h, visible, fully_masked, d_out.astype(LD), np.matmul, _attention_ld, vjp)
+    grads["query"], grads["key"], grads["value"] = (
+        _unbroadcast(grads[n], a.shape) for n, a in (("query", query), ("key", key), ("value", value))
+    )
+    return {name: grads[name].astype(np.float64) for name in MHA_GRADIENTS}
+
+
+def multi_head_attention_vjp_exact(
+    query: Any,
+    key: Any,
+    value: Any,
+    params: Mapping[str, Any],
+    num_heads: int,
+    d_out: Any,
+    mask: Any = None,
+    *,
+    fully_masked: str = "nan",
+    dps: int = DEFAULT_DPS,
+) -> dict[str, np.ndarray]:
+    """The VJP of multi-head attention; exact tier (mpmath at ``dps`` digits, each result rounded once to float64).
+
+    Paper: §3.2.2. Same definition, layout, choices and shapes as :func:`multi_head_attention_vjp`.
+    """
+    query, key, value, w, b, h, visible = _mha_inputs(query, key, value, params, num_heads, mask, fully_masked)
+    shape = (*batch_shape("query, key, value", query, key, value), query.shape[-2], w["w_o"].shape[1])
+    d_out = _cotangent("d_out", d_out, shape)
+    given = {**w, **b, "query": query, "key": key, "value": value}
+    ins = {name: to_mp(a) for name, a in given.items()}
+    shapes = {name: np.shape(a) for name, a in given.items()}
+    widths = {"b_q": w["w_q"].shape[1], "b_k": w["w_k"].shape[1], "b_v": w["w_v"].shape[1], "b_o": w["w_o"].shape[1]}
+    shapes |= {name: (widths[name],) for name in _OPTIONAL}
+    dm = to_mp(d_out)
+
+    def compute() -> np.ndarray:
+        grads = _mha_vjp(ins, h, visible, fully_masked, dm, mp_matmul, _attention_mp, _attention_vjp_mp)
+        for name in ("query", "key", "value"):
+            grads[name] = _unbroadcast(grads[name], shapes[name])
+        return np.concatenate([np.asarray(grads[n], dtype=object).reshape(-1) for n in MHA_GRADIENTS])
+
+    flat = correctly_rounded(compute, dps)
+    out, start = {}, 0
+    for name in MHA_GRADIENTS:
+        size = int(np.prod(shapes[name]))
+        out[name] = flat[start : start + size].reshape(shapes[name])
+        start += size
+    return out
+
+
 __all__ = [
     "FULLY_MASKED_POLICIES",
+    "MHA_GRADIENTS",
     "causal_mask",
     "multi_head_attention",
     "multi_head_attention_exact",
+    "multi_head_attention_vjp",
+    "multi_head_attention_vjp_exact",
     "padding_mask",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_exact",
+    "scaled_dot_product_attention_vjp",
+    "scaled_dot_product_attention_vjp_exact",
     "softmax",
     "softmax_exact",
+    "softmax_vjp",
+    "softmax_vjp_exact",
 ]

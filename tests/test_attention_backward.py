@@ -220,3 +220,76 @@ def test_bad_cotangents_are_refused_with_their_name() -> None:
         A.scaled_dot_product_attention_vjp(q, k, v, d_out[..., :2], m)
     with pytest.raises(ValueError, match="dy: expected finite values"):
         A.softmax_vjp(np.zeros(3), np.array([0.0, np.nan, 1.0]))
+
+
+# --------------------------------------------------------------------------------------------
+# multi-head attention, §3.2.2
+
+
+def _mha_case(self_attention: bool):
+    x = RNG.normal(size=(2, 3, 4)) + 0.3
+    memory = x if self_attention else RNG.normal(size=(2, 5, 4)) - 0.2
+    params = {n: RNG.normal(size=(4, 4)) / 2 for n in ("w_q", "w_k", "w_v", "w_o")}
+    params |= {n: RNG.normal(size=4) for n in ("b_q", "b_k", "b_v", "b_o")}
+    mask = RNG.random((2, 3, memory.shape[-2])) < 0.7
+    mask[0, 0] = False  # a fully masked row
+    return x, memory, params, mask, RNG.normal(size=(2, 3, 4)) + 0.1
+
+
+def _mha_mp(query, key, value, params, h, visible, fully_masked):
+    def affine(x, w, b):
+        return A.mp_matmul(x, params[w]) + params[b]
+
+    q, k, v = affine(query, "w_q", "b_q"), affine(key, "w_k", "b_k"), affine(value, "w_v", "b_v")
+    heads = A._attention_mp(A._split_heads(q, h), A._split_heads(k, h), A._split_heads(v, h), visible, fully_masked)
+    return A.mp_matmul(A._merge_heads(heads), params["w_o"]) + params["b_o"]
+
+
+@pytest.mark.parametrize("self_attention", [True, False], ids=["self", "cross"])
+def test_the_exact_backward_of_multi_head_attention_is_the_derivative(self_attention: bool) -> None:
+    """Every input and parameter moved along its own random direction; query, key and value separately (their
+    gradients are separate even when the caller passes one array)."""
+    x, memory, params, mask, d_out = _mha_case(self_attention)
+    grads = A.multi_head_attention_vjp_exact(x, memory, memory, params, 2, d_out, mask, fully_masked="zeros")
+    names = list(A.MHA_GRADIENTS)
+    base = {"query": x, "key": memory, "value": memory, **params}
+    directions = {n: RNG.normal(size=np.shape(base[n])) for n in names}
+    visible = np.broadcast_to(mask, (2, 3, memory.shape[-2]))[..., None, :, :]
+    with mpmath.workdps(FD_DPS):
+
+        def f(t):
+            moved = {n: to_mp(base[n]) + to_mp(directions[n]) * t for n in names}
+            out = _mha_mp(moved["query"], moved["key"], moved["value"], moved, 2, visible, "zeros")
+            return mpmath.fsum((out * to_mp(d_out)).reshape(-1).tolist())
+
+        fd = (f(FD_STEP) - f(-FD_STEP)) / (2 * FD_STEP)
+        dot = mpmath.fsum(
+            [
+                mpmath.mpf(float(g)) * mpmath.mpf(float(e))
+                for n in names
+                for g, e in zip(grads[n].ravel(), directions[n].ravel())
+            ]
+        )
+    bound = sum(float(np.sum(_ulp(grads[n]) * np.abs(directions[n]))) for n in names) / 2 + FD_ERROR
+    assert abs(float(dot - fd)) <= bound, (float(dot), float(fd), bound)
+
+
+def test_the_fast_backward_of_multi_head_attention_is_within_its_bound_of_the_exact_one() -> None:
+    x, memory, params, mask, d_out = _mha_case(False)
+    fast = A.multi_head_attention_vjp(x, memory, memory, params, 2, d_out, mask, fully_masked="uniform")
+    exact = A.multi_head_attention_vjp_exact(x, memory, memory, params, 2, d_out, mask, fully_masked="uniform")
+    # longdouble throughout (u = 2^-64), a few stages of sums of at most 16 terms of magnitude below 10 here:
+    # 2^-56 times 100 bounds their accumulated error; plus one ulp for the two float64 roundings
+    for name in A.MHA_GRADIENTS:
+        bound = _ulp(exact[name]) + 2.0**-56 * 100
+        assert np.all(np.abs(fast[name] - exact[name]) <= bound), name
+
+
+def test_an_absent_bias_gets_the_gradient_of_a_zero_one() -> None:
+    x, memory, params, mask, d_out = _mha_case(False)
+    absent = {n: a for n, a in params.items() if n not in ("b_k", "b_v")}
+    zero = absent | {"b_k": np.zeros(4), "b_v": np.zeros(4)}
+    with_absent = A.multi_head_attention_vjp(x, memory, memory, absent, 2, d_out, mask, fully_masked="zeros")
+    with_zero = A.multi_head_attention_vjp(x, memory, memory, zero, 2, d_out, mask, fully_masked="zeros")
+    for name in A.MHA_GRADIENTS:
+        assert np.array_equal(with_absent[name], with_zero[name]), name
