@@ -602,6 +602,26 @@ def _mha_vjp(
 MHA_GRADIENTS = ("query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
 
 
+def _mha_vjp_inputs(
+    query: Any,
+    key: Any,
+    value: Any,
+    params: Mapping[str, Any],
+    num_heads: Any,
+    d_out: Any,
+    mask: Any,
+    fully_masked: str,
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, ...]], int, np.ndarray | None, np.ndarray]:
+    """Validated inputs of the MHA VJP: the given arrays by name, every gradient's shape (absent biases included),
+    the heads, the mask and the cotangent."""
+    query, key, value, w, b, h, visible = _mha_inputs(query, key, value, params, num_heads, mask, fully_masked)
+    shape = (*batch_shape("query, key, value", query, key, value), query.shape[-2], w["w_o"].shape[1])
+    given = {**w, **b, "query": query, "key": key, "value": value}
+    widths = {"b_q": w["w_q"].shape[1], "b_k": w["w_k"].shape[1], "b_v": w["w_v"].shape[1], "b_o": w["w_o"].shape[1]}
+    shapes = {name: np.shape(a) for name, a in given.items()} | {name: (widths[name],) for name in _OPTIONAL}
+    return given, shapes, h, visible, _cotangent("d_out", d_out, shape)
+
+
 def multi_head_attention_vjp(
     query: Any,
     key: Any,
@@ -620,18 +640,15 @@ def multi_head_attention_vjp(
     Paper: §3.2.2. Canonical layout, choices and shapes as :func:`multi_head_attention`; each gradient has its
     input's shape. Self-attention passes one array as query, key and value: its gradient is the sum of the three.
     """
-    query, key, value, w, b, h, visible = _mha_inputs(query, key, value, params, num_heads, mask, fully_masked)
-    shape = (*batch_shape("query, key, value", query, key, value), query.shape[-2], w["w_o"].shape[1])
-    d_out = _cotangent("d_out", d_out, shape)
-    ins = {name: a.astype(LD) for name, a in {**w, **b, "query": query, "key": key, "value": value}.items()}
+    given, shapes, h, visible, d_out = _mha_vjp_inputs(query, key, value, params, num_heads, d_out, mask, fully_masked)
+    ins = {name: a.astype(LD) for name, a in given.items()}
 
     def vjp(q, k, v, d, vis, policy):
         return _attention_vjp_ld(q, k, v, d, vis, policy)
 
     grads = _mha_vjp(ins, h, visible, fully_masked, d_out.astype(LD), np.matmul, _attention_ld, vjp)
-    grads["query"], grads["key"], grads["value"] = (
-        _unbroadcast(grads[n], a.shape) for n, a in (("query", query), ("key", key), ("value", value))
-    )
+    for name in ("query", "key", "value"):
+        grads[name] = _unbroadcast(grads[name], shapes[name])
     return {name: grads[name].astype(np.float64) for name in MHA_GRADIENTS}
 
 
@@ -651,14 +668,8 @@ def multi_head_attention_vjp_exact(
 
     Paper: §3.2.2. Same definition, layout, choices and shapes as :func:`multi_head_attention_vjp`.
     """
-    query, key, value, w, b, h, visible = _mha_inputs(query, key, value, params, num_heads, mask, fully_masked)
-    shape = (*batch_shape("query, key, value", query, key, value), query.shape[-2], w["w_o"].shape[1])
-    d_out = _cotangent("d_out", d_out, shape)
-    given = {**w, **b, "query": query, "key": key, "value": value}
+    given, shapes, h, visible, d_out = _mha_vjp_inputs(query, key, value, params, num_heads, d_out, mask, fully_masked)
     ins = {name: to_mp(a) for name, a in given.items()}
-    shapes = {name: np.shape(a) for name, a in given.items()}
-    widths = {"b_q": w["w_q"].shape[1], "b_k": w["w_k"].shape[1], "b_v": w["w_v"].shape[1], "b_o": w["w_o"].shape[1]}
-    shapes |= {name: (widths[name],) for name in _OPTIONAL}
     dm = to_mp(d_out)
 
     def compute() -> np.ndarray:

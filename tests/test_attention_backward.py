@@ -1,10 +1,7 @@
-"""The oracle's backward of softmax and Eq. (1) (``reference/attention.py``): both tiers against central finite
-differences of the oracle's own forward, the fast tier against the exact one, and the exact identities of the
-backward (masked entries get exactly nothing, sum_j dS_ij = 0 so sum_j dK_j = 0, broadcast inputs get summed
-gradients).
-
-Finite differences test the oracle only (never an implementation): a directional derivative
-f'(t) of f(t) = <dO, O(X + t E)> (every input moved along a random direction E at once) against <grad, E>.
+"""The oracle's backward of softmax, Eq. (1) and multi-head attention (``reference/attention.py``): the exact tier
+against central finite differences of the oracle's own forward in mpmath (``tests/_finite_differences.py``), the fast
+tier against the exact one and against differences in longdouble, and the exact identities of the backward (masked
+entries get exactly nothing, sum_j dS_ij = 0 so sum_j dK_j = 0, broadcast inputs get summed gradients).
 """
 
 from __future__ import annotations
@@ -12,9 +9,9 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 import pytest
+from _finite_differences import assert_directional_derivative, moved, paired, ulp
 
 from aiayn.reference import attention as A
-from aiayn.reference._exact import to_mp
 
 LD = np.longdouble
 RNG = np.random.default_rng(20171204)
@@ -33,50 +30,23 @@ def _case(batch: tuple[int, ...] = (2,), n_q: int = 3, n_k: int = 5, d_k: int = 
     return q, k, v, d_out, m
 
 
-def _ulp(x: np.ndarray) -> np.ndarray:
-    return np.spacing(np.abs(np.asarray(x, dtype=np.float64)))
-
-
 # --------------------------------------------------------------------------------------------
 # the exact tier against finite differences in mpmath
-
-#: Central differences at 60 digits with step 1e-25: the truncation error h^2/6 |f'''| is below 1e-45 for these
-#: sizes and magnitudes (|f'''| of a softmax-weighted sum of O(10) terms of size O(10) stays far below 1e5), and the
-#: rounding error 10^-60 |f| / h below 1e-33; so the difference quotient is f'(0) to within 1e-30.
-FD_DPS, FD_STEP, FD_ERROR = 60, mpmath.mpf("1e-25"), 1e-30
-
-
-def _directional_mp(q, k, v, d_out, mask, fully_masked, directions) -> float:
-    """(f(h) - f(-h)) / 2h for f(t) = <dO, Attention(q + t Eq, k + t Ek, v + t Ev)>, in mpmath."""
-    with mpmath.workdps(FD_DPS):
-        visible = None if mask is None else np.broadcast_to(mask, (*q.shape[:-2], q.shape[-2], k.shape[-2]))
-
-        def f(t):
-            moved = [to_mp(a) + to_mp(e) * t for a, e in zip((q, k, v), directions)]
-            out = A._attention_mp(*moved, visible, fully_masked)
-            return mpmath.fsum((out * to_mp(d_out)).reshape(-1).tolist())
-
-        return (f(FD_STEP) - f(-FD_STEP)) / (2 * FD_STEP)
 
 
 @pytest.mark.parametrize("fully_masked", POLICIES)
 @pytest.mark.parametrize("mask", [True, False], ids=["masked", "unmasked"])
 def test_the_exact_backward_of_eq1_is_the_derivative(fully_masked: str, mask: bool) -> None:
+    """Along random directions of q, k and v at once, within the bound of ``tests/_finite_differences.py``."""
     q, k, v, d_out, m = _case(mask=mask)
     grads = A.scaled_dot_product_attention_vjp_exact(q, k, v, d_out, m, fully_masked=fully_masked)
     directions = [RNG.normal(size=a.shape) for a in (q, k, v)]
-    fd = _directional_mp(q, k, v, d_out, m, fully_masked, directions)
-    with mpmath.workdps(FD_DPS):
-        exact_dot = mpmath.fsum(
-            [
-                mpmath.mpf(float(g)) * mpmath.mpf(float(e))
-                for gr, di in zip(grads, directions)
-                for g, e in zip(gr.ravel(), di.ravel())
-            ]
-        )
-        # each gradient element is correctly rounded (half an ulp); the dot product with E is formed exactly
-        bound = sum(float(np.sum(_ulp(g) * np.abs(e))) for g, e in zip(grads, directions)) / 2 + FD_ERROR
-        assert abs(float(exact_dot - fd)) <= bound, (float(exact_dot), float(fd), bound)
+    visible = None if m is None else np.broadcast_to(m, (*q.shape[:-2], q.shape[-2], k.shape[-2]))
+
+    def f(t):
+        return paired(A._attention_mp(*moved((q, k, v), directions, t), visible, fully_masked), d_out)
+
+    assert_directional_derivative(f, grads, directions)
 
 
 def test_the_exact_backward_of_softmax_is_the_derivative() -> None:
@@ -85,17 +55,13 @@ def test_the_exact_backward_of_softmax_is_the_derivative() -> None:
     dy, e = RNG.normal(size=x.shape) + 0.3, RNG.normal(size=x.shape)
     e[np.isinf(x)] = 0.0  # -inf stays -inf: no direction there
     dx = A.softmax_vjp_exact(x, dy, axis=-1)
-    with mpmath.workdps(FD_DPS):
+    finite = np.where(np.isinf(x), 0.0, x)
 
-        def f(t):
-            z = np.where(np.isinf(x), mpmath.ninf, to_mp(np.where(np.isinf(x), 0.0, x)) + to_mp(e) * t)
-            y = A._softmax_rows_mp(z, None, "nan")
-            return mpmath.fsum((y * to_mp(dy)).reshape(-1).tolist())
+    def f(t):
+        z = np.where(np.isinf(x), mpmath.ninf, moved([finite], [e], t)[0])
+        return paired(A._softmax_rows_mp(z, None, "nan"), dy)
 
-        fd = (f(FD_STEP) - f(-FD_STEP)) / (2 * FD_STEP)
-        dot = mpmath.fsum([mpmath.mpf(float(a)) * mpmath.mpf(float(b)) for a, b in zip(dx.ravel(), e.ravel())])
-    bound = float(np.sum(_ulp(dx) * np.abs(e))) / 2 + FD_ERROR
-    assert abs(float(dot - fd)) <= bound
+    assert_directional_derivative(f, [dx], [e])
     assert dx[1, 2] == 0.0, "a masked entry gets exactly nothing"
 
 
@@ -140,7 +106,7 @@ def test_the_fast_backward_of_eq1_is_within_its_bound_of_the_exact_one(fully_mas
     # longdouble (u = 2^-64) with at most n_k + d + 2 terms per sum and 4 stages: 64 (n + 4) u M <= 2^-53 M here,
     # plus the two float64 roundings (the fast tier's and the exact tier's: one ulp)
     for name, f, e, mag in zip(("dq", "dk", "dv"), fast, exact, _magnitudes(q, k, v, d_out, m, fully_masked)):
-        bound = _ulp(e) + 2.0**-53 * mag
+        bound = ulp(e) + 2.0**-53 * mag
         assert np.all(np.abs(f - e) <= bound), f"{name}: {np.max(np.abs(f - e) / bound)} x bound"
 
 
@@ -191,8 +157,8 @@ def test_the_keys_gradient_sums_to_zero_per_batch() -> None:
     _, dk, _ = A.scaled_dot_product_attention_vjp_exact(q, k, v, d_out, m, fully_masked="zeros")
     _, dk_fast, _ = A.scaled_dot_product_attention_vjp(q, k, v, d_out, m, fully_masked="zeros")
     # each element is within half an ulp of the exact value, whose sum over keys is 0
-    assert np.all(np.abs(dk.sum(-2)) <= _ulp(dk).sum(-2) * 2)
-    assert np.all(np.abs(dk_fast.sum(-2)) <= _ulp(dk).sum(-2) * 4)
+    assert np.all(np.abs(dk.sum(-2)) <= ulp(dk).sum(-2) * 2)
+    assert np.all(np.abs(dk_fast.sum(-2)) <= ulp(dk).sum(-2) * 4)
 
 
 def test_a_fully_masked_row_under_nan_makes_every_gradient_it_reaches_nan() -> None:
@@ -253,25 +219,14 @@ def test_the_exact_backward_of_multi_head_attention_is_the_derivative(self_atten
     grads = A.multi_head_attention_vjp_exact(x, memory, memory, params, 2, d_out, mask, fully_masked="zeros")
     names = list(A.MHA_GRADIENTS)
     base = {"query": x, "key": memory, "value": memory, **params}
-    directions = {n: RNG.normal(size=np.shape(base[n])) for n in names}
+    directions = [RNG.normal(size=np.shape(base[n])) for n in names]
     visible = np.broadcast_to(mask, (2, 3, memory.shape[-2]))[..., None, :, :]
-    with mpmath.workdps(FD_DPS):
 
-        def f(t):
-            moved = {n: to_mp(base[n]) + to_mp(directions[n]) * t for n in names}
-            out = _mha_mp(moved["query"], moved["key"], moved["value"], moved, 2, visible, "zeros")
-            return mpmath.fsum((out * to_mp(d_out)).reshape(-1).tolist())
+    def f(t):
+        now = dict(zip(names, moved([base[n] for n in names], directions, t)))
+        return paired(_mha_mp(now["query"], now["key"], now["value"], now, 2, visible, "zeros"), d_out)
 
-        fd = (f(FD_STEP) - f(-FD_STEP)) / (2 * FD_STEP)
-        dot = mpmath.fsum(
-            [
-                mpmath.mpf(float(g)) * mpmath.mpf(float(e))
-                for n in names
-                for g, e in zip(grads[n].ravel(), directions[n].ravel())
-            ]
-        )
-    bound = sum(float(np.sum(_ulp(grads[n]) * np.abs(directions[n]))) for n in names) / 2 + FD_ERROR
-    assert abs(float(dot - fd)) <= bound, (float(dot), float(fd), bound)
+    assert_directional_derivative(f, [grads[n] for n in names], directions)
 
 
 def test_the_fast_backward_of_multi_head_attention_is_within_its_bound_of_the_exact_one() -> None:
@@ -281,7 +236,7 @@ def test_the_fast_backward_of_multi_head_attention_is_within_its_bound_of_the_ex
     # longdouble throughout (u = 2^-64), a few stages of sums of at most 16 terms of magnitude below 10 here:
     # 2^-56 times 100 bounds their accumulated error; plus one ulp for the two float64 roundings
     for name in A.MHA_GRADIENTS:
-        bound = _ulp(exact[name]) + 2.0**-56 * 100
+        bound = ulp(exact[name]) + 2.0**-56 * 100
         assert np.all(np.abs(fast[name] - exact[name]) <= bound), name
 
 

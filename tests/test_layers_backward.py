@@ -3,9 +3,7 @@ finite differences of the oracle's own forward in mpmath, the fast tier against 
 identities (sum_i dx_i = 0 per LayerNorm row; d_model = 1 gives dx = dgain = 0; ReLU's choice at z = 0).
 
 Finite differences test the oracle only: the directional derivative of f(t) = <dY, F(X + t E)> (every input moved
-along a random direction E at once) against <grad, E>. At 60 digits with step 1e-25 the truncation error h^2/6 |f'''|
-is below 1e-40 for these magnitudes and the rounding error 10^-60 |f| / h below 1e-33: the quotient is f'(0) to
-within 1e-30 (``FD_ERROR``); each gradient element is correctly rounded, half an ulp.
+along a random direction E at once) against <grad, E>, within the bound ``tests/_finite_differences.py`` derives.
 """
 
 from __future__ import annotations
@@ -13,37 +11,17 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 import pytest
+from _finite_differences import assert_directional_derivative, moved, paired, ulp
 
 from aiayn.reference import layers as L
-from aiayn.reference._exact import to_mp
 
 RNG = np.random.default_rng(20171205)
-FD_DPS, FD_STEP, FD_ERROR = 60, mpmath.mpf("1e-25"), 1e-30
-
-
-def _ulp(x: np.ndarray) -> np.ndarray:
-    return np.spacing(np.abs(np.asarray(x, dtype=np.float64)))
 
 
 def _check_directional(forward_mp, inputs, grads, dy) -> None:
-    """<grads, E> against (f(h) - f(-h)) / 2h of f(t) = <dy, forward(inputs + t E)>, within the stated bound."""
+    """<grads, E> against the difference quotient of f(t) = <dy, forward(inputs + t E)>."""
     directions = [RNG.normal(size=np.shape(a)) for a in inputs]
-    with mpmath.workdps(FD_DPS):
-
-        def f(t):
-            out = forward_mp(*[to_mp(np.asarray(a)) + to_mp(e) * t for a, e in zip(inputs, directions)])
-            return mpmath.fsum((np.asarray(out, dtype=object) * to_mp(dy)).reshape(-1).tolist())
-
-        fd = (f(FD_STEP) - f(-FD_STEP)) / (2 * FD_STEP)
-        dot = mpmath.fsum(
-            [
-                mpmath.mpf(float(a)) * mpmath.mpf(float(b))
-                for g, e in zip(grads, directions)
-                for a, b in zip(g.ravel(), e.ravel())
-            ]
-        )
-    bound = sum(float(np.sum(_ulp(g) * np.abs(e))) for g, e in zip(grads, directions)) / 2 + FD_ERROR
-    assert abs(float(dot - fd)) <= bound, (float(dot), float(fd), bound)
+    assert_directional_derivative(lambda t: paired(forward_mp(*moved(inputs, directions, t)), dy), grads, directions)
 
 
 @pytest.mark.parametrize("level", [0.0, 30.0], ids=["centred", "offset rows"])
@@ -78,7 +56,7 @@ def test_the_fast_backward_of_layer_norm_is_within_its_bound_of_the_exact_one(le
     # 2^-56 of that scale (256 u) covers d = 8 with a wide margin, plus one ulp for the two float64 roundings
     scale = np.abs(dy * gain).sum(-1, keepdims=True) * (1 + 1e-3 * level) / np.std(x, -1, keepdims=True)
     for name, f, e, m in zip(("dx", "dgain", "dbias"), fast, exact, (scale, np.abs(dy).sum(0) * 4, np.abs(dy).sum(0))):
-        bound = _ulp(e) + 2.0**-56 * m
+        bound = ulp(e) + 2.0**-56 * m
         assert np.all(np.abs(f - e) <= bound), f"{name}: {np.max(np.abs(f - e) / bound)} x bound"
 
 
@@ -91,14 +69,14 @@ def test_the_fast_backward_of_eq2_is_within_its_bound_of_the_exact_one() -> None
     # sums of at most 7 products in longdouble: gamma_7(2^-64) <= 2^-60 times the sum of |terms|, bounded here by
     # 2^-56 (|dy| |w2| |w1|, |x|, |h| of order 10 and below) on top of one ulp
     for name, f, e in zip(("dx", "dw1", "db1", "dw2", "db2"), fast, exact):
-        bound = _ulp(e) + 2.0**-56 * 100
+        bound = ulp(e) + 2.0**-56 * 100
         assert np.all(np.abs(f - e) <= bound), name
 
 
 def test_layer_norm_gradients_sum_to_zero_per_row_and_vanish_for_one_feature() -> None:
     x, gain, bias, dy = RNG.normal(size=(3, 7)) + 5, RNG.normal(size=7), RNG.normal(size=7), RNG.normal(size=(3, 7))
     dx, _, _ = L.layer_norm_vjp_exact(x, gain, bias, dy)
-    assert np.all(np.abs(dx.sum(-1)) <= _ulp(dx).sum(-1))  # each element within half an ulp of a zero-sum row
+    assert np.all(np.abs(dx.sum(-1)) <= ulp(dx).sum(-1))  # each element within half an ulp of a zero-sum row
     dx1, dgain1, dbias1 = L.layer_norm_vjp_exact(RNG.normal(size=(4, 1)), np.ones(1), np.zeros(1), np.ones((4, 1)))
     assert np.all(dx1 == 0) and np.all(dgain1 == 0) and np.all(dbias1 == 4)
     fast1 = L.layer_norm_vjp(RNG.normal(size=(4, 1)), np.ones(1), np.zeros(1), np.ones((4, 1)))

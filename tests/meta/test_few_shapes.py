@@ -10,13 +10,11 @@ undeclared, the same checks see many more. Both runs pass: values are still draw
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from _aiayn_check import aiayn_check
 
 from aiayn.conformance.strategies import FEW_SHAPES
 
@@ -25,24 +23,9 @@ HERE = Path(__file__).resolve().parent
 
 def _shapes_seen(tmp_path: Path, spec: str) -> dict[str, set[tuple]]:
     log = tmp_path / f"{spec.split(':')[1]}.jsonl"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "AIAYN_"))}
-    env |= {
-        "PYTHONPATH": os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]),
-        "AIAYN_SHAPE_LOG": str(log),
-        "AIAYN_CACHE": str(tmp_path / "cache"),
-        "OMP_NUM_THREADS": "1",
-    }
     args = [spec, "--workers=0", "--profile=ci", "--dtype=float64"]
     args += ["-k", "test_scaled_dot_product_attention or test_layer_norm", "--", "--aiayn-agreement-only"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "aiayn", "check", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = aiayn_check(tmp_path, *args, AIAYN_SHAPE_LOG=str(log), AIAYN_CACHE=str(tmp_path / "cache"))
     assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
     seen: dict[str, set[tuple]] = defaultdict(set)
     for line in log.read_text(encoding="utf-8").splitlines():

@@ -10,14 +10,13 @@ tensor that shares the memory of the NumPy array it was built from fails the con
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from _aiayn_check import aiayn_check
 
 from aiayn.conformance.checks import training as T
 from aiayn.conformance.harness import ConformanceFailure, Stats, contract_dtype_name, current_stats, same_device
@@ -27,30 +26,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def _check(tmp_path: Path, spec: str, workers: int = 0) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "AIAYN_"))}
-    env |= {
-        "PYTHONPATH": os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]),
-        "AIAYN_CACHE": str(tmp_path / "cache"),
-        "OMP_NUM_THREADS": "1",
-    }
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aiayn",
-            "check",
-            spec,
-            f"--workers={workers}",
-            "--profile=smoke",
-            f"--report={tmp_path}",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    args = [spec, f"--workers={workers}", "--profile=smoke", f"--report={tmp_path}"]
+    proc = aiayn_check(tmp_path, *args, AIAYN_CACHE=str(tmp_path / "cache"))
     name = {"foreign_impl:Foreign": "foreign-arrays", "foreign_impl:Aliasing": "aliasing-arrays"}[spec]
     return proc, json.loads((tmp_path / f"conformance-{name}.json").read_text(encoding="utf-8"))
 

@@ -15,13 +15,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from _aiayn_check import aiayn_check
 
 from aiayn.conformance import isolation
 from aiayn.conformance.isolation import CallTimedOut
@@ -101,28 +101,10 @@ def test_a_hang_in_the_pytest_process_is_remembered(monkeypatch: pytest.MonkeyPa
 
 
 def _check(tmp_path: Path, workers: int) -> tuple[subprocess.CompletedProcess[str], float, dict[str, Any]]:
-    # pytest prints a failure's message in full twice (the traceback and the short summary) where CI or
-    # BUILD_NUMBER is set, and truncates the summary to COLUMNS otherwise: the counts below read distinct checks
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "AIAYN_"))}
-    env = {k: v for k, v in env.items() if k not in ("CI", "BUILD_NUMBER", "COLUMNS")}
-    env |= {
-        "COLUMNS": "80",
-        "PYTHONPATH": os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]),
-        "AIAYN_FAILURES": str(tmp_path / "failures"),
-        "OMP_NUM_THREADS": "1",
-    }
     args = ["hanging_impl:SlowSoftmax", f"--workers={workers}", f"--timeout={LIMIT_S:g}", "--profile=smoke"]
     args += ["-k", SELECTION, f"--report={tmp_path / 'r'}"]
     start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "aiayn", "check", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = aiayn_check(tmp_path, *args, AIAYN_FAILURES=str(tmp_path / "failures"))
     elapsed = time.monotonic() - start
     data = json.loads((tmp_path / "r" / "conformance-slow-numpy.json").read_text())
     return proc, elapsed, data
