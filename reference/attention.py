@@ -642,11 +642,7 @@ def multi_head_attention_vjp(
     """
     given, shapes, h, visible, d_out = _mha_vjp_inputs(query, key, value, params, num_heads, d_out, mask, fully_masked)
     ins = {name: a.astype(LD) for name, a in given.items()}
-
-    def vjp(q, k, v, d, vis, policy):
-        return _attention_vjp_ld(q, k, v, d, vis, policy)
-
-    grads = _mha_vjp(ins, h, visible, fully_masked, d_out.astype(LD), np.matmul, _attention_ld, vjp)
+    grads = _mha_vjp(ins, h, visible, fully_masked, d_out.astype(LD), np.matmul, _attention_ld, _attention_vjp_ld)
     for name in ("query", "key", "value"):
         grads[name] = _unbroadcast(grads[name], shapes[name])
     return {name: grads[name].astype(np.float64) for name in MHA_GRADIENTS}
