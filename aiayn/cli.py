@@ -129,6 +129,12 @@ def _add_check(p: argparse.ArgumentParser) -> None:
         "-k", dest="keyword", default=None, metavar="EXPR", help="only the tests matching this pytest -k expression"
     )
     p.add_argument(
+        "--no-grad",
+        action="store_true",
+        help="skip the gradient checks (by default an implementation's gradients are checked wherever it gives them: "
+        "its own vjp method, PyTorch autograd or jax.vjp)",
+    )
+    p.add_argument(
         "--seed", type=int, default=None, help="Hypothesis seed (default: random, or fixed by a derandomized profile)"
     )
     p.epilog = "More pytest options go after --, e.g. aiayn check numpy -- -x -v"
@@ -160,6 +166,7 @@ def _check(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 device=args.device,
                 force=args.force,
+                no_grad=args.no_grad,
                 extra=extra,
             )
         )

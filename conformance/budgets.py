@@ -51,9 +51,11 @@ from aiayn.conformance.numerics import Precision, gamma
 __all__ = [
     "SAFETY",
     "attention_core",
+    "attention_weights",
     "feed_forward",
     "label_smoothing",
     "layer_norm",
+    "normalized",
     "lrate",
     "multi_head_attention",
     "positional_encoding",
@@ -164,6 +166,49 @@ def score_error(q: np.ndarray, e_q: np.ndarray, k: np.ndarray, e_k: np.ndarray, 
     ) / math.sqrt(d_k)
 
 
+def attention_weights(
+    q: np.ndarray,
+    k: np.ndarray,
+    visible: np.ndarray | None,
+    prec: Precision,
+    e_q: Any = 0.0,
+    e_k: Any = 0.0,
+    fully_masked: str = "nan",
+    lse_rounding: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(P, C, visible) for the weights P = softmax(q k^T / sqrt(d_k)) of Eq. (1): the computed weights are
+    P (1 + C') with |C'| <= C elementwise (see :func:`attention_core` for the derivation); ``visible`` the mask as
+    the weights saw it (a fully masked row under "uniform" sees every key). P is 0 at masked keys and on fully
+    masked rows under "nan" and "zeros".
+
+    ``lse_rounding``: the weights may instead be recomputed from a stored log-sum-exp L = m + log l (FlashAttention's
+    backward): exp(s_j - L) has the argument error u |s_j - L| <= u (gap_j + log n_k) of the subtraction and the
+    error u |L| <= u (|m| + log n_k) of L's own storage, so the gaps widen by |m| + 2 log n_k.
+    Shapes: q (..., n_q, d_k), k (..., n_k, d_k) -> three arrays (..., n_q, n_k).
+    """
+    d_k, n_k = q.shape[-1], k.shape[-2]
+    e_q, e_k = (np.broadcast_to(_finite(e), a.shape) for e, a in ((e_q, q), (e_k, k)))
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) / math.sqrt(d_k)  # (..., n_q, n_k)
+    delta = score_error(q, e_q, k, e_k, prec)
+    vis = np.ones(s.shape, dtype=bool) if visible is None else np.broadcast_to(visible, s.shape)
+    if fully_masked == "uniform":  # a fully masked row: equal scores over every key (see above)
+        dead = ~np.any(vis, axis=-1, keepdims=True)
+        s, delta, vis = np.where(dead, 0.0, s), np.where(dead, 0.0, delta), vis | dead
+    s = np.where(vis, s, -np.inf)
+    delta = np.where(vis, delta, 0.0)
+    p = _softmax64(s)  # (..., n_q, n_k); fully masked rows all 0
+    big_d = np.max(delta, axis=-1, keepdims=True)  # (..., n_q, 1)
+    with np.errstate(over="ignore"):
+        widen = np.exp(2 * big_d)
+    m = np.max(np.where(vis, s, -np.inf), axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    gap = np.where(vis, m - np.where(vis, s, 0.0), 0.0) + 2 * big_d
+    if lse_rounding:
+        gap = gap + np.abs(m) + 2 * math.log(max(n_k, 1))
+    c = _finite(_softmax_weight_factor(gap, p, widen, n_k, prec))
+    return p, c, vis
+
+
 def attention_core(
     q: np.ndarray,
     k: np.ndarray,
@@ -205,23 +250,9 @@ def attention_core(
     (..., n_q, n_k); e_* broadcastable to their inputs. Returns two arrays (..., n_q, d_v): the
     error bound and a bound on |out_hat| (|out| + error), for the next stage of a composite.
     """
-    d_k, n_k = q.shape[-1], k.shape[-2]
-    e_q, e_k, e_v = (np.broadcast_to(_finite(e), a.shape) for e, a in ((e_q, q), (e_k, k), (e_v, v)))
-    s = np.matmul(q, np.swapaxes(k, -1, -2)) / math.sqrt(d_k)  # (..., n_q, n_k)
-    delta = score_error(q, e_q, k, e_k, prec)
-    vis = np.ones(s.shape, dtype=bool) if visible is None else np.broadcast_to(visible, s.shape)
-    if fully_masked == "uniform":  # a fully masked row: equal scores over every key (see above)
-        dead = ~np.any(vis, axis=-1, keepdims=True)
-        s, delta, vis = np.where(dead, 0.0, s), np.where(dead, 0.0, delta), vis | dead
-    s = np.where(vis, s, -np.inf)
-    delta = np.where(vis, delta, 0.0)
-    p = _softmax64(s)  # (..., n_q, n_k); fully masked rows all 0
-    big_d = np.max(delta, axis=-1, keepdims=True)  # (..., n_q, 1)
-    with np.errstate(over="ignore"):
-        widen = np.exp(2 * big_d)
-    m = np.max(np.where(vis, s, -np.inf), axis=-1, keepdims=True)
-    gap = np.where(vis, np.where(np.isfinite(m), m, 0.0) - np.where(vis, s, 0.0), 0.0) + 2 * big_d
-    c = _finite(_softmax_weight_factor(gap, p, widen, n_k, prec))
+    n_k = k.shape[-2]
+    e_v = np.broadcast_to(_finite(e_v), v.shape)
+    p, c, vis = attention_weights(q, k, visible, prec, e_q, e_k, fully_masked)
     av = np.abs(v) + e_v  # (..., n_k, d_v)
     err = np.matmul(_times(p, c), av) + np.matmul(p, e_v) + gamma(n_k + 1, prec.op) * np.matmul(_times(p, 1 + c), av)
     alive = np.any(vis, axis=-1, keepdims=True)  # rows with at least one visible key
@@ -345,6 +376,35 @@ def positional_encoding(length: int, d_model: int, prec: Precision) -> np.ndarra
 # §3.1: LayerNorm
 
 
+def normalized(x: np.ndarray, eps: float, prec: Precision) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x_hat, Delta, s, beta) of LayerNorm's normalisation x_hat = (x - mean) / s, s = sqrt(var + eps), over the
+    last axis: |x_hat_computed - x_hat| <= Delta and |s_computed - s| <= beta (see :func:`layer_norm`).
+    Shapes: x (..., d) -> x_hat, Delta (..., d); s, beta (..., 1)."""
+    d = x.shape[-1]
+    ax = np.abs(x)
+    c = x - np.mean(x, axis=-1, keepdims=True)
+    s = np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps)
+    if d == 1:
+        # One element: its mean is itself (one term, divided by 1: exact in any algorithm), so the
+        # centred value and the variance are exactly 0 and only sqrt(eps) and the affine step round.
+        alpha = np.zeros_like(c)
+        beta = gamma(2, prec.op) * s
+    else:
+        a = gamma(d + 1, prec.op) * np.mean(ax, axis=-1, keepdims=True) + (d + 1) * prec.eta
+        alpha = a + prec.op * (np.abs(c) + a) + prec.eta
+        rms_alpha = np.sqrt(np.mean(alpha * alpha, axis=-1, keepdims=True))
+        beta = (
+            rms_alpha
+            + gamma(d + 4, prec.op) * (s + rms_alpha)
+            + gamma(d, prec.op) * np.sqrt(np.mean(ax * ax, axis=-1, keepdims=True))
+            + (d + 2) * prec.eta / s
+        )
+    x_hat = c / s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        delta = np.where(beta < s, (alpha + np.abs(x_hat) * beta) / (s - beta), np.inf)
+    return x_hat, delta, s, beta
+
+
 def layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, prec: Precision) -> np.ndarray:
     """Bound for LayerNorm (§3.1) over the last axis, biased variance, eps inside the sqrt.
 
@@ -372,28 +432,7 @@ def layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, pr
       by 1), so c = 0 and the variance 0 exactly; s = sqrt(0 + eps) rounds twice (the addition,
       the sqrt): beta = gamma_2 s, alpha = 0.
     """
-    d = x.shape[-1]
-    ax = np.abs(x)
-    c = x - np.mean(x, axis=-1, keepdims=True)
-    s = np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps)
-    if d == 1:
-        # One element: its mean is itself (one term, divided by 1: exact in any algorithm), so the
-        # centred value and the variance are exactly 0 and only sqrt(eps) and the affine step round.
-        alpha = np.zeros_like(c)
-        beta = gamma(2, prec.op) * s
-    else:
-        a = gamma(d + 1, prec.op) * np.mean(ax, axis=-1, keepdims=True) + (d + 1) * prec.eta
-        alpha = a + prec.op * (np.abs(c) + a) + prec.eta
-        rms_alpha = np.sqrt(np.mean(alpha * alpha, axis=-1, keepdims=True))
-        beta = (
-            rms_alpha
-            + gamma(d + 4, prec.op) * (s + rms_alpha)
-            + gamma(d, prec.op) * np.sqrt(np.mean(ax * ax, axis=-1, keepdims=True))
-            + (d + 2) * prec.eta / s
-        )
-    x_hat = c / s
-    with np.errstate(divide="ignore", invalid="ignore"):
-        delta = np.where(beta < s, (alpha + np.abs(x_hat) * beta) / (s - beta), np.inf)
+    x_hat, delta, _, _ = normalized(x, eps, prec)
     g5 = gamma(5, prec.op)
     return (np.abs(gain) * delta * (1 + g5) + g5 * (np.abs(gain * x_hat) + np.abs(bias)) + 4 * prec.eta) * SAFETY
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance import backward_budgets as BB
 from aiayn.conformance import budgets as B
 from aiayn.conformance import diagnoses as D
 from aiayn.conformance import propagation as PR
@@ -38,7 +39,7 @@ from aiayn.reference import model as ref_model
 from aiayn.reference import positional as ref_positional
 from aiayn.reference import training as ref_training
 
-__all__ = ["CONTRACT", "Equation", "RECORDS", "record", "smoothing", "title", "traceability"]
+__all__ = ["BACKWARD", "CONTRACT", "Backward", "Equation", "RECORDS", "record", "smoothing", "title", "traceability"]
 
 
 #: The report's row for the plug-in contract itself (not an equation of the paper).
@@ -57,6 +58,37 @@ def _no_policies(case: Any) -> dict[str, Any]:
     return {}
 
 
+#: The report's name of a backward row's direction (a forward row's is "forward").
+BACKWARD, FORWARD = "backward", "forward"
+
+
+@dataclass(frozen=True)
+class Backward:
+    """What the suite knows about an equation's backward pass: its VJP for a cotangent of the result.
+
+    ``gradients``: the arguments differentiated, by name (the oracle's names; an implementation's gradients are
+    read under the same names, ``conformance/gradients.py``). ``oracle(a, d_out)``: the exact VJP (the fast tier)
+    by name, ``a`` being the forward record's oracle arguments; ``budget(a, d_out, p)``: a bound per gradient at
+    precision ``p`` (``conformance/backward_budgets.py``); the oracle's share is the same bound at float64, added.
+    """
+
+    gradients: tuple[str, ...]
+    oracle: Callable[[Args, np.ndarray], Mapping[str, np.ndarray]]
+    budget: Callable[[Args, np.ndarray, Any], Mapping[str, np.ndarray]]
+    budget_name: str
+
+    def budget_at(self, a: Args, d_out: np.ndarray, expected: Mapping[str, np.ndarray], dtype: str) -> dict:
+        """Each gradient's comparison threshold in ``dtype``: the bound at the dtype plus the bound at float64 (the
+        oracle's), floored at 1 ulp of the dtype at the expected value."""
+        from aiayn.conformance.harness import floored
+
+        here, ours = self.budget(a, d_out, precision(dtype)), self.budget(a, d_out, precision("float64"))
+        return {
+            name: floored(np.asarray(here[name], dtype=np.float64) + np.asarray(ours[name]), dtype, expected[name])
+            for name in self.gradients
+        }
+
+
 @dataclass(frozen=True)
 class Equation:
     """What the suite knows about one equation of the paper.
@@ -67,6 +99,8 @@ class Equation:
     policies; ``oracle(a)``: the expected value, ``a`` being the arguments as the implementation saw
     them plus those policies. ``budget(a, expected, p)``: the bound at precision ``p`` (a list of
     two precisions, the dtype's and float64's, where ``oracle_share`` is "propagated").
+    ``backward``: the equation's backward pass, where it has one (:class:`Backward`); ``differentiable``: False
+    where the equation takes no float input (positional encoding, lrate, label smoothing): no backward to have.
     ``model``: the diagnoses' model of the equation (``diagnoses.py``), called with the arguments
     plus ``model_policies(case)``; ``diagnosis_policies``: the values the diagnoses' budget takes
     instead of the declared ones (the widest fully-masked policy, so that every variant is judged
@@ -92,6 +126,8 @@ class Equation:
     call: Callable[[Any, Mapping[str, Any], Args], np.ndarray] | None = None
     first_dtype_only: bool = False
     max_unchecked: float = DEFAULT_MAX_UNCHECKED
+    backward: Backward | None = None
+    differentiable: bool = True  # False: no float input to differentiate (sizes, steps, integer targets)
 
     def budget_at(self, a: Args, expected: np.ndarray, dtype: str) -> np.ndarray:
         """The comparison threshold in ``dtype`` (or "<dtype>-ftz"), the oracle's share included, floored at 1 ulp."""
@@ -180,6 +216,12 @@ _RECORDS: tuple[Equation, ...] = (
         model=D.softmax,
         departures=frozenset({"softmax", _ALL}),
         strategy=S.softmax_inputs,
+        backward=Backward(
+            gradients=("x",),
+            oracle=lambda a, g: {"x": ref_attention.softmax_vjp(a["x"], g, a["axis"])},
+            budget=lambda a, g, p: BB.softmax(a["x"], g, a["axis"], p),
+            budget_name="softmax VJP bound, backward_budgets.softmax",
+        ),
     ),
     Equation(
         name="scaled_dot_product_attention",
@@ -196,6 +238,21 @@ _RECORDS: tuple[Equation, ...] = (
         diagnosis_policies=_UNIFORM,
         departures=frozenset({"attention", _ALL}),
         strategy=S.attention_inputs,
+        backward=Backward(
+            gradients=("q", "k", "v"),
+            oracle=lambda a, g: dict(
+                zip(
+                    ("q", "k", "v"),
+                    ref_attention.scaled_dot_product_attention_vjp(
+                        a["q"], a["k"], a["v"], g, a["mask"], fully_masked=a["fully_masked"]
+                    ),
+                )
+            ),
+            budget=lambda a, g, p: BB.scaled_dot_product_attention(
+                a["q"], a["k"], a["v"], a["mask"], g, p, a["fully_masked"]
+            ),
+            budget_name="Eq. (1) VJP bound, backward_budgets.scaled_dot_product_attention",
+        ),
     ),
     Equation(
         name="multi_head_attention",
@@ -221,6 +278,7 @@ _RECORDS: tuple[Equation, ...] = (
         short="PE (§3.5)",
         arguments=("length", "d_model"),
         passes_dtype=True,
+        differentiable=False,
         oracle=lambda a: ref_positional.positional_encoding(a["length"], a["d_model"]),
         budget=lambda a, e, p: B.positional_encoding(a["length"], a["d_model"], p),
         budget_name="PE argument-growth bound, budgets.positional_encoding",
@@ -239,6 +297,14 @@ _RECORDS: tuple[Equation, ...] = (
         model=D.layer_norm,
         departures=frozenset({"layer_norm", "layer_norm_rows", _ALL}),
         strategy=S.layer_norm_inputs,
+        backward=Backward(
+            gradients=("x", "gain", "bias"),
+            oracle=lambda a, g: dict(
+                zip(("x", "gain", "bias"), ref_layers.layer_norm_vjp(a["x"], a["gain"], a["bias"], g, a["eps"]))
+            ),
+            budget=lambda a, g, p: BB.layer_norm(a["x"], a["gain"], a["bias"], a["eps"], g, p),
+            budget_name="LayerNorm VJP bound, backward_budgets.layer_norm",
+        ),
     ),
     Equation(
         name="feed_forward",
@@ -251,6 +317,17 @@ _RECORDS: tuple[Equation, ...] = (
         model=D.feed_forward,
         departures=frozenset({"ffn", _ALL}),
         strategy=S.ffn_inputs,
+        backward=Backward(
+            gradients=("x", "w1", "b1", "w2", "b2"),
+            oracle=lambda a, g: dict(
+                zip(
+                    ("x", "w1", "b1", "w2", "b2"),
+                    ref_layers.feed_forward_vjp(a["x"], a["w1"], a["b1"], a["w2"], a["b2"], g),
+                )
+            ),
+            budget=lambda a, g, p: BB.feed_forward(a["x"], a["w1"], a["b1"], a["w2"], a["b2"], g, p),
+            budget_name="Eq. (2) VJP bound (either ReLU branch near 0), backward_budgets.feed_forward",
+        ),
     ),
     Equation(
         name="lrate",
@@ -266,6 +343,7 @@ _RECORDS: tuple[Equation, ...] = (
         departures=frozenset({"lrate", _ALL}),
         strategy=S.lrate_inputs,
         first_dtype_only=True,  # Python numbers in, a Python float out: no dtype to vary
+        differentiable=False,
     ),
     Equation(
         name="label_smoothing",
@@ -283,6 +361,7 @@ _RECORDS: tuple[Equation, ...] = (
         departures=frozenset({"smoothing", _ALL}),
         strategy=S.label_smoothing_inputs,
         first_dtype_only=True,  # integer targets in, the first (most precise) dtype out
+        differentiable=False,
     ),
     Equation(
         name="smoothed_cross_entropy",
@@ -299,6 +378,16 @@ _RECORDS: tuple[Equation, ...] = (
         model_policies=_smoothing_model,
         departures=frozenset({"smoothing", _ALL}),
         strategy=S.cross_entropy_inputs,
+        backward=Backward(
+            gradients=("logits",),
+            oracle=lambda a, g: {
+                "logits": ref_training.smoothed_cross_entropy_vjp(
+                    a["logits"], a["targets"], a["eps"], g, variant=a["variant"], padding_id=a["padding_id"]
+                )
+            },
+            budget=lambda a, g, p: BB.smoothed_cross_entropy(a["logits"], _smoothed_targets(a), g, p),
+            budget_name="cross-entropy VJP bound, backward_budgets.smoothed_cross_entropy",
+        ),
     ),
     Equation(
         name="encoder_layer",
@@ -379,7 +468,8 @@ def title(name: str) -> str:
 
 
 def traceability() -> str:
-    """The README's table: equation -> section -> oracle -> budget -> checks -> diagnoses, from the records."""
+    """The README's table: equation -> section -> oracle -> budget -> backward -> checks -> diagnoses, from the
+    records."""
     from aiayn.conformance.checks import load_all
     from aiayn.conformance.harness import CHECKS
     from aiayn.kit import md_table
@@ -395,11 +485,22 @@ def traceability() -> str:
                 r.title,
                 f"`aiayn.reference.{_oracle_module(r)}.{r.name}`",
                 f"{r.budget_name} ({r.oracle_share})",
+                f"`{r.name}_vjp`; {r.backward.budget_name}"
+                if r.backward
+                else ("not yet" if r.differentiable else "none (no float input)"),
                 ", ".join(f"`{c}`" for c in checks),
                 f"{len(names)} ({', '.join(sorted(r.departures))})",
             ]
         )
-    headers = ["equation", "section", "oracle", "budget (oracle's share)", "checks", "departures named (families)"]
+    headers = [
+        "equation",
+        "section",
+        "oracle",
+        "budget (oracle's share)",
+        "backward: oracle VJP; budget",
+        "checks",
+        "departures named (families)",
+    ]
     return "\n".join(md_table(headers, rows))
 
 

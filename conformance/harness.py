@@ -222,6 +222,7 @@ class Case:
     diagnosis: Diagnosis | None = None  # set by the check's helper: what the diagnoses need if an agreement check fails
     violates: str = ""  # a property check: the statement of the paper its failure breaks (the check's own name for it)
     arithmetic_as: str | None = None  # a property re-checked at another arithmetic (explained_by_arithmetic)
+    direction: str = "forward"  # "backward": the check reads the implementation's gradients (gradients.py)
     rerun: Callable[[str], None] | None = field(default=None, repr=False)  # the check again, at an arithmetic
     # id(native) -> (native, shape, dtype) of what from_numpy made in this case: to_numpy must give that shape back
     _made: dict[int, tuple[Any, tuple[int, ...], str]] = field(default_factory=dict, init=False, repr=False)
@@ -230,7 +231,7 @@ class Case:
     def title(self) -> str:
         from aiayn.conformance.equations import title
 
-        return title(self.equation)
+        return title(self.equation) + (f", {self.direction}" if self.direction != "forward" else "")
 
     @property
     def arithmetic(self) -> str:
@@ -537,7 +538,7 @@ class Case:
 
 
 def check(
-    equation: str, kind: str = "agreement", violates: str = ""
+    equation: str, kind: str = "agreement", violates: str = "", direction: str = "forward"
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register a check function ``fn(case, **args)`` of ``equation`` as ``check(impl, dtype, **args)``.
 
@@ -548,7 +549,8 @@ def check(
     ``violates`` (property checks, required there): what the paper states that a failure of the property
     breaks, with its section, e.g. "a masked key is as if removed (§3.2.3)". A failing property check names
     it, in its message and in the report, as an agreement check names the catalogued departure its output
-    matches.
+    matches. ``direction``: "backward" for a check of the implementation's gradients (its report row is the
+    equation's backward row).
     """
 
     def decorate(fn: Callable[..., None]) -> Callable[..., None]:
@@ -563,10 +565,21 @@ def check(
             stats = _STATS.get()
             if stats is not None:
                 stats.examples += 1
-            case = Case(impl, dtype, name, equation, args, kind, violates=violates)
+            case = Case(impl, dtype, name, equation, args, kind, violates=violates, direction=direction)
             if kind == "property":
                 case.rerun = lambda arithmetic: fn(
-                    Case(impl, dtype, name, equation, args, kind, violates=violates, arithmetic_as=arithmetic), **args
+                    Case(
+                        impl,
+                        dtype,
+                        name,
+                        equation,
+                        args,
+                        kind,
+                        violates=violates,
+                        arithmetic_as=arithmetic,
+                        direction=direction,
+                    ),
+                    **args,
                 )
             try:
                 fn(case, **args)
@@ -576,6 +589,7 @@ def check(
                     stats.unsupported_why = stats.unsupported_why or str(exc)[:300]
 
         run.equation = equation  # type: ignore[attr-defined]
+        run.direction = direction  # type: ignore[attr-defined]
         CHECKS[name] = run
         return run
 
@@ -633,6 +647,7 @@ def compare(
     budget_name: str = "",
     expected_name: str = "the oracle",
     not_applicable: str = "",
+    undefined: tuple[np.ndarray, str] | None = None,
 ) -> float | None:
     """Fail unless |got - expected| <= budget on every element whose budget applies; return the worst ratio.
 
@@ -642,12 +657,18 @@ def compare(
       it is counted, with the reason (``not_applicable``, else the budget's name), and never
       passes or fails on a number that means nothing.
     - Every other element is checked: the ratio |got - expected| / budget must be at most 1.
+    - ``undefined``: (mask, reason): elements where the exact value is undefined and no value is required (a
+      gradient that depends on a NaN output): not checked, counted under ``reason``.
     Works on 0-d and empty results. Returns the worst ratio among checked elements (None if none).
     """
     __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
     got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
     if got.shape != expected.shape:
         case.fail(f"{what}: result has shape {got.shape}, expected {expected.shape}")
+    if undefined is not None:
+        free = np.broadcast_to(undefined[0], expected.shape)
+        case.tally(unchecked={undefined[1]: int(np.sum(free))})
+        got, expected = np.where(free, 0.0, got), np.where(free, 0.0, expected)
     nan_got, nan_exp = np.isnan(got), np.isnan(expected)
     policy = (
         getattr(case.impl, "policies", {}).get("fully_masked")

@@ -34,11 +34,12 @@ import numpy as np
 
 from aiayn.conformance.results import Row, Status
 from aiayn.conformance.runner import pytest_arguments
+from aiayn.implementations import numpy_backward as backward
 from aiayn.implementations import numpy_impl as base
 from aiayn.implementations.numpy_impl import NumpyImplementation
 from aiayn.kit import Report, md_table, write_report
 
-__all__ = ["MUTANTS", "TORCH_MUTANTS", "Bug", "Mutant", "kill_table", "run", "run_mutants"]
+__all__ = ["BACKWARD_MUTANTS", "MUTANTS", "TORCH_MUTANTS", "Bug", "Mutant", "kill_table", "run", "run_mutants"]
 
 
 class Bug:
@@ -411,6 +412,207 @@ CONTROL = "numpy"
 
 
 # --------------------------------------------------------------------------------------------
+# the backward pass: the NumPy built-in's hand-written VJP with one real backward bug each, the forward intact
+
+
+class BackwardMutant(Mutant):
+    """A mutant whose bug is in its gradients only: the equation's forward pass is the built-in's."""
+
+
+class BackwardIgnoresMask(BackwardMutant):
+    """The backward ignores the mask (the mask not saved for the backward; flash-attention #2424)."""
+
+    name, targets = "mutant-backward-ignores-mask", frozenset({"scaled_dot_product_attention"})
+
+    def _scaled_dot_product_attention_vjp(self, q, k, v, mask=None, *, d_out):
+        out = self.scaled_dot_product_attention(q, k, v, mask)
+        return backward.attention_vjp(q, k, v, None, out, d_out, self.policies["fully_masked"], None)
+
+
+class BackwardNoScaleInDS(BackwardMutant):
+    """The 1/sqrt(d_k) is missing from dS: dQ and dK are sqrt(d_k) times too large."""
+
+    name, targets = "mutant-backward-no-scale", frozenset({"scaled_dot_product_attention"})
+
+    def _scaled_dot_product_attention_vjp(self, q, k, v, mask=None, *, d_out):
+        grads = super()._scaled_dot_product_attention_vjp(q, k, v, mask, d_out=d_out)
+        root = math.sqrt(q.shape[-1])
+        return {**grads, "q": grads["q"] * root, "k": grads["k"] * root}
+
+
+def _unnormalised(q, k, v, mask):  # (exp(S - m), row sums l) of Eq. (1)'s scores, masked keys 0
+    s = np.where(_visible(mask, _scores(q, k).shape), _scores(q, k), -np.inf)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - np.max(s, axis=-1, keepdims=True))
+    return e, np.sum(e, axis=-1, keepdims=True)
+
+
+def _attention_backward(q, k, v, p, p_for_dv, d_out, d_row):
+    """dQ, dK, dV from the given weights: the formulas of the built-in's direct path."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    dp = np.matmul(d_out, np.swapaxes(v, -1, -2))
+    ds = p * (dp - d_row)
+    return {
+        "q": np.matmul(ds, k) * scale,
+        "k": np.matmul(np.swapaxes(ds, -1, -2), q) * scale,
+        "v": np.matmul(np.swapaxes(p_for_dv, -1, -2), d_out),
+    }
+
+
+class BackwardDFromUnnormalisedOutput(BackwardMutant):
+    """D = rowsum(dO (.) O) taken from the unnormalised output (the accumulator before dividing by l)."""
+
+    name, targets = "mutant-backward-d-unnormalised", frozenset({"scaled_dot_product_attention"})
+
+    def _scaled_dot_product_attention_vjp(self, q, k, v, mask=None, *, d_out):
+        e, ell = _unnormalised(q, k, v, mask)
+        p = e / ell
+        return _attention_backward(q, k, v, p, p, d_out, np.sum(d_out * np.matmul(e, v), axis=-1, keepdims=True))
+
+
+class BackwardDvUnnormalisedP(BackwardMutant):
+    """dV formed with the weights before normalisation, exp(S - m), instead of P."""
+
+    name, targets = "mutant-backward-dv-unnormalised", frozenset({"scaled_dot_product_attention"})
+
+    def _scaled_dot_product_attention_vjp(self, q, k, v, mask=None, *, d_out):
+        e, ell = _unnormalised(q, k, v, mask)
+        p = e / ell
+        return _attention_backward(q, k, v, p, e, d_out, np.sum(d_out * np.matmul(p, v), axis=-1, keepdims=True))
+
+
+class BackwardStaleLogSumExp(BackwardMutant):
+    """P recomputed in the backward from the row maximum alone, not the log-sum-exp: exp(S - m), unnormalised."""
+
+    name, targets = "mutant-backward-stale-lse", frozenset({"scaled_dot_product_attention"})
+
+    def _scaled_dot_product_attention_vjp(self, q, k, v, mask=None, *, d_out):
+        e, ell = _unnormalised(q, k, v, mask)
+        out = self.scaled_dot_product_attention(q, k, v, mask)
+        return _attention_backward(q, k, v, e, e, d_out, np.sum(d_out * out, axis=-1, keepdims=True))
+
+
+class BackwardTailNotMasked(BackwardMutant):
+    """The last key tile is not masked in the backward only (the tail of a length not a multiple of the tile)."""
+
+    name, targets = "mutant-backward-tail-unmasked", frozenset({"scaled_dot_product_attention"})
+
+    def _scaled_dot_product_attention_vjp(self, q, k, v, mask=None, *, d_out):
+        out = self.scaled_dot_product_attention(q, k, v, mask)
+        n_k = k.shape[-2]
+        if mask is not None and n_k > 1:
+            mask = np.array(np.broadcast_to(mask, mask.shape[:-1] + (n_k,)))
+            mask[..., n_k - 1 - (n_k - 1) % 2 :] = True  # the last tile of 2 keys (or the lone tail key)
+        return backward.attention_vjp(q, k, v, mask, out, d_out, self.policies["fully_masked"], 2)
+
+
+class BackwardUnsafeSoftmax(BackwardMutant):
+    """Fully masked rows: the forward gives zeros (declared "zeros"), the backward 0 x NaN (PyTorch #41508)."""
+
+    name, targets = "mutant-backward-unsafe-softmax", frozenset({"scaled_dot_product_attention"})
+
+    def __init__(self) -> None:
+        super().__init__(policies={"fully_masked": "zeros"})
+
+    def _scaled_dot_product_attention_vjp(self, q, k, v, mask=None, *, d_out):
+        out = self.scaled_dot_product_attention(q, k, v, mask)
+        return backward.attention_vjp(q, k, v, mask, out, d_out, "nan", None)
+
+
+class SoftmaxBackwardWithoutMean(BackwardMutant):
+    """Softmax's backward drops the mean term: dx = y (.) dy."""
+
+    name, targets = "mutant-softmax-backward-no-mean", frozenset({"softmax"})
+
+    def _softmax_vjp(self, x, axis, *, d_out):
+        return {"x": self.softmax(x, axis) * d_out}
+
+
+class LayerNormBackwardNoMeanTerm(BackwardMutant):
+    """LayerNorm's dx without the mean(h) term (the gradient through the mean forgotten)."""
+
+    name, targets = "mutant-layer-norm-backward-no-mean", frozenset({"layer_norm"})
+
+    def _layer_norm_vjp(self, x, gain, bias, eps, *, d_out):
+        grads = super()._layer_norm_vjp(x, gain, bias, eps, d_out=d_out)
+        centred = x - np.mean(x, axis=-1, keepdims=True)
+        s = np.sqrt(np.mean(np.square(centred), axis=-1, keepdims=True) + float(eps))
+        return {**grads, "x": grads["x"] + np.mean(gain * d_out, axis=-1, keepdims=True) / s}
+
+
+class LayerNormBackwardRawX(BackwardMutant):
+    """LayerNorm's backward on raw x with a one-pass variance (the cancelling form; PaddlePaddle #35498)."""
+
+    name, targets = "mutant-layer-norm-backward-raw-x", frozenset({"layer_norm"})
+
+    def _layer_norm_vjp(self, x, gain, bias, eps, *, d_out):
+        mean = np.mean(x, axis=-1, keepdims=True)
+        rstd = 1.0 / np.sqrt(np.maximum(np.mean(x * x, axis=-1, keepdims=True) - mean * mean, 0) + float(eps))
+        h = gain * d_out
+        x_hat = x * rstd - mean * rstd
+        dx = rstd * (h - np.mean(h, axis=-1, keepdims=True) - x_hat * np.mean(h * x_hat, axis=-1, keepdims=True))
+        rows = tuple(range(x.ndim - 1))
+        return {"x": dx, "gain": np.sum(d_out * x_hat, axis=rows), "bias": np.sum(d_out, axis=rows)}
+
+
+class LayerNormDgainFromX(BackwardMutant):
+    """LayerNorm's dgain from x instead of x_hat."""
+
+    name, targets = "mutant-layer-norm-dgain-from-x", frozenset({"layer_norm"})
+
+    def _layer_norm_vjp(self, x, gain, bias, eps, *, d_out):
+        grads = super()._layer_norm_vjp(x, gain, bias, eps, d_out=d_out)
+        return {**grads, "gain": np.sum(d_out * x, axis=tuple(range(x.ndim - 1)))}
+
+
+class ReductionDropsLastBlock(BackwardMutant):
+    """The FFN's dW1 reduction over rows drops its last block (attorch #18)."""
+
+    name, targets = "mutant-reduction-drops-last-block", frozenset({"feed_forward"})
+
+    def _feed_forward_vjp(self, x, w1, b1, w2, b2, *, d_out):
+        grads = super()._feed_forward_vjp(x, w1, b1, w2, b2, d_out=d_out)
+        rows = x.reshape(-1, x.shape[-1])
+        if rows.shape[0] < 2:
+            return grads
+        z = rows @ w1 + b1
+        dz = (d_out.reshape(-1, d_out.shape[-1]) @ w2.T) * (z > 0)
+        return {**grads, "w1": rows[:-1].T @ dz[:-1]}
+
+
+class CrossEntropyBackwardSmoothingSpread(BackwardMutant):
+    """The cross-entropy's gradient spreads the smoothing over the K - 1 other classes while the forward uses K."""
+
+    name, targets = "mutant-cross-entropy-backward-k-1", frozenset({"smoothed_cross_entropy"})
+
+    def _smoothed_cross_entropy_vjp(self, logits, targets, eps, *, d_out):
+        other = NumpyImplementation(policies={"label_smoothing": "K-1"})
+        return other._smoothed_cross_entropy_vjp(logits, targets, eps, d_out=d_out)
+
+
+#: The backward mutants, by class name: ``tests/meta/test_backward_mutants.py`` requires every one to be caught by the
+#: gradient checks of its equation while its forward rows pass.
+BACKWARD_MUTANTS: dict[str, type[BackwardMutant]] = {
+    cls.__name__: cls
+    for cls in (
+        BackwardIgnoresMask,
+        BackwardNoScaleInDS,
+        BackwardDFromUnnormalisedOutput,
+        BackwardDvUnnormalisedP,
+        BackwardStaleLogSumExp,
+        BackwardTailNotMasked,
+        BackwardUnsafeSoftmax,
+        SoftmaxBackwardWithoutMean,
+        LayerNormBackwardNoMeanTerm,
+        LayerNormBackwardRawX,
+        LayerNormDgainFromX,
+        ReductionDropsLastBlock,
+        CrossEntropyBackwardSmoothingSpread,
+    )
+}
+
+
+# --------------------------------------------------------------------------------------------
 # the PyTorch built-in
 
 #: The mutants of the PyTorch built-in, by class name: attributes of this module built on first access
@@ -448,15 +650,21 @@ def __getattr__(name: str) -> Any:
 
 
 def run_mutants(
-    report_dir: Path, *, workers: int = 0, profile: str | None = None, extra: list[str] | None = None
+    report_dir: Path,
+    *,
+    workers: int = 0,
+    profile: str | None = None,
+    extra: list[str] | None = None,
+    mutants: Mapping[str, type] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``pytest conformance`` on every mutant and the control (``numpy``), reports into ``report_dir``.
+    """Run ``pytest conformance`` on every mutant (``mutants``, default :data:`MUTANTS`) and the control (``numpy``),
+    reports into ``report_dir``.
 
     ``AIAYN_FIND_ONLY=1`` keeps the default profile's example generation but skips shrinking and
     the example database: the question is only whether the freshly generated examples find a
     failure, as on a fresh clone.
     """
-    specs = [f"aiayn.conformance.mutants:{name}" for name in MUTANTS] + [CONTROL]
+    specs = [f"aiayn.conformance.mutants:{name}" for name in (MUTANTS if mutants is None else mutants)] + [CONTROL]
     cmd = [
         sys.executable,
         "-m",

@@ -165,6 +165,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="with --aiayn-report: replace a report of larger scope there (default: a smaller run writes beside it)",
     )
     group.addoption(
+        "--aiayn-no-grad",
+        action="store_true",
+        default=False,
+        help="skip the gradient tests (the backward rows read 'not run'): aiayn check --no-grad",
+    )
+    group.addoption(
         "--aiayn-agreement-only",
         action="store_true",
         default=False,
@@ -190,8 +196,9 @@ def _explicit_specs(config: pytest.Config) -> list[str] | None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{_MARK}(name, dtypes=None, load_failures=False, needs=()): an aiayn conformance test of "
-        "equation NAME (aiayn.implementations.protocol.EQUATIONS, or 'contract'); dtypes='first' runs "
+        f"{_MARK}(name, dtypes=None, load_failures=False, needs=(), direction='forward'): an aiayn conformance "
+        "test of equation NAME (aiayn.implementations.protocol.EQUATIONS, or 'contract'); direction='backward' "
+        "for a test of its gradients (the equation's backward row); dtypes='first' runs "
         "only the implementation's first dtype, 'all' every dtype (default: the equation record's choice, "
         "aiayn.conformance.equations); load_failures=True makes an implementation that cannot "
         "be loaded fail it; needs: what of the domain the test needs ('masks:KIND', 'cross-attention', "
@@ -443,6 +450,14 @@ def _agreement_only(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = [i for i in items if i not in set(dropped)]
 
 
+def _no_grad(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--aiayn-no-grad``: deselect the aiayn tests of gradients (marker ``direction="backward"``)."""
+    dropped = [i for i in items if _is_aiayn(i) and i.get_closest_marker(_MARK).kwargs.get("direction") == "backward"]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [i for i in items if i not in set(dropped)]
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A failure the implementation declares in ``known_deviations`` is expected, strictly.
@@ -454,6 +469,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     if config.getoption("--aiayn-agreement-only"):
         _agreement_only(config, items)
+    if config.getoption("--aiayn-no-grad"):
+        _no_grad(config, items)
     for item in items:
         if not _is_aiayn(item):
             continue
@@ -598,6 +615,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     result = stats.result(
         spec=_spec_of(impl, item.config) or getattr(impl, "spec", "-"),
         equation=marker.args[0],
+        direction=marker.kwargs.get("direction", "forward"),
         dtype=callspec.params.get("dtype", "-"),
         test=getattr(item, "originalname", item.name),
         nodeid=item.nodeid,
@@ -884,6 +902,7 @@ def run_info(config: pytest.Config) -> dict[str, str]:
     chosen = [f"-k {config.getoption('keyword')}"] if config.getoption("keyword", None) else []
     chosen += [f"dtypes {', '.join(config.getoption('--dtype'))}"] if config.getoption("--dtype", None) else []
     chosen += ["agreement tests only"] if config.getoption("--aiayn-agreement-only", False) else []
+    chosen += ["no gradients"] if config.getoption("--aiayn-no-grad", False) else []
     return {"profile": name, "seed": str(seed), "max_examples": str(examples), "selection": "; ".join(chosen)}
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.conformance.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
-from aiayn.conformance.equations import CONTRACT, RECORDS, title
+from aiayn.conformance.equations import BACKWARD, CONTRACT, FORWARD, RECORDS, title
 from aiayn.conformance.results import Outcome, Row, Status, TestResult
 from aiayn.implementations.protocol import DTYPES, EQUATIONS, flushes_subnormals, scope_of
 from aiayn.kit import Report, Scope, md_table, write_report
@@ -36,9 +36,22 @@ def _typed(results: Iterable[TestResult | Mapping[str, Any]]) -> list[TestResult
     return [r if isinstance(r, TestResult) else TestResult.from_dict(r) for r in results]
 
 
-def _row(equation: str, dtype: str, results: list[TestResult], impl: Any) -> Row:
-    """Summarise the test results of one (equation, dtype): what ran, what was checked, what was not, the verdict."""
-    row = Row(equation, title(equation), dtype if equation != CONTRACT else "all", Status.NOT_RUN)
+def directions(equation: str) -> tuple[str, ...]:
+    """The report rows an equation has: "forward", and "backward" where its record has a backward pass."""
+    record = RECORDS.get(equation)
+    return (FORWARD, BACKWARD) if record is not None and record.backward is not None else (FORWARD,)
+
+
+def section(equation: str, direction: str = FORWARD) -> str:
+    """A row's name in the report: the equation's title, and ", backward" for its gradients' row."""
+    return title(equation) + (f", {direction}" if direction != FORWARD else "")
+
+
+def _row(equation: str, dtype: str, results: list[TestResult], impl: Any, direction: str = FORWARD) -> Row:
+    """Summarise the test results of one (equation, dtype, direction): what ran, what was checked, what was not, the
+    verdict."""
+    row = Row(equation, section(equation, direction), dtype if equation != CONTRACT else "all", Status.NOT_RUN)
+    row.direction = direction
     if not results:
         return row
     failed = sorted({r.test for r in results if r.outcome is Outcome.FAILED})
@@ -132,14 +145,21 @@ def build(entry: Any, results: Iterable[TestResult | Mapping[str, Any]], run: Ma
     dtypes = tuple(getattr(impl, "dtypes", ()) or ())
     rows: list[Row] = []
     for equation in (CONTRACT, *EQUATIONS) if dtypes else ():
-        for dtype in dtypes:
-            if equation in RECORDS and RECORDS[equation].first_dtype_only and dtype != dtypes[0]:
-                rows.append(Row(equation, title(equation), dtype, Status.NOT_APPLICABLE))
-            elif equation == CONTRACT and dtype != dtypes[0]:
-                continue
-            else:
-                mine = [r for r in results if r.equation == equation and (equation == CONTRACT or r.dtype == dtype)]
-                rows.append(_row(equation, dtype, mine, impl))
+        for direction in directions(equation):
+            for dtype in dtypes:
+                if equation in RECORDS and RECORDS[equation].first_dtype_only and dtype != dtypes[0]:
+                    rows.append(Row(equation, section(equation, direction), dtype, Status.NOT_APPLICABLE, direction))
+                elif equation == CONTRACT and dtype != dtypes[0]:
+                    continue
+                else:
+                    mine = [
+                        r
+                        for r in results
+                        if r.equation == equation
+                        and r.direction == direction
+                        and (equation == CONTRACT or r.dtype == dtype)
+                    ]
+                    rows.append(_row(equation, dtype, mine, impl, direction))
     failed = sum(1 for r in rows if r.status is Status.FAIL)
     inconclusive = sum(1 for r in rows if r.status is Status.INCONCLUSIVE)
     scoped = sorted({r.scope for r in rows if r.scope not in ("", "full domain")})
@@ -413,16 +433,19 @@ def failure_reason(result: TestResult) -> str:
 def summary_lines(entry: Any, results: Iterable[TestResult | Mapping[str, Any]]) -> list[str]:
     """The per-equation table that ends a run: one line per equation, its status in each dtype checked."""
     results = _typed(results)
-    by_equation: dict[str, dict[str, Row]] = {}
+    by_equation: dict[tuple[str, str], dict[str, Row]] = {}
     for equation in (CONTRACT, *EQUATIONS):
-        mine = [r for r in results if r.equation == equation]
-        for dtype in sorted(dict.fromkeys(r.dtype for r in mine), key=lambda d: DTYPES.index(d) if d in DTYPES else -1):
-            by_equation.setdefault(equation, {})[dtype] = _row(
-                equation, dtype, [r for r in mine if r.dtype == dtype], entry.impl
-            )
-    width = max((len(title(e)) for e in by_equation), default=10)
+        for direction in directions(equation):
+            mine = [r for r in results if r.equation == equation and r.direction == direction]
+            for dtype in sorted(
+                dict.fromkeys(r.dtype for r in mine), key=lambda d: DTYPES.index(d) if d in DTYPES else -1
+            ):
+                by_equation.setdefault((equation, direction), {})[dtype] = _row(
+                    equation, dtype, [r for r in mine if r.dtype == dtype], entry.impl, direction
+                )
+    width = max((len(section(*key)) for key in by_equation), default=10)
     lines = [f"{entry.name} ({entry.spec})" if entry.spec != entry.name else entry.name]
-    for equation, cells in by_equation.items():
+    for (equation, direction), cells in by_equation.items():
         parts = []
         for dtype, cell in cells.items():
             text = f"{dtype if dtype != '-' else 'all'}: {cell.status}"
@@ -436,12 +459,12 @@ def summary_lines(entry: Any, results: Iterable[TestResult | Mapping[str, Any]])
             notes += _fmt_tests(cell.failed_tests)
             notes += [f"matches '{d}'" for d in cell.departures]
             notes += [f"breaks '{v}'" for v in cell.violations]
-            mine = [r for r in results if r.equation == equation and r.dtype == dtype]
+            mine = [r for r in results if r.equation == equation and r.direction == direction and r.dtype == dtype]
             notes += sorted({_without_title(failure_reason(r)) for r in mine if _unnamed(r)})
             if cell.status is Status.PASS_WITHIN_SCOPE:
                 notes.append(f"scope: {cell.scope}")
             if notes:
                 text += f" ({_shorten(', '.join(notes), CELL_WIDTH)})"
             parts.append(text)
-        lines.append(f"  {title(equation):<{width}}  {'; '.join(parts)}")
+        lines.append(f"  {section(equation, direction):<{width}}  {'; '.join(parts)}")
     return lines

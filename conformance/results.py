@@ -78,6 +78,7 @@ class TestResult:
     dtype: str
     test: str
     outcome: Outcome
+    direction: str = "forward"  # "backward": a test of the implementation's gradients
     nodeid: str = ""
     reason: str = ""
     crash: str = ""
@@ -115,7 +116,8 @@ class TestResult:
 
 @dataclass
 class Row:
-    """One row of a conformance report: the tests of one equation in one dtype, summed, and their verdict.
+    """One row of a conformance report: the tests of one equation in one dtype and direction (its forward pass, or
+    its gradients), summed, and their verdict.
 
     ``fraction_checked``: checked / (checked + not checked) elements (None when nothing was compared);
     ``worst_error_to_budget``: the largest |implementation - oracle| / budget of the agreement checks, and
@@ -126,6 +128,7 @@ class Row:
     section: str
     dtype: str
     status: Status
+    direction: str = "forward"  # "backward": the row of the equation's gradients
     scope: str = ""
     examples: int = 0
     unsupported: int = 0

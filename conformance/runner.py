@@ -45,6 +45,7 @@ def pytest_arguments(
     device: str | None = None,
     quiet: bool = True,
     agreement_only: bool = False,
+    no_grad: bool = False,
     force: bool = False,
     extra: Sequence[str] = (),
 ) -> list[str]:
@@ -86,6 +87,8 @@ def pytest_arguments(
         args += ["-k", keyword]
     if agreement_only:
         args.append("--aiayn-agreement-only")
+    if no_grad:
+        args.append("--aiayn-no-grad")
     if seed is not None:
         args.append(f"--hypothesis-seed={seed}")
     if workers > 0:

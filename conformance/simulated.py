@@ -264,6 +264,88 @@ class Simulated(ImplementationBase):
             loss = -self._sum(round_to(q * log_p, dtype), dtype)[..., 0]
         return Sim(round_to(loss, dtype), dtype)
 
+    # ---------------------------------------------------------------- the backward pass
+
+    def vjp(self, equation: str, args: Sequence[Any], d_out: Sim) -> dict[str, Sim]:
+        """The gradients of ``equation`` for the cotangent ``d_out``, every intermediate rounded to the dtype (the
+        formulas of ``conformance/backward_budgets.py``, each operation once, sums left to right)."""
+        backward = getattr(self, f"_{equation}_vjp", None)
+        if backward is None:
+            raise NotImplementedError(f"no backward pass of {equation} in the simulated implementation")
+        dtype = d_out.dtype
+        return {name: Sim(g, dtype) for name, g in backward(*args, g=d_out.values, dtype=dtype).items()}
+
+    def _rows_sum(self, x: np.ndarray, dtype: str) -> np.ndarray:
+        """Sum over every row (all axes but the last), left to right, rounded after every addition."""
+        return self._sum(x.reshape(-1, x.shape[-1]), dtype, axis=0)[0]
+
+    def _softmax_vjp(self, x: Sim, axis: int, *, g: np.ndarray, dtype: str) -> dict[str, np.ndarray]:
+        y = self._softmax_last(np.moveaxis(x.values, axis, -1), dtype)
+        gl = np.moveaxis(g, axis, -1)
+        with np.errstate(invalid="ignore"):
+            t = self._sum(round_to(y * gl, dtype), dtype)
+            dx = round_to(y * round_to(gl - t, dtype), dtype)
+        return {"x": np.moveaxis(dx, -1, axis)}
+
+    def _scaled_dot_product_attention_vjp(
+        self, q: Sim, k: Sim, v: Sim, mask: np.ndarray | None, *, g: np.ndarray, dtype: str
+    ) -> dict[str, np.ndarray]:
+        qv, kv, vv = q.values, k.values, v.values
+        root = round_to(np.sqrt(float(qv.shape[-1])), dtype)
+        with np.errstate(invalid="ignore", over="ignore"):
+            s = round_to(self._dot(qv, np.swapaxes(kv, -1, -2), dtype) / root, dtype)  # (..., n_q, n_k)
+            if mask is not None:
+                s = np.where(np.asarray(mask, dtype=bool), s, self.masked_score(dtype))
+            p = self._softmax_last(s, dtype)
+            dv = self._dot(np.swapaxes(p, -1, -2), g, dtype)  # (..., n_k, d_v)
+            dp = self._dot(g, np.swapaxes(vv, -1, -2), dtype)  # (..., n_q, n_k)
+            d = self._sum(round_to(p * dp, dtype), dtype)  # (..., n_q, 1)
+            ds = round_to(p * round_to(dp - d, dtype), dtype)
+            if mask is not None and self.masked_score(dtype) != -np.inf:  # a finite masked score is a constant
+                ds = np.where(np.asarray(mask, dtype=bool), ds, 0.0)
+            dq = round_to(self._dot(ds, kv, dtype) / root, dtype)
+            dk = round_to(self._dot(np.swapaxes(ds, -1, -2), qv, dtype) / root, dtype)
+        return {"q": dq, "k": dk, "v": dv}
+
+    def _layer_norm_vjp(self, x: Sim, gain: Sim, bias: Sim, eps: float, *, g: np.ndarray, dtype: str) -> dict:
+        xv, d = x.values, x.shape[-1]
+        mean = round_to(self._sum(xv, dtype) / d, dtype)
+        c = round_to(xv - mean, dtype)
+        var = self._variance(c, xv, mean, dtype)
+        s = round_to(np.sqrt(round_to(var + float(eps), dtype)), dtype)
+        x_hat = round_to(c / s, dtype)
+        h = round_to(gain.values * g, dtype)
+        a = round_to(self._sum(h, dtype) / d, dtype)
+        b = round_to(self._sum(round_to(h * x_hat, dtype), dtype) / d, dtype)
+        dx = round_to(round_to(round_to(h - a, dtype) - round_to(x_hat * b, dtype), dtype) / s, dtype)
+        return {
+            "x": dx,
+            "gain": self._rows_sum(round_to(g * x_hat, dtype), dtype),
+            "bias": self._rows_sum(g, dtype),
+        }
+
+    def _feed_forward_vjp(self, x: Sim, w1: Sim, b1: Sim, w2: Sim, b2: Sim, *, g: np.ndarray, dtype: str) -> dict:
+        z = self._affine(x.values, w1, b1, dtype)
+        r = np.maximum(z, 0.0)
+        xs, gs, rs, zs = (a.reshape(-1, a.shape[-1]) for a in (x.values, g, r, z))
+        dz = np.where(zs > 0, self._dot(gs, w2.values.T, dtype), 0.0)  # ReLU's derivative at 0: 0
+        return {
+            "x": self._dot(dz, w1.values.T, dtype).reshape(x.shape),
+            "w1": self._dot(xs.T, dz, dtype),
+            "b1": self._rows_sum(dz, dtype),
+            "w2": self._dot(rs.T, gs, dtype),
+            "b2": self._rows_sum(gs, dtype),
+        }
+
+    def _smoothed_cross_entropy_vjp(
+        self, logits: Sim, targets: np.ndarray, eps: float, *, g: np.ndarray, dtype: str
+    ) -> dict[str, np.ndarray]:
+        p = self._softmax_last(logits.values, dtype)
+        q = round_to(self._smoothed(targets, logits.shape[-1], float(eps), dtype), dtype)
+        total = self._sum(q, dtype)
+        diff = round_to(round_to(p * total, dtype) - q, dtype)
+        return {"logits": round_to(g[..., None] * diff, dtype)}
+
     # ---------------------------------------------------------------- §3.1 layers, Figure 1
 
     def _eps(self) -> float:

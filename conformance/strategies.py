@@ -29,6 +29,9 @@ from aiayn.implementations.protocol import FULL_SCOPE, Scope, scope_of
 __all__ = [
     "FEW_SHAPES",
     "attention_inputs",
+    "common_component",
+    "cotangent",
+    "defined_gradients",
     "causal_perturbation",
     "cross_entropy_inputs",
     "decoder_inputs",
@@ -764,3 +767,57 @@ def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement", scope: Sco
     if kind == "batch":
         args["index"] = draw(st.integers(0, b - 1))
     return args
+
+
+# --------------------------------------------------------------------------------------------
+# the backward pass: cotangents, and inputs with a common component
+
+
+@st.composite
+def cotangent(draw: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """A cotangent of the result's ``shape``: of mixed sign around 0, of mixed sign around a non-zero mean, or of
+    one sign (all positive or all negative), at scales 1/4 to 8.
+
+    The mean and the sign matter: dS = P (.) (dP - D) and LayerNorm's dx subtract a weighted mean of the cotangent's
+    image, so a cotangent with a large common part makes them cancel, which is where a budget relative to the
+    result, or a backward that drops the mean term, shows (a suite drawing only zero-mean or only positive
+    cotangents meets one of the two cases).
+    """
+    kind = draw(st.sampled_from(["mixed", "offset", "one sign"]))
+    g = _weights(draw, shape, 1.0)
+    if kind == "offset":
+        g = g + draw(st.sampled_from([-3.0, 2.0, 5.0]))
+    elif kind == "one sign":
+        g = np.abs(g) * draw(st.sampled_from([1.0, -1.0]))
+    return g * draw(st.sampled_from([1.0, 0.25, 8.0]))
+
+
+@st.composite
+def common_component(draw: Any, x: np.ndarray, scale: float) -> np.ndarray:
+    """``x`` (..., n, d) plus, half the time, one row vector of size up to ``scale`` added to every row: non-zero-mean
+    queries, keys or values (a common component of the keys cancels in Eq. (1)'s value, not in its error)."""
+    if not draw(st.booleans()):
+        return x
+    return x + _weights(draw, (x.shape[-1],), scale)
+
+
+def defined_gradients(impl: Any, args: dict[str, Any], key: str, axis: int = -1) -> dict[str, Any]:
+    """``args`` with no slice whose gradient is undefined, where the implementation's forward is NaN on it: under the
+    policy "nan" a fully masked row (``key`` "mask": its last key made visible), and a softmax slice of -inf
+    (``key`` "x": its last entry made 0). The forward checks already cover those rows (exactly NaN); their
+    gradients have no exact value to check (``checks._common.UNDEFINED_GRADIENT``)."""
+    value = args.get(key)
+    if value is None:
+        return args
+    if key == "mask":
+        if getattr(impl, "policies", {}).get("fully_masked") != "nan":
+            return args
+        dead = ~np.any(value, axis=-1, keepdims=True)
+        last = np.zeros(value.shape, dtype=bool)
+        last[..., -1] = True
+        return {**args, "mask": value | (dead & last)}
+    x = np.moveaxis(value, axis, -1)
+    dead = np.all(x == -np.inf, axis=-1, keepdims=True)
+    last = np.zeros(x.shape, dtype=bool)
+    last[..., -1] = True
+    return {**args, "x": np.moveaxis(np.where(dead & last, 0.0, x), -1, axis)}

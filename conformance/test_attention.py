@@ -1,6 +1,7 @@
 """§3.2: softmax, scaled dot-product attention (Eq. (1)), masking (§3.2.3) and multi-head attention (§3.2.2).
 
-Agreement with the oracle within derived budgets, and these metamorphic relations:
+Agreement with the oracle within derived budgets (the forward pass, and the gradients against the oracle's VJP),
+and these metamorphic relations:
 softmax shift invariance and rows summing to 1; keys and values permuted together; queries
 permuted; masked keys equal to removed keys; poison at masked positions; the causal mask; batch
 elements and heads independent.
@@ -160,3 +161,29 @@ def test_multi_head_attention_heads_are_independent(impl: Any, dtype: str, data:
     A.multi_head_attention_heads_are_independent(
         impl, dtype, **args, head=data.draw(st.integers(0, h - 1)), replacement=replacement
     )
+
+
+# --------------------------------------------------------------------------------------------
+# the backward pass: gradients against the oracle's VJP
+
+
+@pytest.mark.aiayn_equation("softmax", direction="backward")
+@profile()
+@given(data=st.data())
+def test_softmax_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.softmax_inputs(dtype, scope=S.scope(impl, "softmax")))
+    args = S.defined_gradients(impl, args, "x", args["axis"])
+    A.softmax_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(args["x"].shape)))
+
+
+@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward")
+@profile()
+@given(data=st.data())
+def test_scaled_dot_product_attention_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.attention_inputs(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
+    args = S.defined_gradients(impl, args, "mask")
+    scale = float(np.max(np.abs(args["q"]), initial=1.0))
+    for name, size in (("q", 0.5 * scale), ("k", 0.5 * scale), ("v", 20.0)):
+        args[name] = data.draw(S.common_component(args[name], size))
+    shape = (*np.broadcast_shapes(args["q"].shape[:-2], args["k"].shape[:-2]), args["q"].shape[-2], args["v"].shape[-1])
+    A.scaled_dot_product_attention_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(shape)))

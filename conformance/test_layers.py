@@ -45,3 +45,24 @@ def test_layer_norm_unchanged_by_shifting_its_input(impl: Any, dtype: str, data:
 @given(data=st.data())
 def test_feed_forward(impl: Any, dtype: str, data: st.DataObject) -> None:
     L.feed_forward(impl, dtype, **data.draw(S.ffn_inputs(dtype, scope=S.scope(impl, "feed_forward"))))
+
+
+# --------------------------------------------------------------------------------------------
+# the backward pass: gradients against the oracle's VJP
+
+
+@pytest.mark.aiayn_equation("layer_norm", direction="backward")
+@profile()
+@given(data=st.data())
+def test_layer_norm_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.layer_norm_inputs(dtype, scope=S.scope(impl, "layer_norm")))
+    L.layer_norm_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(args["x"].shape)))
+
+
+@pytest.mark.aiayn_equation("feed_forward", direction="backward")
+@profile()
+@given(data=st.data())
+def test_feed_forward_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.ffn_inputs(dtype, scope=S.scope(impl, "feed_forward")))
+    shape = (*args["x"].shape[:-1], args["w2"].shape[1])
+    L.feed_forward_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(shape)))

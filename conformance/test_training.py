@@ -70,3 +70,11 @@ def test_smoothed_cross_entropy_is_minimised_at_the_target_with_value_its_entrop
     T.smoothed_cross_entropy_is_minimised_at_the_target_with_value_its_entropy(
         impl, dtype, **data.draw(S.cross_entropy_minimum_inputs(dtype))
     )
+
+
+@pytest.mark.aiayn_equation("smoothed_cross_entropy", direction="backward")
+@profile()
+@given(data=st.data())
+def test_smoothed_cross_entropy_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.cross_entropy_inputs(dtype, min_classes=S.min_classes(impl)))
+    T.smoothed_cross_entropy_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(args["targets"].shape)))

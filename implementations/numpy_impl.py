@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.implementations import numpy_backward as backward
 from aiayn.implementations.protocol import (
     DEFAULT_POLICIES,
     ImplementationBase,
@@ -288,6 +289,49 @@ class NumpyImplementation(ImplementationBase):
         return q
 
     # ----------------------------------------------------------------------------------------
+    # the backward pass, by hand (implementations/numpy_backward.py)
+
+    def vjp(self, equation: str, args: list[Any], d_out: np.ndarray) -> dict[str, np.ndarray]:
+        """The gradients of ``equation`` at ``args`` for the cotangent ``d_out``, by argument name, in the arguments'
+        dtype (the contract's ``vjp``, ``implementations/protocol.py``). Equations without a hand-written backward
+        raise NotImplementedError (reported "not provided")."""
+        method = getattr(self, f"_{equation}_vjp", None)
+        if method is None:
+            raise NotImplementedError(f"no hand-written backward of {equation}")
+        return method(*args, d_out=d_out)
+
+    def _softmax_vjp(self, x: np.ndarray, axis: int, *, d_out: np.ndarray) -> dict[str, np.ndarray]:
+        return {"x": backward.softmax_vjp(self.softmax(x, axis), d_out, axis)}
+
+    def _scaled_dot_product_attention_vjp(
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, *, d_out: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        out = self.scaled_dot_product_attention(q, k, v, mask)
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        blocked = self.attention == "blocked" or (self.attention == "auto" and n_q * n_k > self.blocked_threshold)
+        block = min(self.block_size, _BACKWARD_TILE) if blocked else None
+        return backward.attention_vjp(q, k, v, _as_mask(mask), out, d_out, self.policies["fully_masked"], block)
+
+    def _layer_norm_vjp(
+        self, x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, *, d_out: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        self._float_dtype(x=x, gain=gain, bias=bias, d_out=d_out)
+        return backward.layer_norm_vjp(x, gain, eps, d_out)
+
+    def _feed_forward_vjp(
+        self, x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray, *, d_out: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        self._float_dtype(x=x, w1=w1, b1=b1, w2=w2, b2=b2, d_out=d_out)
+        return backward.feed_forward_vjp(x, w1, b1, w2, d_out)
+
+    def _smoothed_cross_entropy_vjp(
+        self, logits: np.ndarray, targets: np.ndarray, eps: float, *, d_out: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        dt = self._float_dtype(logits=logits, d_out=d_out)
+        q = self._smoothed_targets(targets, logits.shape[-1], eps, dt)
+        return backward.cross_entropy_vjp(logits, q, d_out)
+
+    # ----------------------------------------------------------------------------------------
     # §3.1 the encoder-decoder stacks
 
     def encoder_layer(
@@ -419,6 +463,10 @@ def blocked_numpy_implementation() -> NumpyImplementation:
 # --------------------------------------------------------------------------------------------
 # attention kernels
 
+
+#: Key tile of the blocked path's backward, at most ``block_size``: small enough that the suite's short sequences
+#: (up to 5 keys) span several tiles and a tail, so that the tile-by-tile backward is what gets checked.
+_BACKWARD_TILE = 2
 
 #: Query rows per tile of the blocked path (at most ``block_size``): a float32 128 x 512 score tile
 #: is 256 KiB, resident in a 512 KiB L2 (measured fastest of 64/128/256 rows at n = 2048).

@@ -32,6 +32,26 @@ Where the paper is silent, the implementation *declares* its choice in
 :attr:`~Implementation.policies` (see :data:`POLICY_CHOICES`), and the suite checks it against
 the oracle configured the same way.
 
+Gradients (the backward pass)
+-----------------------------
+The suite also checks an equation's gradients against the oracle's VJP (``aiayn.reference``'s ``*_vjp``), for a
+cotangent of the result. Nothing is required: what an implementation does not give is reported "not provided".
+It gets them, in this order (``conformance/gradients.py``):
+
+1. from its own method ``vjp(equation, args, d_out)``, if it has one: ``equation`` an equation's name, ``args``
+   the native arguments exactly as the equation's method takes them, ``d_out`` a native cotangent of the result's
+   shape in the call's dtype. It returns a mapping from argument name (the method's parameter names, as the
+   oracle names them: ``"q"``, ``"k"``, ``"v"``; ``"x"``, ``"gain"``, ``"bias"``; ``"logits"``; ...) to a native
+   gradient of that argument's shape and dtype, and raises ``NotImplementedError`` for an equation it does not
+   differentiate. A NumPy implementation writes these by hand: ``implementations/numpy_backward.py`` is the
+   built-in's (including the FlashAttention-style backward from a saved log-sum-exp);
+2. where its arrays are ``torch.Tensor``, from autograd through the equation's method (no code needed; a method
+   run under ``torch.no_grad()`` gives no gradient and is reported so);
+3. where its arrays are ``jax.Array``, from ``jax.vjp`` of the method.
+
+Gradients are judged like results: the declared dtype, the declared device, and every element within a derived
+budget (``conformance/backward_budgets.py``). ``aiayn check --no-grad`` skips them.
+
 Writing your own
 ----------------
 Either subclass :class:`ImplementationBase` (sensible defaults, ``provides()`` for free), or

@@ -290,7 +290,7 @@ def test_a_crash_and_a_hang_fail_their_equations_and_the_run_goes_on(installed: 
     assert "LayerNorm (§3.1): ext-fragile.layer_norm(" in out and "did not return within 3 s" in out, out[-4000:]
     assert out.count("replay: aiayn replay ") >= 2
     report = json.loads((installed["outside"] / "fragile" / "conformance-ext-fragile.json").read_text())
-    status = {(r["equation"], r["dtype"]): r["status"] for r in report["rows"]}
+    status = {(r["equation"], r["dtype"]): r["status"] for r in report["rows"] if r["direction"] == "forward"}
     assert status[("softmax", "float64")] == "fail" and status[("layer_norm", "float64")] == "fail", status
     for equation in ("scaled_dot_product_attention", "positional_encoding"):
         for dtype in ("float64", "float32"):

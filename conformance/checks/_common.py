@@ -94,3 +94,93 @@ def agreement_check(equation: str, name: str | None = None) -> Callable[..., Non
     agrees.__name__ = agrees.__qualname__ = name or equation
     agrees.__doc__ = f"{equation} agrees with the oracle within {budget_name}."
     return check(equation)(agrees)
+
+
+#: Why a gradient element whose exact value is NaN is not checked: it depends on an output that is NaN (a fully
+#: masked row under the policy "nan", a softmax slice of -inf), where the function has no derivative; an
+#: implementation may give anything there (PyTorch's autograd gives 0 to dQ and NaN to dV, for one).
+UNDEFINED_GRADIENT = "undefined: depends on an output that is NaN (no derivative there)"
+
+
+def gradient_agreement(case: Case, d_out: np.ndarray, **args: Any) -> dict[str, tuple[np.ndarray, np.ndarray, Any]]:
+    """(implementation's gradient, oracle's, budget) by gradient name, for the case's equation on ``args`` and the
+    cotangent ``d_out``: the one recipe of every backward check, read from the record's :class:`Backward`.
+
+    The arguments and the cotangent are converted by ``from_numpy`` (the cotangent in the case's dtype, as autograd
+    requires), the gradients come from the implementation (``conformance/gradients.py``; none given: the test is
+    skipped as "not provided"), and the oracle's VJP runs on exactly the rounded inputs and cotangent it saw. An
+    array passed under several names has one gradient, the sum over its uses: it is compared with the sum of the
+    oracle's, within the sum of the budgets plus the k - 1 additions of k uses (gamma_{k-1} on the magnitudes).
+    A gradient the implementation leaves out is counted "not checked", never passed.
+    """
+    import pytest
+
+    from aiayn.conformance import gradients
+    from aiayn.conformance.equations import record
+    from aiayn.conformance.numerics import gamma, precision
+
+    r = record(case.equation)
+    bw = r.backward
+    if bw is None:
+        raise ValueError(f"test construction: {case.equation} has no backward record")
+    natives, seen = prepare(case, **{name: args[name] for name in r.arguments})
+    a = {**seen, **r.policies(case)}
+    shape = np.shape(r.oracle(a))
+    if np.shape(d_out) != shape:
+        raise ValueError(f"test construction: the cotangent has shape {np.shape(d_out)}, the result {shape}")
+    d_native = case.native(np.asarray(d_out, dtype=np.float64))
+    g = case.numpy(d_native, "d_out")
+    call = [natives[name] for name in r.arguments] + ([case.dtype] if r.passes_dtype else [])
+    try:
+        grads = gradients.vjp(case, list(r.arguments) + (["dtype"] if r.passes_dtype else []), call, d_native)
+    except gradients.NotProvided as exc:
+        pytest.skip(f"not provided: {exc}")
+    expected = {name: np.asarray(v, dtype=np.float64) for name, v in bw.oracle(a, g).items()}
+    budgets = bw.budget_at(a, g, expected, case.arithmetic)
+    out: dict[str, tuple[np.ndarray, np.ndarray, Any]] = {}
+    covered: set[str] = set()
+    for key, native in grads.items():
+        parts = [p for p in key.split(gradients.SHARED) if p in bw.gradients]
+        if not parts:
+            continue  # a gradient of an argument the record does not differentiate (an index, a size)
+        covered.update(parts)
+        label = "d" + "+d".join(parts)
+        got = case.numpy(native, f"the gradient {label}")
+        if not isinstance(got, np.ndarray):
+            case.fail(f"the gradient {label} is {type(native).__name__}, expected a native array")
+        case._check_native_dtype(native, got, case.dtype, f"the gradient {label}")
+        want = np.sum([expected[p] for p in parts], axis=0)
+        bound = np.sum([budgets[p] for p in parts], axis=0)
+        if len(parts) > 1:
+            u = precision(case.arithmetic).op
+            bound = bound + gamma(len(parts) - 1, u) * np.sum([np.abs(expected[p]) + budgets[p] for p in parts], axis=0)
+        out[label] = (got, want, bound)
+    for name in bw.gradients:
+        if name not in covered:
+            case.tally(unchecked={f"d{name}: not provided by the implementation": int(np.size(expected[name]))})
+    return out
+
+
+def gradient_check(equation: str, name: str | None = None) -> Callable[..., None]:
+    """Register the backward agreement check of ``equation`` (default name ``<equation>_gradients``): every gradient
+    the implementation gives agrees with the oracle's VJP within the record's backward budget."""
+    from aiayn.conformance.equations import record
+
+    budget_name = record(equation).backward.budget_name  # type: ignore[union-attr]
+
+    def agrees(case: Case, d_out: np.ndarray, **args: Any) -> None:
+        for label, (got, expected, budget) in gradient_agreement(case, d_out, **args).items():
+            compare(
+                case,
+                got,
+                expected,
+                budget,
+                what=f"the gradient {label} disagrees with the oracle's VJP",
+                budget_name=budget_name,
+                expected_name="the oracle's VJP",
+                undefined=(np.isnan(expected), UNDEFINED_GRADIENT),
+            )
+
+    agrees.__name__ = agrees.__qualname__ = name or f"{equation}_gradients"
+    agrees.__doc__ = f"{equation}'s gradients agree with the oracle's VJP within {budget_name}."
+    return check(equation, direction="backward")(agrees)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aiayn.conformance.checks._common import agreement, agreement_check, prepare
+from aiayn.conformance.checks._common import agreement, agreement_check, gradient_check, prepare
 from aiayn.conformance.harness import Case, check, compare
 from aiayn.conformance.numerics import gamma, is_representable, precision
 
@@ -19,6 +19,7 @@ from aiayn.conformance.numerics import gamma, is_representable, precision
 
 
 softmax = agreement_check("softmax")
+softmax_gradients = gradient_check("softmax")
 
 
 @check("softmax", kind="property", violates="softmax weights sum to 1 (§3.2.1)")
@@ -71,6 +72,7 @@ def softmax_shift_invariance(case: Case, x: np.ndarray, axis: int, shift: float)
 
 
 scaled_dot_product_attention = agreement_check("scaled_dot_product_attention")
+scaled_dot_product_attention_gradients = gradient_check("scaled_dot_product_attention")
 
 
 @check(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from aiayn.conformance.checks._common import agreement, agreement_check
+from aiayn.conformance.checks._common import agreement, agreement_check, gradient_check
 from aiayn.conformance.harness import Case, check, compare
 from aiayn.conformance.numerics import is_representable
 
 layer_norm = agreement_check("layer_norm")
+layer_norm_gradients = gradient_check("layer_norm")
 
 
 @check(
@@ -35,3 +36,4 @@ def layer_norm_unchanged_by_shifting_its_input(
 
 
 feed_forward = agreement_check("feed_forward")
+feed_forward_gradients = gradient_check("feed_forward")

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from aiayn.conformance.checks._common import agreement, agreement_check, policy
+from aiayn.conformance.checks._common import agreement, agreement_check, gradient_check, policy
 from aiayn.conformance.equations import smoothing
 from aiayn.conformance.harness import Case, check, compare, current_stats
 from aiayn.conformance.numerics import gamma
@@ -161,6 +161,7 @@ def smoothed_targets_sum_to_one(case: Case, targets: np.ndarray, vocab_size: int
 
 
 smoothed_cross_entropy = agreement_check("smoothed_cross_entropy")
+smoothed_cross_entropy_gradients = gradient_check("smoothed_cross_entropy")
 
 
 @check(

@@ -39,6 +39,8 @@ def test_foreign_dtype_names_and_device_spelling_pass_every_equation(tmp_path: P
     assert data["verdict"] == "PASS", out
     equations = {r["equation"] for r in data["rows"] if r["status"] == "pass"}
     assert len(equations) == 13, f"every equation and the contract pass: {sorted(equations)}"
+    backward = {r["equation"] for r in data["rows"] if r["direction"] == "backward" and r["status"] == "pass"}
+    assert len(backward) == 5, f"every equation with a backward pass passes its gradients: {sorted(backward)}"
 
 
 def test_a_tensor_that_shares_its_numpy_array_fails_the_contract_by_name_at_once(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from aiayn.conformance.isolation import CallTimedOut
 
 TESTS = Path(__file__).resolve().parent
 LIMIT_S = 3.0  # the per-call limit of the runs below; the hanging softmax sleeps 30 s (tests/hanging_impl.py)
-SELECTION = "test_softmax or test_layer_norm"  # 10 checks that reach softmax, 8 that do not
+SELECTION = "(test_softmax or test_layer_norm) and not gradients"  # 10 checks that reach softmax, 8 that do not
 
 
 def _case(name: str = "mine", dtype: str = "float32") -> Any:
@@ -117,7 +117,7 @@ def test_a_hanging_method_costs_one_limit_per_worker(tmp_path: Path, workers: in
     assert proc.returncode == 1, f"exit {proc.returncode}:\n{out[-4000:]}"
     hangs = set(re.findall(r"softmax\(<[^\n]*\) did not return within 3 s", out))
     assert 1 <= len(hangs) <= max(1, workers), f"{len(hangs)} calls waited for the limit:\n{out[-4000:]}"
-    rows = {(r["equation"], r["dtype"]): r for r in data["rows"]}
+    rows = {(r["equation"], r["dtype"]): r for r in data["rows"] if r["direction"] == "forward"}
     assert re.search(r"\b10 failed, 8 passed\b", out), f"not every softmax check failed:\n{out[-4000:]}"
     skipped = re.findall(r"was not called: softmax of hanging_impl:SlowSoftmax already hung in this run", out)
     assert len(skipped) >= 10 - len(hangs), f"{len(hangs)} hangs, {len(skipped)} calls not made:\n{out[-4000:]}"

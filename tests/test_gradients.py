@@ -1,0 +1,131 @@
+"""How the suite gets and judges an implementation's gradients (``conformance/gradients.py``,
+``conformance/checks/_common.gradient_agreement``, ``conformance/backward_budgets.py``).
+
+- PyTorch autograd: one array passed as q, k and v is one leaf, its gradient the sum over the three uses, compared
+  with the sum of the oracle's; a method run under ``torch.no_grad()`` is "not provided", never a failure.
+- The NumPy built-in's hand-written backward (direct, and tile by tile from a saved log-sum-exp) equals the oracle's
+  VJP to float64 accuracy on every fully-masked policy.
+- The backward budgets are bounds that apply (finite, below the vacuous level) on ordinary inputs, are zero where
+  the gradient is exactly zero (masked keys under "zeros"), and are not relative to a cancelling result.
+- A gradient element that depends on a NaN output is not checked, and counted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aiayn.conformance import backward_budgets as BB
+from aiayn.conformance import harness
+from aiayn.conformance.checks import attention as A
+from aiayn.conformance.checks import load_all
+from aiayn.conformance.checks._common import UNDEFINED_GRADIENT
+from aiayn.conformance.harness import ConformanceFailure
+from aiayn.conformance.numerics import precision
+from aiayn.implementations import numpy_backward
+from aiayn.implementations.numpy_impl import NumpyImplementation
+from aiayn.reference import attention as ref
+
+load_all()
+RNG = np.random.default_rng(7)
+
+
+def _attention_case(n_q: int = 3, n_k: int = 5, d: int = 4) -> dict[str, np.ndarray]:
+    q, k, v = (RNG.normal(size=(2, n, d)) for n in (n_q, n_k, n_k))
+    mask = RNG.random((2, n_q, n_k)) < 0.7
+    mask[0, 1, :] = False  # a fully masked row
+    return {"q": q, "k": k, "v": v, "mask": mask, "d_out": RNG.normal(size=(2, n_q, d)) + 2.0}
+
+
+@pytest.mark.parametrize("policy", ["nan", "zeros", "uniform"])
+@pytest.mark.parametrize("block", [None, 2, 1])
+def test_numpy_backward_equals_the_oracle_vjp(policy: str, block: int | None) -> None:
+    c = _attention_case()
+    impl = NumpyImplementation(policies={"fully_masked": policy})
+    out = impl.scaled_dot_product_attention(c["q"], c["k"], c["v"], c["mask"])
+    got = numpy_backward.attention_vjp(c["q"], c["k"], c["v"], c["mask"], out, c["d_out"], policy, block)
+    want = ref.scaled_dot_product_attention_vjp(c["q"], c["k"], c["v"], c["d_out"], c["mask"], fully_masked=policy)
+    for name, expected in zip("qkv", want):
+        finite = np.isfinite(expected)
+        assert np.array_equal(np.isnan(got[name]), np.isnan(expected)), name
+        np.testing.assert_allclose(got[name][finite], expected[finite], rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def test_torch_autograd_sums_one_array_over_its_uses() -> None:
+    torch_impl = pytest.importorskip("aiayn.implementations.torch_impl")
+    impl = torch_impl.TorchImplementation(device="cpu")
+    x = RNG.normal(size=(1, 4, 3))
+    stats = harness.Stats()
+    token = harness.current_stats().set(stats)
+    try:  # the same array as q, k and v: one leaf; passes against the sum of the oracle's three gradients
+        A.scaled_dot_product_attention_gradients(
+            impl, "float64", q=x, k=x, v=x, mask=None, d_out=RNG.normal(size=x.shape)
+        )
+    finally:
+        harness.current_stats().reset(token)
+    assert stats.checked == x.size and stats.worst is not None and stats.worst <= 1
+
+
+def test_a_method_without_an_autograd_graph_is_not_provided() -> None:
+    torch_impl = pytest.importorskip("aiayn.implementations.torch_impl")
+    import torch
+
+    class Detached(torch_impl.TorchImplementation):
+        name = "detached"
+
+        def softmax(self, x, axis=-1):  # type: ignore[no-untyped-def]
+            with torch.no_grad():
+                return super().softmax(x, axis)
+
+    with pytest.raises(pytest.skip.Exception, match="not provided: .*no autograd graph"):
+        A.softmax_gradients(
+            Detached(device="cpu"), "float32", x=RNG.normal(size=(2, 3)), axis=-1, d_out=np.ones((2, 3))
+        )
+
+
+def test_a_wrong_gradient_fails_naming_the_gradient() -> None:
+    class Doubled(NumpyImplementation):
+        name = "doubled"
+
+        def _softmax_vjp(self, x, axis, *, d_out):  # type: ignore[no-untyped-def]
+            return {"x": 2 * super()._softmax_vjp(x, axis, d_out=d_out)["x"]}
+
+    with pytest.raises(
+        ConformanceFailure, match=r"softmax .*backward: the gradient dx disagrees with the oracle's VJP"
+    ):
+        A.softmax_gradients(Doubled(), "float64", x=RNG.normal(size=(2, 4)), axis=-1, d_out=RNG.normal(size=(2, 4)))
+
+
+def test_undefined_gradients_are_not_checked_and_counted() -> None:
+    c = _attention_case()
+    stats = harness.Stats()
+    token = harness.current_stats().set(stats)
+    try:  # policy "nan": the fully masked row's output is NaN, so dQ's row and every dK, dV of its batch undefined
+        A.scaled_dot_product_attention_gradients(NumpyImplementation(), "float64", **c)
+    finally:
+        harness.current_stats().reset(token)
+    undefined = stats.unchecked.get(UNDEFINED_GRADIENT, 0)
+    assert undefined == 4 + 2 * 5 * 4, stats.unchecked  # one dQ row of 4, dK and dV of batch 0 (5 x 4 each)
+    assert stats.checked > 0
+
+
+def test_backward_budgets_apply_and_are_zero_where_the_gradient_is() -> None:
+    c = _attention_case()
+    for dtype in ("float64", "float32", "float16", "bfloat16"):
+        b = BB.scaled_dot_product_attention(c["q"], c["k"], c["v"], c["mask"], c["d_out"], precision(dtype), "zeros")
+        for name, bound in b.items():
+            assert np.all(harness.applicable(bound)), (dtype, name)
+    # a masked key receives nothing from a query that cannot see it: its dK and dV bounds are the underflow terms
+    mask = np.ones((1, 2, 3), dtype=bool)
+    mask[..., 2] = False
+    q, k, v = RNG.normal(size=(1, 2, 4)), RNG.normal(size=(1, 3, 4)), RNG.normal(size=(1, 3, 4))
+    b = BB.scaled_dot_product_attention(q, k, v, mask, RNG.normal(size=(1, 2, 4)), precision("float32"), "zeros")
+    assert np.all(b["v"][0, 2] < 1e-40) and np.all(b["k"][0, 2] < 1e-40)
+
+
+def test_softmax_backward_budget_is_not_relative_to_a_cancelling_result() -> None:
+    # dy constant: dx = y (dy - sum y dy) = 0 exactly, yet every computed dx carries rounding errors of |y||dy|
+    x, dy = RNG.normal(size=(1, 6)), np.full((1, 6), 3.0)
+    bound = BB.softmax(x, dy, -1, precision("float32"))["x"]
+    y = np.exp(x) / np.exp(x).sum()
+    assert np.all(bound > 1e-8 * y * 3.0)
