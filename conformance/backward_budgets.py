@@ -25,6 +25,7 @@ Every bound is multiplied by ``SAFETY`` (``budgets.py``). Budgets here are per g
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -34,8 +35,10 @@ from aiayn.conformance.budgets import softmax as softmax_forward
 from aiayn.conformance.numerics import Precision, gamma
 
 __all__ = [
+    "attention_core_vjp",
     "feed_forward",
     "layer_norm",
+    "multi_head_attention",
     "scaled_dot_product_attention",
     "smoothed_cross_entropy",
     "softmax",
@@ -106,6 +109,85 @@ def softmax(x: np.ndarray, dy: np.ndarray, axis: int, prec: Precision) -> dict[s
 # §3.2.1, Eq. (1): scaled dot-product attention
 
 
+def attention_core_vjp(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None,
+    d_out: np.ndarray,
+    prec: Precision,
+    fully_masked: str = "nan",
+    e_q: Any = 0.0,
+    e_k: Any = 0.0,
+    e_v: Any = 0.0,
+    e_out: Any = 0.0,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(error bounds, magnitude bounds) of dQ, dK, dV of Eq. (1) given the cotangent dO, by name ("q", "k", "v"),
+    for inputs known to within e_q, e_k, e_v and a cotangent within e_out (the heads of multi-head attention), in the
+    broadcast batch shape (no sum over broadcast dimensions yet).
+
+    Derivation. S = Q K^T sigma (sigma = 1/sqrt(d_k)), P = softmax(S) (masked scores -inf), O = P V.
+      P: computed within b_p = P C + eta' (``budgets.attention_weights``: the shifted softmax of scores computed from
+         the perturbed inputs; ``lse_rounding``: also P recomputed from a stored log-sum-exp, as FlashAttention's
+         backward does; eta' = (n_k + 2) eta on visible keys for underflow).
+      dV = P^T dO: Sum_i b_p (|dO_i| + e_out) + P e_out + gamma_{n_q+1} Sum_i (P + b_p)(|dO_i| + e_out).
+      dP = dO V^T: with M = (|dO| + e_out)(|V| + e_v)^T, within e_dP = e_out |V|^T + |dO| e_v^T + e_out e_v^T +
+         gamma_{d_v+1} M.
+      D_i = rowsum(dO (.) O) or Sum_j P_ij dP_ij: the O form has |O_hat - O| within the forward's bound
+         Sum_j b_p (|v_j| + e_v) + P e_v + gamma_{n_k+1} Sum_j (P + b_p)(|v_j| + e_v), so its error is at most
+         Sum_j [b_p M + (P + b_p) e_dP] + gamma_{n_k+d_v+2} Sum_j (P + b_p) M, the bound of the P form (see
+         _softmax_vjp_error) with gamma_{n_k+1} raised to gamma_{n_k+d_v+2}; the larger is used.
+      dS = P (.) (dP - D): :func:`_softmax_vjp_error` with G = dP (m = M, e_m = e_dP): never relative to |dS|.
+      dQ = sigma dS K: sigma formed and applied with at most 4 roundings (as in the forward), so
+         sigma [Sum_j e_dS (|k_j| + e_k) + |dS| e_k + gamma_{n_k+4} Sum_j (|dS| + e_dS)(|k_j| + e_k)];
+         dK = sigma dS^T Q alike over i.
+    Masked scores have P = 0 and b_p = 0: no error reaches their keys. Fully masked rows: NaN under "nan" (compared
+    as NaN, or undefined), exactly 0 under "zeros" (P = 0), and under "uniform" every weight 1/n_k with no gradient
+    to the scores (the masked scores are constants), so dS = 0 there and dV gets the 1/n_k weights.
+    """
+    n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    sigma = 1.0 / math.sqrt(q.shape[-1])
+    e_q, e_k, e_v = (np.broadcast_to(_finite(e), a.shape) for e, a in ((e_q, q), (e_k, k), (e_v, v)))
+    g = np.asarray(d_out, dtype=np.float64)
+    e_g = np.broadcast_to(_finite(e_out), g.shape)
+    p, c, vis = attention_weights(q, k, mask, prec, e_q, e_k, fully_masked=fully_masked, lse_rounding=True)
+    visible = np.ones(p.shape, bool) if mask is None else np.broadcast_to(np.asarray(mask), p.shape)
+    dead = ~np.any(visible, axis=-1, keepdims=True)
+    b_p = _times(p, c) + np.where(vis, (n_k + 2) * prec.eta, 0.0)
+    ag, aq, ak, av = np.abs(g) + e_g, np.abs(q) + e_q, np.abs(k) + e_k, np.abs(v) + e_v
+    pt, bt = np.swapaxes(p, -1, -2), np.swapaxes(b_p, -1, -2)
+    e_dv = np.matmul(bt, ag) + np.matmul(pt, e_g) + gamma(n_q + 1, prec.op) * np.matmul(pt + bt, ag)
+    e_dv = e_dv + (n_q + 1) * prec.eta
+    m = np.matmul(ag, np.swapaxes(av, -1, -2))  # (..., n_q, n_k)
+    e_dp = (
+        np.matmul(e_g, np.swapaxes(av, -1, -2))
+        + np.matmul(np.abs(g), np.swapaxes(e_v, -1, -2))
+        + gamma(d_v + 1, prec.op) * m
+        + (d_v + 1) * prec.eta
+    )
+    wide = gamma(n_k + d_v + 2, prec.op) - gamma(n_k + 1, prec.op)  # the O form of D (see above)
+    e_ds, mag_ds = _softmax_vjp_error(p, b_p, m, e_dp + wide * m, prec)
+    if fully_masked == "uniform":  # no gradient reaches the constant scores of a fully masked row
+        e_ds, mag_ds = np.where(dead, 0.0, e_ds), np.where(dead, 0.0, mag_ds)
+    abs_ds = mag_ds - e_ds  # |dS|'s bound
+    e_dq = (
+        sigma * (np.matmul(e_ds, ak) + np.matmul(abs_ds, e_k) + gamma(n_k + 4, prec.op) * np.matmul(mag_ds, ak))
+        + (n_k + 4) * prec.eta
+    )
+    mds_t, eds_t, ads_t = (np.swapaxes(a, -1, -2) for a in (mag_ds, e_ds, abs_ds))
+    e_dk = (
+        sigma * (np.matmul(eds_t, aq) + np.matmul(ads_t, e_q) + gamma(n_q + 4, prec.op) * np.matmul(mds_t, aq))
+        + (n_q + 4) * prec.eta
+    )
+    errors = {"q": e_dq * SAFETY, "k": e_dk * SAFETY, "v": e_dv * SAFETY}
+    magnitudes = {
+        "q": sigma * np.matmul(mag_ds, ak) + errors["q"],
+        "k": sigma * np.matmul(mds_t, aq) + errors["k"],
+        "v": np.matmul(pt + bt, ag) + errors["v"],
+    }
+    return errors, magnitudes
+
+
 def scaled_dot_product_attention(
     q: np.ndarray,
     k: np.ndarray,
@@ -115,58 +197,105 @@ def scaled_dot_product_attention(
     prec: Precision,
     fully_masked: str = "nan",
 ) -> dict[str, np.ndarray]:
-    """Bounds for dQ, dK, dV of Eq. (1) given the cotangent dO, by name ("q", "k", "v").
-
-    Derivation. S = Q K^T sigma (sigma = 1/sqrt(d_k)), P = softmax(S) (masked scores -inf), O = P V.
-      P: computed within b_p = P C + eta' (``budgets.attention_weights``: the shifted softmax of rounded scores; with
-         ``lse_rounding``, also P recomputed from a stored log-sum-exp, as FlashAttention's backward does; eta' =
-         (n_k + 2) eta on visible keys for underflow).
-      dV = P^T dO: Sum_i b_p |dO_i| + gamma_{n_q+1} Sum_i (P + b_p) |dO_i|.
-      dP = dO V^T: within e_dP = gamma_{d_v+1} M, M = |dO| |V|^T.
-      D_i = rowsum(dO (.) O) or Sum_j P_ij dP_ij: the O form has |O_hat - O| within the forward's bound
-         Sum_j b_p |v_j| + gamma_{n_k+1} Sum_j (P + b_p)|v_j|, so its error is at most
-         Sum_j b_p M + gamma_{n_k+d_v+2} Sum_j (P + b_p) M, the bound of the P form (see _softmax_vjp_error) with
-         gamma_{n_k+1} raised to gamma_{n_k+d_v+2}; the larger is used.
-      dS = P (.) (dP - D): :func:`_softmax_vjp_error` with G = dP (m = M, e_m = e_dP): never relative to |dS|.
-      dQ = sigma dS K: sigma formed and applied with at most 4 roundings (as in the forward), so
-         sigma [Sum_j e_dS |k_j| + gamma_{n_k+4} Sum_j (|dS| + e_dS) |k_j|]; dK = sigma dS^T Q alike over i.
-    Masked scores have P = 0 and b_p = 0: no error reaches their keys. Fully masked rows: NaN under "nan" (compared
-    as NaN), exactly 0 under "zeros" (P = 0), and under "uniform" every weight 1/n_k with no gradient to the scores
-    (the masked scores are constants), so dS = 0 there and dV gets the 1/n_k weights.
-    Batch dimensions along which q, k or v were broadcast add their sums (:func:`unbroadcast`).
-    """
-    d_k = q.shape[-1]
-    n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
-    sigma = 1.0 / math.sqrt(d_k)
-    p, c, vis = attention_weights(q, k, mask, prec, fully_masked=fully_masked, lse_rounding=True)
-    dead = ~np.any(np.broadcast_to(np.asarray(mask), p.shape) if mask is not None else np.ones(p.shape, bool), -1)
-    eta_p = np.where(vis, (n_k + 2) * prec.eta, 0.0)
-    b_p = _times(p, c) + eta_p
-    g = np.asarray(d_out, dtype=np.float64)
-    ag, av, aq, ak = np.abs(g), np.abs(v), np.abs(q), np.abs(k)
-    pt, bt = np.swapaxes(p, -1, -2), np.swapaxes(b_p, -1, -2)
-    e_dv = np.matmul(bt, ag) + gamma(n_q + 1, prec.op) * np.matmul(pt + bt, ag) + (n_q + 1) * prec.eta
-    mag_dv = np.matmul(pt, ag) + e_dv
-    m = np.matmul(ag, np.swapaxes(av, -1, -2))  # (..., n_q, n_k): |dO| |V|^T
-    e_dp = gamma(d_v + 1, prec.op) * m + (d_v + 1) * prec.eta
-    wide = gamma(n_k + d_v + 2, prec.op) - gamma(n_k + 1, prec.op)  # the O form of D (see the derivation)
-    e_ds, mag_ds = _softmax_vjp_error(p, b_p, m, e_dp + wide * m, prec)
-    scores_move = ~dead[..., None] if fully_masked == "uniform" else np.ones(p.shape, bool)
-    e_ds, mag_ds = np.where(scores_move, e_ds, 0.0), np.where(scores_move, mag_ds, 0.0)
-    e_dq = sigma * (np.matmul(e_ds, ak) + gamma(n_k + 4, prec.op) * np.matmul(mag_ds, ak) + (n_k + 4) * prec.eta)
-    e_dk = sigma * (
-        np.matmul(np.swapaxes(e_ds, -1, -2), aq)
-        + gamma(n_q + 4, prec.op) * np.matmul(np.swapaxes(mag_ds, -1, -2), aq)
-        + (n_q + 4) * prec.eta
-    )
-    mag_dq = sigma * np.matmul(mag_ds, ak) + e_dq
-    mag_dk = sigma * np.matmul(np.swapaxes(mag_ds, -1, -2), aq) + e_dk
-    out = {
-        "q": unbroadcast(e_dq, mag_dq, q.shape, prec),
-        "k": unbroadcast(e_dk, mag_dk, k.shape, prec),
-        "v": unbroadcast(e_dv, mag_dv, v.shape, prec),
+    """Bounds for dQ, dK, dV of Eq. (1) on exact inputs given the cotangent dO, by name ("q", "k", "v"):
+    :func:`attention_core_vjp`, with the sums over the batch dimensions along which q, k or v were broadcast
+    (:func:`unbroadcast`)."""
+    errors, magnitudes = attention_core_vjp(q, k, v, mask, d_out, prec, fully_masked)
+    return {
+        name: unbroadcast(errors[name], magnitudes[name], a.shape, prec) for name, a in (("q", q), ("k", k), ("v", v))
     }
-    return {name: b * SAFETY for name, b in out.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# §3.2.2: multi-head attention
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1, a.shape[-1])
+
+
+def multi_head_attention(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    params: Mapping[str, np.ndarray],
+    num_heads: int,
+    mask: np.ndarray | None,
+    d_out: np.ndarray,
+    prec: Precision,
+    fully_masked: str = "nan",
+) -> dict[str, np.ndarray]:
+    """Bounds for the gradients of MultiHead (§3.2.2) given the cotangent dY, by name: query, key, value and every
+    parameter given (w_q, ..., b_o).
+
+    Derivation. Q = query W^Q + b^Q within e_Q (``budgets._affine``), likewise K and V; each head's forward within
+    e_H with |H_hat| <= mag_H (``budgets.attention_core``); Y = Concat(H) W^O + b^O; N rows.
+      dW^O = Concat^T dY: Sum e_H |dY| + gamma_{N+1} Sum mag_H |dY|.  db^O = Sum dY: gamma_{N-1} Sum |dY|.
+      dConcat = dY (W^O)^T: within e_dC = gamma_{h d_v + 1} |dY| |W^O|^T.
+      Each head: :func:`attention_core_vjp` on Q, K, V with their errors and the cotangent dConcat with e_dC.
+      dW^Q = query^T dQ: Sum |query| e_dQ + gamma_{N+1} Sum |query| mag_dQ; db^Q = Sum dQ: Sum e_dQ + gamma_{N-1}
+      Sum mag_dQ; dquery = dQ (W^Q)^T: e_dQ |W^Q|^T + gamma_{h d_k + 1} mag_dQ |W^Q|^T; likewise for key and value.
+    """
+    from aiayn.conformance.budgets import _affine, _merge, _split, attention_core
+
+    h = int(num_heads)
+    ins = {"query": query, "key": key, "value": value}
+    proj = {
+        x: _affine(ins[name], params[f"w_{x}"], params.get(f"b_{x}"), prec)
+        for name, x in (("query", "q"), ("key", "k"), ("value", "v"))
+    }
+    vis = None if mask is None else np.asarray(mask)[..., None, :, :]  # (..., 1, n_q, n_k): every head
+    heads = {x: (_split(val, h), _split(_finite(err), h)) for x, (val, err) in proj.items()}
+    e_h, mag_h = attention_core(
+        heads["q"][0],
+        heads["k"][0],
+        heads["v"][0],
+        vis,
+        prec,
+        heads["q"][1],
+        heads["k"][1],
+        heads["v"][1],
+        fully_masked=fully_masked,
+    )
+    e_h, mag_h = _finite(_merge(e_h)), _finite(_merge(mag_h))  # (..., n_q, h*d_v)
+    g = np.asarray(d_out, dtype=np.float64)
+    ag = np.abs(g)
+    w_o = params["w_o"]
+    n = _rows(g).shape[0]
+    out = {
+        "w_o": np.matmul(_rows(e_h).T, _rows(ag))
+        + gamma(n + 1, prec.op) * np.matmul(_rows(mag_h).T, _rows(ag))
+        + (n + 1) * prec.eta,
+        "b_o": gamma(max(n - 1, 0), prec.op) * np.sum(_rows(ag), axis=0) + n * prec.eta,
+    }
+    e_dc = gamma(w_o.shape[0] + 1, prec.op) * np.matmul(ag, np.abs(w_o).T) + (w_o.shape[0] + 1) * prec.eta
+    errors, mags = attention_core_vjp(
+        heads["q"][0],
+        heads["k"][0],
+        heads["v"][0],
+        vis,
+        _split(g @ w_o.T, h),
+        prec,
+        fully_masked,
+        heads["q"][1],
+        heads["k"][1],
+        heads["v"][1],
+        _split(e_dc, h),
+    )
+    for name, x in (("query", "q"), ("key", "k"), ("value", "v")):
+        e_d, mag_d = _finite(_merge(errors[x])), _finite(_merge(mags[x]))  # (..., n, h*d)
+        a_in, w = np.abs(ins[name]), params[f"w_{x}"]
+        m_in = _rows(e_d).shape[0]
+        out[f"w_{x}"] = np.matmul(_rows(np.broadcast_to(a_in, e_d.shape[:-1] + a_in.shape[-1:])).T, _rows(e_d)) + gamma(
+            m_in + 1, prec.op
+        ) * np.matmul(_rows(np.broadcast_to(a_in, mag_d.shape[:-1] + a_in.shape[-1:])).T, _rows(mag_d))
+        out[f"w_{x}"] = out[f"w_{x}"] + (m_in + 1) * prec.eta
+        out[f"b_{x}"] = np.sum(_rows(e_d), axis=0) + gamma(max(m_in - 1, 0), prec.op) * np.sum(_rows(mag_d), axis=0)
+        width = w.shape[1]
+        e_in = np.matmul(e_d, np.abs(w).T) + gamma(width + 1, prec.op) * np.matmul(mag_d, np.abs(w).T)
+        mag_in = np.matmul(mag_d, np.abs(w).T) + e_in
+        out[name] = unbroadcast(e_in + (width + 1) * prec.eta, mag_in, np.shape(ins[name]), prec)
+    return {name: b * SAFETY for name, b in out.items() if name in ins or name in params}
 
 
 # --------------------------------------------------------------------------------------------

@@ -86,6 +86,7 @@ class Backward:
         return {
             name: floored(np.asarray(here[name], dtype=np.float64) + np.asarray(ours[name]), dtype, expected[name])
             for name in self.gradients
+            if name in here  # an absent parameter (an MHA bias not given) has no gradient to bound
         }
 
 
@@ -271,6 +272,23 @@ _RECORDS: tuple[Equation, ...] = (
         diagnosis_policies=_UNIFORM,
         departures=frozenset({"attention", "heads", _ALL}),
         strategy=S.mha_inputs,
+        backward=Backward(
+            gradients=ref_attention.MHA_GRADIENTS,
+            oracle=lambda a, g: ref_attention.multi_head_attention_vjp(
+                a["query"],
+                a["key"],
+                a["value"],
+                a["params"],
+                a["num_heads"],
+                g,
+                a["mask"],
+                fully_masked=a["fully_masked"],
+            ),
+            budget=lambda a, g, p: BB.multi_head_attention(
+                a["query"], a["key"], a["value"], a["params"], a["num_heads"], a["mask"], g, p, a["fully_masked"]
+            ),
+            budget_name="MHA VJP bound, backward_budgets.multi_head_attention",
+        ),
     ),
     Equation(
         name="positional_encoding",

@@ -36,6 +36,7 @@ class Fixed:
     needs: tuple[
         str, ...
     ] = ()  # what of the domain it uses (Scope.unmet): out of scope where a declared Scope excludes it
+    direction: str = "forward"  # "backward": a case of the equation's gradients (a cotangent d_out among its args)
 
     def __str__(self) -> str:  # the test id, and the name a known deviation uses
         return self.label
@@ -318,6 +319,96 @@ def _layers() -> list[Fixed]:
     return out
 
 
+def _gradients() -> list[Fixed]:
+    """Cases of the backward pass: each with the cotangent ``d_out``, of a non-zero mean or of one sign."""
+    rng = _rng(20)
+    q, k, v = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4)) + 1.5, rng.normal(size=(2, 5, 3))
+    mask = np.ones((2, 3, 5), dtype=bool)
+    mask[0, :, 4] = False  # the last key of an odd length, masked: the tail of a tile of 2
+    mask[1, 0, 1], mask[1, 2, [0, 4]] = False, False
+    attention = "scaled_dot_product_attention"
+    # |mean| / sigma 4, what bfloat16 still resolves (strategies.resolvable_level): the cancelling forms lose here
+    x_ln = 4.0 + rng.normal(size=(3, 8))
+    x_ffn = rng.normal(size=(4, 6))
+    x_ffn[1] = 0.0  # with b1 0 on some units, ReLU's input is exactly 0 there: either branch is allowed
+    ffn = _ffn(rng, 6, 12)
+    ffn["b1"][:4] = 0.0
+    query = 0.5 * rng.normal(size=(2, 4, 8))
+    padding = np.ones((2, 4, 4), dtype=bool)
+    padding[1, :, 3] = False
+    logits = 3.0 * rng.normal(size=(2, 3, 9))
+    return [
+        Fixed(
+            "softmax",
+            "one-sign cotangent, masked -inf",
+            "softmax_gradients",
+            {
+                "x": np.where(rng.random((3, 6)) < 0.2, -np.inf, rng.normal(size=(3, 6))),
+                "axis": -1,
+                "d_out": np.abs(rng.normal(size=(3, 6))) + 1.0,
+            },
+            ("batchdims:1",),
+            "backward",
+        ),
+        Fixed(
+            attention,
+            "keys with a common component, odd length, last key masked, cotangent mean 2",
+            "scaled_dot_product_attention_gradients",
+            {"q": q, "k": k, "v": v, "mask": mask, "d_out": 2.0 + rng.normal(size=(2, 3, 3))},
+            ("cross-attention", "masks:padding", "masks:random", "batchdims:1"),
+            "backward",
+        ),
+        Fixed(
+            "multi_head_attention",
+            "self-attention, one array, padding, h 2",
+            "multi_head_attention_gradients",
+            {
+                "query": query,
+                "key": query,
+                "value": query,
+                "params": _mha_params(rng, 8, scale=0.5),
+                "num_heads": 2,
+                "mask": padding,
+                "d_out": 1.0 + rng.normal(size=(2, 4, 8)),
+            },
+            ("masks:padding", "batchdims:1"),
+            "backward",
+        ),
+        Fixed(
+            "layer_norm",
+            "rows at 4 +- 1 (|mean| / sigma 4), eps 1e-5",
+            "layer_norm_gradients",
+            {"x": x_ln, **_norm(rng, 8), "eps": 1e-5, "d_out": 1.0 + rng.normal(size=(3, 8))},
+            ("batchdims:1",),
+            "backward",
+        ),
+        Fixed(
+            "layer_norm",
+            "rows of one element",
+            "layer_norm_gradients",
+            {"x": rng.normal(size=(3, 1)), **_norm(rng, 1), "eps": 1e-5, "d_out": rng.normal(size=(3, 1))},
+            ("batchdims:1",),
+            "backward",
+        ),
+        Fixed(
+            "feed_forward",
+            "ReLU inputs exactly 0 on some units, 4 rows",
+            "feed_forward_gradients",
+            {"x": x_ffn, **ffn, "d_out": rng.normal(size=(4, 6)) - 1.0},
+            ("batchdims:1",),
+            "backward",
+        ),
+        Fixed(
+            "smoothed_cross_entropy",
+            "logits 3 N(0,1), eps 0.1, cotangent 1",
+            "smoothed_cross_entropy_gradients",
+            {"logits": logits, "targets": rng.integers(0, 9, size=(2, 3)), "eps": 0.1, "d_out": np.ones((2, 3))},
+            (),
+            "backward",
+        ),
+    ]
+
+
 #: Every fixed case, in paper order.
 FIXED: tuple[Fixed, ...] = (
     *_softmax(),
@@ -328,9 +419,10 @@ FIXED: tuple[Fixed, ...] = (
     *_feed_forward(),
     *_training(),
     *_layers(),
+    *_gradients(),
 )
 
 
-def cases(equation: str) -> list[Fixed]:
-    """The fixed cases of ``equation``."""
-    return [c for c in FIXED if c.equation == equation]
+def cases(equation: str, direction: str = "forward") -> list[Fixed]:
+    """The fixed cases of ``equation`` in ``direction`` ("forward", or "backward": its gradients)."""
+    return [c for c in FIXED if c.equation == equation and c.direction == direction]

@@ -219,7 +219,9 @@ class Case:
     equation: str
     args: dict[str, Any]
     kind: str  # "agreement" (counts towards the report's headroom), "property" or "contract"
-    diagnosis: Diagnosis | None = None  # set by the check's helper: what the diagnoses need if an agreement check fails
+    # set by the check's helper: what the diagnoses need if an agreement check fails (a Diagnosis, or a gradient's
+    # backward_diagnoses.BackwardDiagnosis)
+    diagnosis: Any = None
     violates: str = ""  # a property check: the statement of the paper its failure breaks (the check's own name for it)
     arithmetic_as: str | None = None  # a property re-checked at another arithmetic (explained_by_arithmetic)
     direction: str = "forward"  # "backward": the check reads the implementation's gradients (gradients.py)
@@ -796,13 +798,18 @@ def _disambiguate(case: Case, names: list[str]) -> tuple[list[str], str]:
 def _candidates_on_new_input(case: Case, names: list[str], rng: np.random.Generator, agreeing: Any) -> list[str] | None:
     """The candidates that agree with the implementation on one input drawn like the case's; None when the input
     cannot be used (the implementation refuses it, or breaks its contract there)."""
-    from aiayn.conformance.checks._common import agreement
+    from aiayn.conformance.checks._common import agreement, gradient_agreement
 
     args = _redrawn(case.args, rng)
-    probe = Case(case.impl, case.dtype, case.check, case.equation, args, "agreement")
+    probe = Case(case.impl, case.dtype, case.check, case.equation, args, "agreement", direction=case.direction)
     scratch = Stats()
     token = _STATS.set(scratch)
     try:
+        if case.direction == "backward":  # every gradient of the new input, each departure against all of them
+            diagnoses: dict[str, Any] = {}
+            grads = gradient_agreement(probe, diagnoses=diagnoses, **args)
+            label = next(iter(grads))
+            return [n for n in diagnoses[label].explain(grads[label][0], case.dtype) if n in names]
         got, _, _ = agreement(probe, **args)
         if probe.diagnosis is None:
             return None
@@ -851,6 +858,8 @@ def _note_largest(case: Case, ratio: float, where: str, departures: list[str]) -
     stats = _STATS.get()
     if stats is None or (stats.largest is not None and stats.largest["ratio"] >= ratio):
         return
+    if len(departures) > 1 and case.kind == "agreement" and case.diagnosis is not None:
+        departures, _ = _disambiguate(case, departures)  # credited to the report: told apart as a shown example is
     stats.largest = {
         "ratio": ratio,
         "where": where,

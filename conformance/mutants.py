@@ -5,7 +5,8 @@ could make, and carries the name of that bug in the catalogue of ``diagnoses.py`
 which the suite must name when it catches it. A mutant provides only the equations its bug lives
 in (``targets``), so the suite runs just the checks that concern it.
 
-- :data:`MUTANTS`: the NumPy built-in with one bug each. ``tests/meta/test_conformance_mutants.py``
+- :data:`MUTANTS`: the NumPy built-in with one bug each, in its forward pass (:data:`FORWARD_MUTANTS`) or in its
+  hand-written backward (:data:`BACKWARD_MUTANTS`, the forward intact). ``tests/meta/test_conformance_mutants.py``
   runs the suite (the derandomized ``smoke`` profile: the same 8 examples per check every run) against all of
   them and requires every one to be caught and
   diagnosed as itself, with the unbroken NumPy implementation as the control; ``aiayn mutants``
@@ -39,7 +40,17 @@ from aiayn.implementations import numpy_impl as base
 from aiayn.implementations.numpy_impl import NumpyImplementation
 from aiayn.kit import Report, md_table, write_report
 
-__all__ = ["BACKWARD_MUTANTS", "MUTANTS", "TORCH_MUTANTS", "Bug", "Mutant", "kill_table", "run", "run_mutants"]
+__all__ = [
+    "BACKWARD_MUTANTS",
+    "FORWARD_MUTANTS",
+    "MUTANTS",
+    "TORCH_MUTANTS",
+    "Bug",
+    "Mutant",
+    "kill_table",
+    "run",
+    "run_mutants",
+]
 
 
 class Bug:
@@ -379,7 +390,8 @@ class EmbeddingNotScaled(Mutant):
 
 
 #: Every mutant, by class name (``--impl aiayn.conformance.mutants:<name>``).
-MUTANTS: dict[str, type[Mutant]] = {
+#: The mutants of the forward pass, by class name.
+FORWARD_MUTANTS: dict[str, type[Mutant]] = {
     cls.__name__: cls
     for cls in (
         ScaleByDk,
@@ -423,6 +435,7 @@ class BackwardIgnoresMask(BackwardMutant):
     """The backward ignores the mask (the mask not saved for the backward; flash-attention #2424)."""
 
     name, targets = "mutant-backward-ignores-mask", frozenset({"scaled_dot_product_attention"})
+    departure = "backward ignores the mask"
 
     def _scaled_dot_product_attention_vjp(self, q, k, v, mask=None, *, d_out):
         out = self.scaled_dot_product_attention(q, k, v, mask)
@@ -433,6 +446,7 @@ class BackwardNoScaleInDS(BackwardMutant):
     """The 1/sqrt(d_k) is missing from dS: dQ and dK are sqrt(d_k) times too large."""
 
     name, targets = "mutant-backward-no-scale", frozenset({"scaled_dot_product_attention"})
+    departure = "no 1/sqrt(d_k) in dS"
 
     def _scaled_dot_product_attention_vjp(self, q, k, v, mask=None, *, d_out):
         grads = super()._scaled_dot_product_attention_vjp(q, k, v, mask, d_out=d_out)
@@ -463,6 +477,7 @@ class BackwardDFromUnnormalisedOutput(BackwardMutant):
     """D = rowsum(dO (.) O) taken from the unnormalised output (the accumulator before dividing by l)."""
 
     name, targets = "mutant-backward-d-unnormalised", frozenset({"scaled_dot_product_attention"})
+    departure = "D from the unnormalised output"
 
     def _scaled_dot_product_attention_vjp(self, q, k, v, mask=None, *, d_out):
         e, ell = _unnormalised(q, k, v, mask)
@@ -474,6 +489,7 @@ class BackwardDvUnnormalisedP(BackwardMutant):
     """dV formed with the weights before normalisation, exp(S - m), instead of P."""
 
     name, targets = "mutant-backward-dv-unnormalised", frozenset({"scaled_dot_product_attention"})
+    departure = "dV from the unnormalised weights"
 
     def _scaled_dot_product_attention_vjp(self, q, k, v, mask=None, *, d_out):
         e, ell = _unnormalised(q, k, v, mask)
@@ -485,6 +501,7 @@ class BackwardStaleLogSumExp(BackwardMutant):
     """P recomputed in the backward from the row maximum alone, not the log-sum-exp: exp(S - m), unnormalised."""
 
     name, targets = "mutant-backward-stale-lse", frozenset({"scaled_dot_product_attention"})
+    departure = "P recomputed from the row max, not the log-sum-exp"
 
     def _scaled_dot_product_attention_vjp(self, q, k, v, mask=None, *, d_out):
         e, ell = _unnormalised(q, k, v, mask)
@@ -496,13 +513,14 @@ class BackwardTailNotMasked(BackwardMutant):
     """The last key tile is not masked in the backward only (the tail of a length not a multiple of the tile)."""
 
     name, targets = "mutant-backward-tail-unmasked", frozenset({"scaled_dot_product_attention"})
+    departure = "the last keys not masked in the backward"
 
     def _scaled_dot_product_attention_vjp(self, q, k, v, mask=None, *, d_out):
         out = self.scaled_dot_product_attention(q, k, v, mask)
         n_k = k.shape[-2]
-        if mask is not None and n_k > 1:
+        if mask is not None and n_k > 1 and n_k % 2:  # tiles of 2 keys: a tail tile of one key, left unmasked
             mask = np.array(np.broadcast_to(mask, mask.shape[:-1] + (n_k,)))
-            mask[..., n_k - 1 - (n_k - 1) % 2 :] = True  # the last tile of 2 keys (or the lone tail key)
+            mask[..., -1] = True
         return backward.attention_vjp(q, k, v, mask, out, d_out, self.policies["fully_masked"], 2)
 
 
@@ -510,6 +528,7 @@ class BackwardUnsafeSoftmax(BackwardMutant):
     """Fully masked rows: the forward gives zeros (declared "zeros"), the backward 0 x NaN (PyTorch #41508)."""
 
     name, targets = "mutant-backward-unsafe-softmax", frozenset({"scaled_dot_product_attention"})
+    departure = "0 x NaN on fully masked rows in the backward"
 
     def __init__(self) -> None:
         super().__init__(policies={"fully_masked": "zeros"})
@@ -523,6 +542,7 @@ class SoftmaxBackwardWithoutMean(BackwardMutant):
     """Softmax's backward drops the mean term: dx = y (.) dy."""
 
     name, targets = "mutant-softmax-backward-no-mean", frozenset({"softmax"})
+    departure = "softmax backward without the mean term"
 
     def _softmax_vjp(self, x, axis, *, d_out):
         return {"x": self.softmax(x, axis) * d_out}
@@ -532,6 +552,7 @@ class LayerNormBackwardNoMeanTerm(BackwardMutant):
     """LayerNorm's dx without the mean(h) term (the gradient through the mean forgotten)."""
 
     name, targets = "mutant-layer-norm-backward-no-mean", frozenset({"layer_norm"})
+    departure = "LayerNorm backward without the mean term"
 
     def _layer_norm_vjp(self, x, gain, bias, eps, *, d_out):
         grads = super()._layer_norm_vjp(x, gain, bias, eps, d_out=d_out)
@@ -544,6 +565,7 @@ class LayerNormBackwardRawX(BackwardMutant):
     """LayerNorm's backward on raw x with a one-pass variance (the cancelling form; PaddlePaddle #35498)."""
 
     name, targets = "mutant-layer-norm-backward-raw-x", frozenset({"layer_norm"})
+    departure = "LayerNorm backward on raw x (one-pass variance)"
 
     def _layer_norm_vjp(self, x, gain, bias, eps, *, d_out):
         mean = np.mean(x, axis=-1, keepdims=True)
@@ -559,6 +581,7 @@ class LayerNormDgainFromX(BackwardMutant):
     """LayerNorm's dgain from x instead of x_hat."""
 
     name, targets = "mutant-layer-norm-dgain-from-x", frozenset({"layer_norm"})
+    departure = "LayerNorm dgain from x instead of x_hat"
 
     def _layer_norm_vjp(self, x, gain, bias, eps, *, d_out):
         grads = super()._layer_norm_vjp(x, gain, bias, eps, d_out=d_out)
@@ -569,6 +592,7 @@ class ReductionDropsLastBlock(BackwardMutant):
     """The FFN's dW1 reduction over rows drops its last block (attorch #18)."""
 
     name, targets = "mutant-reduction-drops-last-block", frozenset({"feed_forward"})
+    departure = "a row reduction drops its last block"
 
     def _feed_forward_vjp(self, x, w1, b1, w2, b2, *, d_out):
         grads = super()._feed_forward_vjp(x, w1, b1, w2, b2, d_out=d_out)
@@ -584,14 +608,15 @@ class CrossEntropyBackwardSmoothingSpread(BackwardMutant):
     """The cross-entropy's gradient spreads the smoothing over the K - 1 other classes while the forward uses K."""
 
     name, targets = "mutant-cross-entropy-backward-k-1", frozenset({"smoothed_cross_entropy"})
+    departure = "the gradient's label smoothing differs from the forward's"
 
     def _smoothed_cross_entropy_vjp(self, logits, targets, eps, *, d_out):
         other = NumpyImplementation(policies={"label_smoothing": "K-1"})
         return other._smoothed_cross_entropy_vjp(logits, targets, eps, d_out=d_out)
 
 
-#: The backward mutants, by class name: ``tests/meta/test_backward_mutants.py`` requires every one to be caught by the
-#: gradient checks of its equation while its forward rows pass.
+#: The backward mutants, by class name: each caught by the gradient checks of its equation and diagnosed as itself,
+#: while its forward rows pass (``tests/meta/test_conformance_mutants.py``).
 BACKWARD_MUTANTS: dict[str, type[BackwardMutant]] = {
     cls.__name__: cls
     for cls in (
@@ -610,6 +635,9 @@ BACKWARD_MUTANTS: dict[str, type[BackwardMutant]] = {
         CrossEntropyBackwardSmoothingSpread,
     )
 }
+
+#: Every mutant, forward and backward, by class name: what ``aiayn mutants`` runs.
+MUTANTS: dict[str, type[Mutant]] = {**FORWARD_MUTANTS, **BACKWARD_MUTANTS}
 
 
 # --------------------------------------------------------------------------------------------

@@ -307,6 +307,50 @@ class Simulated(ImplementationBase):
             dk = round_to(self._dot(np.swapaxes(ds, -1, -2), qv, dtype) / root, dtype)
         return {"q": dq, "k": dk, "v": dv}
 
+    def _multi_head_attention_vjp(
+        self,
+        query: Sim,
+        key: Sim,
+        value: Sim,
+        params: Mapping[str, Any],
+        num_heads: int,
+        mask: np.ndarray | None = None,
+        *,
+        g: np.ndarray,
+        dtype: str,
+    ) -> dict[str, np.ndarray]:
+        h = int(num_heads)
+
+        def heads(x: np.ndarray) -> np.ndarray:  # (..., n, h*d) -> (..., h, n, d)
+            return np.swapaxes(x.reshape(*x.shape[:-1], h, x.shape[-1] // h), -2, -3)
+
+        def merge(x: np.ndarray) -> np.ndarray:  # (..., h, n, d) -> (..., n, h*d)
+            x = np.swapaxes(x, -2, -3)
+            return x.reshape(*x.shape[:-2], x.shape[-2] * x.shape[-1])
+
+        def rows(x: np.ndarray) -> np.ndarray:
+            return x.reshape(-1, x.shape[-1])
+
+        given = {"query": query.values, "key": key.values, "value": value.values}
+        qkv = {
+            x: Sim(heads(self._affine(given[name], params[f"w_{x}"], params.get(f"b_{x}"), dtype)), dtype)
+            for name, x in (("query", "q"), ("key", "k"), ("value", "v"))
+        }
+        m = None if mask is None else np.asarray(mask, dtype=bool)[..., None, :, :]
+        concat = merge(self._attend(qkv["q"].values, qkv["k"].values, qkv["v"].values, m, dtype))
+        grads = {"w_o": self._dot(rows(concat).T, rows(g), dtype)}
+        if "b_o" in params:
+            grads["b_o"] = self._rows_sum(g, dtype)
+        d_heads = heads(self._dot(g, params["w_o"].values.T, dtype))
+        d = self._scaled_dot_product_attention_vjp(qkv["q"], qkv["k"], qkv["v"], m, g=d_heads, dtype=dtype)
+        for name, x in (("query", "q"), ("key", "k"), ("value", "v")):
+            merged = merge(d[x])
+            grads[f"w_{x}"] = self._dot(rows(given[name]).T, rows(merged), dtype)
+            if f"b_{x}" in params:
+                grads[f"b_{x}"] = self._rows_sum(merged, dtype)
+            grads[name] = self._dot(merged, params[f"w_{x}"].values.T, dtype)
+        return grads
+
     def _layer_norm_vjp(self, x: Sim, gain: Sim, bias: Sim, eps: float, *, g: np.ndarray, dtype: str) -> dict:
         xv, d = x.values, x.shape[-1]
         mean = round_to(self._sum(xv, dtype) / d, dtype)

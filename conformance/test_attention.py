@@ -187,3 +187,59 @@ def test_scaled_dot_product_attention_gradients(impl: Any, dtype: str, data: st.
         args[name] = data.draw(S.common_component(args[name], size))
     shape = (*np.broadcast_shapes(args["q"].shape[:-2], args["k"].shape[:-2]), args["q"].shape[-2], args["v"].shape[-1])
     A.scaled_dot_product_attention_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(shape)))
+
+
+@pytest.mark.aiayn_equation("multi_head_attention", direction="backward")
+@profile()
+@given(data=st.data())
+def test_multi_head_attention_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.mha_inputs(dtype, scope=S.scope(impl, "multi_head_attention")))
+    args = S.defined_gradients(impl, args, "mask")
+    shape = (*args["query"].shape[:-1], args["params"]["w_o"].shape[1])
+    A.multi_head_attention_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(shape)))
+
+
+@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward", needs=("masks:padding",))
+@profile(0.5)
+@given(data=st.data())
+def test_attention_masked_keys_receive_no_gradient(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.attention_inputs(dtype, mask=False, scope=S.scope(impl, "scaled_dot_product_attention")))
+    keep = data.draw(S.keep_pattern(args["k"].shape[-2]))
+    shape = (*args["q"].shape[:-1], args["v"].shape[-1])
+    A.attention_masked_keys_receive_no_gradient(
+        impl, dtype, q=args["q"], k=args["k"], v=args["v"], keep=keep, d_out=data.draw(S.cotangent(shape))
+    )
+
+
+@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward", needs=("masks:random",))
+@profile(0.5)
+@given(data=st.data())
+def test_attention_key_gradients_sum_to_zero(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.attention_inputs(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
+    args = S.defined_gradients(impl, args, "mask")
+    shape = (*args["q"].shape[:-1], args["v"].shape[-1])
+    A.attention_key_gradients_sum_to_zero(impl, dtype, **args, d_out=data.draw(S.cotangent(shape)))
+
+
+@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward", needs=("masks:causal",))
+@profile(0.5)
+@given(data=st.data())
+def test_causal_gradient_reaches_no_later_key(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.causal_perturbation(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
+    shape = (*args["q"].shape[:-1], args["v"].shape[-1])
+    A.causal_gradient_reaches_no_later_key(
+        impl, dtype, q=args["q"], k=args["k"], v=args["v"], row=args["upto"], d_out=data.draw(S.cotangent(shape))
+    )
+
+
+@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward", needs=("batch:1",))
+@profile(0.5)
+@given(data=st.data())
+def test_attention_gradients_stay_in_their_batch_element(impl: Any, dtype: str, data: st.DataObject) -> None:
+    batch = (data.draw(st.integers(2, 3)),)
+    args = data.draw(S.attention_inputs(dtype, batch=batch, scope=S.scope(impl, "scaled_dot_product_attention")))
+    args = S.defined_gradients(impl, args, "mask")
+    shape = (*args["q"].shape[:-1], args["v"].shape[-1])
+    A.attention_gradients_stay_in_their_batch_element(
+        impl, dtype, **args, index=data.draw(st.integers(0, batch[0] - 1)), d_out=data.draw(S.cotangent(shape))
+    )

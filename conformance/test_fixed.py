@@ -21,9 +21,9 @@ from aiayn.implementations.protocol import EQUATIONS, scope_of
 load_all()
 
 
-def _on_fixed_inputs(equation: str) -> Callable[..., None]:
-    @pytest.mark.aiayn_equation(equation)
-    @pytest.mark.parametrize("case", F.cases(equation), ids=str)
+def _on_fixed_inputs(equation: str, direction: str = "forward") -> Callable[..., None]:
+    @pytest.mark.aiayn_equation(equation, direction=direction)
+    @pytest.mark.parametrize("case", F.cases(equation, direction), ids=str)
     def test(impl: Any, dtype: str, case: F.Fixed) -> None:
         scope = scope_of(impl, equation)
         unmet = scope.unmet(case.needs)
@@ -31,10 +31,13 @@ def _on_fixed_inputs(equation: str) -> Callable[..., None]:
             pytest.skip(f"{OUT_OF_SCOPE} of {impl.name} ({scope.describe()}): the case needs {', '.join(unmet)}")
         CHECKS[case.check](impl, dtype, **case.args)
 
-    test.__name__ = test.__qualname__ = f"test_{equation}_on_fixed_inputs"
-    test.__doc__ = f"{equation} agrees with the oracle on each of its fixed cases."
+    gradients = "_gradients" if direction == "backward" else ""
+    test.__name__ = test.__qualname__ = f"test_{equation}{gradients}_on_fixed_inputs"
+    test.__doc__ = f"{equation}{gradients.replace('_', ' ')} agrees with the oracle on each of its fixed cases."
     return test
 
 
 for _equation in EQUATIONS:
     globals()[f"test_{_equation}_on_fixed_inputs"] = _on_fixed_inputs(_equation)
+    if F.cases(_equation, "backward"):
+        globals()[f"test_{_equation}_gradients_on_fixed_inputs"] = _on_fixed_inputs(_equation, "backward")

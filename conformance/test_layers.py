@@ -66,3 +66,11 @@ def test_feed_forward_gradients(impl: Any, dtype: str, data: st.DataObject) -> N
     args = data.draw(S.ffn_inputs(dtype, scope=S.scope(impl, "feed_forward")))
     shape = (*args["x"].shape[:-1], args["w2"].shape[1])
     L.feed_forward_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(shape)))
+
+
+@pytest.mark.aiayn_equation("layer_norm", direction="backward")
+@profile(0.5)
+@given(data=st.data())
+def test_layer_norm_input_gradient_sums_to_zero(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.layer_norm_inputs(dtype, scope=S.scope(impl, "layer_norm")))
+    L.layer_norm_input_gradient_sums_to_zero(impl, dtype, **args, d_out=data.draw(S.cotangent(args["x"].shape)))

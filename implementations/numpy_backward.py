@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-__all__ = ["attention_vjp", "cross_entropy_vjp", "feed_forward_vjp", "layer_norm_vjp", "softmax_vjp"]
+__all__ = ["sum_to", "attention_vjp", "cross_entropy_vjp", "feed_forward_vjp", "layer_norm_vjp", "softmax_vjp"]
 
 
 def softmax_vjp(y: np.ndarray, dy: np.ndarray, axis: int) -> np.ndarray:
@@ -30,7 +30,7 @@ def softmax_vjp(y: np.ndarray, dy: np.ndarray, axis: int) -> np.ndarray:
     return y * (dy - np.sum(y * dy, axis=axis, keepdims=True))
 
 
-def _sum_to(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+def sum_to(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """``grad`` summed over the leading and size-1 axes its input (of ``shape``) was broadcast along."""
     lead = grad.ndim - len(shape)
     if lead:
@@ -105,7 +105,7 @@ def attention_vjp(
                 ds = np.where(dead, dt.type(0), ds)
             dq += np.matmul(ds, kj) * scale
             dk[..., j : j + step, :] += np.matmul(np.swapaxes(ds, -1, -2), q) * scale
-    return {"q": _sum_to(dq, q.shape), "k": _sum_to(dk, k.shape), "v": _sum_to(dv, v.shape)}
+    return {"q": sum_to(dq, q.shape), "k": sum_to(dk, k.shape), "v": sum_to(dv, v.shape)}
 
 
 def layer_norm_vjp(x: np.ndarray, gain: np.ndarray, eps: float, dy: np.ndarray) -> dict[str, np.ndarray]:

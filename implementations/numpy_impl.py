@@ -312,6 +312,37 @@ class NumpyImplementation(ImplementationBase):
         block = min(self.block_size, _BACKWARD_TILE) if blocked else None
         return backward.attention_vjp(q, k, v, _as_mask(mask), out, d_out, self.policies["fully_masked"], block)
 
+    def _multi_head_attention_vjp(
+        self,
+        query: np.ndarray,
+        key: np.ndarray,
+        value: np.ndarray,
+        params: Mapping[str, np.ndarray],
+        num_heads: int,
+        mask: np.ndarray | None = None,
+        *,
+        d_out: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        h = _positive_int("num_heads", num_heads)
+        proj = {x: _affine(a, params[f"w_{x}"], params.get(f"b_{x}")) for x, a in zip("qkv", (query, key, value))}
+        q, k, v = (_split_heads(proj[x], h, f"w_{x}") for x in "qkv")  # (..., h, n, d)
+        head_mask = None if mask is None else _as_mask(mask)[..., None, :, :]
+        concat = _merge_heads(self.scaled_dot_product_attention(q, k, v, head_mask))  # (..., n_q, h*d_v)
+        rows = {x: a.reshape(-1, a.shape[-1]) for x, a in (("concat", concat), ("d_out", d_out))}
+        grads = {"w_o": rows["concat"].T @ rows["d_out"]}
+        if "b_o" in params:
+            grads["b_o"] = np.sum(rows["d_out"], axis=0)
+        d_heads = _split_heads(d_out @ params["w_o"].T, h, "w_o")  # (..., h, n_q, d_v)
+        d = self._scaled_dot_product_attention_vjp(q, k, v, head_mask, d_out=d_heads)
+        for name, x, given in (("query", "q", query), ("key", "k", key), ("value", "v", value)):
+            merged = _merge_heads(d[x])  # (..., n, h*d)
+            inputs = np.broadcast_to(given, merged.shape[:-1] + given.shape[-1:]).reshape(-1, given.shape[-1])
+            grads[f"w_{x}"] = inputs.T @ merged.reshape(-1, merged.shape[-1])
+            if f"b_{x}" in params:
+                grads[f"b_{x}"] = np.sum(merged.reshape(-1, merged.shape[-1]), axis=0)
+            grads[name] = backward.sum_to(merged @ params[f"w_{x}"].T, given.shape)
+        return grads
+
     def _layer_norm_vjp(
         self, x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, *, d_out: np.ndarray
     ) -> dict[str, np.ndarray]:

@@ -102,7 +102,9 @@ def agreement_check(equation: str, name: str | None = None) -> Callable[..., Non
 UNDEFINED_GRADIENT = "undefined: depends on an output that is NaN (no derivative there)"
 
 
-def gradient_agreement(case: Case, d_out: np.ndarray, **args: Any) -> dict[str, tuple[np.ndarray, np.ndarray, Any]]:
+def gradient_agreement(
+    case: Case, d_out: np.ndarray, diagnoses: dict[str, Any] | None = None, **args: Any
+) -> dict[str, tuple[np.ndarray, np.ndarray, Any]]:
     """(implementation's gradient, oracle's, budget) by gradient name, for the case's equation on ``args`` and the
     cotangent ``d_out``: the one recipe of every backward check, read from the record's :class:`Backward`.
 
@@ -111,11 +113,13 @@ def gradient_agreement(case: Case, d_out: np.ndarray, **args: Any) -> dict[str, 
     skipped as "not provided"), and the oracle's VJP runs on exactly the rounded inputs and cotangent it saw. An
     array passed under several names has one gradient, the sum over its uses: it is compared with the sum of the
     oracle's, within the sum of the budgets plus the k - 1 additions of k uses (gamma_{k-1} on the magnitudes).
-    A gradient the implementation leaves out is counted "not checked", never passed.
+    A gradient the implementation leaves out is counted "not checked", never passed. ``diagnoses``, if given, gets
+    each gradient's :class:`~aiayn.conformance.backward_diagnoses.BackwardDiagnosis` (what names a failure).
     """
     import pytest
 
     from aiayn.conformance import gradients
+    from aiayn.conformance.backward_diagnoses import BackwardDiagnosis
     from aiayn.conformance.equations import record
     from aiayn.conformance.numerics import gamma, precision
 
@@ -138,6 +142,7 @@ def gradient_agreement(case: Case, d_out: np.ndarray, **args: Any) -> dict[str, 
     expected = {name: np.asarray(v, dtype=np.float64) for name, v in bw.oracle(a, g).items()}
     budgets = bw.budget_at(a, g, expected, case.arithmetic)
     out: dict[str, tuple[np.ndarray, np.ndarray, Any]] = {}
+    given_parts: dict[str, list[str]] = {}
     covered: set[str] = set()
     for key, native in grads.items():
         parts = [p for p in key.split(gradients.SHARED) if p in bw.gradients]
@@ -149,15 +154,26 @@ def gradient_agreement(case: Case, d_out: np.ndarray, **args: Any) -> dict[str, 
         if not isinstance(got, np.ndarray):
             case.fail(f"the gradient {label} is {type(native).__name__}, expected a native array")
         case._check_native_dtype(native, got, case.dtype, f"the gradient {label}")
+        parts = [p for p in parts if p in budgets]
+        if not parts:
+            continue  # the gradient of an argument not given (an absent bias): nothing to compare
         want = np.sum([expected[p] for p in parts], axis=0)
         bound = np.sum([budgets[p] for p in parts], axis=0)
         if len(parts) > 1:
             u = precision(case.arithmetic).op
             bound = bound + gamma(len(parts) - 1, u) * np.sum([np.abs(expected[p]) + budgets[p] for p in parts], axis=0)
         out[label] = (got, want, bound)
+        given_parts[label] = parts
+    given = {k for name in r.arguments for k in (seen[name] if isinstance(seen[name], dict) else {name: 0})}
     for name in bw.gradients:
-        if name not in covered:
+        if name not in covered and name in given:
             case.tally(unchecked={f"d{name}: not provided by the implementation": int(np.size(expected[name]))})
+    everything = {label: (given_parts[label], got, bound) for label, (got, _, bound) in out.items()}
+    if diagnoses is not None:
+        diagnoses.update({label: BackwardDiagnosis(case.equation, a, g, label, everything) for label in out})
+    if case.arithmetic_as is not None:  # a property re-checked at another arithmetic: its gradients must agree there
+        for label, (got, want, bound) in out.items():
+            compare(case, got, want, bound, what=f"the gradient {label} disagrees with the oracle's VJP")
     return out
 
 
@@ -169,7 +185,9 @@ def gradient_check(equation: str, name: str | None = None) -> Callable[..., None
     budget_name = record(equation).backward.budget_name  # type: ignore[union-attr]
 
     def agrees(case: Case, d_out: np.ndarray, **args: Any) -> None:
-        for label, (got, expected, budget) in gradient_agreement(case, d_out, **args).items():
+        diagnoses: dict[str, Any] = {}
+        for label, (got, expected, budget) in gradient_agreement(case, d_out, diagnoses, **args).items():
+            case.diagnosis = diagnoses[label]
             compare(
                 case,
                 got,

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from aiayn.conformance.checks._common import agreement, agreement_check, gradient_check, prepare
+from aiayn.conformance.checks._common import (
+    agreement,
+    agreement_check,
+    gradient_agreement,
+    gradient_check,
+    policy,
+    prepare,
+)
 from aiayn.conformance.harness import Case, check, compare
 from aiayn.conformance.numerics import gamma, is_representable, precision
 
@@ -247,9 +254,159 @@ def attention_batch_elements_are_independent(
 
 
 # --------------------------------------------------------------------------------------------
+# Eq. (1)'s gradients: exact identities (each names what it protects)
+
+
+def _exactly(case: Case, got: np.ndarray, what: str, where: str) -> None:
+    """``got`` must be exactly 0 (a zero budget: any nonzero element fails; NaN fails as a NaN mismatch)."""
+    compare(case, got, np.zeros_like(got), np.zeros_like(got), what=what, expected_name=f"0 ({where})")
+
+
+def _grads(case: Case, d_out: np.ndarray, **args: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Eq. (1)'s gradients by name ("dq", "dk", "dv"; one array passed as several is split back by its uses' sum)."""
+    return gradient_agreement(case, d_out, **args)
+
+
+@check(
+    "scaled_dot_product_attention",
+    kind="property",
+    violates="a masked key is as if removed (§3.2.3): it receives no gradient, and what it holds changes none",
+    direction="backward",
+)
+def attention_masked_keys_receive_no_gradient(
+    case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray, d_out: np.ndarray
+) -> None:
+    """Keys and values that every query has masked get dK = dV = 0 exactly (their weights are exactly 0), and huge
+    values there change no gradient (flash-attention #2424: a backward that forgets the mask; JAX #19490: a huge
+    masked logit leaking into the gradient).
+
+    Poison: the dtype's largest value in masked keys (their scores are masked before anything multiplies them), and
+    in masked values the largest magnitude whose products with the cotangent cannot overflow,
+    max / (4 d_v max(|dO|, 1)): dP = dO V^T stays finite, so dS = P (.) (dP - D) is exactly 0 there. (A value whose
+    dP overflows gives 0 x inf = NaN in every backward that forms dS so; NaN at masked keys gives 0 x NaN in
+    dQ = dS K: neither is required to vanish.)
+    Bound: the clean and the poisoned calls compute the same exact gradients of q and of the visible keys and
+    values, and the clean call's budget covers both (the analysis never looks at masked entries): 2 x budget.
+    """
+    mask = keep[None, :]
+    clean = _grads(case, d_out, q=q, k=k, v=v, mask=mask)
+    big = precision(case.dtype).max
+    k2, v2 = k.copy(), v.copy()
+    k2[..., ~keep, :] = big
+    v2[..., ~keep, :] = -big / (4 * v.shape[-1] * max(float(np.max(np.abs(d_out), initial=0.0)), 1.0))
+    with np.errstate(all="ignore"):  # the poisoned call's own oracle and budget overflow at the masked keys: unused
+        poisoned = _grads(case, d_out, q=q, k=k2, v=v2, mask=mask)
+    hidden = np.flatnonzero(~keep).tolist()
+    for label, (got, _, budget) in clean.items():
+        if label in ("dk", "dv"):
+            _exactly(case, got[..., ~keep, :], f"the gradient {label} of masked keys {hidden} is not 0", "masked")
+            _exactly(
+                case,
+                poisoned[label][0][..., ~keep, :],
+                f"with poison, {label} of masked keys {hidden} is not 0",
+                "masked",
+            )
+            got, budget, other = got[..., keep, :], budget[..., keep, :], poisoned[label][0][..., keep, :]
+        else:
+            other = poisoned[label][0]
+        compare(
+            case,
+            other,
+            got,
+            2 * budget,
+            what=f"the largest values at masked keys {hidden} changed the gradient {label}",
+            expected_name="the gradient with clean masked keys",
+        )
+
+
+@check(
+    "scaled_dot_product_attention",
+    kind="property",
+    violates="each row of softmax weights sums to 1 (§3.2.1): Sum_j dK_j = 0 and Sum_j dV_j = Sum_i dO_i",
+    direction="backward",
+)
+def attention_key_gradients_sum_to_zero(
+    case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, d_out: np.ndarray
+) -> None:
+    """Sum_j dK_j = 0 (Sum_j dS_ij = Sum_j P_ij (dP_ij - D_i) = D_i - D_i = 0) and Sum_j dV_j = Sum_i dO_i over the
+    rows whose weights sum to 1 (those with a visible key; every row under the policy "uniform"): what a dropped
+    reduction block, a D from the unnormalised output or weights before normalisation break.
+
+    Bound: |Sum_j dK_hat_j| <= Sum_j B_j + gamma_{n_k-1} Sum_j (|dK_j| + B_j) (our float64 sum of the computed
+    values adds gamma_{n_k-1}(2^-53) Sum |dK_hat|, inside the first); likewise for dV, with the exact Sum_i dO_i
+    formed in float64 from the rounded cotangent (its own error, gamma_{n_q}(2^-53) Sum |dO_i|, added).
+    """
+    if any(np.shape(a)[:-2] != np.shape(q)[:-2] for a in (k, v)):
+        raise ValueError("test construction: q, k, v of one batch shape (no broadcast sums)")
+    grads = _grads(case, d_out, q=q, k=k, v=v, mask=mask)
+    n_k = k.shape[-2]
+    shape = q.shape[:-1] + (n_k,)
+    visible = np.ones(shape, bool) if mask is None else np.broadcast_to(mask, shape)
+    live = np.any(visible, axis=-1)  # (..., n_q): rows whose weights sum to 1 ("uniform": every row)
+    if policy(case, "fully_masked") == "uniform":
+        live = np.ones_like(live)
+    g = case.numpy(case.native(d_out), "d_out")
+    u, u64 = precision(case.arithmetic).op, 2.0**-53
+    for label, target in (("dk", 0.0), ("dv", np.sum(np.where(live[..., None], g, 0.0), axis=-2))):
+        if label not in grads:
+            continue
+        got, expected, budget = grads[label]
+        total = np.sum(got, axis=-2)
+        bound = np.sum(budget, axis=-2) + float(gamma(max(n_k - 1, 0), u)) * np.sum(np.abs(expected) + budget, axis=-2)
+        if label == "dv":  # the exact sum of dO, formed here in float64
+            bound = bound + float(gamma(max(q.shape[-2], 1), u64)) * np.sum(np.abs(g), axis=-2)
+        compare(
+            case,
+            total,
+            np.broadcast_to(target, total.shape),
+            bound,
+            what=f"the sum over keys of {label} is not {'0' if label == 'dk' else 'the sum of dO over live rows'}",
+            expected_name="the exact sum",
+        )
+
+
+@check(
+    "scaled_dot_product_attention",
+    kind="property",
+    violates="with the causal mask, position i sees only positions j <= i (§3.2.3): no gradient reaches later keys",
+    direction="backward",
+)
+def causal_gradient_reaches_no_later_key(
+    case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, row: int, d_out: np.ndarray
+) -> None:
+    """With the causal mask and a cotangent on query ``row`` alone, dK_j = dV_j = 0 exactly for j > row."""
+    from aiayn.reference.attention import causal_mask
+
+    n = q.shape[-2]
+    g = np.zeros_like(d_out)
+    g[..., row, :] = d_out[..., row, :]
+    grads = _grads(case, g, q=q, k=k, v=v, mask=causal_mask(n, n))
+    for label in ("dk", "dv"):
+        if label in grads:
+            _exactly(case, grads[label][0][..., row + 1 :, :], f"{label} of keys after {row} is not 0", "causal")
+
+
+@check(
+    "scaled_dot_product_attention",
+    kind="property",
+    violates="batch elements are computed independently: no gradient crosses between them",
+    direction="backward",
+)
+def attention_gradients_stay_in_their_batch_element(
+    case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, index: int, d_out: np.ndarray
+) -> None:
+    """With a cotangent that is 0 on batch element ``index``, every gradient of that element is exactly 0."""
+    g = d_out.copy()
+    g[index] = 0.0
+    for label, (got, _, _) in _grads(case, g, q=q, k=k, v=v, mask=mask).items():
+        _exactly(case, got[index], f"the gradient {label} of batch element {index} (zero cotangent) is not 0", "batch")
+
+
+# --------------------------------------------------------------------------------------------
 # multi-head attention, §3.2.2
 
 multi_head_attention = agreement_check("multi_head_attention")
+multi_head_attention_gradients = gradient_check("multi_head_attention")
 #: The same agreement on self-attention inputs with a fully masked query row (a kernel path of its own in fused code).
 multi_head_attention_fully_masked_self_attention_row = agreement_check(
     "multi_head_attention", "multi_head_attention_fully_masked_self_attention_row"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from aiayn.conformance.checks._common import agreement, agreement_check, gradient_check
+from aiayn.conformance.checks._common import agreement, agreement_check, gradient_agreement, gradient_check
 from aiayn.conformance.harness import Case, check, compare
-from aiayn.conformance.numerics import is_representable
+from aiayn.conformance.numerics import gamma, is_representable, precision
 
 layer_norm = agreement_check("layer_norm")
 layer_norm_gradients = gradient_check("layer_norm")
@@ -33,6 +33,38 @@ def layer_norm_unchanged_by_shifting_its_input(
         what=f"LayerNorm(x + {shift}) differs from LayerNorm(x)",
         expected_name="LayerNorm(x)",
     )
+
+
+@check(
+    "layer_norm",
+    kind="property",
+    violates="LayerNorm subtracts the row's mean (§3.1): its input gradient sums to 0 over the row",
+    direction="backward",
+)
+def layer_norm_input_gradient_sums_to_zero(
+    case: Case, x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, d_out: np.ndarray
+) -> None:
+    """Sum_i dx_i = 0 in every row (dx = (h - mean(h) - x_hat mean(h x_hat)) / s and Sum_i x_hat_i = 0): what a
+    backward without the mean term breaks. A row of one element has x_hat = 0, so dx = 0 and dgain = 0 exactly
+    (PyTorch #188372: a nonzero dgain for normalized_shape = (1,)).
+
+    Bound: |Sum_i dx_hat_i| <= Sum_i B_i + gamma_{d-1} Sum_i (|dx_i| + B_i) (our float64 sum inside it).
+    """
+    grads = gradient_agreement(case, d_out, x=x, gain=gain, bias=bias, eps=eps)
+    if "dx" not in grads:
+        return
+    got, expected, budget = grads["dx"]
+    d = x.shape[-1]
+    if d == 1:
+        compare(case, got, np.zeros_like(got), np.zeros_like(got), what="dx of one-element rows is not 0")
+        if "dgain" in grads:
+            dgain = grads["dgain"][0]
+            compare(case, dgain, np.zeros_like(dgain), np.zeros_like(dgain), what="dgain of one-element rows is not 0")
+        return
+    u = precision(case.arithmetic).op
+    bound = np.sum(budget, axis=-1) + float(gamma(d - 1, u)) * np.sum(np.abs(expected) + budget, axis=-1)
+    total = np.sum(got, axis=-1)
+    compare(case, total, np.zeros_like(total), bound, what="dx does not sum to 0 over a row", expected_name="0")
 
 
 feed_forward = agreement_check("feed_forward")

@@ -1,8 +1,9 @@
 """The conformance suite has teeth, and fails well.
 
 1. Every NumPy mutant (``MUTANTS`` of ``conformance/mutants.py``: the NumPy built-in with one
-   realistic bug) is caught by ``pytest conformance`` and diagnosed as its own departure, and the
-   unbroken NumPy built-in, run alongside as the control, passes. This runs the suite in a
+   realistic bug, in its forward pass or in its hand-written backward) is caught by ``pytest conformance`` and
+   diagnosed as its own departure, and the unbroken NumPy built-in, run alongside as the control, passes; a
+   backward mutant passes its forward rows. This runs the suite in a
    subprocess at the derandomized ``smoke`` profile (8 examples per check, the same every run; about
    half a minute on two cores); ``aiayn mutants`` runs it at ``dev`` (40, random) for the report. The PyTorch mutants
    (``TORCH_MUTANTS``) are run by ``tests/test_torch_impl.py``.
@@ -15,6 +16,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -50,10 +52,19 @@ def test_every_mutant_is_caught_and_the_unbroken_numpy_implementation_passes(tmp
         if not r["diagnosed"]
     ]
     assert not wrong, f"{len(wrong)} of {table['total']} mutants were not diagnosed as themselves:\n" + "\n".join(wrong)
-    assert table["total"] >= 15
+    assert table["total"] >= 15 + 12
     assert table["control"]["verdict"] == "PASS", (
         f"the unbroken numpy implementation failed: {table['control']['failing']}"
     )
+    forward_failed = []  # a backward mutant's bug is in its gradients only: its forward rows pass
+    for name, cls in mutants.BACKWARD_MUTANTS.items():
+        rows = json.loads((tmp_path / "reports" / f"conformance-{cls.name}.json").read_text())["rows"]
+        forward_failed += [
+            f"{name}: {r['section']} [{r['dtype']}]"
+            for r in rows
+            if r["direction"] == "forward" and r["status"] == "fail"
+        ]
+    assert not forward_failed, f"backward mutants failed a forward row: {forward_failed}"
 
 
 def _no_scale_case() -> dict[str, np.ndarray | None]:
