@@ -383,14 +383,6 @@ def _gradients() -> list[Fixed]:
             "backward",
         ),
         Fixed(
-            "layer_norm",
-            "rows of one element",
-            "layer_norm_gradients",
-            {"x": rng.normal(size=(3, 1)), **_norm(rng, 1), "eps": 1e-5, "d_out": rng.normal(size=(3, 1))},
-            ("batchdims:1",),
-            "backward",
-        ),
-        Fixed(
             "feed_forward",
             "ReLU inputs exactly 0 on some units, 4 rows",
             "feed_forward_gradients",

@@ -12,8 +12,9 @@ Three sources, tried in this order (``implementations/protocol.py`` documents th
 3. JAX: where they are ``jax.Array``, ``jax.vjp`` of the method.
 
 Anything else, a result that carries no autograd graph (a method run under ``torch.no_grad()`` or detached), and a
-method JAX cannot trace are "not provided", with the reason: counted in the report, never a failure. Once the
-gradients are computed, everything they contain is judged.
+method JAX cannot trace are "not provided", with the reason: counted in the report, never a failure. An argument
+autograd does not reach (a parameter an adapter copies into a module under ``no_grad``) has its gradient "not
+provided" alone, noted in the row. Once the gradients are computed, everything they contain is judged.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def _torch(case: Any, names: Sequence[str], natives: Sequence[Any], d_out: Any) 
         f"torch.autograd.grad of {case.impl.name}.{case.equation}",
         lambda: torch.autograd.grad(out, order, grad_outputs=d_out, allow_unused=True),
     )
-    by_leaf = {id(leaf): (g if g is not None else torch.zeros_like(leaf)) for leaf, g in zip(order, grads)}
+    # None: autograd does not reach that leaf (a parameter copied into a module under no_grad): not provided
+    by_leaf = {id(leaf): g for leaf, g in zip(order, grads) if g is not None}
     uses: dict[int, list[str]] = {}
     for name, value in zip(names, lifted):
         for key, leaf in value.items() if isinstance(value, Mapping) else [(name, value)]:

@@ -479,7 +479,7 @@ def pe_inputs(draw: Any, dtype: str, *, min_length: int = 0, scope: Scope = FULL
 
 
 @st.composite
-def layer_norm_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+def layer_norm_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE, min_d: int = 1) -> dict[str, Any]:
     """x (rows, d), gain ~ 1, bias ~ 0 (both not exactly), eps from 1e-6 to 0.25; rows random, offset or near-constant.
 
     Every row of length >= 2 keeps a spread (``_pin_spread``). Offset rows sit at a level of up to
@@ -489,7 +489,7 @@ def layer_norm_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> di
     kappa = rms(x)/sigma is as large as the dtype can still resolve.
     """
     sizes = _Sizes(draw, "layer_norm_inputs")
-    rows, d = sizes.integers(1, 3), sizes.integers(1, 12)
+    rows, d = sizes.integers(1, 3), sizes.integers(min_d, 12)
     kind = draw(st.sampled_from(["random", "offset", "near_constant"]))
     prec = precision(dtype)
     z = _pin_spread(draw, _array(draw, (rows, d), 1.0))

@@ -55,7 +55,7 @@ def test_feed_forward(impl: Any, dtype: str, data: st.DataObject) -> None:
 @profile()
 @given(data=st.data())
 def test_layer_norm_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
-    args = data.draw(S.layer_norm_inputs(dtype, scope=S.scope(impl, "layer_norm")))
+    args = data.draw(S.layer_norm_inputs(dtype, scope=S.scope(impl, "layer_norm"), min_d=2))
     L.layer_norm_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(args["x"].shape)))
 
 
@@ -72,5 +72,19 @@ def test_feed_forward_gradients(impl: Any, dtype: str, data: st.DataObject) -> N
 @profile(0.5)
 @given(data=st.data())
 def test_layer_norm_input_gradient_sums_to_zero(impl: Any, dtype: str, data: st.DataObject) -> None:
-    args = data.draw(S.layer_norm_inputs(dtype, scope=S.scope(impl, "layer_norm")))
+    args = data.draw(S.layer_norm_inputs(dtype, scope=S.scope(impl, "layer_norm"), min_d=2))
     L.layer_norm_input_gradient_sums_to_zero(impl, dtype, **args, d_out=data.draw(S.cotangent(args["x"].shape)))
+
+
+@pytest.mark.aiayn_equation("layer_norm", direction="backward", needs=("batchdims:1",))
+@profile(0.25)
+@given(data=st.data())
+def test_layer_norm_one_element_rows_have_no_gradient(impl: Any, dtype: str, data: st.DataObject) -> None:
+    rows = data.draw(st.integers(1, 4))
+    x = data.draw(S.cotangent((rows, 1)))  # values of any sign and size
+    scope = S.scope(impl, "layer_norm")
+    eps = scope.layer_norm_eps if scope.layer_norm_eps is not None else data.draw(st.sampled_from([1e-6, 1e-5, 0.25]))
+    gain, bias = 1.0 + data.draw(S.cotangent((1,))) / 16, data.draw(S.cotangent((1,)))
+    L.layer_norm_one_element_rows_have_no_gradient(
+        impl, dtype, x=x, gain=gain, bias=bias, eps=eps, d_out=data.draw(S.cotangent((rows, 1)))
+    )

@@ -191,13 +191,19 @@ def cell(report_rows: Sequence[Row | Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+#: The zoo table's columns: each equation's forward pass, then every backward row combined.
+GRADIENTS = "gradients"
+COLUMNS: tuple[str, ...] = (*EQUATIONS, GRADIENTS)
+
+
 def summarise(name: str, data: Mapping[str, Any] | None, library: str, what: str) -> dict[str, Any]:
     """One zoo row from an adapter's conformance report data (None: the library is not installed)."""
     row: dict[str, Any] = {"name": name, "library": library, "library_version": installed(library), "what": what}
     if data is None:
         return {**row, "verdict": "library not installed", "version": None, "dtypes": [], "cells": {}}
     rows = [Row.from_dict(r) for r in data["rows"]]
-    cells = {eq: cell([r for r in rows if r.equation == eq]) for eq in EQUATIONS}
+    cells = {eq: cell([r for r in rows if r.equation == eq and r.direction == "forward"]) for eq in EQUATIONS}
+    cells[GRADIENTS] = cell([r for r in rows if r.direction == "backward"])
     contract = [r for r in rows if r.equation == CONTRACT]
     if contract and contract[0].status is Status.FAIL:
         cells["contract"] = {
@@ -385,19 +391,21 @@ def _write(
         "`conformance-<name>.md` beside this file (`aiayn check <name> --report`; its profile and commit are under "
         "*What each row checks*).",
         "",
-        "Each column is one equation, its dtypes combined (the least favourable shown; brackets name the dtypes when "
-        "they differ). *pass (Nx)*: every check within its derived budget, N the smallest headroom; *'name'*: the "
-        "check failed and the output matches that catalogued departure (`conformance/diagnoses.py`) on the failing "
-        "inputs; *known deviation*: documented behaviour the implementation declares (footnotes); *out of scope*, "
+        "Each column is one equation's forward pass, its dtypes combined (the least favourable shown; brackets "
+        "name the dtypes when they differ); *gradients* combines every backward row (the gradients the library "
+        "gives through autograd or jax.vjp, against the oracle's VJP). *pass (Nx)*: every check within its derived "
+        "budget, N the smallest headroom; *'name'*: the check failed and the output matches that catalogued "
+        "departure (`conformance/diagnoses.py`, `conformance/backward_diagnoses.py`) on the failing inputs; *known "
+        "deviation*: documented behaviour the implementation declares (footnotes); *out of scope*, "
         "*not provided*; *UNNAMED*: a failure no departure explains.",
         "",
     )
-    headers = ["implementation", "version", "verdict", *[record(e).short for e in EQUATIONS]]
+    headers = ["implementation", "version", "verdict", *[record(e).short for e in EQUATIONS], "gradients"]
     notes: dict[str, int] = {}
     table = []
     for r in rows:
         cells = []
-        for eq in EQUATIONS:
+        for eq in COLUMNS:
             c = r["cells"].get(eq)
             if c is None:
                 cells.append("")
@@ -439,9 +447,9 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
     from matplotlib.patches import Patch
 
     with figure_style():
-        fig, ax = plt.subplots(figsize=(1.05 * len(EQUATIONS) + 4.2, 0.42 * max(len(rows), 4) + 1.6))
+        fig, ax = plt.subplots(figsize=(1.05 * len(COLUMNS) + 4.2, 0.42 * max(len(rows), 4) + 1.6))
         for i, r in enumerate(rows):
-            for j, eq in enumerate(EQUATIONS):
+            for j, eq in enumerate(COLUMNS):
                 c = r["cells"].get(eq) or {"kind": "not run", "headroom": None}
                 ax.add_patch(
                     plt.Rectangle((j, i), 1, 1, facecolor=KINDS[c["kind"]][0], edgecolor="#888888", linewidth=0.5)
@@ -460,11 +468,11 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
                 if c["kind"] in ("pass", "pass within scope") and c.get("headroom"):
                     label += f"\n{c['headroom']:.2g}x"
                 ax.text(j + 0.5, i + 0.5, label, ha="center", va="center", fontsize=6.5)
-        ax.set_xlim(0, len(EQUATIONS))
+        ax.set_xlim(0, len(COLUMNS))
         ax.set_ylim(len(rows), 0)
         ax.set_xticks(
-            [j + 0.5 for j in range(len(EQUATIONS))],
-            [record(e).short for e in EQUATIONS],
+            [j + 0.5 for j in range(len(COLUMNS))],
+            [*(record(e).short for e in EQUATIONS), "gradients"],
             rotation=40,
             ha="right",
             fontsize=8,

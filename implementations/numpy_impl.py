@@ -306,7 +306,7 @@ class NumpyImplementation(ImplementationBase):
     def _scaled_dot_product_attention_vjp(
         self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, *, d_out: np.ndarray
     ) -> dict[str, np.ndarray]:
-        out = self.scaled_dot_product_attention(q, k, v, mask)
+        out = NumpyImplementation.scaled_dot_product_attention(self, q, k, v, mask)  # this class's own Eq. (1)
         n_q, n_k = q.shape[-2], k.shape[-2]
         blocked = self.attention == "blocked" or (self.attention == "auto" and n_q * n_k > self.blocked_threshold)
         block = min(self.block_size, _BACKWARD_TILE) if blocked else None
@@ -327,13 +327,14 @@ class NumpyImplementation(ImplementationBase):
         proj = {x: _affine(a, params[f"w_{x}"], params.get(f"b_{x}")) for x, a in zip("qkv", (query, key, value))}
         q, k, v = (_split_heads(proj[x], h, f"w_{x}") for x in "qkv")  # (..., h, n, d)
         head_mask = None if mask is None else _as_mask(mask)[..., None, :, :]
-        concat = _merge_heads(self.scaled_dot_product_attention(q, k, v, head_mask))  # (..., n_q, h*d_v)
+        # this class's own Eq. (1) and its backward (a subclass may restrict its public methods to fewer shapes)
+        concat = _merge_heads(NumpyImplementation.scaled_dot_product_attention(self, q, k, v, head_mask))
         rows = {x: a.reshape(-1, a.shape[-1]) for x, a in (("concat", concat), ("d_out", d_out))}
         grads = {"w_o": rows["concat"].T @ rows["d_out"]}
         if "b_o" in params:
             grads["b_o"] = np.sum(rows["d_out"], axis=0)
         d_heads = _split_heads(d_out @ params["w_o"].T, h, "w_o")  # (..., h, n_q, d_v)
-        d = self._scaled_dot_product_attention_vjp(q, k, v, head_mask, d_out=d_heads)
+        d = NumpyImplementation._scaled_dot_product_attention_vjp(self, q, k, v, head_mask, d_out=d_heads)
         for name, x, given in (("query", "q", query), ("key", "k", key), ("value", "v", value)):
             merged = _merge_heads(d[x])  # (..., n, h*d)
             inputs = np.broadcast_to(given, merged.shape[:-1] + given.shape[-1:]).reshape(-1, given.shape[-1])

@@ -110,7 +110,9 @@ _WRITTEN_ELSEWHERE = (
     "`zoo.md/.json/.png` and `zoo/conformance-<name>.md/.json`: `make zoo` / `aiayn zoo` (popular libraries' code "
     "checked through thin adapters, one row per library, every failure named);",
     "`conformance-false-alarms-<profile>.md/.json`: `aiayn false-alarms` (the suite on correct implementations over "
-    "many seeds; resumable).",
+    "many seeds; resumable);",
+    "`gradient-tolerances.md/.json`: `python -m aiayn.conformance.tolerances reports` (our derived gradient budgets "
+    "beside the tolerance PyTorch's own SDPA tests allow, on the same inputs).",
 )
 
 

@@ -129,3 +129,15 @@ def test_softmax_backward_budget_is_not_relative_to_a_cancelling_result() -> Non
     bound = BB.softmax(x, dy, -1, precision("float32"))["x"]
     y = np.exp(x) / np.exp(x).sum()
     assert np.all(bound > 1e-8 * y * 3.0)
+
+
+def test_pytorch_tolerance_comparison_runs_and_our_rule_never_fails_the_kernel(tmp_path) -> None:
+    pytest.importorskip("torch")
+    from aiayn.conformance import tolerances
+
+    assert tolerances.main([str(tmp_path)]) == 0
+    data = tolerances.measure()
+    assert len(data["rows"]) == len(tolerances.cases()) * 3 * 3
+    checked = [r for r in data["rows"] if r["checked"]]
+    assert checked and all(r["ours_worst"] <= 1 for r in checked)
+    assert (tmp_path / "gradient-tolerances.md").exists()

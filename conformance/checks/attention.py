@@ -280,11 +280,12 @@ def attention_masked_keys_receive_no_gradient(
     values there change no gradient (flash-attention #2424: a backward that forgets the mask; JAX #19490: a huge
     masked logit leaking into the gradient).
 
-    Poison: the dtype's largest value in masked keys (their scores are masked before anything multiplies them), and
-    in masked values the largest magnitude whose products with the cotangent cannot overflow,
-    max / (4 d_v max(|dO|, 1)): dP = dO V^T stays finite, so dS = P (.) (dP - D) is exactly 0 there. (A value whose
-    dP overflows gives 0 x inf = NaN in every backward that forms dS so; NaN at masked keys gives 0 x NaN in
-    dQ = dS K: neither is required to vanish.)
+    Poison: in masked keys and values the largest magnitudes whose products cannot overflow, max / (4 d max(|x|, 1))
+    with x the queries for keys (so a masked score stays finite) and the cotangent for values (so dP = dO V^T stays
+    finite, and dS = P (.) (dP - D) is exactly 0 there). (A masked score that overflows is the forward's poison
+    check, where PyTorch's SDPA declares that it adds -inf rather than replacing the score; a dP that overflows
+    gives 0 x inf = NaN in every backward that forms dS so; NaN at masked keys gives 0 x NaN in dQ = dS K: none of
+    these is required to vanish.)
     Bound: the clean and the poisoned calls compute the same exact gradients of q and of the visible keys and
     values, and the clean call's budget covers both (the analysis never looks at masked entries): 2 x budget.
     """
@@ -292,7 +293,7 @@ def attention_masked_keys_receive_no_gradient(
     clean = _grads(case, d_out, q=q, k=k, v=v, mask=mask)
     big = precision(case.dtype).max
     k2, v2 = k.copy(), v.copy()
-    k2[..., ~keep, :] = big
+    k2[..., ~keep, :] = big / (4 * k.shape[-1] * max(float(np.max(np.abs(q), initial=0.0)), 1.0))
     v2[..., ~keep, :] = -big / (4 * v.shape[-1] * max(float(np.max(np.abs(d_out), initial=0.0)), 1.0))
     with np.errstate(all="ignore"):  # the poisoned call's own oracle and budget overflow at the masked keys: unused
         poisoned = _grads(case, d_out, q=q, k=k2, v=v2, mask=mask)

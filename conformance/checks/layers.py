@@ -44,27 +44,43 @@ def layer_norm_unchanged_by_shifting_its_input(
 def layer_norm_input_gradient_sums_to_zero(
     case: Case, x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, d_out: np.ndarray
 ) -> None:
-    """Sum_i dx_i = 0 in every row (dx = (h - mean(h) - x_hat mean(h x_hat)) / s and Sum_i x_hat_i = 0): what a
-    backward without the mean term breaks. A row of one element has x_hat = 0, so dx = 0 and dgain = 0 exactly
-    (PyTorch #188372: a nonzero dgain for normalized_shape = (1,)).
+    """Sum_i dx_i = 0 in every row of two elements or more (dx = (h - mean(h) - x_hat mean(h x_hat)) / s and
+    Sum_i x_hat_i = 0): what a backward without the mean term breaks.
 
     Bound: |Sum_i dx_hat_i| <= Sum_i B_i + gamma_{d-1} Sum_i (|dx_i| + B_i) (our float64 sum inside it).
     """
+    if x.shape[-1] < 2:
+        raise ValueError("test construction: rows of at least 2 elements (one-element rows have their own check)")
     grads = gradient_agreement(case, d_out, x=x, gain=gain, bias=bias, eps=eps)
     if "dx" not in grads:
         return
     got, expected, budget = grads["dx"]
     d = x.shape[-1]
-    if d == 1:
-        compare(case, got, np.zeros_like(got), np.zeros_like(got), what="dx of one-element rows is not 0")
-        if "dgain" in grads:
-            dgain = grads["dgain"][0]
-            compare(case, dgain, np.zeros_like(dgain), np.zeros_like(dgain), what="dgain of one-element rows is not 0")
-        return
     u = precision(case.arithmetic).op
     bound = np.sum(budget, axis=-1) + float(gamma(d - 1, u)) * np.sum(np.abs(expected) + budget, axis=-1)
     total = np.sum(got, axis=-1)
     compare(case, total, np.zeros_like(total), bound, what="dx does not sum to 0 over a row", expected_name="0")
+
+
+@check(
+    "layer_norm",
+    kind="property",
+    violates="LayerNorm of a one-element row is its bias (§3.1: x - mean is exactly 0): no gradient reaches x or gain",
+    direction="backward",
+)
+def layer_norm_one_element_rows_have_no_gradient(
+    case: Case, x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, d_out: np.ndarray
+) -> None:
+    """Rows of one element: x_hat = 0 exactly in any algorithm (the mean of one number is itself), so dx = 0 and
+    dgain = 0 exactly (PyTorch #188372: a nonzero dgain for normalized_shape = (1,)); dbias = sum of dy, within its
+    budget (the agreement check's)."""
+    if x.shape[-1] != 1:
+        raise ValueError("test construction: rows of one element")
+    grads = gradient_agreement(case, d_out, x=x, gain=gain, bias=bias, eps=eps)
+    for label in ("dx", "dgain"):
+        if label in grads:
+            got = grads[label][0]
+            compare(case, got, np.zeros_like(got), np.zeros_like(got), what=f"{label} of one-element rows is not 0")
 
 
 feed_forward = agreement_check("feed_forward")
