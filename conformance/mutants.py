@@ -69,7 +69,12 @@ class Bug:
 
 
 class Mutant(Bug, NumpyImplementation):
-    """The NumPy implementation with one bug; subclasses set what :class:`Bug` lists."""
+    """The NumPy implementation with one bug in its forward pass; subclasses set what :class:`Bug` lists. Its
+    gradients are not provided (the backward checks of a forward bug would only repeat it: a backward mutant's bug
+    is in its gradients, :class:`BackwardMutant`)."""
+
+    def vjp(self, equation: str, args: list[Any], d_out: np.ndarray) -> dict[str, np.ndarray]:
+        raise NotImplementedError("a forward mutant: its bug is in the forward pass")
 
 
 def _visible(mask: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
@@ -429,6 +434,8 @@ CONTROL = "numpy"
 
 class BackwardMutant(Mutant):
     """A mutant whose bug is in its gradients only: the equation's forward pass is the built-in's."""
+
+    vjp = NumpyImplementation.vjp
 
 
 class BackwardIgnoresMask(BackwardMutant):

@@ -128,14 +128,11 @@ class _FixedEps(TorchImplementation):
 
 
 class _UntransposedWeights(TorchNNImplementation):
-    """Canonical w_q, w_k, w_v copied into in_proj_weight without the transpose (x @ W vs x @ W^T)."""
+    """Canonical w_q, w_k, w_v as in_proj_weight without the transpose (x @ W vs x @ W^T)."""
 
-    def _load_mha(self, module, params):  # type: ignore[no-untyped-def]
-        super()._load_mha(module, params)
-        with torch.no_grad():
-            d = module.embed_dim
-            for i, n in enumerate(("w_q", "w_k", "w_v")):
-                module.in_proj_weight[i * d : (i + 1) * d].copy_(params[n])
+    def _mha_tensors(self, params, d_model):  # type: ignore[no-untyped-def]
+        untransposed = torch.cat([params[n] for n in ("w_q", "w_k", "w_v")], dim=0)
+        return {**super()._mha_tensors(params, d_model), "in_proj_weight": untransposed}
 
 
 @pytest.mark.usefixtures("_failures_in_tmp")
