@@ -168,7 +168,7 @@ def test_multi_head_attention_heads_are_independent(impl: Any, dtype: str, data:
 
 
 @pytest.mark.aiayn_equation("softmax", direction="backward")
-@profile()
+@profile(0.5)
 @given(data=st.data())
 def test_softmax_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.softmax_inputs(dtype, scope=S.scope(impl, "softmax")))
@@ -177,7 +177,7 @@ def test_softmax_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
 
 
 @pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward")
-@profile()
+@profile(0.5)
 @given(data=st.data())
 def test_scaled_dot_product_attention_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.attention_inputs(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
@@ -190,7 +190,7 @@ def test_scaled_dot_product_attention_gradients(impl: Any, dtype: str, data: st.
 
 
 @pytest.mark.aiayn_equation("multi_head_attention", direction="backward")
-@profile()
+@profile(0.5)
 @given(data=st.data())
 def test_multi_head_attention_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.mha_inputs(dtype, scope=S.scope(impl, "multi_head_attention")))
@@ -200,7 +200,7 @@ def test_multi_head_attention_gradients(impl: Any, dtype: str, data: st.DataObje
 
 
 @pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward", needs=("masks:padding",))
-@profile(0.5)
+@profile(0.25)
 @given(data=st.data())
 def test_attention_masked_keys_receive_no_gradient(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.attention_inputs(dtype, mask=False, scope=S.scope(impl, "scaled_dot_product_attention")))
@@ -212,7 +212,7 @@ def test_attention_masked_keys_receive_no_gradient(impl: Any, dtype: str, data: 
 
 
 @pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward", needs=("masks:random",))
-@profile(0.5)
+@profile(0.25)
 @given(data=st.data())
 def test_attention_key_gradients_sum_to_zero(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.attention_inputs(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
@@ -222,7 +222,7 @@ def test_attention_key_gradients_sum_to_zero(impl: Any, dtype: str, data: st.Dat
 
 
 @pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward", needs=("masks:causal",))
-@profile(0.5)
+@profile(0.25)
 @given(data=st.data())
 def test_causal_gradient_reaches_no_later_key(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.causal_perturbation(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
@@ -233,7 +233,7 @@ def test_causal_gradient_reaches_no_later_key(impl: Any, dtype: str, data: st.Da
 
 
 @pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward", needs=("batch:1",))
-@profile(0.5)
+@profile(0.25)
 @given(data=st.data())
 def test_attention_gradients_stay_in_their_batch_element(impl: Any, dtype: str, data: st.DataObject) -> None:
     batch = (data.draw(st.integers(2, 3)),)

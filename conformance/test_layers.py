@@ -52,7 +52,7 @@ def test_feed_forward(impl: Any, dtype: str, data: st.DataObject) -> None:
 
 
 @pytest.mark.aiayn_equation("layer_norm", direction="backward")
-@profile()
+@profile(0.5)
 @given(data=st.data())
 def test_layer_norm_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.layer_norm_inputs(dtype, scope=S.scope(impl, "layer_norm"), min_d=2))
@@ -60,7 +60,7 @@ def test_layer_norm_gradients(impl: Any, dtype: str, data: st.DataObject) -> Non
 
 
 @pytest.mark.aiayn_equation("feed_forward", direction="backward")
-@profile()
+@profile(0.5)
 @given(data=st.data())
 def test_feed_forward_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.ffn_inputs(dtype, scope=S.scope(impl, "feed_forward")))
@@ -69,7 +69,7 @@ def test_feed_forward_gradients(impl: Any, dtype: str, data: st.DataObject) -> N
 
 
 @pytest.mark.aiayn_equation("layer_norm", direction="backward")
-@profile(0.5)
+@profile(0.25)
 @given(data=st.data())
 def test_layer_norm_input_gradient_sums_to_zero(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.layer_norm_inputs(dtype, scope=S.scope(impl, "layer_norm"), min_d=2))

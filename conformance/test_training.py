@@ -73,7 +73,7 @@ def test_smoothed_cross_entropy_is_minimised_at_the_target_with_value_its_entrop
 
 
 @pytest.mark.aiayn_equation("smoothed_cross_entropy", direction="backward")
-@profile()
+@profile(0.5)
 @given(data=st.data())
 def test_smoothed_cross_entropy_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.cross_entropy_inputs(dtype, min_classes=S.min_classes(impl)))
