@@ -757,13 +757,15 @@ def as_report(table: Mapping[str, Any]) -> Report:
         "",
         f"Control (`{table['control']['impl']}`, unbroken): **{table['control']['verdict']}**.",
         "",
-        "Each mutant is the NumPy built-in with one bug (`conformance/mutants.py`), checked by `pytest conformance` "
+        "Each mutant is the NumPy built-in with one bug (`conformance/mutants.py`) in its forward pass or in its "
+        "hand-written backward, checked by `pytest conformance` "
         f"(Hypothesis profile `{table['hypothesis_profile']}`, no shrinking) on the equations the bug lives in; "
         "the meta-test `tests/meta/test_conformance_mutants.py` repeats this in `make test` with the derandomized "
         "profile `smoke` (the same 8 examples per check every run).",
         "",
-        "*Diagnosed as*: the departures (`conformance/diagnoses.py`) whose output the failing agreement checks "
-        "matched; a mutant is diagnosed as itself when its own departure is among them.",
+        "*Diagnosed as*: the departures (`conformance/diagnoses.py`; for gradients "
+        "`conformance/backward_diagnoses.py`) whose output the failing agreement checks matched; a mutant is "
+        "diagnosed as itself when its own departure is among them.",
         "",
     ]
     rows = []
