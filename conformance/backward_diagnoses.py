@@ -25,7 +25,7 @@ from aiayn.reference import attention as ref_attention
 from aiayn.reference import layers as ref_layers
 from aiayn.reference import training as ref_training
 
-__all__ = ["BACKWARD_CATALOGUE", "BackwardDeparture", "BackwardDiagnosis", "explain"]
+__all__ = ["BACKWARD_CATALOGUE", "BackwardDeparture", "BackwardDiagnosis", "arithmetic", "explain"]
 
 Grads = dict[str, np.ndarray]
 
@@ -367,4 +367,46 @@ class BackwardDiagnosis:
 
     def explain(self, got: np.ndarray, dtype: str) -> list[str]:
         names, _, budget = self.gradients[self.label]
-        return explain(self.equation, self.a, self.g, {**self.gradients, self.label: (names, got, budget)}, dtype)
+        gradients = {**self.gradients, self.label: (names, got, budget)}
+        return arithmetic(self.equation, self.a, self.g, gradients, dtype) or explain(
+            self.equation, self.a, self.g, gradients, dtype
+        )
+
+
+def arithmetic(
+    equation: str,
+    a: Mapping[str, Any],
+    g: np.ndarray,
+    gradients: Mapping[str, tuple[list[str], np.ndarray, np.ndarray]],
+    dtype: str,
+) -> list[str]:
+    """The precision departure ("float32 inside a float64 claim", "subnormal results flushed to zero") under whose
+    arithmetic every gradient the implementation gave agrees with the oracle's VJP: the same backward budget, derived
+    for that arithmetic (``Backward.budget_at``); empty when none does. As for the forward (``diagnoses.explain``),
+    the paper's equations computed at another arithmetic are named before any departure of an equation."""
+    from aiayn.conformance.diagnoses import PRECISION_DEPARTURES
+    from aiayn.conformance.equations import record
+
+    backward = record(equation).backward
+    if backward is None:
+        return []
+    with np.errstate(all="ignore"):
+        expected = {name: np.asarray(v, dtype=np.float64) for name, v in backward.oracle(a, g).items()}
+    candidates = [("float32", "float32")] if dtype == "float64" else []
+    if not dtype.endswith("-ftz"):
+        candidates.append(("ftz", f"{dtype}-ftz"))
+    for kind, target in candidates:
+        with np.errstate(all="ignore"):
+            budgets = backward.budget_at(a, g, expected, target)
+        if all(
+            all(n in budgets for n in names)
+            and _agrees(
+                got,
+                np.sum([expected[n] for n in names], axis=0),
+                np.sum([budgets[n] for n in names], axis=0),
+                0.0,
+            )
+            for names, got, _ in gradients.values()
+        ):
+            return [PRECISION_DEPARTURES[kind]]
+    return []

@@ -18,6 +18,7 @@ import pytest
 from aiayn.conformance import backward_budgets as BB
 from aiayn.conformance import harness
 from aiayn.conformance.checks import attention as A
+from aiayn.conformance.checks import layers as A_layers
 from aiayn.conformance.checks import load_all
 from aiayn.conformance.checks._common import UNDEFINED_GRADIENT
 from aiayn.conformance.harness import ConformanceFailure
@@ -141,3 +142,30 @@ def test_pytorch_tolerance_comparison_runs_and_our_rule_never_fails_the_kernel(t
     checked = [r for r in data["rows"] if r["checked"]]
     assert checked and all(r["ours_worst"] <= 1 for r in checked)
     assert (tmp_path / "gradient-tolerances.md").exists()
+
+
+def test_a_float32_backward_inside_a_float64_claim_is_named_so() -> None:
+    class Float32Backward(NumpyImplementation):
+        name = "float32-backward"
+
+        def _layer_norm_vjp(self, x, gain, bias, eps, *, d_out):  # type: ignore[no-untyped-def]
+            low = super()._layer_norm_vjp(
+                x.astype(np.float32),
+                gain.astype(np.float32),
+                bias.astype(np.float32),
+                eps,
+                d_out=d_out.astype(np.float32),
+            )
+            return {name: g.astype(np.float64) for name, g in low.items()}
+
+    x = 3.0 + RNG.normal(size=(3, 8))
+    with pytest.raises(ConformanceFailure, match="float32 inside a float64 claim"):
+        A_layers.layer_norm_gradients(
+            Float32Backward(),
+            "float64",
+            x=x,
+            gain=1.0 + 0.1 * RNG.normal(size=8),
+            bias=RNG.normal(size=8),
+            eps=1e-5,
+            d_out=RNG.normal(size=(3, 8)),
+        )
