@@ -342,6 +342,7 @@ def layer_norm(
     bracket_mag = h + mean_h + (ax_hat + delta) * (mag_b + e_b)
     e_bracket = e_a + ax_hat * e_b + delta * (mag_b + e_b) + gamma(3, prec.op) * bracket_mag + prec.op * h
     with np.errstate(divide="ignore", invalid="ignore"):
+        # s's error beta reaching s itself: the bound says nothing (inf: those elements are counted "not checked")
         rel_s = np.where(beta < s, 3 * beta / (s - beta), np.inf)
         d_x = (e_bracket / s) * (1 + rel_s) * (1 + gamma(2, prec.op)) + (bracket_mag / s) * (rel_s + gamma(2, prec.op))
     d_x = d_x + 3 * prec.eta

@@ -319,6 +319,23 @@ def _agrees(got: np.ndarray, variant: np.ndarray, budget: np.ndarray, u: float) 
         return bool(np.all(np.where(live, err <= allowed, True)))
 
 
+def _agrees_with_every(
+    variant: Mapping[str, np.ndarray],
+    gradients: Mapping[str, tuple[list[str], np.ndarray, np.ndarray]],
+    u: float,
+    budgets: Mapping[str, np.ndarray] | None = None,
+) -> bool:
+    """Whether ``variant`` (gradients by argument name) agrees with every gradient the implementation gave, each within
+    its check's budget (or within ``budgets``, by argument name, where given)."""
+    for names, got, budget in gradients.values():
+        if not all(n in variant for n in names) or (budgets is not None and not all(n in budgets for n in names)):
+            return False
+        bound = budget if budgets is None else np.sum([budgets[n] for n in names], axis=0)
+        if not _agrees(got, np.sum([variant[n] for n in names], axis=0), bound, u):
+            return False
+    return True
+
+
 def explain(
     equation: str,
     a: Mapping[str, Any],
@@ -342,14 +359,8 @@ def explain(
                 computed = departure.gradients(a, g, dtype)
         except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
             continue  # no meaning for these inputs
-        for variant in computed if isinstance(computed, list) else [computed]:
-            if all(
-                all(n in variant for n in names)
-                and _agrees(got, np.sum([variant[n] for n in names], axis=0), budget, u)
-                for names, got, budget in gradients.values()
-            ):
-                found.append(departure.name)
-                break
+        if any(_agrees_with_every(v, gradients, u) for v in (computed if isinstance(computed, list) else [computed])):
+            found.append(departure.name)
     return found
 
 
@@ -398,15 +409,6 @@ def arithmetic(
     for kind, target in candidates:
         with np.errstate(all="ignore"):
             budgets = backward.budget_at(a, g, expected, target)
-        if all(
-            all(n in budgets for n in names)
-            and _agrees(
-                got,
-                np.sum([expected[n] for n in names], axis=0),
-                np.sum([budgets[n] for n in names], axis=0),
-                0.0,
-            )
-            for names, got, _ in gradients.values()
-        ):
+        if _agrees_with_every(expected, gradients, 0.0, budgets):  # the arithmetic's own budget, no extra slack
             return [PRECISION_DEPARTURES[kind]]
     return []

@@ -159,19 +159,6 @@ class TorchNNImplementation(TorchSDPAImplementation):
         provided"); otherwise autograd reaches the canonical tensors (the suite's gradient checks)."""
         return torch.no_grad() if self.fastpath else contextlib.nullcontext()
 
-    def _mha_module(self, params: Mapping[str, Any], num_heads: int) -> nn.MultiheadAttention:
-        w_q = _param(params, "w_q", "params (multi-head attention)")
-        d_model = w_q.shape[0]
-        if d_model % num_heads:
-            raise ValueError(
-                f"num_heads: nn.MultiheadAttention needs num_heads to divide d_model={d_model}, got {num_heads}"
-            )
-        module = nn.MultiheadAttention(
-            d_model, num_heads, dropout=0.0, bias=True, batch_first=True, **self._factory(w_q)
-        )
-        self._load_mha(module, params)
-        return self._mode(module)
-
     @staticmethod
     def _load_norm(module: nn.LayerNorm, params: Mapping[str, Any], name: str) -> None:
         p = _param(params, name, "params (layer)")

@@ -138,7 +138,7 @@ def gradient_agreement(
     call = [natives[name] for name in r.arguments] + ([case.dtype] if r.passes_dtype else [])
     try:
         grads = gradients.vjp(case, list(r.arguments) + (["dtype"] if r.passes_dtype else []), call, d_native)
-    except gradients.NotProvided as exc:
+    except gradients.NotProvided as exc:  # no gradient given (no vjp, no autograd graph): reported, never passed
         pytest.skip(f"not provided: {exc}")
     expected = {name: np.asarray(v, dtype=np.float64) for name, v in bw.oracle(a, g).items()}
     budgets = bw.budget_at(a, g, expected, case.arithmetic)
@@ -204,3 +204,8 @@ def gradient_check(equation: str, name: str | None = None) -> Callable[..., None
     agrees.__name__ = agrees.__qualname__ = name or f"{equation}_gradients"
     agrees.__doc__ = f"{equation}'s gradients agree with the oracle's VJP within {budget_name}."
     return check(equation, direction="backward")(agrees)
+
+
+def exactly_zero(case: Case, got: np.ndarray, what: str, where: str = "exact") -> None:
+    """``got`` must be exactly 0: a zero budget, so any nonzero element fails (NaN fails as a NaN mismatch)."""
+    compare(case, got, np.zeros_like(got), np.zeros_like(got), what=what, expected_name=f"0 ({where})")

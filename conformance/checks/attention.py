@@ -13,6 +13,7 @@ import numpy as np
 from aiayn.conformance.checks._common import (
     agreement,
     agreement_check,
+    exactly_zero,
     gradient_agreement,
     gradient_check,
     policy,
@@ -257,16 +258,6 @@ def attention_batch_elements_are_independent(
 # Eq. (1)'s gradients: exact identities (each names what it protects)
 
 
-def _exactly(case: Case, got: np.ndarray, what: str, where: str) -> None:
-    """``got`` must be exactly 0 (a zero budget: any nonzero element fails; NaN fails as a NaN mismatch)."""
-    compare(case, got, np.zeros_like(got), np.zeros_like(got), what=what, expected_name=f"0 ({where})")
-
-
-def _grads(case: Case, d_out: np.ndarray, **args: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Eq. (1)'s gradients by name ("dq", "dk", "dv"; one array passed as several is split back by its uses' sum)."""
-    return gradient_agreement(case, d_out, **args)
-
-
 @check(
     "scaled_dot_product_attention",
     kind="property",
@@ -290,18 +281,18 @@ def attention_masked_keys_receive_no_gradient(
     values, and the clean call's budget covers both (the analysis never looks at masked entries): 2 x budget.
     """
     mask = keep[None, :]
-    clean = _grads(case, d_out, q=q, k=k, v=v, mask=mask)
+    clean = gradient_agreement(case, d_out, q=q, k=k, v=v, mask=mask)
     big = precision(case.dtype).max
     k2, v2 = k.copy(), v.copy()
     k2[..., ~keep, :] = big / (4 * k.shape[-1] * max(float(np.max(np.abs(q), initial=0.0)), 1.0))
     v2[..., ~keep, :] = -big / (4 * v.shape[-1] * max(float(np.max(np.abs(d_out), initial=0.0)), 1.0))
     with np.errstate(all="ignore"):  # the poisoned call's own oracle and budget overflow at the masked keys: unused
-        poisoned = _grads(case, d_out, q=q, k=k2, v=v2, mask=mask)
+        poisoned = gradient_agreement(case, d_out, q=q, k=k2, v=v2, mask=mask)
     hidden = np.flatnonzero(~keep).tolist()
     for label, (got, _, budget) in clean.items():
         if label in ("dk", "dv"):
-            _exactly(case, got[..., ~keep, :], f"the gradient {label} of masked keys {hidden} is not 0", "masked")
-            _exactly(
+            exactly_zero(case, got[..., ~keep, :], f"the gradient {label} of masked keys {hidden} is not 0", "masked")
+            exactly_zero(
                 case,
                 poisoned[label][0][..., ~keep, :],
                 f"with poison, {label} of masked keys {hidden} is not 0",
@@ -339,7 +330,7 @@ def attention_key_gradients_sum_to_zero(
     """
     if any(np.shape(a)[:-2] != np.shape(q)[:-2] for a in (k, v)):
         raise ValueError("test construction: q, k, v of one batch shape (no broadcast sums)")
-    grads = _grads(case, d_out, q=q, k=k, v=v, mask=mask)
+    grads = gradient_agreement(case, d_out, q=q, k=k, v=v, mask=mask)
     n_k = k.shape[-2]
     shape = q.shape[:-1] + (n_k,)
     visible = np.ones(shape, bool) if mask is None else np.broadcast_to(mask, shape)
@@ -381,10 +372,10 @@ def causal_gradient_reaches_no_later_key(
     n = q.shape[-2]
     g = np.zeros_like(d_out)
     g[..., row, :] = d_out[..., row, :]
-    grads = _grads(case, g, q=q, k=k, v=v, mask=causal_mask(n, n))
+    grads = gradient_agreement(case, g, q=q, k=k, v=v, mask=causal_mask(n, n))
     for label in ("dk", "dv"):
         if label in grads:
-            _exactly(case, grads[label][0][..., row + 1 :, :], f"{label} of keys after {row} is not 0", "causal")
+            exactly_zero(case, grads[label][0][..., row + 1 :, :], f"{label} of keys after {row} is not 0", "causal")
 
 
 @check(
@@ -399,8 +390,10 @@ def attention_gradients_stay_in_their_batch_element(
     """With a cotangent that is 0 on batch element ``index``, every gradient of that element is exactly 0."""
     g = d_out.copy()
     g[index] = 0.0
-    for label, (got, _, _) in _grads(case, g, q=q, k=k, v=v, mask=mask).items():
-        _exactly(case, got[index], f"the gradient {label} of batch element {index} (zero cotangent) is not 0", "batch")
+    for label, (got, _, _) in gradient_agreement(case, g, q=q, k=k, v=v, mask=mask).items():
+        exactly_zero(
+            case, got[index], f"the gradient {label} of batch element {index} (zero cotangent) is not 0", "batch"
+        )
 
 
 # --------------------------------------------------------------------------------------------
