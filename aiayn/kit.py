@@ -161,8 +161,10 @@ def _source(module: str) -> tuple[str, bytes] | None:
     return spec.origin, Path(spec.origin).read_bytes()
 
 
-def _imported(module: str, source: bytes, is_package: bool) -> set[str]:
-    """aiayn modules named by any import statement of ``source`` (top level or inside functions)."""
+@functools.cache
+def _imported(module: str, source: bytes, is_package: bool) -> frozenset[str]:
+    """aiayn modules named by any import statement of ``source`` (top level or inside functions); cached, as the
+    sources are (a run that writes many reports parses each module once)."""
     found: set[str] = set()
     package = module if is_package else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(source)):
@@ -175,7 +177,7 @@ def _imported(module: str, source: bytes, is_package: bool) -> set[str]:
                 base = f"{parent}.{base}" if base else parent
             found.add(base)
             found.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
-    return {m for m in found if m == "aiayn" or m.startswith("aiayn.")}
+    return frozenset(m for m in found if m == "aiayn" or m.startswith("aiayn."))
 
 
 def code_closure(*modules: str) -> list[str]:
@@ -210,6 +212,7 @@ def code_hash(*modules: str) -> str:
     return digest.hexdigest()[:12]
 
 
+@functools.cache
 def code_of(source: bytes) -> bytes:
     """The code of a module's source without its layout, comments and docstrings: ``ast.dump`` of its tree
     with the docstring of the module and of every class and function left out."""
