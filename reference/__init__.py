@@ -10,7 +10,8 @@ of its paper section:
   LayerNorm and Eq. (2)
 - ``positional`` §3.5: sinusoidal positional encoding and the shift matrix M_k
 - ``training``   §5.3, §5.4: Eq. (3)'s learning rate, label smoothing, smoothed cross-entropy
-- ``model``      §3.1: encoder layer, decoder layer, the full forward pass (fast tier)
+- ``model``      §3.1: encoder layer, decoder layer, the full forward pass (fast tier); their backward (both tiers:
+  every input and parameter, the shared embedding receiving the sum of its three uses)
 - ``counts``     Tables 1-3, §6.1: configurations, parameter and operation counts, training cost
 
 ``reference`` imports nothing else of aiayn.
@@ -60,7 +61,19 @@ from aiayn.reference.layers import (
     sublayer_connection,
     sublayer_connection_exact,
 )
-from aiayn.reference.model import decoder_layer, encoder_layer, init_params, transformer_forward
+from aiayn.reference.model import (
+    decoder_layer,
+    decoder_layer_vjp,
+    decoder_layer_vjp_exact,
+    encoder_layer,
+    encoder_layer_vjp,
+    encoder_layer_vjp_exact,
+    flatten_params,
+    init_params,
+    transformer_forward,
+    transformer_forward_vjp,
+    transformer_forward_vjp_exact,
+)
 from aiayn.reference.positional import (
     pe_shift_matrix,
     pe_shift_matrix_exact,
@@ -94,13 +107,18 @@ __all__ = [
     "cross_entropy",
     "cross_entropy_exact",
     "decoder_layer",
+    "decoder_layer_vjp",
+    "decoder_layer_vjp_exact",
     "embedding_lookup",
     "embedding_lookup_exact",
     "encoder_layer",
+    "encoder_layer_vjp",
+    "encoder_layer_vjp_exact",
     "feed_forward",
     "feed_forward_exact",
     "feed_forward_vjp",
     "feed_forward_vjp_exact",
+    "flatten_params",
     "init_params",
     "label_smoothing",
     "label_smoothing_exact",
@@ -142,4 +160,6 @@ __all__ = [
     "sublayer_connection_exact",
     "training_flops",
     "transformer_forward",
+    "transformer_forward_vjp",
+    "transformer_forward_vjp_exact",
 ]

@@ -14,7 +14,7 @@ Shapes use the paper's names: ``n_q`` queries, ``n_k`` keys/values, widths ``d_k
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import mpmath
@@ -558,21 +558,22 @@ def multi_head_attention_exact(
     return correctly_rounded(compute, dps)
 
 
-def _mha_vjp(
+def _mha_pullback(
     ins: Mapping[str, np.ndarray],
     h: int,
     visible: np.ndarray | None,
     fully_masked: str,
-    d_out: np.ndarray,
     matmul: Any,
     attention: Any,
     attention_vjp: Any,
-) -> dict[str, np.ndarray]:
-    """The VJP of §3.2.2 with the arithmetic given (``matmul``, Eq. (1) forward and VJP): longdouble or mpmath.
+) -> tuple[np.ndarray, Callable[[np.ndarray], dict[str, np.ndarray]]]:
+    """§3.2.2's output and its pullback (cotangent -> gradients by name), with the arithmetic given (``matmul``,
+    Eq. (1) forward and VJP): longdouble or mpmath. ``ins`` holds query, key, value and the parameters given.
 
     Y = Concat(head_1..h) W^O + b^O with head_i = Attention(Q_i, K_i, V_i), Q = query W^Q + b^Q (likewise K, V):
     dW^O = Concat^T dY, db^O = sum dY, dConcat = dY (W^O)^T split into heads, (dQ_i, dK_i, dV_i) by Eq. (1)'s VJP,
     dW^Q = query^T dQ, db^Q = sum dQ, dquery = dQ (W^Q)^T (likewise for key and value); every sum over all rows.
+    The gradients of query, key and value have the batch shape of the output (not reduced to a broadcast input's).
     """
 
     def rows(a: np.ndarray) -> np.ndarray:
@@ -588,15 +589,34 @@ def _mha_vjp(
     q, k, v = affine(ins["query"], "w_q", "b_q"), affine(ins["key"], "w_k", "b_k"), affine(ins["value"], "w_v", "b_v")
     qh, kh, vh = _split_heads(q, h), _split_heads(k, h), _split_heads(v, h)  # (..., h, n, d)
     concat = _merge_heads(attention(qh, kh, vh, visible, fully_masked))  # (..., n_q, h*d_v)
-    grads = {"w_o": matmul(t(rows(concat)), rows(d_out)), "b_o": rows(d_out).sum(axis=0)}
-    d_heads = _split_heads(matmul(d_out, t(ins["w_o"])), h)  # (..., h, n_q, d_v)
-    dqh, dkh, dvh = attention_vjp(qh, kh, vh, d_heads, visible, fully_masked)
-    for name, x, d in (("query", "q", dqh), ("key", "k", dkh), ("value", "v", dvh)):
-        merged = _merge_heads(d)  # (..., n, h*d)
-        grads[f"w_{x}"] = matmul(t(rows(ins[name])), rows(merged))
-        grads[f"b_{x}"] = rows(merged).sum(axis=0)
-        grads[name] = matmul(merged, t(ins[f"w_{x}"]))
-    return grads
+    out = affine(concat, "w_o", "b_o")  # (..., n_q, d_model)
+
+    def pullback(d_out: np.ndarray) -> dict[str, np.ndarray]:
+        grads = {"w_o": matmul(t(rows(concat)), rows(d_out)), "b_o": rows(d_out).sum(axis=0)}
+        d_heads = _split_heads(matmul(d_out, t(ins["w_o"])), h)  # (..., h, n_q, d_v)
+        dqh, dkh, dvh = attention_vjp(qh, kh, vh, d_heads, visible, fully_masked)
+        for name, x, d in (("query", "q", dqh), ("key", "k", dkh), ("value", "v", dvh)):
+            merged = _merge_heads(d)  # (..., n, h*d)
+            grads[f"w_{x}"] = matmul(t(rows(ins[name])), rows(merged))
+            grads[f"b_{x}"] = rows(merged).sum(axis=0)
+            grads[name] = matmul(merged, t(ins[f"w_{x}"]))
+        return grads
+
+    return out, pullback
+
+
+def _mha_vjp(
+    ins: Mapping[str, np.ndarray],
+    h: int,
+    visible: np.ndarray | None,
+    fully_masked: str,
+    d_out: np.ndarray,
+    matmul: Any,
+    attention: Any,
+    attention_vjp: Any,
+) -> dict[str, np.ndarray]:
+    """The VJP of §3.2.2 for the cotangent ``d_out`` (:func:`_mha_pullback`)."""
+    return _mha_pullback(ins, h, visible, fully_masked, matmul, attention, attention_vjp)[1](d_out)
 
 
 MHA_GRADIENTS = ("query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")

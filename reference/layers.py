@@ -353,6 +353,58 @@ def _rows_sum(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1, a.shape[-1]).sum(axis=0)
 
 
+def _layer_norm_pullback_ld(
+    x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float
+) -> tuple[np.ndarray, Callable[[np.ndarray], tuple[np.ndarray, ...]]]:
+    """LayerNorm of longdouble arrays (as :func:`_layer_norm_ld` forms it) and its pullback dy -> (dx, dgain, dbias),
+    longdouble; formulas in the comment above."""
+    d = x.shape[-1]
+    r = x - np.sum(x, axis=-1, keepdims=True) / d
+    dev = r - np.sum(r, axis=-1, keepdims=True) / d  # (..., d) corrected two-pass deviations
+    sigma = np.sqrt(np.sum(dev * dev, axis=-1, keepdims=True) / d + eps)  # (..., 1)
+    x_hat = dev / sigma
+
+    def pullback(g: np.ndarray) -> tuple[np.ndarray, ...]:
+        gg = g * gain
+        dx = (gg - np.mean(gg, axis=-1, keepdims=True) - x_hat * np.mean(gg * x_hat, axis=-1, keepdims=True)) / sigma
+        return dx, _rows_sum(g * x_hat), _rows_sum(g)
+
+    return x_hat * gain + bias, pullback
+
+
+def _layer_norm_pullback_mp(
+    x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: Any
+) -> tuple[np.ndarray, Callable[[np.ndarray], tuple[np.ndarray, ...]]]:
+    """LayerNorm of object arrays of mpf (as :func:`_layer_norm_mp` forms it: T_j = d x_j - sum x and
+    Q = sum T_j^2 + d^3 eps exact) and its pullback dy -> (dx, dgain, dbias), in the ambient mpmath context."""
+    d = x.shape[-1]
+    rows = x.reshape(-1, d)
+    sigmas, x_hats = [], []
+    for row in rows:
+        with mpmath.workprec(EXACT_PREC):
+            s = mpmath.fsum(row.tolist())
+            t = [d * v - s for v in row]
+            q = mpmath.fsum(t, squared=True) + d**3 * mpmath.mpf(eps)
+        sigmas.append(mpmath.sqrt(q / d**3))
+        x_hats.append([t_j / mpmath.sqrt(q / d) for t_j in t])
+    x_hat = np.array(x_hats, dtype=object).reshape(x.shape)
+
+    def pullback(dy: np.ndarray) -> tuple[np.ndarray, ...]:
+        cots = dy.reshape(-1, d)
+        dx = np.empty(rows.shape, dtype=object)
+        dgain, dbias = [mpmath.mpf(0)] * d, [mpmath.mpf(0)] * d
+        for i, (cot, sigma, xh) in enumerate(zip(cots, sigmas, x_hats)):
+            g = [cot[j] * gain[j] for j in range(d)]
+            mean_g = mpmath.fsum(g) / d
+            mean_gx = mpmath.fdot(g, xh) / d
+            dx[i] = [(g[j] - mean_g - xh[j] * mean_gx) / sigma for j in range(d)]
+            dgain = [dgain[j] + cot[j] * xh[j] for j in range(d)]
+            dbias = [dbias[j] + cot[j] for j in range(d)]
+        return dx.reshape(x.shape), np.array(dgain, dtype=object), np.array(dbias, dtype=object)
+
+    return x_hat * gain + bias, pullback
+
+
 def layer_norm_vjp(
     x: Any, gain: Any, bias: Any, dy: Any, eps: float = DEFAULT_EPS
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -366,15 +418,8 @@ def layer_norm_vjp(
     dy = as_float_array("dy", dy)
     if dy.shape != x.shape:
         raise ValueError(f"dy: expected the output's shape {x.shape}, got {dy.shape}")
-    xl, gl, g = x.astype(LD), gain.astype(LD), dy.astype(LD)
-    d = x.shape[-1]
-    r = xl - np.sum(xl, axis=-1, keepdims=True) / d
-    dev = r - np.sum(r, axis=-1, keepdims=True) / d  # (..., d)
-    sigma = np.sqrt(np.sum(dev * dev, axis=-1, keepdims=True) / d + eps)  # (..., 1)
-    x_hat = dev / sigma
-    gg = g * gl
-    dx = (gg - np.mean(gg, axis=-1, keepdims=True) - x_hat * np.mean(gg * x_hat, axis=-1, keepdims=True)) / sigma
-    return dx.astype(np.float64), _rows_sum(g * x_hat).astype(np.float64), _rows_sum(g).astype(np.float64)
+    _, pullback = _layer_norm_pullback_ld(x.astype(LD), gain.astype(LD), bias.astype(LD), eps)
+    return tuple(a.astype(np.float64) for a in pullback(dy.astype(LD)))  # type: ignore[return-value]
 
 
 def layer_norm_vjp_exact(
@@ -390,28 +435,52 @@ def layer_norm_vjp_exact(
     if dy.shape != x.shape:
         raise ValueError(f"dy: expected the output's shape {x.shape}, got {dy.shape}")
     d = x.shape[-1]
-    rows, cots, gm = to_mp(x.reshape(-1, d)), to_mp(dy.reshape(-1, d)), to_mp(gain)
+    xm, gm, bm, cot = to_mp(x), to_mp(gain), to_mp(bias), to_mp(dy)
 
     def compute() -> np.ndarray:
-        dx = np.empty(rows.shape, dtype=object)
-        dgain, dbias = [mpmath.mpf(0)] * d, [mpmath.mpf(0)] * d
-        for i, (row, cot) in enumerate(zip(rows, cots)):
-            with mpmath.workprec(EXACT_PREC):
-                s = mpmath.fsum(row.tolist())
-                t = [d * v - s for v in row]
-                q = mpmath.fsum(t, squared=True) + d**3 * mpmath.mpf(eps)
-            sigma = mpmath.sqrt(q / d**3)
-            x_hat = [t_j / mpmath.sqrt(q / d) for t_j in t]
-            g = [cot[j] * gm[j] for j in range(d)]
-            mean_g = mpmath.fsum(g) / d
-            mean_gx = mpmath.fdot(g, x_hat) / d
-            dx[i] = [(g[j] - mean_g - x_hat[j] * mean_gx) / sigma for j in range(d)]
-            dgain = [dgain[j] + cot[j] * x_hat[j] for j in range(d)]
-            dbias = [dbias[j] + cot[j] for j in range(d)]
-        return np.concatenate([dx.reshape(-1), np.array(dgain, dtype=object), np.array(dbias, dtype=object)])
+        _, pullback = _layer_norm_pullback_mp(xm, gm, bm, eps)
+        return np.concatenate([np.asarray(a, dtype=object).reshape(-1) for a in pullback(cot)])
 
     flat = correctly_rounded(compute, dps)
     return flat[: x.size].reshape(x.shape), flat[x.size : x.size + d], flat[x.size + d :]
+
+
+def _mp_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b for object arrays a (..., k), b (k, n): every entry exact."""
+    return _affine_mp(a, b, None)
+
+
+def _feed_forward_pullback(
+    x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray, relu_at_zero: float, exact: bool
+) -> tuple[np.ndarray, Callable[[np.ndarray], tuple[np.ndarray, ...]]]:
+    """Eq. (2) and its pullback dy -> (dx, dw1, db1, dw2, db2), formulas in the comment above: on longdouble arrays,
+    or (``exact``) on object arrays of mpf with every product and sum exact."""
+    if exact:
+        matmul, relu = _mp_product, np.vectorize(_relu_mp, otypes=[object])
+        gate = np.vectorize(lambda v: 1 if v > 0 else (relu_at_zero if v == 0 else 0), otypes=[object])
+    else:
+        matmul, relu = np.matmul, (lambda v: np.maximum(v, 0))
+        gate = lambda v: np.where(v > 0, LD(1), np.where(v == 0, LD(relu_at_zero), LD(0)))  # noqa: E731
+    d_model, d_ff = w1.shape
+    z = matmul(x, w1) + b1  # (..., d_ff)
+    h = relu(z)
+
+    def pullback(g: np.ndarray) -> tuple[np.ndarray, ...]:
+        dz = matmul(g, w2.T.copy()) * gate(z)  # (..., d_ff)
+        dw1 = matmul(x.reshape(-1, d_model).T.copy(), dz.reshape(-1, d_ff))
+        dw2 = matmul(h.reshape(-1, d_ff).T.copy(), g.reshape(-1, d_model))
+        return matmul(dz, w1.T.copy()), dw1, _rows_sum(dz), dw2, _rows_sum(g)
+
+    return matmul(h, w2) + b2, pullback
+
+
+def _validate_feed_forward_vjp(x: Any, w1: Any, b1: Any, w2: Any, b2: Any, dy: Any, relu_at_zero: float):
+    x, w1, b1, w2, b2 = _validate_feed_forward(x, w1, b1, w2, b2)
+    choice("relu_at_zero", relu_at_zero, RELU_AT_ZERO)  # type: ignore[arg-type]
+    dy = as_float_array("dy", dy)
+    if dy.shape != x.shape:
+        raise ValueError(f"dy: expected the output's shape {x.shape}, got {dy.shape}")
+    return x, w1, b1, w2, b2, dy
 
 
 def feed_forward_vjp(
@@ -422,21 +491,10 @@ def feed_forward_vjp(
 
     Paper: §3.3, Eq. (2). Shapes: as :func:`feed_forward`, dy the output's shape -> each input's shape.
     """
-    x, w1, b1, w2, b2 = _validate_feed_forward(x, w1, b1, w2, b2)
-    choice("relu_at_zero", relu_at_zero, RELU_AT_ZERO)  # type: ignore[arg-type]
-    dy = as_float_array("dy", dy)
-    if dy.shape != x.shape:
-        raise ValueError(f"dy: expected the output's shape {x.shape}, got {dy.shape}")
-    xl, w1l, w2l, g = x.astype(LD), w1.astype(LD), w2.astype(LD), dy.astype(LD)
-    z = np.matmul(xl, w1l) + b1.astype(LD)  # (..., d_ff)
-    h = np.maximum(z, 0)
-    gate = np.where(z > 0, LD(1), np.where(z == 0, LD(relu_at_zero), LD(0)))
-    dz = np.matmul(g, w2l.T) * gate  # (..., d_ff)
-    d_model, d_ff = w1.shape
-    dw1 = np.matmul(xl.reshape(-1, d_model).T, dz.reshape(-1, d_ff))
-    dw2 = np.matmul(h.reshape(-1, d_ff).T, g.reshape(-1, d_model))
-    grads = (np.matmul(dz, w1l.T), dw1, _rows_sum(dz), dw2, _rows_sum(g))
-    return tuple(a.astype(np.float64) for a in grads)
+    arrays = _validate_feed_forward_vjp(x, w1, b1, w2, b2, dy, relu_at_zero)
+    x, w1, b1, w2, b2, dy = (a.astype(LD) for a in arrays)
+    _, pullback = _feed_forward_pullback(x, w1, b1, w2, b2, relu_at_zero, exact=False)
+    return tuple(a.astype(np.float64) for a in pullback(dy))
 
 
 def feed_forward_vjp_exact(
@@ -446,32 +504,18 @@ def feed_forward_vjp_exact(
 
     Paper: §3.3, Eq. (2). Same definition, choice and shapes as :func:`feed_forward_vjp`.
     """
-    x, w1, b1, w2, b2 = _validate_feed_forward(x, w1, b1, w2, b2)
-    choice("relu_at_zero", relu_at_zero, RELU_AT_ZERO)  # type: ignore[arg-type]
-    dy = as_float_array("dy", dy)
-    if dy.shape != x.shape:
-        raise ValueError(f"dy: expected the output's shape {x.shape}, got {dy.shape}")
-    d_model, d_ff = w1.shape
-    xm, w1m, b1m, w2m, gm = (to_mp(a) for a in (x.reshape(-1, d_model), w1, b1, w2, dy.reshape(-1, d_model)))
+    arrays = _validate_feed_forward_vjp(x, w1, b1, w2, b2, dy, relu_at_zero)
+    xm, w1m, b1m, w2m, b2m, gm = (to_mp(a) for a in arrays)
 
     def compute() -> np.ndarray:
-        z = _affine_mp(xm, w1m, b1m)  # (rows, d_ff), exact
-        h = np.vectorize(_relu_mp, otypes=[object])(z)
-        gate = np.vectorize(lambda v: 1 if v > 0 else (relu_at_zero if v == 0 else 0), otypes=[object])(z)
-        dz = _affine_mp(gm, w2m.T.copy(), None) * gate  # (rows, d_ff)
-        dx = _affine_mp(dz, w1m.T.copy(), None)  # (rows, d_model)
-        dw1 = _affine_mp(xm.T.copy(), dz, None)  # (d_model, d_ff)
-        dw2 = _affine_mp(h.T.copy(), gm, None)  # (d_ff, d_model)
-        with mpmath.workprec(EXACT_PREC):
-            db1 = [mpmath.fsum(dz[:, c].tolist()) for c in range(d_ff)]
-            db2 = [mpmath.fsum(gm[:, c].tolist()) for c in range(d_model)]
-        parts = (dx, dw1, np.array(db1, dtype=object), dw2, np.array(db2, dtype=object))
+        with mpmath.workprec(EXACT_PREC):  # the sums of the row sums too
+            _, pullback = _feed_forward_pullback(xm, w1m, b1m, w2m, b2m, relu_at_zero, exact=True)
+            parts = pullback(gm)
         return np.concatenate([np.asarray(p, dtype=object).reshape(-1) for p in parts])
 
     flat = correctly_rounded(compute, dps)
-    shapes = (x.shape, w1.shape, b1.shape, w2.shape, b2.shape)
     out, start = [], 0
-    for shape in shapes:
+    for shape in (arrays[0].shape, *(a.shape for a in arrays[1:5])):
         size = int(np.prod(shape))
         out.append(flat[start : start + size].reshape(shape))
         start += size

@@ -1,9 +1,14 @@
 """The encoder-decoder, §3.1 (stacks), §3.2.3 (the three uses of attention), §3.4 (embeddings), §3.5.
 
-Fast tier only (inference semantics: dropout excluded). Each sub-layer is the fast tier of its own
-equation (multi-head attention, feed-forward, LayerNorm), so the composite's own error is a few
-float64 ulps per sub-layer: every sub-layer computes in longdouble and rounds its result once to
-float64 before the next one reads it.
+The forward pass in the fast tier only (inference semantics: dropout excluded). Each sub-layer is the fast tier of
+its own equation (multi-head attention, feed-forward, LayerNorm), so the composite's own error is a few float64 ulps
+per sub-layer: every sub-layer computes in longdouble and rounds its result once to float64 before the next one
+reads it.
+
+The backward (``*_vjp``: every gradient of a layer or of the whole model for a cotangent of its output) in both
+tiers: the fast one in longdouble throughout, rounded once to float64 at the end; the exact one in mpmath through
+``aiayn.reference._exact.correctly_rounded`` (every gradient correctly rounded), each sub-layer by its own tier's
+formula, the chain rule between them (the comment above :func:`flatten_params`).
 
 Canonical nested weight layout (what ``init_params`` builds and every implementation is checked in):
 
@@ -29,15 +34,38 @@ Post-norm throughout (LayerNorm(x + Sublayer(x)), §3.1); no final LayerNorm aft
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import mpmath
 import numpy as np
 
-from aiayn.reference._checks import positive_int
-from aiayn.reference.attention import causal_mask, multi_head_attention, padding_mask
-from aiayn.reference.layers import embedding_lookup, feed_forward, output_logits, sublayer_connection
-from aiayn.reference.positional import positional_encoding
+from aiayn.reference._checks import as_float_array, as_mask, choice, positive_int
+from aiayn.reference._exact import DEFAULT_DPS, correctly_rounded, mp_matmul, to_mp
+from aiayn.reference.attention import (
+    _attention_ld,
+    _attention_mp,
+    _attention_vjp_ld,
+    _attention_vjp_mp,
+    _cotangent,
+    _mha_pullback,
+    _unbroadcast,
+    causal_mask,
+    multi_head_attention,
+    padding_mask,
+)
+from aiayn.reference.layers import (
+    LD,
+    RELU_AT_ZERO,
+    _feed_forward_pullback,
+    _layer_norm_pullback_ld,
+    _layer_norm_pullback_mp,
+    embedding_lookup,
+    feed_forward,
+    output_logits,
+    sublayer_connection,
+)
+from aiayn.reference.positional import DEFAULT_BASE, _pe_rows_ld, _pe_rows_mp, positional_encoding
 
 DEFAULT_EPS = 1e-6  # LayerNorm eps; the paper is silent (see aiayn.reference.layers.layer_norm)
 
@@ -167,11 +195,7 @@ def transformer_forward(
         raise ValueError(
             f"src_tokens and tgt_tokens must agree on the batch size B: got {src.shape[0]} and {tgt.shape[0]}"
         )
-    n_src, n_tgt = src.shape[1], tgt.shape[1]
-    src_mask = None if src_lengths is None else padding_mask(src_lengths, n_src)  # (B, 1, n_src)
-    tgt_mask = causal_mask(n_tgt, n_tgt)  # (n_tgt, n_tgt)
-    if tgt_lengths is not None:
-        tgt_mask = tgt_mask & padding_mask(tgt_lengths, n_tgt)  # (B, n_tgt, n_tgt)
+    src_mask, tgt_mask = _masks(src.shape[1], tgt.shape[1], src_lengths, tgt_lengths)
 
     x = _embed(src, params, "src_tokens")  # (B, n_src, d_model)
     for layer in _layers(params, "encoder"):
@@ -180,6 +204,16 @@ def transformer_forward(
     for layer in _layers(params, "decoder"):
         y = decoder_layer(y, x, layer, h, tgt_mask, src_mask, eps=eps)
     return output_logits(y, params["embedding"])  # (B, n_tgt, vocab)
+
+
+def _masks(n_src: int, n_tgt: int, src_lengths: Any, tgt_lengths: Any) -> tuple[np.ndarray | None, np.ndarray]:
+    """The source padding mask (B, 1, n_src) or None, and the target's causal mask, with padding when lengths are
+    given: (n_tgt, n_tgt) or (B, n_tgt, n_tgt)."""
+    src_mask = None if src_lengths is None else padding_mask(src_lengths, n_src)
+    tgt_mask = causal_mask(n_tgt, n_tgt)
+    if tgt_lengths is not None:
+        tgt_mask = tgt_mask & padding_mask(tgt_lengths, n_tgt)
+    return src_mask, tgt_mask
 
 
 def _layers(params: Mapping[str, Any], stack: str) -> Sequence[Mapping[str, Any]]:
@@ -267,3 +301,407 @@ def init_params(
     params["encoder"] = [enc() for _ in range(config.n_layers)]
     params["decoder"] = [dec() for _ in range(config.n_layers)]
     return params
+
+
+# --------------------------------------------------------------------------------------------
+# the backward of the composites: vector-Jacobian products
+#
+# The chain rule through the sub-layers' own VJPs (reference/attention.py, reference/layers.py), from the output back:
+#   a post-norm sub-layer z = LayerNorm(r), r = x + Sublayer(x): dr = LayerNorm's VJP of dz (and dgain, dbias), then
+#   dx = dr + Sublayer's VJP of dr (the residual path and the sub-layer's own);
+#   self-attention reads one array as query, key and value: dx = dquery + dkey + dvalue; encoder-decoder attention
+#   reads the encoder output as key and value: dmemory = dkey + dvalue, summed over every decoder layer;
+#   the shared embedding matrix E (§3.4) receives the sum of its three uses: dlogits^T y from logits = y E^T, and
+#   sqrt(d_model) dX scattered to the rows of the source ids and of the target ids; a learned positional table
+#   (Table 3 row E) receives dX summed over the batch at each position, from both sequences; sinusoids take none.
+# Masks, the fully masked policy ("nan", the composites' forward's) and ReLU's derivative at 0 (``relu_at_zero``) as in
+# the sub-layers. Gradients are named by their path in the canonical layout, dots between the keys
+# ("self_attn.w_q", "encoder.0.ffn.w1"; :func:`flatten_params`); every MHA bias has one, given or absent (zero).
+
+_MHA_PARAMS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
+
+
+def flatten_params(params: Any, prefix: str = "") -> dict[str, Any]:
+    """The arrays of a nested parameter layout by dotted path ("encoder.0.self_attn.w_q"); absent biases (None)
+    left out."""
+    if isinstance(params, Mapping):
+        items: Any = params.items()
+    elif isinstance(params, Sequence) and not isinstance(params, (str, bytes, np.ndarray)):
+        items = enumerate(params)
+    else:
+        return {prefix: params}
+    flat: dict[str, Any] = {}
+    for key, value in items:
+        if value is not None:
+            flat.update(flatten_params(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def _map_tree(fn: Callable[[Any], Any], params: Any) -> Any:
+    """The nested layout with ``fn`` applied to every array (None kept)."""
+    if isinstance(params, Mapping):
+        return {k: _map_tree(fn, v) for k, v in params.items()}
+    if isinstance(params, Sequence) and not isinstance(params, (str, bytes, np.ndarray)):
+        return [_map_tree(fn, v) for v in params]
+    return None if params is None else fn(params)
+
+
+class _Arithmetic:
+    """What a composite's VJP is computed in: longdouble (the fast tier) or mpmath in the ambient context (the exact
+    tier); each sub-layer in it is its own tier's formula."""
+
+    def __init__(self, exact: bool) -> None:
+        self.exact = exact
+        self.matmul = mp_matmul if exact else np.matmul
+        self.attention = _attention_mp if exact else _attention_ld
+        self.attention_vjp = _attention_vjp_mp if exact else _attention_vjp_ld
+
+    def lift(self, a: Any) -> np.ndarray:
+        return to_mp(a) if self.exact else np.asarray(a, dtype=np.float64).astype(LD)
+
+    def sqrt(self, n: int) -> Any:
+        return mpmath.sqrt(n) if self.exact else np.sqrt(LD(n))
+
+    def zeros(self, shape: tuple[int, ...]) -> np.ndarray:
+        return np.full(shape, mpmath.mpf(0), dtype=object) if self.exact else np.zeros(shape, dtype=LD)
+
+    def sinusoids(self, n: int, d_model: int) -> np.ndarray:
+        """PE rows 0 .. n-1 of §3.5 in this arithmetic."""
+        if self.exact:
+            return _pe_rows_mp(list(range(n)), d_model, mpmath.mpf(DEFAULT_BASE))
+        return _pe_rows_ld(np.arange(n), d_model, DEFAULT_BASE)
+
+    def layer_norm(self, x: np.ndarray, norm: Mapping[str, np.ndarray], eps: float):
+        pullback = _layer_norm_pullback_mp if self.exact else _layer_norm_pullback_ld
+        return pullback(x, norm["gain"], norm["bias"], eps)
+
+    def feed_forward(self, x: np.ndarray, w: Mapping[str, np.ndarray], relu_at_zero: float):
+        return _feed_forward_pullback(x, w["w1"], w["b1"], w["w2"], w["b2"], relu_at_zero, self.exact)
+
+    def attention_layer(self, p: Mapping[str, Any], query, key, value, h: int, visible):
+        ins = {**{k: v for k, v in p.items() if v is not None}, "query": query, "key": key, "value": value}
+        return _mha_pullback(ins, h, visible, "nan", self.matmul, self.attention, self.attention_vjp)
+
+
+def _visible(mask: Any, batch: tuple[int, ...], n_q: int, n_k: int) -> np.ndarray | None:
+    """A mask as multi-head attention applies it: (..., 1, n_q, n_k), the same for every head."""
+    return None if mask is None else as_mask("mask", mask, (*batch, n_q, n_k))[..., None, :, :]
+
+
+def _post_norm(grads: dict, name: str, pullback: Callable, d_out: np.ndarray) -> np.ndarray:
+    """LayerNorm's share of a sub-layer's backward: its gain and bias gradients into ``grads``; returns d(x + S(x))."""
+    d_sum, grads[f"{name}.gain"], grads[f"{name}.bias"] = pullback(d_out)
+    return d_sum
+
+
+def _ffn_back(grads: dict, pullback: Callable, d_out: np.ndarray) -> np.ndarray:
+    dx, grads["ffn.w1"], grads["ffn.b1"], grads["ffn.w2"], grads["ffn.b2"] = pullback(d_out)
+    return dx
+
+
+def _attention_back(grads: dict, name: str, pullback: Callable, d_out: np.ndarray) -> dict[str, np.ndarray]:
+    g = pullback(d_out)
+    grads.update((f"{name}.{k}", g[k]) for k in _MHA_PARAMS)
+    return g
+
+
+def _encoder_layer_pullback(ar: _Arithmetic, x, p, h: int, visible, eps: float, relu_at_zero: float):
+    """One encoder layer (§3.1) in ``ar`` and its pullback d_out -> (dx, parameter gradients by path)."""
+    a, a_back = ar.attention_layer(p["self_attn"], x, x, x, h, visible)
+    x1, n1_back = ar.layer_norm(x + a, p["norm1"], eps)  # (..., n, d_model)
+    f, f_back = ar.feed_forward(x1, p["ffn"], relu_at_zero)
+    out, n2_back = ar.layer_norm(x1 + f, p["norm2"], eps)
+
+    def pullback(d_out: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        grads: dict[str, np.ndarray] = {}
+        d_r2 = _post_norm(grads, "norm2", n2_back, d_out)
+        d_r1 = _post_norm(grads, "norm1", n1_back, d_r2 + _ffn_back(grads, f_back, d_r2))
+        g = _attention_back(grads, "self_attn", a_back, d_r1)
+        return d_r1 + g["query"] + g["key"] + g["value"], grads
+
+    return out, pullback
+
+
+def _decoder_layer_pullback(
+    ar: _Arithmetic, y, memory, p, h: int, self_visible, memory_visible, eps: float, relu_at_zero: float
+):
+    """One decoder layer (§3.1) in ``ar`` and its pullback d_out -> (dy, dmemory, parameter gradients by path)."""
+    a, a_back = ar.attention_layer(p["self_attn"], y, y, y, h, self_visible)
+    y1, n1_back = ar.layer_norm(y + a, p["norm1"], eps)
+    c, c_back = ar.attention_layer(p["cross_attn"], y1, memory, memory, h, memory_visible)
+    y2, n2_back = ar.layer_norm(y1 + c, p["norm2"], eps)
+    f, f_back = ar.feed_forward(y2, p["ffn"], relu_at_zero)
+    out, n3_back = ar.layer_norm(y2 + f, p["norm3"], eps)
+
+    def pullback(d_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        grads: dict[str, np.ndarray] = {}
+        d_r3 = _post_norm(grads, "norm3", n3_back, d_out)
+        d_r2 = _post_norm(grads, "norm2", n2_back, d_r3 + _ffn_back(grads, f_back, d_r3))
+        gc = _attention_back(grads, "cross_attn", c_back, d_r2)
+        d_r1 = _post_norm(grads, "norm1", n1_back, d_r2 + gc["query"])
+        ga = _attention_back(grads, "self_attn", a_back, d_r1)
+        return d_r1 + ga["query"] + ga["key"] + ga["value"], gc["key"] + gc["value"], grads
+
+    return out, pullback
+
+
+def _scatter_rows(ar: _Arithmetic, ids: np.ndarray, rows: np.ndarray, vocab: int) -> np.ndarray:
+    """sum over positions with id i of rows[position], for every i < vocab: (vocab, d_model)."""
+    out = ar.zeros((vocab, rows.shape[-1]))
+    for i, row in zip(ids.reshape(-1).tolist(), rows.reshape(-1, rows.shape[-1])):
+        out[i] = out[i] + row
+    return out
+
+
+def _transformer_pullback(ar: _Arithmetic, src, tgt, p, h: int, src_mask, tgt_mask, eps: float, relu_at_zero: float):
+    """Figure 1's forward pass in ``ar`` (as :func:`transformer_forward`) and its pullback dlogits -> parameter
+    gradients by path."""
+    e = p["embedding"]  # (vocab, d_model)
+    vocab, d_model = e.shape
+    (b, n_src), n_tgt = src.shape, tgt.shape[1]
+    root = ar.sqrt(d_model)
+
+    def positions(n: int) -> np.ndarray:
+        return p["positional"][:n] if "positional" in p else ar.sinusoids(n, d_model)
+
+    x = e[src] * root + positions(n_src)  # (B, n_src, d_model)
+    enc_visible = _visible(src_mask, (b,), n_src, n_src)
+    enc_backs = []
+    for layer in p["encoder"]:
+        x, back = _encoder_layer_pullback(ar, x, layer, h, enc_visible, eps, relu_at_zero)
+        enc_backs.append(back)
+    y = e[tgt] * root + positions(n_tgt)  # (B, n_tgt, d_model)
+    self_visible, memory_visible = _visible(tgt_mask, (b,), n_tgt, n_tgt), _visible(src_mask, (b,), n_tgt, n_src)
+    dec_backs = []
+    for layer in p["decoder"]:
+        y, back = _decoder_layer_pullback(ar, y, x, layer, h, self_visible, memory_visible, eps, relu_at_zero)
+        dec_backs.append(back)
+    logits = ar.matmul(y, np.swapaxes(e, 0, 1))  # (B, n_tgt, vocab)
+
+    def pullback(d_logits: np.ndarray) -> dict[str, np.ndarray]:
+        grads: dict[str, np.ndarray] = {}
+        d_e = ar.matmul(d_logits.reshape(-1, vocab).T, y.reshape(-1, d_model))  # logits = y E^T
+        d_y, d_memory = ar.matmul(d_logits, e), ar.zeros(x.shape)
+        for i in reversed(range(len(dec_backs))):
+            d_y, d_mem, layer_grads = dec_backs[i](d_y)
+            d_memory = d_memory + d_mem
+            grads.update((f"decoder.{i}.{k}", v) for k, v in layer_grads.items())
+        d_x = d_memory
+        for i in reversed(range(len(enc_backs))):
+            d_x, layer_grads = enc_backs[i](d_x)
+            grads.update((f"encoder.{i}.{k}", v) for k, v in layer_grads.items())
+        grads["embedding"] = d_e + (_scatter_rows(ar, src, d_x, vocab) + _scatter_rows(ar, tgt, d_y, vocab)) * root
+        if "positional" in p:
+            d_pos = ar.zeros(p["positional"].shape)
+            d_pos[:n_src] = d_pos[:n_src] + d_x.sum(axis=0)
+            d_pos[:n_tgt] = d_pos[:n_tgt] + d_y.sum(axis=0)
+            grads["positional"] = d_pos
+        return grads
+
+    return logits, pullback
+
+
+def _in_tier(compute: Callable[[_Arithmetic], dict[str, Any]], exact: bool, dps: int) -> dict[str, np.ndarray]:
+    """``compute``'s gradients in the fast tier (longdouble, each rounded once to float64) or the exact one (mpmath
+    through ``correctly_rounded``: each correctly rounded)."""
+    if not exact:
+        return {name: np.asarray(g).astype(np.float64) for name, g in compute(_Arithmetic(False)).items()}
+    ar, shapes = _Arithmetic(True), {}
+
+    def flat() -> np.ndarray:
+        grads = compute(ar)
+        shapes.update((name, np.shape(g)) for name, g in grads.items())
+        return np.concatenate([np.asarray(g, dtype=object).reshape(-1) for g in grads.values()])
+
+    values, out, start = correctly_rounded(flat, dps), {}, 0
+    for name, shape in shapes.items():
+        size = int(np.prod(shape))
+        out[name] = values[start : start + size].reshape(shape)
+        start += size
+    return out
+
+
+def _encoder_layer_vjp(x, params, num_heads, d_out, mask, eps, relu_at_zero, exact: bool, dps: int):
+    out = encoder_layer(x, params, num_heads, mask, eps=eps)  # validates every input, with its own errors
+    choice("relu_at_zero", relu_at_zero, RELU_AT_ZERO)  # type: ignore[arg-type]
+    x = as_float_array("x", x, min_ndim=2)
+    d_out = _cotangent("d_out", d_out, out.shape)
+    visible = _visible(mask, out.shape[:-2], x.shape[-2], x.shape[-2])
+
+    def compute(ar: _Arithmetic) -> dict[str, Any]:
+        _, pullback = _encoder_layer_pullback(
+            ar, ar.lift(x), _map_tree(ar.lift, params), num_heads, visible, eps, relu_at_zero
+        )
+        dx, grads = pullback(ar.lift(d_out))
+        return {"x": _unbroadcast(dx, x.shape), **grads}
+
+    return _in_tier(compute, exact, dps)
+
+
+def encoder_layer_vjp(
+    x: Any,
+    params: Mapping[str, Any],
+    num_heads: int,
+    d_out: Any,
+    mask: Any = None,
+    *,
+    eps: float = DEFAULT_EPS,
+    relu_at_zero: float = 0.0,
+) -> dict[str, np.ndarray]:
+    """The VJP of one encoder layer: the gradient of x and of every parameter for the cotangent ``d_out``, by path
+    ("x", "self_attn.w_q", ..., "norm1.gain", "ffn.w1", ...); fast tier (longdouble throughout, float64 out).
+
+    Paper: §3.1, §3.2.3. Derivation in the comment above; choices as :func:`encoder_layer` and ReLU's derivative at 0
+    ``relu_at_zero`` (0 or 1, as :func:`aiayn.reference.layers.feed_forward_vjp`). Shapes: as :func:`encoder_layer`,
+    d_out the output's shape -> each input's shape.
+    """
+    return _encoder_layer_vjp(x, params, num_heads, d_out, mask, eps, relu_at_zero, False, DEFAULT_DPS)
+
+
+def encoder_layer_vjp_exact(
+    x: Any,
+    params: Mapping[str, Any],
+    num_heads: int,
+    d_out: Any,
+    mask: Any = None,
+    *,
+    eps: float = DEFAULT_EPS,
+    relu_at_zero: float = 0.0,
+    dps: int = DEFAULT_DPS,
+) -> dict[str, np.ndarray]:
+    """The VJP of one encoder layer; exact tier (mpmath at ``dps`` digits, each gradient correctly rounded to
+    float64). Paper: §3.1. Same definition, names, choices and shapes as :func:`encoder_layer_vjp`."""
+    return _encoder_layer_vjp(x, params, num_heads, d_out, mask, eps, relu_at_zero, True, dps)
+
+
+def _decoder_layer_vjp(y, memory, params, num_heads, d_out, self_mask, memory_mask, eps, relu_at_zero, exact, dps):
+    out = decoder_layer(y, memory, params, num_heads, self_mask, memory_mask, eps=eps)
+    choice("relu_at_zero", relu_at_zero, RELU_AT_ZERO)  # type: ignore[arg-type]
+    y, memory = as_float_array("y", y, min_ndim=2), as_float_array("memory", memory, min_ndim=2)
+    d_out = _cotangent("d_out", d_out, out.shape)
+    n_tgt, n_src, batch = y.shape[-2], memory.shape[-2], out.shape[:-2]
+    self_visible = _visible(causal_mask(n_tgt, n_tgt) if self_mask is None else self_mask, batch, n_tgt, n_tgt)
+    memory_visible = _visible(memory_mask, batch, n_tgt, n_src)
+
+    def compute(ar: _Arithmetic) -> dict[str, Any]:
+        lifted = _map_tree(ar.lift, params)
+        _, pullback = _decoder_layer_pullback(
+            ar, ar.lift(y), ar.lift(memory), lifted, num_heads, self_visible, memory_visible, eps, relu_at_zero
+        )
+        dy, dmemory, grads = pullback(ar.lift(d_out))
+        return {"y": _unbroadcast(dy, y.shape), "memory": _unbroadcast(dmemory, memory.shape), **grads}
+
+    return _in_tier(compute, exact, dps)
+
+
+def decoder_layer_vjp(
+    y: Any,
+    memory: Any,
+    params: Mapping[str, Any],
+    num_heads: int,
+    d_out: Any,
+    self_mask: Any = None,
+    memory_mask: Any = None,
+    *,
+    eps: float = DEFAULT_EPS,
+    relu_at_zero: float = 0.0,
+) -> dict[str, np.ndarray]:
+    """The VJP of one decoder layer: the gradient of y, of the encoder output ``memory`` (its key-and-value use) and
+    of every parameter, by path ("y", "memory", "self_attn.w_q", "cross_attn.w_k", "norm3.gain", ...); fast tier.
+
+    Paper: §3.1, §3.2.3. Derivation in the comment above; choices as :func:`decoder_layer` (the causal self mask by
+    default) and ``relu_at_zero``. Shapes: as :func:`decoder_layer`, d_out the output's shape -> each input's shape.
+    """
+    return _decoder_layer_vjp(
+        y, memory, params, num_heads, d_out, self_mask, memory_mask, eps, relu_at_zero, False, DEFAULT_DPS
+    )
+
+
+def decoder_layer_vjp_exact(
+    y: Any,
+    memory: Any,
+    params: Mapping[str, Any],
+    num_heads: int,
+    d_out: Any,
+    self_mask: Any = None,
+    memory_mask: Any = None,
+    *,
+    eps: float = DEFAULT_EPS,
+    relu_at_zero: float = 0.0,
+    dps: int = DEFAULT_DPS,
+) -> dict[str, np.ndarray]:
+    """The VJP of one decoder layer; exact tier (each gradient correctly rounded to float64). Paper: §3.1, §3.2.3.
+    Same definition, names, choices and shapes as :func:`decoder_layer_vjp`."""
+    return _decoder_layer_vjp(y, memory, params, num_heads, d_out, self_mask, memory_mask, eps, relu_at_zero, True, dps)
+
+
+def _transformer_forward_vjp(src, tgt, params, num_heads, d_logits, src_lengths, tgt_lengths, eps, relu, exact, dps):
+    logits = transformer_forward(
+        src, tgt, params, num_heads, src_lengths=src_lengths, tgt_lengths=tgt_lengths, eps=eps
+    )  # validates every input, with its own errors
+    choice("relu_at_zero", relu, RELU_AT_ZERO)  # type: ignore[arg-type]
+    d_logits = _cotangent("d_logits", d_logits, logits.shape)
+    src, tgt = np.asarray(src), np.asarray(tgt)
+    src_mask, tgt_mask = _masks(src.shape[1], tgt.shape[1], src_lengths, tgt_lengths)
+
+    def compute(ar: _Arithmetic) -> dict[str, Any]:
+        lifted = _map_tree(ar.lift, params)
+        _, pullback = _transformer_pullback(ar, src, tgt, lifted, num_heads, src_mask, tgt_mask, eps, relu)
+        return pullback(ar.lift(d_logits))
+
+    return _in_tier(compute, exact, dps)
+
+
+def transformer_forward_vjp(
+    src_tokens: Any,
+    tgt_tokens: Any,
+    params: Mapping[str, Any],
+    num_heads: int,
+    d_logits: Any,
+    *,
+    src_lengths: Any = None,
+    tgt_lengths: Any = None,
+    eps: float = DEFAULT_EPS,
+    relu_at_zero: float = 0.0,
+) -> dict[str, np.ndarray]:
+    """The VJP of the full forward pass: the gradient of every parameter for the cotangent ``d_logits`` of the
+    logits, by path ("embedding", "positional" when learned, "encoder.0.self_attn.w_q", "decoder.1.norm3.bias", ...);
+    fast tier (longdouble throughout, float64 out). The shared embedding matrix receives the sum of its three uses.
+
+    Paper: §3, Figure 1, §3.4, §3.5. Derivation in the comment above; choices as :func:`transformer_forward` and
+    ``relu_at_zero``. Shapes: as :func:`transformer_forward`, d_logits the logits' shape (B, n_tgt, vocab).
+    """
+    return _transformer_forward_vjp(
+        src_tokens,
+        tgt_tokens,
+        params,
+        num_heads,
+        d_logits,
+        src_lengths,
+        tgt_lengths,
+        eps,
+        relu_at_zero,
+        False,
+        DEFAULT_DPS,
+    )
+
+
+def transformer_forward_vjp_exact(
+    src_tokens: Any,
+    tgt_tokens: Any,
+    params: Mapping[str, Any],
+    num_heads: int,
+    d_logits: Any,
+    *,
+    src_lengths: Any = None,
+    tgt_lengths: Any = None,
+    eps: float = DEFAULT_EPS,
+    relu_at_zero: float = 0.0,
+    dps: int = DEFAULT_DPS,
+) -> dict[str, np.ndarray]:
+    """The VJP of the full forward pass; exact tier (the sinusoids, every sub-layer and the sums in mpmath, each
+    gradient correctly rounded to float64). Paper: §3, Figure 1. Same definition, names, choices and shapes as
+    :func:`transformer_forward_vjp`."""
+    return _transformer_forward_vjp(
+        src_tokens, tgt_tokens, params, num_heads, d_logits, src_lengths, tgt_lengths, eps, relu_at_zero, True, dps
+    )
