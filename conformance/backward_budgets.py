@@ -363,6 +363,7 @@ def feed_forward(
     b2: np.ndarray,
     dy: np.ndarray,
     prec: Precision,
+    x_error: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Bounds for the gradients of FFN(x) = max(0, x W1 + b1) W2 + b2 (Eq. (2)) given dy, by name.
 
@@ -372,7 +373,8 @@ def feed_forward(
       dr = dy W2^T: within e_dr = gamma_{d_model+1} |dy||W2|^T.
       dz = dr (.) [z > 0]: where |z| > e_z the computed gate is the exact one, error e_dr; where |z| <= e_z the gate
         may go either way (ReLU's derivative at 0 is a choice, and z's sign is within its own error): both branches
-        are allowed, error |dr| + e_dr.
+        are allowed, error |dr| + e_dr. ``x_error`` (a bound on x's own error, where the FFN's input is computed
+        upstream: a composite, ``backward_propagation.py``) widens that margin by |x_error| |W1|.
       db1 = Sum_rows dz; dW1 = x^T dz; dx = dz W1^T: each with the error of dz carried through and the sums'
         gamma (N + 1 or d_ff + 1 terms) on the magnitudes |dz| + e_dz.
     """
@@ -389,7 +391,8 @@ def feed_forward(
     d_w2 = np.matmul(e_z2.T, g2) + gamma(n + 1, prec.op) * np.matmul((r2 + e_z2).T, g2) + (n + 1) * prec.eta
     dr = np.matmul(g2, np.abs(w2).T)  # |dy| |W2|^T, a bound on |dr|
     e_dr = gamma(d_model + 1, prec.op) * dr + (d_model + 1) * prec.eta
-    either = np.abs(z2) <= e_z2
+    margin = e_z2 if x_error is None else e_z2 + (np.abs(x_error) @ np.abs(w1)).reshape(e_z2.shape)
+    either = np.abs(z2) <= margin
     e_dz = np.where(either, dr + e_dr, e_dr)
     mag_dz = np.where(z2 > 0, dr, 0.0) + e_dz
     d_b1 = np.sum(e_dz, axis=0) + gamma(max(n - 1, 0), prec.op) * np.sum(mag_dz, axis=0) + n * prec.eta

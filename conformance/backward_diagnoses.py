@@ -42,6 +42,40 @@ class BackwardDeparture:
 
 
 # --------------------------------------------------------------------------------------------
+# the whole model: the tied embedding (§3.4)
+
+
+def _embedding_one_use(a: Mapping[str, Any], g: np.ndarray, dtype: str) -> Grads:
+    """The tied matrix E's gradient from the output projection alone (dlogits^T y), the lookups' shares dropped:
+    E handled as two matrices, one of them frozen; every other gradient the oracle's."""
+    from aiayn.reference import model as ref_model
+
+    grads = dict(
+        ref_model.transformer_forward_vjp(
+            a["src"],
+            a["tgt"],
+            a["params"],
+            a["num_heads"],
+            g,
+            src_lengths=a["src_lengths"],
+            tgt_lengths=a["tgt_lengths"],
+            eps=a["eps"],
+        )
+    )
+    src_mask, tgt_mask = ref_model._masks(a["src"].shape[1], a["tgt"].shape[1], a["src_lengths"], a["tgt_lengths"])
+    e = np.asarray(a["params"]["embedding"], dtype=np.float64)
+    root = math.sqrt(e.shape[1])
+    x = e[a["src"]] * root + ref_model.positional_encoding(a["src"].shape[1], e.shape[1])
+    for layer in a["params"]["encoder"]:
+        x = ref_model.encoder_layer(x, layer, a["num_heads"], src_mask, eps=a["eps"])
+    y = e[a["tgt"]] * root + ref_model.positional_encoding(a["tgt"].shape[1], e.shape[1])
+    for layer in a["params"]["decoder"]:
+        y = ref_model.decoder_layer(y, x, layer, a["num_heads"], tgt_mask, src_mask, eps=a["eps"])
+    grads["embedding"] = np.asarray(g, dtype=np.float64).reshape(-1, e.shape[0]).T @ y.reshape(-1, e.shape[1])
+    return grads
+
+
+# --------------------------------------------------------------------------------------------
 # Eq. (1): the formulas of the oracle's VJP, with the weights and D given
 
 
@@ -293,6 +327,12 @@ BACKWARD_CATALOGUE: tuple[BackwardDeparture, ...] = (
         "a parameter gradient summed over all rows but the last (attorch #18)",
         "feed_forward",
         _last_row_dropped,
+    ),
+    BackwardDeparture(
+        "the tied embedding's gradient from the output projection only",
+        "E's lookups treated as another (frozen) matrix: its gradient lacks their shares (§3.4 ties all three uses)",
+        "transformer_forward",
+        _embedding_one_use,
     ),
     BackwardDeparture(
         "the gradient's label smoothing differs from the forward's",

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.conformance import backward_budgets as BB
+from aiayn.conformance import backward_propagation as BP
 from aiayn.conformance import budgets as B
 from aiayn.conformance import diagnoses as D
 from aiayn.conformance import propagation as PR
@@ -76,16 +77,28 @@ class Backward:
     oracle: Callable[[Args, np.ndarray], Mapping[str, np.ndarray]]
     budget: Callable[[Args, np.ndarray, Any], Mapping[str, np.ndarray]]
     budget_name: str
+    oracle_share: str = ADDED
+    names: Callable[[Args], tuple[str, ...]] | None = None
+
+    def gradient_names(self, a: Args) -> tuple[str, ...]:
+        """The gradients of this call: ``gradients``, or where they depend on the arguments (a composite's parameter
+        paths: "encoder.0.self_attn.w_q", ...) ``names(a)``."""
+        return self.gradients if self.names is None else self.names(a)
 
     def budget_at(self, a: Args, d_out: np.ndarray, expected: Mapping[str, np.ndarray], dtype: str) -> dict:
         """Each gradient's comparison threshold in ``dtype``: the bound at the dtype plus the bound at float64 (the
-        oracle's), floored at 1 ulp of the dtype at the expected value."""
+        oracle's; "propagated": one first-order bound given both precisions), floored at 1 ulp of the dtype at the
+        expected value."""
         from aiayn.conformance.harness import floored
 
-        here, ours = self.budget(a, d_out, precision(dtype)), self.budget(a, d_out, precision("float64"))
+        if self.oracle_share == PROPAGATED:
+            both = self.budget(a, d_out, [precision(dtype), precision("float64")])
+            here, ours = both, {name: 0.0 for name in both}
+        else:
+            here, ours = self.budget(a, d_out, precision(dtype)), self.budget(a, d_out, precision("float64"))
         return {
             name: floored(np.asarray(here[name], dtype=np.float64) + np.asarray(ours[name]), dtype, expected[name])
-            for name in self.gradients
+            for name in self.gradient_names(a)
             if name in here  # an absent parameter (an MHA bias not given) has no gradient to bound
         }
 
@@ -196,6 +209,16 @@ def _lrate_call(case: Any, natives: Mapping[str, Any], a: Args) -> np.ndarray:
 def _smoothed_targets(a: Args) -> np.ndarray:
     vocab = np.shape(a["logits"])[-1]
     return ref_training.label_smoothing(a["targets"], vocab, a["eps"], variant=a["variant"], padding_id=a["padding_id"])
+
+
+def _parameter_paths(a: Args) -> tuple[str, ...]:
+    """A composite's parameters by dotted path (``reference.model.flatten_params``), every MHA bias included: the
+    oracle's VJP gives an absent bias a gradient too (its budget leaves it out: nothing to compare)."""
+    paths = list(ref_model.flatten_params(a["params"]))
+    for path in list(paths):
+        if path.endswith(".w_q"):
+            paths += [f"{path[:-3]}b_{x}" for x in "qkvo" if f"{path[:-3]}b_{x}" not in paths]
+    return tuple(paths)
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,6 +444,16 @@ _RECORDS: tuple[Equation, ...] = (
         model_policies=_layers_model,
         departures=_LAYER_FAMILIES,
         strategy=S.encoder_inputs,
+        backward=Backward(
+            gradients=("x",),
+            names=lambda a: ("x", *_parameter_paths(a)),
+            oracle=lambda a, g: ref_model.encoder_layer_vjp(
+                a["x"], a["params"], a["num_heads"], g, a["mask"], eps=a["eps"]
+            ),
+            budget=lambda a, g, p: BP.encoder_layer(a["x"], a["params"], a["num_heads"], a["mask"], a["eps"], g, p),
+            oracle_share=PROPAGATED,
+            budget_name="first-order bound of the VJP, backward_propagation.encoder_layer",
+        ),
     ),
     Equation(
         name="decoder_layer",
@@ -440,6 +473,18 @@ _RECORDS: tuple[Equation, ...] = (
         model_policies=_layers_model,
         departures=_LAYER_FAMILIES | {"causal"},
         strategy=S.decoder_inputs,
+        backward=Backward(
+            gradients=("y", "memory"),
+            names=lambda a: ("y", "memory", *_parameter_paths(a)),
+            oracle=lambda a, g: ref_model.decoder_layer_vjp(
+                a["y"], a["memory"], a["params"], a["num_heads"], g, a["self_mask"], a["memory_mask"], eps=a["eps"]
+            ),
+            budget=lambda a, g, p: BP.decoder_layer(
+                a["y"], a["memory"], a["params"], a["num_heads"], a["self_mask"], a["memory_mask"], a["eps"], g, p
+            ),
+            oracle_share=PROPAGATED,
+            budget_name="first-order bound of the VJP, backward_propagation.decoder_layer",
+        ),
     ),
     Equation(
         name="transformer_forward",
@@ -465,6 +510,25 @@ _RECORDS: tuple[Equation, ...] = (
         model_policies=_layers_model,
         departures=_LAYER_FAMILIES | {"causal", "positional", "embedding"},
         strategy=S.forward_inputs,
+        backward=Backward(
+            gradients=(),
+            names=_parameter_paths,
+            oracle=lambda a, g: ref_model.transformer_forward_vjp(
+                a["src"],
+                a["tgt"],
+                a["params"],
+                a["num_heads"],
+                g,
+                src_lengths=a["src_lengths"],
+                tgt_lengths=a["tgt_lengths"],
+                eps=a["eps"],
+            ),
+            budget=lambda a, g, p: BP.transformer_forward(
+                a["src"], a["tgt"], a["params"], a["num_heads"], a["src_lengths"], a["tgt_lengths"], a["eps"], g, p
+            ),
+            oracle_share=PROPAGATED,
+            budget_name="first-order bound of the VJP, backward_propagation.transformer_forward",
+        ),
     ),
 )
 

@@ -4,7 +4,8 @@ Three sources, tried in this order (``implementations/protocol.py`` documents th
 
 1. The implementation's own ``vjp(equation, args, d_out)``: ``args`` the equation's native arguments in the method's
    order, ``d_out`` a native cotangent of the result's shape and dtype; it returns a mapping from argument name
-   (the equation's argument names, ``conformance/equations.py``; for multi-head attention also the parameter names)
+   (the equation's argument names, ``conformance/equations.py``; for multi-head attention also the parameter names,
+   for a composite each parameter's dotted path in the canonical layout: "self_attn.w_q", "encoder.0.ffn.w1")
    to a native gradient of that argument's shape and dtype. An equation it does not differentiate raises
    ``NotImplementedError``: "not provided".
 2. PyTorch: where the native arrays are ``torch.Tensor``, autograd through the equation's method, with no code of
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from aiayn.reference.model import flatten_params
 
 __all__ = ["NotProvided", "SHARED", "vjp"]
 
@@ -43,8 +46,9 @@ def _library(natives: Sequence[Any]) -> str | None:
 
 def vjp(case: Any, names: Sequence[str], natives: Sequence[Any], d_out: Any) -> dict[str, Any]:
     """The implementation's gradients of equation ``case.equation`` at ``natives`` (named ``names``) for the
-    cotangent ``d_out``, by argument name (a mapping argument, MHA's ``params``, by its keys; the names of one array
-    passed under several, joined by :data:`SHARED`); raises :class:`NotProvided` where it gives none."""
+    cotangent ``d_out``, by argument name (a mapping argument by its keys, a composite's nested layout by dotted
+    path: "self_attn.w_q", "encoder.0.ffn.w1"; the names of one array passed under several, joined by
+    :data:`SHARED`); raises :class:`NotProvided` where it gives none."""
     __tracebackhide__ = True
     own = getattr(case.impl, "vjp", None)
     if callable(own):
@@ -81,6 +85,8 @@ def _torch(case: Any, names: Sequence[str], natives: Sequence[Any], d_out: Any) 
     def lift(value: Any) -> Any:
         if isinstance(value, Mapping):
             return {k: lift(v) for k, v in value.items()}
+        if isinstance(value, list):  # a composite's layers
+            return [lift(v) for v in value]
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             if id(value) not in leaves:
                 leaves[id(value)] = value.detach().clone().requires_grad_(True)
@@ -104,7 +110,7 @@ def _torch(case: Any, names: Sequence[str], natives: Sequence[Any], d_out: Any) 
     by_leaf = {id(leaf): g for leaf, g in zip(order, grads) if g is not None}
     uses: dict[int, list[str]] = {}
     for name, value in zip(names, lifted):
-        for key, leaf in value.items() if isinstance(value, Mapping) else [(name, value)]:
+        for key, leaf in flatten_params(value).items() if isinstance(value, Mapping) else [(name, value)]:
             if id(leaf) in by_leaf:
                 uses.setdefault(id(leaf), []).append(key)
     return {SHARED.join(keys): by_leaf[i] for i, keys in uses.items()}
@@ -141,7 +147,7 @@ def _jax(case: Any, names: Sequence[str], natives: Sequence[Any], d_out: Any) ->
     result: dict[str, Any] = {}
     for i, g in zip(positions, cots):
         if isinstance(g, Mapping):
-            result.update(dict(g))
+            result.update(flatten_params(g))
         else:
             result[names[i]] = g
     return result

@@ -449,6 +449,16 @@ class BackwardIgnoresMask(BackwardMutant):
         return backward.attention_vjp(q, k, v, None, out, d_out, self.policies["fully_masked"], None)
 
 
+class BackwardEmbeddingOneUse(BackwardMutant):
+    """The tied embedding's gradient from the output projection only: the lookups' shares dropped."""
+
+    name, targets = "mutant-embedding-gradient-one-use", frozenset({"transformer_forward"})
+    departure = "the tied embedding's gradient from the output projection only"
+
+    def _tied_embedding_vjp(self, d_projection, lookups):
+        return d_projection
+
+
 class BackwardNoScaleInDS(BackwardMutant):
     """The 1/sqrt(d_k) is missing from dS: dQ and dK are sqrt(d_k) times too large."""
 
@@ -640,6 +650,7 @@ BACKWARD_MUTANTS: dict[str, type[BackwardMutant]] = {
         LayerNormDgainFromX,
         ReductionDropsLastBlock,
         CrossEntropyBackwardSmoothingSpread,
+        BackwardEmbeddingOneUse,
     )
 }
 

@@ -51,14 +51,14 @@ Tangent = np.ndarray | None  # a batch of tangents with a leading axis, or None 
 
 @dataclass
 class _Op:
-    out: str
+    outs: tuple[str, ...]
     inputs: tuple[str, ...]
-    jvp: Callable[..., np.ndarray]  # jvp(*input values, *input tangents) -> output tangent
-    local: Callable[[Precision], np.ndarray]  # elementwise bound on this stage's own rounding error
+    jvp: Callable[..., tuple[Tangent, ...]]  # jvp(*input values, *input tangents) -> a tangent per output
+    local: Callable[[Precision], tuple[np.ndarray, ...]]  # elementwise bounds on this stage's own rounding errors
 
 
 class _Graph:
-    """Records the stages of a composite as they are evaluated (in float64), then bounds its output."""
+    """Records the stages of a composite as they are evaluated (in float64), then bounds its outputs."""
 
     def __init__(self) -> None:
         self.values: dict[str, np.ndarray] = {}
@@ -67,7 +67,7 @@ class _Graph:
     def source(self, name: str, value: np.ndarray, local: Callable[[Precision], np.ndarray]) -> None:
         """A stage with no upstream stage (an embedding): only a local error."""
         self.values[name] = value
-        self.ops.append(_Op(name, (), lambda: None, local))
+        self.ops.append(_Op((name,), (), lambda: (None,), lambda p: (local(p),)))
 
     def stage(
         self,
@@ -78,29 +78,52 @@ class _Graph:
         local: Callable[[Precision], np.ndarray],
     ) -> np.ndarray:
         self.values[name] = value
-        self.ops.append(_Op(name, tuple(inputs), jvp, local))
+        self.ops.append(_Op((name,), tuple(inputs), lambda *a: (jvp(*a),), lambda p: (local(p),)))
         return value
+
+    def stages(
+        self,
+        names: Sequence[str],
+        inputs: Sequence[str],
+        values: Sequence[np.ndarray],
+        jvp: Callable[..., tuple[Tangent, ...]],
+        local: Callable[[Precision], tuple[np.ndarray, ...]],
+    ) -> None:
+        """One stage with several outputs (a sub-layer's backward: the input's gradient and its parameters')."""
+        self.values.update(zip(names, values))
+        self.ops.append(_Op(tuple(names), tuple(inputs), jvp, local))
 
     def bound(self, output: str, precisions: Sequence[Precision]) -> np.ndarray:
         """sum_k |J_k| L_k at ``output``, with L_k summed over ``precisions``."""
-        total = np.zeros_like(self.values[output])
-        for index, op in enumerate(self.ops):
-            local = np.minimum(sum(op.local(p) for p in precisions), 1e300)
-            if op.out == output:
-                total = total + local
-                continue
-            if not np.any(local):
-                continue
-            n = local.size
-            tangents: dict[str, Tangent] = {op.out: (np.eye(n) * local.reshape(-1)).reshape(n, *local.shape)}
-            for later in self.ops[index + 1 :]:
-                ins = [tangents.get(name) for name in later.inputs]
-                if all(t is None for t in ins):
+        return self.bounds([output], precisions)[output]
+
+    def bounds(self, outputs: Sequence[str], precisions: Sequence[Precision]) -> dict[str, np.ndarray]:
+        """sum_k |J_k| L_k at each of ``outputs``, with L_k summed over ``precisions``: each stage output's local
+        error, one column per element, carried forward through every later stage that reads it."""
+        totals = {name: np.zeros_like(self.values[name]) for name in outputs}
+        last = max(i for i, op in enumerate(self.ops) if set(op.outs) & set(totals))
+        read = {name for op in self.ops[: last + 1] for name in op.inputs}
+        for index, op in enumerate(self.ops[: last + 1]):
+            locals_ = [sum(parts) for parts in zip(*(op.local(p) for p in precisions))]
+            for out, local in zip(op.outs, locals_):
+                local = np.minimum(np.where(np.isnan(local), np.inf, local), 1e300)  # NaN: no bound, as inf
+                if out in totals:
+                    totals[out] = totals[out] + local
+                if out not in read or not np.any(local):
                     continue
-                tangents[later.out] = later.jvp(*[self.values[name] for name in later.inputs], *ins)
-            if tangents.get(output) is not None:
-                total = total + np.sum(np.abs(tangents[output]), axis=0)
-        return total * B.SAFETY
+                n = local.size
+                tangents: dict[str, Tangent] = {out: (np.eye(n) * local.reshape(-1)).reshape(n, *local.shape)}
+                for later in self.ops[index + 1 : last + 1]:
+                    ins = [tangents.get(name) for name in later.inputs]
+                    if all(t is None for t in ins):
+                        continue
+                    for name, t in zip(later.outs, later.jvp(*[self.values[name] for name in later.inputs], *ins)):
+                        if t is not None:
+                            tangents[name] = t
+                for name in totals:
+                    if name != out and tangents.get(name) is not None:
+                        totals[name] = totals[name] + np.sum(np.abs(tangents[name]), axis=0)
+        return {name: total * B.SAFETY for name, total in totals.items()}
 
 
 def _zero(t: Tangent, like: np.ndarray) -> np.ndarray:
@@ -266,6 +289,25 @@ def _decoder(
     return f"{tag}.out"
 
 
+def causal(n: int) -> np.ndarray:
+    """(n, n): query i sees keys j <= i (§3.2.3)."""
+    return np.arange(n)[None, :] <= np.arange(n)[:, None]
+
+
+def source_and_target_masks(
+    n_src: int, n_tgt: int, src_lengths: np.ndarray | None, tgt_lengths: np.ndarray | None
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """The whole model's masks: padded source keys (B, 1, n_src) or None; the target's causal mask, with padded
+    target keys hidden when lengths are given."""
+    src_mask = (
+        None if src_lengths is None else (np.arange(n_src)[None, :] < np.asarray(src_lengths)[:, None])[:, None, :]
+    )
+    tgt_mask = causal(n_tgt)
+    if tgt_lengths is not None:
+        tgt_mask = tgt_mask & (np.arange(n_tgt)[None, :] < np.asarray(tgt_lengths)[:, None])[:, None, :]
+    return src_mask, tgt_mask
+
+
 def _input(g: _Graph, name: str, value: np.ndarray) -> None:
     """An exact input (the rounded values the implementation was given): no error of its own."""
     g.source(name, np.asarray(value, dtype=np.float64), lambda p: np.zeros(np.shape(value)))
@@ -296,8 +338,7 @@ def decoder_layer(
     precisions: Sequence[Precision],
 ) -> np.ndarray:
     """First-order bound for the decoder layer (§3.1); ``self_mask`` None means causal (§3.2.3)."""
-    n = y.shape[-2]
-    self_mask = (np.arange(n)[None, :] <= np.arange(n)[:, None]) if self_mask is None else self_mask
+    self_mask = causal(y.shape[-2]) if self_mask is None else self_mask
     g = _Graph()
     _input(g, "y", y)
     _input(g, "memory", memory)
@@ -333,13 +374,7 @@ def transformer_forward(
     The encoder's stages reach the logits through every decoder layer's encoder-decoder attention
     (the graph is a DAG: the memory feeds each cross-attention).
     """
-    n_src, n_tgt = src.shape[1], tgt.shape[1]
-    src_mask = (
-        None if src_lengths is None else (np.arange(n_src)[None, :] < np.asarray(src_lengths)[:, None])[:, None, :]
-    )
-    tgt_mask = np.arange(n_tgt)[None, :] <= np.arange(n_tgt)[:, None]
-    if tgt_lengths is not None:
-        tgt_mask = tgt_mask & (np.arange(n_tgt)[None, :] < np.asarray(tgt_lengths)[:, None])[:, None, :]
+    src_mask, tgt_mask = source_and_target_masks(src.shape[1], tgt.shape[1], src_lengths, tgt_lengths)
     emb = params["embedding"]
     g = _Graph()
     _embedding(g, "src", src, emb)

@@ -451,20 +451,22 @@ class Simulated(ImplementationBase):
         dtype = self._dtype(y, memory)
         return Sim(self._decoder(y.values, memory.values, params, int(num_heads), self_mask, memory_mask, dtype), dtype)
 
-    def transformer_forward(
+    def _stacks(
         self,
         src_tokens: np.ndarray,
         tgt_tokens: np.ndarray,
         params: Mapping[str, Any],
-        num_heads: int,
-        src_lengths: np.ndarray | None = None,
-        tgt_lengths: np.ndarray | None = None,
-    ) -> Sim:
+        h: int,
+        src_lengths: np.ndarray | None,
+        tgt_lengths: np.ndarray | None,
+        dtype: str,
+    ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray | None, np.ndarray]:
+        """Figure 1 up to the logits: each encoder layer's input then the memory, each decoder layer's input then
+        the decoder's output, and the masks (source padding; target causal and padding)."""
         emb = params["embedding"]
-        dtype = emb.dtype
         if "positional" in params:
             raise ValueError("params['positional']: learned positions are not simulated (sinusoids only)")
-        h, d = int(num_heads), emb.shape[1]
+        d = emb.shape[1]
         root = round_to(np.sqrt(float(d)), dtype)
 
         def embed(tokens: np.ndarray) -> np.ndarray:
@@ -478,13 +480,122 @@ class Simulated(ImplementationBase):
         tgt_mask = np.arange(n_tgt)[None, :] <= np.arange(n_tgt)[:, None]
         if tgt_lengths is not None:
             tgt_mask = tgt_mask & (np.arange(n_tgt)[None, :] < np.asarray(tgt_lengths)[:, None])[:, None, :]
-        x = embed(src_tokens)
+        xs = [embed(src_tokens)]
         for layer in params["encoder"]:
-            x = self._encoder(x, layer, h, src_mask, dtype)
-        y = embed(tgt_tokens)
+            xs.append(self._encoder(xs[-1], layer, h, src_mask, dtype))
+        ys = [embed(tgt_tokens)]
         for layer in params["decoder"]:
-            y = self._decoder(y, x, layer, h, tgt_mask, src_mask, dtype)
-        return Sim(self._dot(y, emb.values.T, dtype), dtype)
+            ys.append(self._decoder(ys[-1], xs[-1], layer, h, tgt_mask, src_mask, dtype))
+        return xs, ys, src_mask, tgt_mask
+
+    def transformer_forward(
+        self,
+        src_tokens: np.ndarray,
+        tgt_tokens: np.ndarray,
+        params: Mapping[str, Any],
+        num_heads: int,
+        src_lengths: np.ndarray | None = None,
+        tgt_lengths: np.ndarray | None = None,
+    ) -> Sim:
+        dtype = params["embedding"].dtype
+        _, ys, _, _ = self._stacks(src_tokens, tgt_tokens, params, int(num_heads), src_lengths, tgt_lengths, dtype)
+        return Sim(self._dot(ys[-1], params["embedding"].values.T, dtype), dtype)
+
+    # ---------------------------------------------------------------- §3.1 layers, Figure 1: the backward pass
+
+    def _norm_vjp(self, r: np.ndarray, p: Mapping[str, Any], g: np.ndarray, dtype: str, grads: dict, name: str):
+        out = self._layer_norm_vjp(Sim(r, dtype), p["gain"], p["bias"], self._eps(), g=g, dtype=dtype)
+        grads[f"{name}.gain"], grads[f"{name}.bias"] = out["gain"], out["bias"]
+        return out["x"]
+
+    def _ffn_vjp(self, x: np.ndarray, f: Mapping[str, Any], g: np.ndarray, dtype: str, grads: dict) -> np.ndarray:
+        out = self._feed_forward_vjp(Sim(x, dtype), f["w1"], f["b1"], f["w2"], f["b2"], g=g, dtype=dtype)
+        grads.update((f"ffn.{k}", out[k]) for k in ("w1", "b1", "w2", "b2"))
+        return out["x"]
+
+    def _attention_vjp(self, name: str, q, k, v, p, h: int, mask, g: np.ndarray, dtype: str, grads: dict) -> dict:
+        out = self._multi_head_attention_vjp(Sim(q, dtype), Sim(k, dtype), Sim(v, dtype), p, h, mask, g=g, dtype=dtype)
+        grads.update((f"{name}.{key}", value) for key, value in out.items() if key not in ("query", "key", "value"))
+        return out
+
+    def _add(self, dtype: str, *terms: np.ndarray) -> np.ndarray:
+        total = terms[0]
+        for t in terms[1:]:
+            total = round_to(total + t, dtype)
+        return total
+
+    def _encoder_vjp(self, x: np.ndarray, params: Mapping[str, Any], h: int, mask, g: np.ndarray, dtype: str):
+        """(dx, parameter gradients by path) of one encoder layer, every intermediate rounded."""
+        f = params["ffn"]
+        r1 = round_to(x + self._mha(x, x, x, params["self_attn"], h, mask, dtype), dtype)
+        z = self._norm(r1, params["norm1"], dtype)
+        r2 = round_to(z + self._ffn(z, f["w1"], f["b1"], f["w2"], f["b2"], dtype), dtype)
+        grads: dict[str, np.ndarray] = {}
+        d_r2 = self._norm_vjp(r2, params["norm2"], g, dtype, grads, "norm2")
+        d_r1 = self._norm_vjp(
+            r1, params["norm1"], self._add(dtype, d_r2, self._ffn_vjp(z, f, d_r2, dtype, grads)), dtype, grads, "norm1"
+        )
+        a = self._attention_vjp("self_attn", x, x, x, params["self_attn"], h, mask, d_r1, dtype, grads)
+        return self._add(dtype, d_r1, a["query"], a["key"], a["value"]), grads
+
+    def _decoder_vjp(self, y, memory, params: Mapping[str, Any], h: int, self_mask, memory_mask, g, dtype: str):
+        """(dy, dmemory, parameter gradients by path) of one decoder layer, every intermediate rounded."""
+        n = y.shape[-2]
+        if self_mask is None:
+            self_mask = np.arange(n)[None, :] <= np.arange(n)[:, None]  # causal, §3.2.3
+        f = params["ffn"]
+        r1 = round_to(y + self._mha(y, y, y, params["self_attn"], h, self_mask, dtype), dtype)
+        a = self._norm(r1, params["norm1"], dtype)
+        r2 = round_to(a + self._mha(a, memory, memory, params["cross_attn"], h, memory_mask, dtype), dtype)
+        b = self._norm(r2, params["norm2"], dtype)
+        r3 = round_to(b + self._ffn(b, f["w1"], f["b1"], f["w2"], f["b2"], dtype), dtype)
+        grads: dict[str, np.ndarray] = {}
+        d_r3 = self._norm_vjp(r3, params["norm3"], g, dtype, grads, "norm3")
+        d_r2 = self._norm_vjp(
+            r2, params["norm2"], self._add(dtype, d_r3, self._ffn_vjp(b, f, d_r3, dtype, grads)), dtype, grads, "norm2"
+        )
+        c = self._attention_vjp(
+            "cross_attn", a, memory, memory, params["cross_attn"], h, memory_mask, d_r2, dtype, grads
+        )
+        d_r1 = self._norm_vjp(r1, params["norm1"], self._add(dtype, d_r2, c["query"]), dtype, grads, "norm1")
+        s = self._attention_vjp("self_attn", y, y, y, params["self_attn"], h, self_mask, d_r1, dtype, grads)
+        return self._add(dtype, d_r1, s["query"], s["key"], s["value"]), self._add(dtype, c["key"], c["value"]), grads
+
+    def _encoder_layer_vjp(self, x: Sim, params, num_heads, mask=None, *, g: np.ndarray, dtype: str) -> dict:
+        dx, grads = self._encoder_vjp(x.values, params, int(num_heads), mask, g, dtype)
+        return {"x": dx, **grads}
+
+    def _decoder_layer_vjp(
+        self, y: Sim, memory: Sim, params, num_heads, self_mask=None, memory_mask=None, *, g: np.ndarray, dtype: str
+    ) -> dict:
+        dy, dm, grads = self._decoder_vjp(
+            y.values, memory.values, params, int(num_heads), self_mask, memory_mask, g, dtype
+        )
+        return {"y": dy, "memory": dm, **grads}
+
+    def _transformer_forward_vjp(
+        self, src_tokens, tgt_tokens, params, num_heads, src_lengths=None, tgt_lengths=None, *, g, dtype: str
+    ) -> dict:
+        h, emb = int(num_heads), params["embedding"].values
+        xs, ys, src_mask, tgt_mask = self._stacks(src_tokens, tgt_tokens, params, h, src_lengths, tgt_lengths, dtype)
+        vocab, d = emb.shape
+        grads: dict[str, np.ndarray] = {}
+        d_emb = self._dot(g.reshape(-1, vocab).T, ys[-1].reshape(-1, d), dtype)  # logits = y E^T
+        d_y, d_memory = self._dot(g, emb, dtype), None
+        for i in reversed(range(len(params["decoder"]))):
+            d_y, dm, layer = self._decoder_vjp(ys[i], xs[-1], params["decoder"][i], h, tgt_mask, src_mask, d_y, dtype)
+            d_memory = dm if d_memory is None else round_to(d_memory + dm, dtype)
+            grads.update((f"decoder.{i}.{k}", v) for k, v in layer.items())
+        d_x = d_memory
+        for i in reversed(range(len(params["encoder"]))):
+            d_x, layer = self._encoder_vjp(xs[i], params["encoder"][i], h, src_mask, d_x, dtype)
+            grads.update((f"encoder.{i}.{k}", v) for k, v in layer.items())
+        root = round_to(np.sqrt(float(d)), dtype)
+        for tokens, cot in ((src_tokens, d_x), (tgt_tokens, d_y)):  # each lookup's share added row by row
+            for token, row in zip(np.asarray(tokens).reshape(-1), cot.reshape(-1, d)):
+                d_emb[token] = round_to(d_emb[token] + round_to(row * root, dtype), dtype)
+        grads["embedding"] = d_emb
+        return grads
 
 
 class OnePassVariance(Simulated):

@@ -462,6 +462,138 @@ class NumpyImplementation(ImplementationBase):
             x += positional[:n]  # learned positions (Table 3 row E)
         return x
 
+    # the composites' backward: the chain rule through the sub-layers' own hand-written backward, from the output
+    # back (a post-norm sub-layer: LayerNorm's VJP, then the residual's two paths; self-attention's one input gets
+    # its three uses' gradients; the tied embedding its projection's and both lookups')
+
+    def _post_norm_vjp(
+        self, r: np.ndarray, norm: Mapping[str, np.ndarray], d: np.ndarray, grads: dict, name: str
+    ) -> np.ndarray:
+        """LayerNorm(r)'s backward: its gain and bias gradients into ``grads``; returns dr."""
+        g = NumpyImplementation._layer_norm_vjp(
+            self, r, norm["gain"], norm["bias"], float(self.policies["layer_norm_eps"]), d_out=d
+        )
+        grads[f"{name}.gain"], grads[f"{name}.bias"] = g["gain"], g["bias"]
+        return g["x"]
+
+    def _ffn_vjp(self, x: np.ndarray, ffn: Mapping[str, np.ndarray], d: np.ndarray, grads: dict) -> np.ndarray:
+        g = NumpyImplementation._feed_forward_vjp(self, x, **ffn, d_out=d)
+        grads.update((f"ffn.{k}", g[k]) for k in ("w1", "b1", "w2", "b2"))
+        return g["x"]
+
+    def _attention_vjp(self, name: str, q, k, v, params, num_heads, mask, d, grads: dict) -> dict[str, np.ndarray]:
+        g = NumpyImplementation._multi_head_attention_vjp(self, q, k, v, params, num_heads, mask, d_out=d)
+        grads.update((f"{name}.{key}", value) for key, value in g.items() if key not in ("query", "key", "value"))
+        return g
+
+    def _encoder_layer_vjp(
+        self, x: np.ndarray, params: Mapping[str, Any], num_heads: int, mask: np.ndarray | None = None, *, d_out
+    ) -> dict[str, np.ndarray]:
+        r1 = self.multi_head_attention(x, x, x, params["self_attn"], num_heads, mask) + x
+        z = self.layer_norm(
+            r1, params["norm1"]["gain"], params["norm1"]["bias"], float(self.policies["layer_norm_eps"])
+        )
+        r2 = self.feed_forward(z, **params["ffn"]) + z
+        grads: dict[str, np.ndarray] = {}
+        d_r2 = self._post_norm_vjp(r2, params["norm2"], d_out, grads, "norm2")
+        d_r1 = self._post_norm_vjp(
+            r1, params["norm1"], d_r2 + self._ffn_vjp(z, params["ffn"], d_r2, grads), grads, "norm1"
+        )
+        g = self._attention_vjp("self_attn", x, x, x, params["self_attn"], num_heads, mask, d_r1, grads)
+        grads["x"] = d_r1 + g["query"] + g["key"] + g["value"]
+        return grads
+
+    def _decoder_layer_vjp(
+        self,
+        y: np.ndarray,
+        memory: np.ndarray,
+        params: Mapping[str, Any],
+        num_heads: int,
+        self_mask: np.ndarray | None = None,
+        memory_mask: np.ndarray | None = None,
+        *,
+        d_out: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        if self_mask is None:
+            self_mask = np.tri(y.shape[-2], y.shape[-2], dtype=bool)
+        r1 = self.multi_head_attention(y, y, y, params["self_attn"], num_heads, self_mask) + y
+        a = self.layer_norm(
+            r1, params["norm1"]["gain"], params["norm1"]["bias"], float(self.policies["layer_norm_eps"])
+        )
+        r2 = self.multi_head_attention(a, memory, memory, params["cross_attn"], num_heads, memory_mask) + a
+        b = self.layer_norm(
+            r2, params["norm2"]["gain"], params["norm2"]["bias"], float(self.policies["layer_norm_eps"])
+        )
+        r3 = self.feed_forward(b, **params["ffn"]) + b
+        grads: dict[str, np.ndarray] = {}
+        d_r3 = self._post_norm_vjp(r3, params["norm3"], d_out, grads, "norm3")
+        d_r2 = self._post_norm_vjp(
+            r2, params["norm2"], d_r3 + self._ffn_vjp(b, params["ffn"], d_r3, grads), grads, "norm2"
+        )
+        gc = self._attention_vjp(
+            "cross_attn", a, memory, memory, params["cross_attn"], num_heads, memory_mask, d_r2, grads
+        )
+        d_r1 = self._post_norm_vjp(r1, params["norm1"], d_r2 + gc["query"], grads, "norm1")
+        ga = self._attention_vjp("self_attn", y, y, y, params["self_attn"], num_heads, self_mask, d_r1, grads)
+        grads["y"] = d_r1 + ga["query"] + ga["key"] + ga["value"]
+        grads["memory"] = gc["key"] + gc["value"]
+        return grads
+
+    def _tied_embedding_vjp(
+        self, d_projection: np.ndarray, lookups: tuple[tuple[np.ndarray, np.ndarray], ...]
+    ) -> np.ndarray:
+        """E's gradient (§3.4: one matrix, three uses): the output projection's share plus, for each lookup,
+        sqrt(d_model) times its cotangents added to the rows of its ids."""
+        root = d_projection.dtype.type(math.sqrt(d_projection.shape[1]))
+        for tokens, d in lookups:
+            np.add.at(d_projection, tokens.reshape(-1), d.reshape(-1, d.shape[-1]) * root)
+        return d_projection
+
+    def _transformer_forward_vjp(
+        self,
+        src_tokens: np.ndarray,
+        tgt_tokens: np.ndarray,
+        params: Mapping[str, Any],
+        num_heads: int,
+        src_lengths: np.ndarray | None = None,
+        tgt_lengths: np.ndarray | None = None,
+        *,
+        d_out: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        embedding, positional = params["embedding"], params.get("positional")
+        dt = self._float_dtype(embedding=embedding, d_out=d_out)
+        n_src, n_tgt = src_tokens.shape[1], tgt_tokens.shape[1]
+        src_mask = None if src_lengths is None else _padding_mask(src_lengths, n_src, "src_lengths")
+        tgt_mask = np.tri(n_tgt, n_tgt, dtype=bool)
+        if tgt_lengths is not None:
+            tgt_mask = tgt_mask & _padding_mask(tgt_lengths, n_tgt, "tgt_lengths")
+        xs = [self._embed(src_tokens, embedding, positional, dt)]  # each encoder layer's input, then the memory
+        for layer in params["encoder"]:
+            xs.append(self.encoder_layer(xs[-1], layer, num_heads, src_mask))
+        ys = [self._embed(tgt_tokens, embedding, positional, dt)]
+        for layer in params["decoder"]:
+            ys.append(self.decoder_layer(ys[-1], xs[-1], layer, num_heads, tgt_mask, src_mask))
+        vocab, d_model = embedding.shape
+        grads: dict[str, np.ndarray] = {}
+        d_embedding = d_out.reshape(-1, vocab).T @ ys[-1].reshape(-1, d_model)  # logits = y E^T
+        d_y, d_memory = d_out @ embedding, np.zeros_like(xs[-1])
+        for i in reversed(range(len(params["decoder"]))):
+            g = self._decoder_layer_vjp(ys[i], xs[-1], params["decoder"][i], num_heads, tgt_mask, src_mask, d_out=d_y)
+            d_y, d_memory = g.pop("y"), d_memory + g.pop("memory")
+            grads.update((f"decoder.{i}.{k}", v) for k, v in g.items())
+        d_x = d_memory
+        for i in reversed(range(len(params["encoder"]))):
+            g = self._encoder_layer_vjp(xs[i], params["encoder"][i], num_heads, src_mask, d_out=d_x)
+            d_x = g.pop("x")
+            grads.update((f"encoder.{i}.{k}", v) for k, v in g.items())
+        grads["embedding"] = self._tied_embedding_vjp(d_embedding, ((src_tokens, d_x), (tgt_tokens, d_y)))
+        if positional is not None:
+            d_positional = np.zeros_like(positional)
+            d_positional[:n_src] += d_x.sum(axis=0)
+            d_positional[:n_tgt] += d_y.sum(axis=0)
+            grads["positional"] = d_positional
+        return grads
+
     def _residual_norm(self, x: np.ndarray, sublayer_out: np.ndarray, norm: Mapping[str, np.ndarray]) -> np.ndarray:
         """LayerNorm(x + Sublayer(x)) (§3.1) with eps = policies["layer_norm_eps"]."""
         sublayer_out += x  # sublayer_out is a fresh array of ours

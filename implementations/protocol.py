@@ -41,7 +41,8 @@ It gets them, in this order (``conformance/gradients.py``):
 1. from its own method ``vjp(equation, args, d_out)``, if it has one: ``equation`` an equation's name, ``args``
    the native arguments exactly as the equation's method takes them, ``d_out`` a native cotangent of the result's
    shape in the call's dtype. It returns a mapping from argument name (the method's parameter names, as the
-   oracle names them: ``"q"``, ``"k"``, ``"v"``; ``"x"``, ``"gain"``, ``"bias"``; ``"logits"``; ...) to a native
+   oracle names them: ``"q"``, ``"k"``, ``"v"``; ``"x"``, ``"gain"``, ``"bias"``; ``"logits"``; a composite's
+   parameters by dotted path, ``"self_attn.w_q"``, ``"encoder.0.ffn.w1"``, ``"embedding"``; ...) to a native
    gradient of that argument's shape and dtype, and raises ``NotImplementedError`` for an equation it does not
    differentiate. A NumPy implementation writes these by hand: ``implementations/numpy_backward.py`` is the
    built-in's (including the FlashAttention-style backward from a saved log-sum-exp);

@@ -66,14 +66,6 @@ def _batched(t: torch.Tensor, batch: tuple[int, ...]) -> torch.Tensor:
     return t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:])
 
 
-def _copy(param: torch.Tensor, value: torch.Tensor | None) -> None:
-    """Overwrite a module parameter in place (zeros when the canonical value is absent)."""
-    if value is None:
-        param.zero_()
-    else:
-        param.copy_(value)
-
-
 class TorchNNImplementation(TorchSDPAImplementation):
     """PyTorch's ``nn`` modules in the canonical layout (registry name ``"torch-nn"``).
 
@@ -115,23 +107,6 @@ class TorchNNImplementation(TorchSDPAImplementation):
         """Training mode (fast path excluded; dropout p = 0 is the identity) unless ``fastpath``."""
         return module.train(not self.fastpath)
 
-    def _load_mha(self, module: nn.MultiheadAttention, params: Mapping[str, Any]) -> None:
-        """Canonical MHA params -> ``nn.MultiheadAttention`` (transposed: PyTorch computes x @ W^T)."""
-        w = [_param(params, n, "params (multi-head attention)") for n in ("w_q", "w_k", "w_v")]
-        b = [params.get(n) for n in ("b_q", "b_k", "b_v")]
-        d_model = module.embed_dim
-        for name, weight in zip(("w_q", "w_k", "w_v"), w):
-            if tuple(weight.shape) != (d_model, d_model):
-                raise ValueError(
-                    f"params['{name}']: nn.MultiheadAttention needs h*d_k = h*d_v = d_model, i.e. a ({d_model}, "
-                    f"{d_model}) matrix; got {tuple(weight.shape)}"
-                )
-        module.in_proj_weight.copy_(torch.cat([t.transpose(0, 1) for t in w], dim=0))  # (3 d_model, d_model)
-        for i, bias in enumerate(b):
-            _copy(module.in_proj_bias[i * d_model : (i + 1) * d_model], bias)
-        module.out_proj.weight.copy_(_param(params, "w_o", "params (multi-head attention)").transpose(0, 1))
-        _copy(module.out_proj.bias, params.get("b_o"))
-
     def _mha_tensors(self, params: Mapping[str, Any], d_model: int) -> dict[str, torch.Tensor]:
         """Canonical MHA params as ``nn.MultiheadAttention``'s parameters, built from the given tensors (so that
         autograd reaches them through ``torch.func.functional_call``): x @ W^T layout, absent biases zero."""
@@ -158,20 +133,6 @@ class TorchNNImplementation(TorchSDPAImplementation):
         """No autograd on the fast path (PyTorch's fused inference kernels have no backward: gradients "not
         provided"); otherwise autograd reaches the canonical tensors (the suite's gradient checks)."""
         return torch.no_grad() if self.fastpath else contextlib.nullcontext()
-
-    @staticmethod
-    def _load_norm(module: nn.LayerNorm, params: Mapping[str, Any], name: str) -> None:
-        p = _param(params, name, "params (layer)")
-        module.weight.copy_(_param(p, "gain", f"params['{name}']"))
-        module.bias.copy_(_param(p, "bias", f"params['{name}']"))
-
-    @staticmethod
-    def _load_ffn(layer: nn.Module, params: Mapping[str, Any]) -> None:
-        p = _param(params, "ffn", "params (layer)")
-        layer.linear1.weight.copy_(_param(p, "w1", "params['ffn']").transpose(0, 1))  # (d_ff, d_model)
-        layer.linear1.bias.copy_(_param(p, "b1", "params['ffn']"))
-        layer.linear2.weight.copy_(_param(p, "w2", "params['ffn']").transpose(0, 1))  # (d_model, d_ff)
-        layer.linear2.bias.copy_(_param(p, "b2", "params['ffn']"))
 
     def _layer_kwargs(self, params: Mapping[str, Any], num_heads: int) -> dict[str, Any]:
         """The constructor arguments shared by both layer classes: the paper's, not PyTorch's defaults."""
@@ -250,22 +211,64 @@ class TorchNNImplementation(TorchSDPAImplementation):
             module = nn.LayerNorm(x.shape[-1], eps=float(eps), **self._factory(x))
             return torch.func.functional_call(module, {"weight": gain, "bias": bias}, (x,))
 
-    @torch.no_grad()
+    @staticmethod
+    def _norm_tensors(params: Mapping[str, Any], name: str) -> dict[str, torch.Tensor]:
+        p = _param(params, name, "params (layer)")
+        return {
+            f"{name}.weight": _param(p, "gain", f"params['{name}']"),
+            f"{name}.bias": _param(p, "bias", f"params['{name}']"),
+        }
+
+    @staticmethod
+    def _ffn_tensors(params: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        p = _param(params, "ffn", "params (layer)")
+        return {
+            "linear1.weight": _param(p, "w1", "params['ffn']").transpose(0, 1),  # (d_ff, d_model)
+            "linear1.bias": _param(p, "b1", "params['ffn']"),
+            "linear2.weight": _param(p, "w2", "params['ffn']").transpose(0, 1),  # (d_model, d_ff)
+            "linear2.bias": _param(p, "b2", "params['ffn']"),
+        }
+
+    def _layer_tensors(self, params: Mapping[str, Any], attention: Mapping[str, str], norms: int, d_model: int):
+        """A layer's canonical params as the module's parameters, the given tensors themselves (so that autograd
+        reaches them through ``torch.func.functional_call``): ``attention`` maps the module's attribute to our
+        key ("self_attn" -> "self_attn", "multihead_attn" -> "cross_attn")."""
+        tensors: dict[str, torch.Tensor] = {}
+        for attr, key in attention.items():
+            mha = self._mha_tensors(_param(params, key, "params (layer)"), d_model)
+            tensors |= {f"{attr}.{k}": v for k, v in mha.items()}
+        for i in range(1, norms + 1):
+            tensors |= self._norm_tensors(params, f"norm{i}")
+        return tensors | self._ffn_tensors(params)
+
+    def _run_layer(self, layer: nn.Module, tensors: dict[str, torch.Tensor], args: tuple, kwargs: dict) -> Any:
+        """The layer on ``args``: with its parameters copied in under ``no_grad`` on the fast path (PyTorch's fused
+        kernels read the module's own parameters and have no backward), else through ``functional_call``."""
+        if self.fastpath:
+            with torch.no_grad():
+                for name, value in tensors.items():
+                    layer.get_parameter(name).copy_(value)
+                return self._mode(layer)(*args, **kwargs)
+        return torch.func.functional_call(self._mode(layer), tensors, args, kwargs)
+
+    def transformer_forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The built-in's forward pass (``torch_impl``) on these layers; on the fast path wholly without autograd (a
+        graph through the embeddings alone would give the tied matrix one of its three gradients)."""
+        with self._grad_mode():
+            return super().transformer_forward(*args, **kwargs)
+
     def encoder_layer(
         self, x: torch.Tensor, params: Mapping[str, Any], num_heads: int, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         """§3.1's encoder layer by ``nn.TransformerEncoderLayer`` (post-norm, ReLU, dropout 0, eps 1e-6)."""
-        layer = nn.TransformerEncoderLayer(**self._layer_kwargs(params, num_heads))
-        self._load_mha(layer.self_attn, _param(params, "self_attn", "params (encoder layer)"))
-        self._load_norm(layer.norm1, params, "norm1")
-        self._load_ffn(layer, params)
-        self._load_norm(layer.norm2, params, "norm2")
+        kwargs = self._layer_kwargs(params, num_heads)
+        layer = nn.TransformerEncoderLayer(**kwargs)
+        tensors = self._layer_tensors(params, {"self_attn": "self_attn"}, 2, kwargs["d_model"])
         batch, n = tuple(x.shape[:-2]), x.shape[-2]
         src_mask = self._attn_mask(mask, batch, n, n, layer.self_attn.num_heads)
-        out = self._mode(layer)(_batched(x, batch), src_mask=src_mask)
+        out = self._run_layer(layer, tensors, (_batched(x, batch),), {"src_mask": src_mask})
         return out.reshape(x.shape)
 
-    @torch.no_grad()
     def decoder_layer(
         self,
         y: torch.Tensor,
@@ -276,24 +279,20 @@ class TorchNNImplementation(TorchSDPAImplementation):
         memory_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """§3.1's decoder layer by ``nn.TransformerDecoderLayer``; ``self_mask`` None = causal."""
-        layer = nn.TransformerDecoderLayer(**self._layer_kwargs(params, num_heads))
-        self._load_mha(layer.self_attn, _param(params, "self_attn", "params (decoder layer)"))
-        self._load_norm(layer.norm1, params, "norm1")
-        self._load_mha(layer.multihead_attn, _param(params, "cross_attn", "params (decoder layer)"))
-        self._load_norm(layer.norm2, params, "norm2")
-        self._load_ffn(layer, params)
-        self._load_norm(layer.norm3, params, "norm3")
+        kwargs = self._layer_kwargs(params, num_heads)
+        layer = nn.TransformerDecoderLayer(**kwargs)
+        attention = {"self_attn": "self_attn", "multihead_attn": "cross_attn"}
+        tensors = self._layer_tensors(params, attention, 3, kwargs["d_model"])
         n_tgt, n_src = y.shape[-2], memory.shape[-2]
         if self_mask is None:
             self_mask = self._causal(n_tgt)
         batch = tuple(torch.broadcast_shapes(y.shape[:-2], memory.shape[:-2]))
         h = layer.self_attn.num_heads
-        out = self._mode(layer)(
-            _batched(y, batch),
-            _batched(memory, batch),
-            tgt_mask=self._attn_mask(self_mask, batch, n_tgt, n_tgt, h),
-            memory_mask=self._attn_mask(memory_mask, batch, n_tgt, n_src, h),
-        )
+        masks = {
+            "tgt_mask": self._attn_mask(self_mask, batch, n_tgt, n_tgt, h),
+            "memory_mask": self._attn_mask(memory_mask, batch, n_tgt, n_src, h),
+        }
+        out = self._run_layer(layer, tensors, (_batched(y, batch), _batched(memory, batch)), masks)
         return out.reshape(*batch, n_tgt, -1)
 
 

@@ -123,6 +123,7 @@ def gradient_agreement(
     from aiayn.conformance.backward_diagnoses import BackwardDiagnosis
     from aiayn.conformance.equations import record
     from aiayn.conformance.numerics import gamma, precision
+    from aiayn.reference.model import flatten_params
 
     r = record(case.equation)
     bw = r.backward
@@ -141,12 +142,13 @@ def gradient_agreement(
     except gradients.NotProvided as exc:  # no gradient given (no vjp, no autograd graph): reported, never passed
         pytest.skip(f"not provided: {exc}")
     expected = {name: np.asarray(v, dtype=np.float64) for name, v in bw.oracle(a, g).items()}
+    names = bw.gradient_names(a)
     budgets = bw.budget_at(a, g, expected, case.arithmetic)
     out: dict[str, tuple[np.ndarray, np.ndarray, Any]] = {}
     given_parts: dict[str, list[str]] = {}
     covered: set[str] = set()
     for key, native in grads.items():
-        parts = [p for p in key.split(gradients.SHARED) if p in bw.gradients]
+        parts = [p for p in key.split(gradients.SHARED) if p in names]
         if not parts:
             continue  # a gradient of an argument the record does not differentiate (an index, a size)
         covered.update(parts)
@@ -165,8 +167,10 @@ def gradient_agreement(
             bound = bound + gamma(len(parts) - 1, u) * np.sum([np.abs(expected[p]) + budgets[p] for p in parts], axis=0)
         out[label] = (got, want, bound)
         given_parts[label] = parts
-    given = {k for name in r.arguments for k in (seen[name] if isinstance(seen[name], dict) else {name: 0})}
-    missing = [f"d{name}" for name in bw.gradients if name not in covered and name in given]
+    given = {
+        k for name in r.arguments for k in (flatten_params(seen[name]) if isinstance(seen[name], dict) else [name])
+    }
+    missing = [f"d{name}" for name in names if name not in covered and name in given]
     stats = current_stats().get()
     if missing and stats is not None:
         stats.notes.add(f"gradients not provided: {', '.join(missing)}")
