@@ -417,6 +417,21 @@ class NumpyImplementation(ImplementationBase):
         position table used instead of the sinusoids (Table 3 row E). Masks from lengths (padding
         keys hidden; decoder self-attention also causal).
         """
+        _, ys, _, _ = self._stacks(src_tokens, tgt_tokens, params, num_heads, src_lengths, tgt_lengths)
+        return ys[-1] @ params["embedding"].T  # (B, n_tgt, V)
+
+    def _stacks(
+        self,
+        src_tokens: np.ndarray,
+        tgt_tokens: np.ndarray,
+        params: Mapping[str, Any],
+        num_heads: int,
+        src_lengths: np.ndarray | None,
+        tgt_lengths: np.ndarray | None,
+    ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray | None, np.ndarray]:
+        """Figure 1 up to the logits: each encoder layer's input then the memory (B, n_src, d_model), each decoder
+        layer's input then the decoder's output (B, n_tgt, d_model), and the masks (source padding; target causal
+        and padding)."""
         embedding, positional = params["embedding"], params.get("positional")  # (V, d_model), (max_len, d_model)
         arrays = {"params['embedding']": embedding} | (
             {} if positional is None else {"params['positional']": positional}
@@ -433,13 +448,13 @@ class NumpyImplementation(ImplementationBase):
         tgt_mask = (
             causal if tgt_lengths is None else causal & _padding_mask(tgt_lengths, n_tgt, "tgt_lengths")
         )  # (B, n_tgt, n_tgt)
-        memory = self._embed(src_tokens, embedding, positional, dt)  # (B, n_src, d_model)
+        xs = [self._embed(src_tokens, embedding, positional, dt)]
         for layer in params["encoder"]:
-            memory = self.encoder_layer(memory, layer, num_heads, src_mask)
-        out = self._embed(tgt_tokens, embedding, positional, dt)  # (B, n_tgt, d_model)
+            xs.append(self.encoder_layer(xs[-1], layer, num_heads, src_mask))
+        ys = [self._embed(tgt_tokens, embedding, positional, dt)]
         for layer in params["decoder"]:
-            out = self.decoder_layer(out, memory, layer, num_heads, tgt_mask, src_mask)
-        return out @ embedding.T  # (B, n_tgt, V)
+            ys.append(self.decoder_layer(ys[-1], xs[-1], layer, num_heads, tgt_mask, src_mask))
+        return xs, ys, src_mask, tgt_mask
 
     def _embed(
         self, tokens: np.ndarray, embedding: np.ndarray, positional: np.ndarray | None, dt: np.dtype
@@ -561,18 +576,9 @@ class NumpyImplementation(ImplementationBase):
         d_out: np.ndarray,
     ) -> dict[str, np.ndarray]:
         embedding, positional = params["embedding"], params.get("positional")
-        dt = self._float_dtype(embedding=embedding, d_out=d_out)
-        n_src, n_tgt = src_tokens.shape[1], tgt_tokens.shape[1]
-        src_mask = None if src_lengths is None else _padding_mask(src_lengths, n_src, "src_lengths")
-        tgt_mask = np.tri(n_tgt, n_tgt, dtype=bool)
-        if tgt_lengths is not None:
-            tgt_mask = tgt_mask & _padding_mask(tgt_lengths, n_tgt, "tgt_lengths")
-        xs = [self._embed(src_tokens, embedding, positional, dt)]  # each encoder layer's input, then the memory
-        for layer in params["encoder"]:
-            xs.append(self.encoder_layer(xs[-1], layer, num_heads, src_mask))
-        ys = [self._embed(tgt_tokens, embedding, positional, dt)]
-        for layer in params["decoder"]:
-            ys.append(self.decoder_layer(ys[-1], xs[-1], layer, num_heads, tgt_mask, src_mask))
+        self._float_dtype(embedding=embedding, d_out=d_out)
+        xs, ys, src_mask, tgt_mask = self._stacks(src_tokens, tgt_tokens, params, num_heads, src_lengths, tgt_lengths)
+        n_src, n_tgt = xs[0].shape[1], ys[0].shape[1]
         vocab, d_model = embedding.shape
         grads: dict[str, np.ndarray] = {}
         d_embedding = d_out.reshape(-1, vocab).T @ ys[-1].reshape(-1, d_model)  # logits = y E^T
