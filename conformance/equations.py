@@ -68,9 +68,11 @@ class Backward:
     """What the suite knows about an equation's backward pass: its VJP for a cotangent of the result.
 
     ``gradients``: the arguments differentiated, by name (the oracle's names; an implementation's gradients are
-    read under the same names, ``conformance/gradients.py``). ``oracle(a, d_out)``: the exact VJP (the fast tier)
-    by name, ``a`` being the forward record's oracle arguments; ``budget(a, d_out, p)``: a bound per gradient at
-    precision ``p`` (``conformance/backward_budgets.py``); the oracle's share is the same bound at float64, added.
+    read under the same names, ``conformance/gradients.py``; ``names(a)`` where they depend on the arguments: a
+    composite's parameter paths). ``oracle(a, d_out)``: the exact VJP (the fast tier) by name, ``a`` being the
+    forward record's oracle arguments; ``budget(a, d_out, p)``: a bound per gradient at precision ``p``
+    (``conformance/backward_budgets.py``); the oracle's share is the same bound at float64, added, or with
+    ``oracle_share`` "propagated" one first-order bound given both precisions (``conformance/backward_propagation.py``).
     """
 
     gradients: tuple[str, ...]
@@ -212,13 +214,9 @@ def _smoothed_targets(a: Args) -> np.ndarray:
 
 
 def _parameter_paths(a: Args) -> tuple[str, ...]:
-    """A composite's parameters by dotted path (``reference.model.flatten_params``), every MHA bias included: the
-    oracle's VJP gives an absent bias a gradient too (its budget leaves it out: nothing to compare)."""
-    paths = list(ref_model.flatten_params(a["params"]))
-    for path in list(paths):
-        if path.endswith(".w_q"):
-            paths += [f"{path[:-3]}b_{x}" for x in "qkvo" if f"{path[:-3]}b_{x}" not in paths]
-    return tuple(paths)
+    """A composite's parameters by dotted path (``reference.model.flatten_params``): "self_attn.w_q",
+    "encoder.0.ffn.w1", ... (an absent bias has none: nothing to compare)."""
+    return tuple(ref_model.flatten_params(a["params"]))
 
 
 # --------------------------------------------------------------------------------------------
