@@ -20,6 +20,7 @@ provided" alone, noted in the row. Once the gradients are computed, everything t
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -137,13 +138,17 @@ def _jax(case: Any, names: Sequence[str], natives: Sequence[Any], d_out: Any) ->
     for i in positions:
         v = natives[i]
         primals.append({k: a for k, a in v.items()} if isinstance(v, Mapping) else v)
-    try:
-        out, pullback = jax.vjp(f, *primals)
-    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError) as exc:
-        raise NotProvided(f"jax.vjp cannot trace {case.impl.name}.{case.equation}: {type(exc).__name__}") from None
-    except Exception as exc:
-        case.fail(f"jax.vjp of {case.impl.name}.{case.equation} raised {type(exc).__name__}: {exc}")
-    cots = case.guard(f"the VJP of {case.impl.name}.{case.equation}", pullback, d_out)
+    # 64-bit arrays exist only inside JAX's x64 mode, which an adapter may enable around its own call only: the
+    # pullback, run after that call returned, needs it too (else its constants are float32: a dtype clash)
+    wide = any(str(getattr(a, "dtype", "")) in ("float64", "int64") for a in jax.tree_util.tree_leaves(primals))
+    with jax.enable_x64(True) if wide else contextlib.nullcontext():
+        try:
+            out, pullback = jax.vjp(f, *primals)
+        except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError) as exc:
+            raise NotProvided(f"jax.vjp cannot trace {case.impl.name}.{case.equation}: {type(exc).__name__}") from None
+        except Exception as exc:
+            case.fail(f"jax.vjp of {case.impl.name}.{case.equation} raised {type(exc).__name__}: {exc}")
+        cots = case.guard(f"the VJP of {case.impl.name}.{case.equation}", pullback, d_out)
     result: dict[str, Any] = {}
     for i, g in zip(positions, cots):
         if isinstance(g, Mapping):
