@@ -169,3 +169,18 @@ def test_a_float32_backward_inside_a_float64_claim_is_named_so() -> None:
             eps=1e-5,
             d_out=RNG.normal(size=(3, 8)),
         )
+
+
+def test_jax_gradients_in_float64_are_computed_in_x64_mode() -> None:
+    """An adapter enables JAX's x64 mode around its own call only; the pullback runs after it returned, so the suite
+    runs it in x64 too: a float64 gradient is computed (and JAX's float32 softmax then fails it by name), never a
+    dtype clash inside JAX's backward."""
+    pytest.importorskip("jax")
+    from aiayn.implementations.zoo.jax_nn import JaxAttention
+
+    q, k, v = RNG.normal(size=(2, 3, 4)), RNG.normal(size=(2, 5, 4)), RNG.normal(size=(2, 5, 4))
+    with pytest.raises(ConformanceFailure) as failure:
+        A.scaled_dot_product_attention_gradients(
+            JaxAttention(), "float64", q=q, k=k, v=v, mask=None, d_out=RNG.normal(size=(2, 3, 4))
+        )
+    assert "float32 inside a float64 claim" in str(failure.value) and "TypeError" not in str(failure.value)
