@@ -371,7 +371,7 @@ def _gradients() -> list[Fixed]:
                 "mask": padding,
                 "d_out": 1.0 + rng.normal(size=(2, 4, 8)),
             },
-            ("masks:padding", "batchdims:1"),
+            ("masks:padding", "batchdims:1", "bias:attention"),
             "backward",
         ),
         Fixed(
