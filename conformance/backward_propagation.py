@@ -229,8 +229,8 @@ class _Backward:
     """Adds the backward stages of a composite to a graph that holds its forward stages (``propagation.py``'s
     names: "<tag>.z.sum" is a residual sum, "<tag>.z" its LayerNorm, "<tag>.attn" an attention, ...)."""
 
-    def __init__(self, g: _Graph, precisions: Sequence[Precision]) -> None:
-        self.g, self.precisions = g, precisions
+    def __init__(self, g: _Graph) -> None:
+        self.g = g
         self._input_errors: dict[tuple[str, str], np.ndarray] = {}  # by (stage, repr of the precision)
 
     def norm(self, name: str, norm: Mapping[str, np.ndarray], eps: float, d: str, grads: str) -> str:
@@ -349,9 +349,9 @@ class _Backward:
         return self.add(f"{tag}.dy", (d_r1, sq, sk, sv)), self.add(f"{tag}.dmemory", (ck, cv))
 
 
-def _layer_names(params: Mapping[str, Any], grads: str, extra: Sequence[str]) -> list[str]:
+def _layer_names(params: Mapping[str, Any], grads: str) -> list[str]:
     """Every gradient of a layer the graph names: its inputs', then ``grads`` + each parameter's path."""
-    names = list(extra)
+    names: list[str] = []
     for sub, value in params.items():
         names += [f"{grads}{sub}.{k}" for k, a in value.items() if a is not None]
     return names
@@ -377,8 +377,8 @@ def encoder_layer(
     _input(g, "x", x)
     _encoder(g, "x", params, num_heads, mask, eps, "enc")
     _input(g, "d_out", d_out)
-    dx = _Backward(g, precisions).encoder("enc", "x", params, num_heads, mask, eps, "d_out", "")
-    stages = {name: name for name in _layer_names(params, "", ())} | {"x": dx}
+    dx = _Backward(g).encoder("enc", "x", params, num_heads, mask, eps, "d_out", "")
+    stages = {name: name for name in _layer_names(params, "")} | {"x": dx}
     return _bounds(g, stages, precisions)
 
 
@@ -401,9 +401,9 @@ def decoder_layer(
     _input(g, "memory", memory)
     _decoder(g, "y", "memory", params, num_heads, self_mask, memory_mask, eps, "dec")
     _input(g, "d_out", d_out)
-    back = _Backward(g, precisions)
+    back = _Backward(g)
     dy, dmemory = back.decoder("dec", "y", "memory", params, num_heads, self_mask, memory_mask, eps, "d_out", "")
-    stages = {name: name for name in _layer_names(params, "", ())} | {"y": dy, "memory": dmemory}
+    stages = {name: name for name in _layer_names(params, "")} | {"y": dy, "memory": dmemory}
     return _bounds(g, stages, precisions)
 
 
@@ -447,7 +447,7 @@ def transformer_forward(
         lambda p: gamma(_rows(dl).shape[0] + 1, p.op) * (np.abs(_rows(dl)).T @ np.abs(_rows(yv))) + p.eta,
     )
     g.source("d_top", dl @ emb, lambda p: gamma(vocab, p.op) * (np.abs(dl) @ np.abs(emb)) + vocab * p.eta)
-    back = _Backward(g, precisions)
+    back = _Backward(g)
     d, d_memory = "d_top", []
     for i in reversed(range(len(params["decoder"]))):
         d, dm = back.decoder(
@@ -462,12 +462,13 @@ def transformer_forward(
     stages = {"embedding": "embedding"}
     for stack in ("encoder", "decoder"):
         for i, layer in enumerate(params[stack]):
-            stages |= {name: name for name in _layer_names(layer, f"{stack}.{i}.", ())}
+            stages |= {name: name for name in _layer_names(layer, f"{stack}.{i}.")}
     return _bounds(g, stages, precisions)
 
 
 def _not_checked(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Every gradient's bound infinite: not checked (and counted so)."""
+    """Every gradient's bound infinite: the harness counts each element "not checked" (never passed). Used where the
+    forward stages cannot be built: a learned positional table, which the strategies never draw."""
     from aiayn.reference.model import flatten_params
 
     return {name: np.full(np.shape(a), np.inf) for name, a in flatten_params(params).items()}

@@ -106,7 +106,9 @@ class _Graph:
         for index, op in enumerate(self.ops[: last + 1]):
             locals_ = [sum(parts) for parts in zip(*(op.local(p) for p in precisions))]
             for out, local in zip(op.outs, locals_):
-                local = np.minimum(np.where(np.isnan(local), np.inf, local), 1e300)  # NaN: no bound, as inf
+                # NaN (an overflowed bound, inf - inf) is no bound, as inf: clamped to 1e300 so that 0 x bound stays 0
+                # in the Jacobian products; every element it reaches is at or above harness.VACUOUS: not checked
+                local = np.minimum(np.where(np.isnan(local), np.inf, local), 1e300)
                 if out in totals:
                     totals[out] = totals[out] + local
                 if out not in read or not np.any(local):
