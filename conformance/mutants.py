@@ -723,10 +723,11 @@ def run_mutants(
     return subprocess.run(cmd, cwd=report_dir.parent, env=env, capture_output=True, text=True, check=False)
 
 
-def kill_table(report_dir: Path) -> dict[str, Any]:
-    """Read the per-implementation reports of a :func:`run_mutants` run into the kill table."""
+def kill_table(report_dir: Path, mutants: Mapping[str, type] | None = None) -> dict[str, Any]:
+    """Read the per-implementation reports of a :func:`run_mutants` run of ``mutants`` (default :data:`MUTANTS`) into
+    the kill table."""
     rows = []
-    for name, cls in MUTANTS.items():
+    for name, cls in (MUTANTS if mutants is None else mutants).items():
         data = json.loads((report_dir / f"conformance-{cls.name}.json").read_text())
         failing = [r for r in map(Row.from_dict, data["rows"]) if r.status is Status.FAIL]
         named = sorted({d for r in failing for d in r.departures})
