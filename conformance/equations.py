@@ -40,7 +40,19 @@ from aiayn.reference import model as ref_model
 from aiayn.reference import positional as ref_positional
 from aiayn.reference import training as ref_training
 
-__all__ = ["BACKWARD", "CONTRACT", "Backward", "Equation", "RECORDS", "record", "smoothing", "title", "traceability"]
+__all__ = [
+    "BACKWARD",
+    "CONTRACT",
+    "DECODE",
+    "Backward",
+    "Decode",
+    "Equation",
+    "RECORDS",
+    "record",
+    "smoothing",
+    "title",
+    "traceability",
+]
 
 
 #: The report's row for the plug-in contract itself (not an equation of the paper).
@@ -59,8 +71,8 @@ def _no_policies(case: Any) -> dict[str, Any]:
     return {}
 
 
-#: The report's name of a backward row's direction (a forward row's is "forward").
-BACKWARD, FORWARD = "backward", "forward"
+#: The report's name of a backward row's and a decoding row's direction (a forward row's is "forward").
+BACKWARD, DECODE, FORWARD = "backward", "decode", "forward"
 
 
 @dataclass(frozen=True)
@@ -106,6 +118,22 @@ class Backward:
 
 
 @dataclass(frozen=True)
+class Decode:
+    """What the suite knows about decoding with an equation (the whole model's: §3.2.3, §6.1).
+
+    ``steps``: the implementation's methods of cached decoding, ``search``: of beam search
+    (``implementations/protocol.py``, "Decoding"; absent ones: "not provided"). The cached step's oracle and budget are
+    the record's own forward ones restricted to the step's positions (``aiayn.reference.decoding.step_logits``: the
+    decoder is causal); the search's oracle is ``aiayn.reference.decoding.beam_search`` with the declared policies,
+    its budget ``decoding_budgets.py`` built on the same forward budget (``checks/decoding.py``).
+    """
+
+    steps: tuple[str, ...]
+    search: tuple[str, ...]
+    budget_name: str
+
+
+@dataclass(frozen=True)
 class Equation:
     """What the suite knows about one equation of the paper.
 
@@ -115,7 +143,8 @@ class Equation:
     policies; ``oracle(a)``: the expected value, ``a`` being the arguments as the implementation saw
     them plus those policies. ``budget(a, expected, p)``: the bound at precision ``p`` (a list of
     two precisions, the dtype's and float64's, where ``oracle_share`` is "propagated").
-    ``backward``: the equation's backward pass, where it has one (:class:`Backward`); ``differentiable``: False
+    ``backward``: the equation's backward pass, where it has one (:class:`Backward`); ``decode``: decoding with it,
+    where it is the whole model (:class:`Decode`); ``differentiable``: False
     where the equation takes no float input (positional encoding, lrate, label smoothing): no backward to have.
     ``model``: the diagnoses' model of the equation (``diagnoses.py``), called with the arguments
     plus ``model_policies(case)``; ``diagnosis_policies``: the values the diagnoses' budget takes
@@ -143,6 +172,7 @@ class Equation:
     first_dtype_only: bool = False
     max_unchecked: float = DEFAULT_MAX_UNCHECKED
     backward: Backward | None = None
+    decode: Decode | None = None
     differentiable: bool = True  # False: no float input to differentiate (sizes, steps, integer targets)
 
     def budget_at(self, a: Args, expected: np.ndarray, dtype: str) -> np.ndarray:
@@ -526,6 +556,11 @@ _RECORDS: tuple[Equation, ...] = (
             ),
             oracle_share=PROPAGATED,
             budget_name="first-order bound of the VJP, backward_propagation.transformer_forward",
+        ),
+        decode=Decode(
+            steps=("encode", "decode_step", "reorder_cache"),
+            search=("beam_search",),
+            budget_name="the forward budget at the step's positions; decoding_budgets.accumulated for beam scores",
         ),
     ),
 )

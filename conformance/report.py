@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.conformance.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
-from aiayn.conformance.equations import BACKWARD, CONTRACT, FORWARD, RECORDS, title
+from aiayn.conformance.equations import BACKWARD, CONTRACT, DECODE, FORWARD, RECORDS, title
 from aiayn.conformance.results import Outcome, Row, Status, TestResult
 from aiayn.implementations.protocol import DTYPES, EQUATIONS, flushes_subnormals, scope_of
 from aiayn.kit import Report, Scope, md_table, write_report
@@ -37,9 +37,12 @@ def _typed(results: Iterable[TestResult | Mapping[str, Any]]) -> list[TestResult
 
 
 def directions(equation: str) -> tuple[str, ...]:
-    """The report rows an equation has: "forward", and "backward" where its record has a backward pass."""
+    """The report rows an equation has: "forward", "backward" where its record has a backward pass, "decode" where it
+    has decoding."""
     record = RECORDS.get(equation)
-    return (FORWARD, BACKWARD) if record is not None and record.backward is not None else (FORWARD,)
+    if record is None:
+        return (FORWARD,)
+    return (FORWARD,) + ((BACKWARD,) if record.backward is not None else ()) + ((DECODE,) if record.decode else ())
 
 
 def section(equation: str, direction: str = FORWARD) -> str:

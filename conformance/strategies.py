@@ -770,6 +770,69 @@ def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement", scope: Sco
 
 
 # --------------------------------------------------------------------------------------------
+# decoding (§3.2.3, §6.1): chunk schedules, beam reorderings, beam searches
+
+
+@st.composite
+def decode_inputs(draw: Any, dtype: str, *, kind: str = "steps", scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """A model and sentences to decode, as :func:`forward_inputs` draws them (no target padding: a decoder's inputs
+    are the tokens it generated).
+
+    ``kind`` "steps": ``chunks``, the sizes in which the target is fed to the cached decoder (one token at a time;
+    a prefill of several then one at a time; or any split), summing to its length. "reorder": ``prefix`` (the
+    positions cached before the reordering), ``index`` (the batch rows kept, in order, repeats allowed: what beam
+    search does) and ``new`` (the tokens fed after it, one or two per row). "beam": a search's arguments, ``beam``,
+    ``alpha``, ``extra`` (the maximum output length is the source length plus ``extra``: §6.1's 50 at a size the
+    oracle can follow step by step), ``bos`` and ``eos``, over a small vocabulary where every id, EOS included, is
+    likely enough to be chosen.
+    """
+    sizes = _Sizes(draw, "decode_inputs")
+    d_model, h, d_ff = draw(_sizes(dtype, scope, sizes))
+    vocab = sizes.integers(3, 7) if kind == "beam" else sizes.integers(2, 11)
+    params = _params(
+        draw(st.integers(0, 2**32 - 1)),
+        _config(sizes.integers(1, 2), d_model, h, d_ff),
+        vocab,
+        draw(st.booleans()),
+        scope,
+    )
+    _condition_model(params, h, dtype)
+    b = sizes.integers(1, 2) if kind == "beam" else sizes.integers(1, 3)
+    n_src = _length(sizes, scope, 1, 4)
+    src = draw(hnp.arrays(np.int64, (b, n_src), elements=st.integers(0, vocab - 1)))
+    padded = "padding" in scope.masks and draw(st.booleans())
+    lengths = np.array(draw(st.lists(st.integers(1, n_src), min_size=b, max_size=b))) if padded else None
+    args: dict[str, Any] = {"src": src, "params": params, "num_heads": h, "src_lengths": lengths}
+    if kind == "beam":
+        bos, eos = draw(st.permutations(range(vocab)))[:2]
+        return {
+            **args,
+            "beam": draw(st.sampled_from([1, 2, 4])),
+            "alpha": draw(st.sampled_from([0.0, 0.6, 1.0])),
+            "extra": draw(st.integers(1, 4)),
+            "bos": int(bos),
+            "eos": int(eos),
+        }
+    n_tgt = _length(sizes, scope, 2, 6)
+    tgt = draw(hnp.arrays(np.int64, (b, n_tgt), elements=st.integers(0, vocab - 1)))
+    if kind == "steps":
+        how = draw(st.sampled_from(["ones", "prefill", "any"]))
+        if how == "ones":
+            chunks = [1] * n_tgt
+        elif how == "prefill":
+            first = draw(st.integers(2, n_tgt))
+            chunks = [first] + [1] * (n_tgt - first)
+        else:
+            cuts = sorted(draw(st.sets(st.integers(1, n_tgt - 1), max_size=n_tgt - 1)))
+            chunks = [j - i for i, j in zip([0, *cuts], [*cuts, n_tgt])]
+        return {**args, "tgt": tgt, "chunks": chunks}
+    prefix = draw(st.integers(1, n_tgt - 1))
+    index = np.array(draw(st.lists(st.integers(0, b - 1), min_size=1, max_size=3)), dtype=np.int64)
+    new = draw(hnp.arrays(np.int64, (len(index), draw(st.integers(1, 2))), elements=st.integers(0, vocab - 1)))
+    return {**args, "tgt": tgt[:, :prefix], "index": index, "new": new}
+
+
+# --------------------------------------------------------------------------------------------
 # the backward pass: cotangents, and inputs with a common component
 
 

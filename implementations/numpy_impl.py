@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.implementations import numpy_backward as backward
+from aiayn.implementations.decoding import beam_policies
 from aiayn.implementations.protocol import (
     DEFAULT_POLICIES,
     ImplementationBase,
@@ -79,6 +80,7 @@ class NumpyImplementation(ImplementationBase):
         problems = _policy_problems(merged)
         if problems:
             raise ValueError("policies: " + "; ".join(problems))
+        beam_policies(merged)  # a wrong beam-search declaration: ValueError naming it
         self.attention = attention
         self.block_size = block_size
         self.blocked_threshold = blocked_threshold
@@ -457,25 +459,192 @@ class NumpyImplementation(ImplementationBase):
         return xs, ys, src_mask, tgt_mask
 
     def _embed(
-        self, tokens: np.ndarray, embedding: np.ndarray, positional: np.ndarray | None, dt: np.dtype
+        self, tokens: np.ndarray, embedding: np.ndarray, positional: np.ndarray | None, dt: np.dtype, start: int = 0
     ) -> np.ndarray:
-        """E[tokens] * sqrt(d_model) + PE (§3.4, §3.5). tokens (B, n) -> (B, n, d_model).
+        """E[tokens] * sqrt(d_model) + PE (§3.4, §3.5) at positions ``start`` .. ``start`` + n - 1 (a decode step after
+        ``start`` cached positions). tokens (B, n) -> (B, n, d_model).
 
         ``positional`` (max_len, d_model) replaces the sinusoids when given (learned positions).
         """
         vocab, d_model = embedding.shape
         if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab):
             raise ValueError(f"tokens: expected ids in [0, {vocab}), got values in [{tokens.min()}, {tokens.max()}]")
-        n = tokens.shape[1]
+        end = start + tokens.shape[1]
         x = embedding[tokens]  # (B, n, d_model), a copy
         x *= math.sqrt(d_model)
         if positional is None:
-            x += self.positional_encoding(n, d_model, dt.name)  # (n, d_model), §3.5 sinusoids
-        elif positional.ndim != 2 or positional.shape[0] < n or positional.shape[1] != d_model:
-            raise ValueError(f"params['positional']: expected (max_len >= {n}, {d_model}), got {positional.shape}")
+            x += self.positional_encoding(end, d_model, dt.name)[start:]  # (n, d_model), §3.5 sinusoids
+        elif positional.ndim != 2 or positional.shape[0] < end or positional.shape[1] != d_model:
+            raise ValueError(f"params['positional']: expected (max_len >= {end}, {d_model}), got {positional.shape}")
         else:
-            x += positional[:n]  # learned positions (Table 3 row E)
+            x += positional[start:end]  # learned positions (Table 3 row E)
         return x
+
+    # ----------------------------------------------------------------------------------------
+    # §3.2.3 and §6.1: the decoder one step at a time with cached keys and values, and beam search
+
+    def encode(
+        self, src_tokens: np.ndarray, params: Mapping[str, Any], num_heads: int, src_lengths: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The encoder stack on the embedded source (§3.1): the memory (B, n_src, d_model) the decoder attends to."""
+        embedding, positional = params["embedding"], params.get("positional")
+        dt = self._float_dtype(embedding=embedding)
+        src_tokens = _token_array("src_tokens", src_tokens)
+        n_src = src_tokens.shape[1]
+        src_mask = None if src_lengths is None else _padding_mask(src_lengths, n_src, "src_lengths")  # (B, 1, n_src)
+        x = self._embed(src_tokens, embedding, positional, dt)
+        for layer in params["encoder"]:
+            x = self.encoder_layer(x, layer, num_heads, src_mask)
+        return x
+
+    def decode_step(
+        self,
+        tokens: np.ndarray,
+        memory: np.ndarray,
+        params: Mapping[str, Any],
+        num_heads: int,
+        cache: Mapping[str, Any] | None = None,
+        src_lengths: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """The next k target tokens through the decoder after the c positions held in ``cache``: (logits (B, k, V) at
+        positions c .. c + k - 1, the cache of c + k positions).
+
+        Each layer caches its self-attention keys and values, projected (x W^K + b^K split into heads), so a step
+        projects only its new tokens; its queries (absolute positions c + i) see keys j <= c + i: the causal mask
+        aligned at the end (bottom right). The encoder-decoder attention reads ``memory`` (with the source padding
+        mask of ``src_lengths``) at every step. The cache given is not modified: a new one is returned.
+        """
+        embedding, positional = params["embedding"], params.get("positional")
+        dt = self._float_dtype(embedding=embedding, memory=memory)
+        tokens = _token_array("tokens", tokens)
+        h = _positive_int("num_heads", num_heads)
+        past = cache or {"length": 0, "self": [None] * len(params["decoder"])}
+        if len(past["self"]) != len(params["decoder"]):
+            raise ValueError(f"cache: holds {len(past['self'])} layers, params['decoder'] has {len(params['decoder'])}")
+        c, k = past["length"], tokens.shape[1]
+        n_src = memory.shape[-2]
+        memory_mask = None if src_lengths is None else _padding_mask(src_lengths, n_src, "src_lengths")
+        causal = np.tri(k, c + k, c, dtype=bool)  # (k, c + k): query i at c + i sees keys j <= c + i
+        y = self._embed(tokens, embedding, positional, dt, start=c)  # (B, k, d_model)
+        layers = []
+        for layer, held in zip(params["decoder"], past["self"]):
+            p = layer["self_attn"]
+            k_new = _split_heads(_affine(y, p["w_k"], p.get("b_k")), h, "w_k")  # (B, h, k, d_k)
+            v_new = _split_heads(_affine(y, p["w_v"], p.get("b_v")), h, "w_v")  # (B, h, k, d_v)
+            keys = k_new if held is None else np.concatenate((held[0], k_new), axis=-2)  # (B, h, c + k, d_k)
+            values = v_new if held is None else np.concatenate((held[1], v_new), axis=-2)  # (B, h, c + k, d_v)
+            layers.append((keys, values))
+            q = _split_heads(_affine(y, p["w_q"], p.get("b_q")), h, "w_q")  # (B, h, k, d_k)
+            heads = self.scaled_dot_product_attention(q, keys, values, causal)  # (B, h, k, d_v)
+            a = self._residual_norm(y, _affine(_merge_heads(heads), p["w_o"], p.get("b_o")), layer["norm1"])
+            cross = self.multi_head_attention(a, memory, memory, layer["cross_attn"], h, memory_mask)
+            b = self._residual_norm(a, cross, layer["norm2"])
+            y = self._residual_norm(b, self.feed_forward(b, **layer["ffn"]), layer["norm3"])
+        return y @ embedding.T, {"length": c + k, "self": layers}  # (B, k, V)
+
+    def reorder_cache(self, cache: Mapping[str, Any], index: np.ndarray) -> dict[str, Any]:
+        """The cache of batch rows ``index`` (B',) int64, in that order, rows may repeat (beam search's reordering)."""
+        index = np.asarray(index)
+        if index.dtype.kind not in "iu" or index.ndim != 1:
+            raise ValueError(f"index: expected a 1-D integer array, got dtype {index.dtype} shape {index.shape}")
+        return {"length": cache["length"], "self": [(k[index], v[index]) for k, v in cache["self"]]}
+
+    def beam_search(
+        self,
+        src_tokens: np.ndarray,
+        params: Mapping[str, Any],
+        num_heads: int,
+        beam: int,
+        alpha: float,
+        max_lengths: np.ndarray,
+        bos: int,
+        eos: int,
+        src_lengths: np.ndarray | None = None,
+    ) -> list[tuple[list[int], float]]:
+        """§6.1's beam search with GNMT's length penalty over the cached decoder, per sentence: (tokens, score).
+
+        ``max_lengths`` (B,) int64: the most tokens each sentence may generate (§6.1: input length + 50). Policies
+        ``policies["beam_search"]`` (``implementations/decoding.py``, ``BEAM_POLICY_CHOICES``): which candidates
+        ending in EOS finish, the early stop, what happens at the maximum length, what |Y| counts. All sentences'
+        beams run as one batch of B * beam rows; log-probabilities are accumulated in float64.
+        """
+        rule = beam_policies(self.policies)
+        k = _positive_int("beam", beam)
+        src_tokens = _token_array("src_tokens", src_tokens)
+        b = src_tokens.shape[0]
+        limits = [int(m) for m in np.asarray(max_lengths).reshape(-1)]
+        if len(limits) != b or min(limits, default=1) < 1:
+            raise ValueError(f"max_lengths: expected {b} positive ints, got {max_lengths!r}")
+        extra = 1 if rule["length_counts"] == "bos_eos" else 0
+
+        def lp(t: int) -> float:
+            return ((5.0 + t + extra) / 6.0) ** alpha
+
+        memory = self.encode(src_tokens, params, num_heads, src_lengths)
+        rows = np.repeat(np.arange(b), k)  # row r of the beam batch belongs to sentence rows[r]
+        memory = memory[rows]
+        lengths = None if src_lengths is None else np.asarray(src_lengths)[rows]
+        cache: dict[str, Any] | None = None
+        alive_logp = np.full((b, k), -np.inf)
+        alive_logp[:, 0] = 0.0  # one hypothesis to start from: the others are copies
+        alive_seq = np.zeros((b, k, 0), dtype=np.int64)
+        tokens = np.full((b * k, 1), bos, dtype=np.int64)
+        finished: list[list[tuple[float, list[int], int]]] = [[] for _ in range(b)]  # (score, tokens, order)
+        done = [False] * b
+        for t in range(1, max(limits) + 1):
+            logits, cache = self.decode_step(tokens, memory, params, num_heads, cache, lengths)
+            z = logits[:, -1].astype(np.float64)  # (B * k, V)
+            z = z - z.max(axis=-1, keepdims=True)
+            logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+            vocab = logp.shape[-1]
+            cand = (alive_logp[..., None] + logp.reshape(b, k, vocab)).reshape(b, k * vocab)
+            order = np.argsort(-cand, axis=-1, kind="stable")[:, : 2 * k]  # (b, 2k): best first, ties lower index
+            top = np.take_along_axis(cand, order, -1)
+            src_beam, tok = order // vocab, order % vocab
+            ranked = 2 * k if rule["eos_rank"] == "2k" else k
+            new_seq = np.zeros((b, k, t), dtype=np.int64)
+            new_logp = np.full((b, k), -np.inf)
+            beams = np.zeros((b, k), dtype=np.int64)
+            for i in range(b):
+                if done[i]:
+                    continue
+                for j in range(ranked):
+                    if tok[i, j] == eos and np.isfinite(top[i, j]):
+                        seq = [*alive_seq[i, src_beam[i, j]].tolist(), eos]
+                        finished[i].append((top[i, j] / lp(t), seq, len(finished[i])))
+                keep = [j for j in range(2 * k) if tok[i, j] != eos][:k]
+                for slot, j in enumerate(keep):
+                    beams[i, slot] = src_beam[i, j]
+                    new_logp[i, slot] = top[i, j]
+                    new_seq[i, slot] = [*alive_seq[i, src_beam[i, j]].tolist(), tok[i, j]]
+            alive_seq, alive_logp = new_seq, new_logp
+            for i in range(b):
+                if done[i]:
+                    continue
+                if t >= limits[i]:
+                    live = [
+                        (alive_logp[i, j], alive_seq[i, j].tolist()) for j in range(k) if np.isfinite(alive_logp[i, j])
+                    ]
+                    if rule["at_max_length"] == "finished":
+                        finished[i] += [(v / lp(t), seq, len(finished[i]) + n) for n, (v, seq) in enumerate(live)]
+                    elif not finished[i]:  # "dropped", but nothing finished: the alive ones by their log-probability
+                        finished[i] += [(v, seq, n) for n, (v, seq) in enumerate(live)]
+                    done[i] = True
+                elif rule["early_stop"] == "full":
+                    done[i] = len(finished[i]) >= k
+                elif rule["early_stop"] == "bound" and finished[i]:
+                    lowest = sorted(f[0] for f in finished[i])[::-1][:k][-1]
+                    done[i] = lowest > alive_logp[i, 0] / lp(limits[i])
+            if all(done):
+                break
+            index = (np.arange(b)[:, None] * k + beams).reshape(-1)
+            cache = self.reorder_cache(cache, index)
+            tokens = alive_seq[:, :, -1].reshape(-1, 1)
+        out = []
+        for i in range(b):
+            score, seq, _ = max(finished[i], key=lambda f: (f[0], -f[2]))
+            out.append((seq, float(score)))
+        return out
 
     # the composites' backward: the chain rule through the sub-layers' own hand-written backward, from the output
     # back (a post-norm sub-layer: LayerNorm's VJP, then the residual's two paths; self-attention's one input gets

@@ -53,6 +53,27 @@ It gets them, in this order (``conformance/gradients.py``):
 Gradients are judged like results: the declared dtype, the declared device, and every element within a derived
 budget (``conformance/backward_budgets.py``). ``aiayn check --no-grad`` skips them.
 
+Decoding (§3.2.3, §6.1)
+-----------------------
+The suite also checks how an implementation generates, where it provides these methods (each group optional;
+what is absent is reported "not provided"):
+
+- ``encode(src_tokens, params, num_heads, src_lengths=None)``: the encoder stack, the memory (B, n_src, d_model);
+- ``decode_step(tokens, memory, params, num_heads, cache=None, src_lengths=None)``: the next k target tokens
+  ``tokens`` (B, k) int64 through the decoder after the c positions its ``cache`` holds (None: none yet), at absolute
+  positions c .. c + k - 1; returns ``(logits, cache)``, the logits (B, k, vocab) at those positions and the cache of
+  c + k positions. The cache is the implementation's own object: the suite only hands it back, to ``decode_step``
+  and to ``reorder_cache(cache, index)``, which returns the cache of batch rows ``index`` (B',) int64 (rows may
+  repeat: beam search's reordering). A step must give what :meth:`~CompleteImplementation.transformer_forward`
+  gives at those positions for the whole prefix (the decoder is causal, §3.2.3);
+- ``beam_search(src_tokens, params, num_heads, beam, alpha, max_lengths, bos, eos, src_lengths=None)``: §6.1's
+  beam search with GNMT's length penalty lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016, the paper's [38]) over the
+  implementation's own model, started from ``bos``; ``max_lengths`` (B,) int64, the most tokens each sentence may
+  generate (§6.1: input length + 50). Returns a list of B pairs (tokens, score): the generated ids as Python ints
+  (``eos`` last when the hypothesis ended) and log P(tokens | source) / lp(|Y|) as a Python float. Where §6.1 is
+  silent it follows ``policies["beam_search"]``, a mapping of ``BEAM_POLICY_CHOICES`` (absent keys: the defaults,
+  ``DEFAULT_BEAM_POLICIES``), both in ``implementations/decoding.py``.
+
 Writing your own
 ----------------
 Either subclass :class:`ImplementationBase` (sensible defaults, ``provides()`` for free), or

@@ -239,3 +239,16 @@ def test_the_translation_reproductions_beam_search_is_the_oracles_under_its_poli
         assert list(out) == tokens, (i, want.best, tokens)
         assert abs(score - want.best.score) <= err(want.best.step), (score, want.best)
     assert checked >= 4 and sum(len(t) > 1 for t, _, _ in got) >= 3
+
+
+def test_the_oracles_choices_are_the_contracts() -> None:
+    from aiayn.implementations.decoding import BEAM_POLICY_CHOICES, DEFAULT_BEAM_POLICIES
+
+    assert dict(BEAM_POLICY_CHOICES) == {
+        "eos_rank": D.EOS_RANKS,
+        "early_stop": D.EARLY_STOPS,
+        "at_max_length": D.AT_MAX_LENGTH,
+        "length_counts": D.LENGTH_COUNTS,
+    }
+    defaults = {p.name: p.default for p in __import__("inspect").signature(D.beam_search).parameters.values()}
+    assert all(defaults[k] == v for k, v in DEFAULT_BEAM_POLICIES.items())

@@ -18,6 +18,8 @@ import numpy as np
 from aiayn.implementations.numpy_impl import NumpyImplementation
 from aiayn.implementations.protocol import EQUATIONS
 
+DECODING = ("encode", "decode_step", "reorder_cache", "beam_search")
+
 
 class DType:
     """A dtype that prints under the library's own name."""
@@ -81,7 +83,13 @@ def _unwrap(value: Any) -> Any:
 
 
 def _wrap(value: Any) -> Any:
-    return Tensor(np.array(value, copy=True)) if isinstance(value, (np.ndarray, np.generic)) else value
+    if isinstance(value, (np.ndarray, np.generic)):
+        return Tensor(np.array(value, copy=True))
+    if isinstance(value, Mapping):
+        return {k: _wrap(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_wrap(v) for v in value)
+    return value
 
 
 def _delegate(name: str) -> Any:
@@ -112,7 +120,7 @@ class Foreign(NumpyImplementation):
     def to_numpy(self, x: Any) -> np.ndarray:
         return self.inner.to_numpy(_unwrap(x))
 
-    locals().update({name: _delegate(name) for name in EQUATIONS})
+    locals().update({name: _delegate(name) for name in (*EQUATIONS, *DECODING)})
 
     def vjp(self, equation: str, args: list[Any], d_out: Any) -> dict[str, Tensor]:
         """The built-in's hand-written gradients, on foreign tensors."""

@@ -1,0 +1,358 @@
+"""Checks of decoding (§3.2.3, §6.1): the cached decoder step by step, a reordered cache, and beam search.
+
+The oracle is ``aiayn.reference.decoding``: a step fed after c cached positions must give the whole model's forward
+pass over the prefix at those positions (the decoder is causal), within the whole model's forward budget there
+(``propagation.transformer_forward``; the products have other shapes, so not bit for bit); a beam search must return
+the oracle's best hypothesis on the same rounded model with the policies the implementation declares
+(``policies["beam_search"]``), wherever every choice the oracle's search made is wider than the error the
+implementation's scores may carry (``decoding_budgets.py``); where one is not, either hypothesis is right and the
+sentence is counted "not checked". Its score must be the oracle's score of the hypothesis it returned, within that
+error, whatever the search chose.
+
+An implementation without ``encode``/``decode_step``/``reorder_cache`` (or ``beam_search``) is reported "not
+provided" (``implementations/protocol.py``, "Decoding").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from aiayn.conformance import decoding_budgets as DB
+from aiayn.conformance.checks._common import prepare
+from aiayn.conformance.harness import Case, check, compare
+from aiayn.conformance.numerics import precision
+from aiayn.implementations.decoding import beam_policies
+
+#: Why a beam search's hypothesis is not checked where it differs from the oracle's: a choice of the oracle's search
+#: (which candidates stay alive, which finish, when it stops, which is best) was within the error the two sets of
+#: scores may carry, so the implementation's own rounding may take it the other way.
+TIE = "beam search: a choice within the scores' error (tie-aware: either hypothesis is right)"
+
+
+def _provided(case: Case, which: str) -> None:
+    """Skip as "not provided" unless the implementation has the record's ``which`` methods ("steps", "search")."""
+    import pytest
+
+    from aiayn.conformance.equations import record
+
+    methods = getattr(record("transformer_forward").decode, which)
+    missing = [m for m in methods if not callable(getattr(case.impl, m, None))]
+    if missing:
+        pytest.skip(f"not provided: {getattr(case.impl, 'name', case.impl)} has no {', '.join(missing)}")
+
+
+def _forward(case: Case, seen: dict[str, Any], src: np.ndarray, tgt: np.ndarray, lengths: Any):
+    """The oracle's logits of the whole model on (src, tgt) and their budget at the case's arithmetic."""
+    from aiayn.conformance.equations import record
+
+    r = record("transformer_forward")
+    a = {
+        "src": src,
+        "tgt": tgt,
+        "params": seen["params"],
+        "num_heads": seen["num_heads"],
+        "src_lengths": lengths,
+        "tgt_lengths": None,
+        **r.policies(case),
+    }
+    expected = np.asarray(r.oracle(a), dtype=np.float64)
+    return expected, r.budget_at(a, expected, case.arithmetic), r.budget_name
+
+
+def _step(case: Case, tokens: Any, memory: Any, params: Any, h: int, cache: Any, lengths: Any, want: tuple) -> tuple:
+    """One call of ``decode_step``: (its logits as float64, checked in shape and dtype, and its cache)."""
+    out = case.call("decode_step", tokens, memory, params, h, cache, lengths)
+    if not isinstance(out, tuple) or len(out) != 2:
+        case.fail(f"decode_step returned {type(out).__name__}, expected a pair (logits, cache)")
+    got = case.numpy(out[0], "decode_step(...)[0]")
+    if not isinstance(got, np.ndarray) or got.shape != want:
+        case.fail(f"decode_step returned logits of shape {getattr(got, 'shape', None)}, expected {want}")
+    case._check_native_dtype(out[0], got, case.dtype, "decode_step")
+    return got, out[1]
+
+
+@check(
+    "transformer_forward",
+    kind="property",
+    violates="the decoder at position t depends only on positions <= t (§3.2.3): a cached step equals the full pass",
+    direction="decode",
+)
+def cached_decoding_equals_the_full_forward(
+    case: Case,
+    src: np.ndarray,
+    tgt: np.ndarray,
+    params: dict[str, Any],
+    num_heads: int,
+    src_lengths: np.ndarray | None,
+    chunks: list[int],
+) -> None:
+    """Feeding the target to ``decode_step`` in ``chunks`` (one at a time, a prefill then one at a time, any split)
+    gives the whole model's logits at every position, within its forward budget."""
+    _provided(case, "steps")
+    if sum(chunks) != tgt.shape[1]:
+        raise ValueError(f"test construction: chunks {chunks} do not sum to the target length {tgt.shape[1]}")
+    natives, seen = prepare(case, src=src, tgt=tgt, params=params, num_heads=num_heads, src_lengths=src_lengths)
+    memory = case.call("encode", natives["src"], natives["params"], num_heads, natives["src_lengths"])
+    b, vocab = tgt.shape[0], params["embedding"].shape[0]
+    got, cache, start = [], None, 0
+    for k in chunks:
+        tokens = case.native(tgt[:, start : start + k])
+        logits, cache = _step(
+            case, tokens, memory, natives["params"], num_heads, cache, natives["src_lengths"], (b, k, vocab)
+        )
+        got.append(logits)
+        start += k
+    expected, budget, name = _forward(case, seen, seen["src"], seen["tgt"], seen["src_lengths"])
+    compare(
+        case,
+        np.concatenate(got, axis=1),
+        expected,
+        budget,
+        what=f"decoding with a cache, fed in chunks {chunks}, differs from the whole forward pass at those positions",
+        budget_name=name,
+        expected_name="the full forward pass over the prefix",
+    )
+
+
+@check(
+    "transformer_forward",
+    kind="property",
+    violates="beam search reorders its hypotheses: a cache reordered by beam indices is the reordered prefixes' (§6.1)",
+    direction="decode",
+)
+def reordered_cache_equals_the_reordered_prefixes(
+    case: Case,
+    src: np.ndarray,
+    tgt: np.ndarray,
+    params: dict[str, Any],
+    num_heads: int,
+    src_lengths: np.ndarray | None,
+    index: np.ndarray,
+    new: np.ndarray,
+) -> None:
+    """A cache of the prefixes ``tgt``, reordered to rows ``index`` (repeats allowed) and fed ``new`` tokens, gives
+    the whole model's logits for the reordered prefixes followed by those tokens."""
+    _provided(case, "steps")
+    natives, seen = prepare(case, src=src, tgt=tgt, params=params, num_heads=num_heads, src_lengths=src_lengths)
+    memory = case.call("encode", natives["src"], natives["params"], num_heads, natives["src_lengths"])
+    b, s = tgt.shape
+    vocab = params["embedding"].shape[0]
+    _, cache = _step(
+        case, natives["tgt"], memory, natives["params"], num_heads, None, natives["src_lengths"], (b, s, vocab)
+    )
+    cache = case.call("reorder_cache", cache, case.native(index))
+    kept = None if src_lengths is None else src_lengths[index]
+    memory = case.call(
+        "encode", case.native(src[index]), natives["params"], num_heads, None if kept is None else case.native(kept)
+    )
+    got, _ = _step(
+        case,
+        case.native(new),
+        memory,
+        natives["params"],
+        num_heads,
+        cache,
+        None if kept is None else case.native(kept),
+        (len(index), new.shape[1], vocab),
+    )
+    lengths = None if seen["src_lengths"] is None else seen["src_lengths"][index]
+    full = np.concatenate((seen["tgt"][index], new), axis=1)
+    expected, budget, name = _forward(case, seen, seen["src"][index], full, lengths)
+    compare(
+        case,
+        got,
+        expected[:, s:],
+        budget[:, s:],
+        what=f"a cache reordered to rows {index.tolist()} and fed {new.shape[1]} more token(s) differs from the "
+        "whole forward pass over the reordered prefixes",
+        budget_name=name,
+        expected_name="the full forward pass over the reordered prefixes",
+    )
+
+
+def _beam_policies(case: Case) -> dict[str, str]:
+    """The declared beam-search choices (``implementations/decoding.py``), or a failure naming what is wrong."""
+    try:
+        return beam_policies(getattr(case.impl, "policies", {}))
+    except ValueError as exc:
+        case.fail(str(exc))
+        raise  # case.fail raises
+
+
+class _Scored:
+    """The oracle's next-token log-probabilities for one sentence, with each step's error bound
+    (``decoding_budgets.step_error``) and the largest |log P| of the step's candidates, as the search asks for them."""
+
+    def __init__(self, case: Case, seen: dict[str, Any], row: int, bos: int, ps: list) -> None:
+        self.case, self.seen, self.row, self.bos, self.ps = case, seen, row, bos, ps
+        self.errors: dict[int, float] = {}  # step -> bound on one step's log-probability
+        self.sizes: dict[int, float] = {}  # step -> largest |log P| among its finite candidates
+        self.logp: dict[tuple[int, ...], float] = {(): 0.0}
+
+    def __call__(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
+        src = self.seen["src"][self.row : self.row + 1]
+        lengths = None if self.seen["src_lengths"] is None else self.seen["src_lengths"][self.row : self.row + 1]
+        n = len(prefixes)
+        tgt = np.array([[self.bos, *p] for p in prefixes], dtype=np.int64)
+        logits, beta, _ = _forward(
+            self.case, self.seen, np.repeat(src, n, 0), tgt, None if lengths is None else np.repeat(lengths, n)
+        )
+        z = logits[:, -1]  # (n, V)
+        d = z - z.max(axis=-1, keepdims=True)
+        table = d - np.log(np.sum(np.exp(d), axis=-1, keepdims=True))
+        t = len(prefixes[0]) + 1
+        self.errors[t] = DB.step_error(z, beta[:, -1], self.ps)
+        sizes = []
+        for p, row in zip(prefixes, table):
+            base = self.logp[tuple(p)]
+            for v, x in enumerate(row):
+                self.logp[(*p, v)] = base + float(x)
+                sizes.append(abs(base + float(x)))
+        self.sizes[t] = max(sizes)
+        return table
+
+    def err(self, step: int) -> float:
+        """Bound on an accumulated log-probability after ``step`` steps (``decoding_budgets.accumulated``)."""
+        steps = [self.errors[s] for s in range(1, step + 1) if s in self.errors]
+        return DB.accumulated(steps, self.sizes.get(step, max(self.sizes.values(), default=0.0)), self.ps)
+
+
+@check(
+    "transformer_forward",
+    kind="property",
+    violates="§6.1: beam search with a length penalty ((5 + |Y|) / 6)^alpha returns the best-scoring hypothesis",
+    direction="decode",
+)
+def beam_search_finds_the_oracles_hypothesis(
+    case: Case,
+    src: np.ndarray,
+    params: dict[str, Any],
+    num_heads: int,
+    src_lengths: np.ndarray | None,
+    beam: int,
+    alpha: float,
+    extra: int,
+    bos: int,
+    eos: int,
+) -> None:
+    """Each sentence's hypothesis is the oracle's beam search's on the same model with the declared policies (where
+    no choice of the search was within the scores' error), and its score is the oracle's score of what it returned."""
+    from aiayn.reference import decoding as D
+
+    _provided(case, "search")
+    natives, seen = prepare(case, src=src, params=params, num_heads=num_heads, src_lengths=src_lengths)
+    b, n_src = src.shape
+    vocab = params["embedding"].shape[0]
+    inputs = n_src if src_lengths is None else src_lengths
+    max_lengths = np.broadcast_to(np.asarray(inputs) + extra, (b,)).astype(np.int64)
+    out = case.call(
+        "beam_search",
+        natives["src"],
+        natives["params"],
+        num_heads,
+        beam,
+        alpha,
+        case.native(max_lengths),
+        bos,
+        eos,
+        natives["src_lengths"],
+    )
+    if not isinstance(out, (list, tuple)) or len(out) != b:
+        case.fail(
+            f"beam_search returned {type(out).__name__} of length {len(out) if hasattr(out, '__len__') else '?'}, "
+            f"expected a list of {b} (tokens, score) pairs"
+        )
+    rule = _beam_policies(case)
+    ps = [precision(case.arithmetic), precision("float64")]
+    for i, item in enumerate(out):
+        tokens, score = _hypothesis(case, item, i, vocab, eos, int(max_lengths[i]))
+        scored = _Scored(case, seen, i, bos, ps)
+        result = D.beam_search(
+            scored,
+            eos=eos,
+            max_length=int(max_lengths[i]),
+            beam=beam,
+            alpha=alpha,
+            eos_rank=rule["eos_rank"],
+            early_stop=rule["early_stop"],
+            at_max_length=rule["at_max_length"],
+            length_counts=rule["length_counts"],
+        )
+        _check_score(case, scored, seen, i, tokens, score, alpha, eos, rule, bos)
+        if tuple(tokens) == result.best.tokens:
+            case.tally(checked=1)
+            continue
+        close = result.undecided(scored.err)
+        if close:
+            case.tally(unchecked={TIE: 1})
+            continue
+        case.fail(
+            f"beam search returned {tokens} for sentence {i}, the oracle's search {list(result.best.tokens)} "
+            f"(score {score!r} against the oracle's {result.best.score!r}); every choice of the oracle's search was "
+            f"wider than the scores' error (closest: {min(result.decisions, key=lambda d: d.slack(scored.err)).what}); "
+            f"policies {rule}, beam {beam}, alpha {alpha}, maximum length {int(max_lengths[i])}"
+        )
+
+
+def _hypothesis(case: Case, item: Any, i: int, vocab: int, eos: int, limit: int) -> tuple[list[int], float]:
+    """One (tokens, score) pair of a beam search's answer, checked against the contract."""
+    if not isinstance(item, (list, tuple)) or len(item) != 2:
+        case.fail(f"beam_search's answer for sentence {i} is {item!r}, expected a pair (tokens, score)")
+    tokens, score = item
+    try:
+        tokens = [int(t) for t in tokens]
+        score = float(score)
+    except (TypeError, ValueError):
+        case.fail(f"beam_search's answer for sentence {i} is {item!r}: expected a list of int ids and a float score")
+    if any(not 0 <= t < vocab for t in tokens) or eos in tokens[:-1] or not tokens or len(tokens) > limit:
+        case.fail(
+            f"beam_search's tokens for sentence {i} are {tokens}: expected 1 to {limit} ids in [0, {vocab}), "
+            f"eos ({eos}) at most once and last"
+        )
+    return tokens, score
+
+
+def _check_score(
+    case: Case,
+    scored: _Scored,
+    seen: dict[str, Any],
+    i: int,
+    tokens: list[int],
+    score: float,
+    alpha: float,
+    eos: int,
+    rule: dict[str, str],
+    bos: int,
+) -> None:
+    """The implementation's score of its own hypothesis against the oracle's score of the same tokens: log P summed
+    over the teacher-forced log-probabilities, divided by lp(|Y|) (unpenalised where a "dropped" search returns an
+    alive hypothesis because none finished), within the accumulated error of that path."""
+    from aiayn.reference import decoding as D
+
+    src = seen["src"][i : i + 1]
+    lengths = None if seen["src_lengths"] is None else seen["src_lengths"][i : i + 1]
+    tgt = np.array([[bos, *tokens[:-1]]], dtype=np.int64)
+    logits, beta, _ = _forward(case, seen, src, tgt, lengths)
+    z = logits[0]  # (T, V)
+    d = z - z.max(axis=-1, keepdims=True)
+    lp = d - np.log(np.sum(np.exp(d), axis=-1, keepdims=True))
+    log_p = float(np.sum(lp[np.arange(len(tokens)), tokens]))
+    steps = [DB.step_error(z[t : t + 1], beta[0, t : t + 1], scored.ps) for t in range(len(tokens))]
+    bound = DB.accumulated(steps, log_p, scored.ps)
+    ended = tokens[-1] == eos
+    raw = not ended and rule["at_max_length"] == "dropped"
+    extra = 1 if rule["length_counts"] == "bos_eos" else 0
+    penalty = 1.0 if raw else D.length_penalty(len(tokens) + extra, alpha)
+    compare(
+        case,
+        np.array(score),
+        np.array(log_p / penalty),
+        np.array(bound / penalty),
+        what=f"beam search's score of its hypothesis {tokens} for sentence {i} differs from log P(tokens | source) / "
+        f"lp(|Y|) with lp(|Y|) = ((5 + |Y|) / 6)^{alpha}" + (" (unpenalised: no hypothesis finished)" if raw else ""),
+        budget_name="decoding_budgets.accumulated",
+        expected_name="the oracle's score of the same tokens",
+    )

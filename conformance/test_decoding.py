@@ -1,0 +1,41 @@
+"""Decoding (§3.2.3, §6.1) against ``aiayn.reference.decoding``: the cached decoder fed in chunks, a cache reordered
+by beam indices, and beam search with GNMT's length penalty (few examples each: every one runs the whole model)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aiayn.conformance import strategies as S
+from aiayn.conformance.checks import decoding as C
+from aiayn.conformance.profiles import profile
+
+
+@pytest.mark.aiayn_equation("transformer_forward", direction="decode")
+@profile(0.25)
+@given(data=st.data())
+def test_cached_decoding_equals_the_full_forward(impl: Any, dtype: str, data: st.DataObject) -> None:
+    C.cached_decoding_equals_the_full_forward(
+        impl, dtype, **data.draw(S.decode_inputs(dtype, scope=S.scope(impl, "transformer_forward")))
+    )
+
+
+@pytest.mark.aiayn_equation("transformer_forward", direction="decode")
+@profile(0.125)
+@given(data=st.data())
+def test_reordered_cache_equals_the_reordered_prefixes(impl: Any, dtype: str, data: st.DataObject) -> None:
+    C.reordered_cache_equals_the_reordered_prefixes(
+        impl, dtype, **data.draw(S.decode_inputs(dtype, kind="reorder", scope=S.scope(impl, "transformer_forward")))
+    )
+
+
+@pytest.mark.aiayn_equation("transformer_forward", direction="decode")
+@profile(0.125)
+@given(data=st.data())
+def test_beam_search_finds_the_oracles_hypothesis(impl: Any, dtype: str, data: st.DataObject) -> None:
+    C.beam_search_finds_the_oracles_hypothesis(
+        impl, dtype, **data.draw(S.decode_inputs(dtype, kind="beam", scope=S.scope(impl, "transformer_forward")))
+    )
