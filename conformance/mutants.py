@@ -42,6 +42,7 @@ from aiayn.kit import Report, md_table, write_report
 
 __all__ = [
     "BACKWARD_MUTANTS",
+    "DECODE_MUTANTS",
     "FORWARD_MUTANTS",
     "MUTANTS",
     "TORCH_MUTANTS",
@@ -654,8 +655,149 @@ BACKWARD_MUTANTS: dict[str, type[BackwardMutant]] = {
     )
 }
 
-#: Every mutant, forward and backward, by class name: what ``aiayn mutants`` runs.
-MUTANTS: dict[str, type[Mutant]] = {**FORWARD_MUTANTS, **BACKWARD_MUTANTS}
+# --------------------------------------------------------------------------------------------
+# §3.2.3 and §6.1 decoding: the cached decoder and beam search
+
+
+class DecodeMutant(Mutant):
+    """A mutant whose bug is in decoding only: the whole model's forward pass and gradients are the built-in's."""
+
+    name = ""
+    targets = frozenset({"transformer_forward"})
+    vjp = NumpyImplementation.vjp
+
+
+class DecodePositionsRestart(DecodeMutant):
+    """Each decode step's positional encodings restart at 0 instead of the cache length (transformers #15736)."""
+
+    name = "mutant-decode-positions-restart"
+    departure = "positions restarted at 0 in each decode step"
+
+    def _embed(self, tokens, embedding, positional, dt, start=0):
+        return super()._embed(tokens, embedding, positional, dt, 0)
+
+
+class DecodeTopLeftCausal(DecodeMutant):
+    """A chunk of new tokens after a cache gets the causal mask aligned top-left (pytorch #103082, onnx PR #8068)."""
+
+    name = "mutant-decode-top-left-causal"
+    departure = "a top-left causal mask for a chunk after a cache"
+
+    def _step_mask(self, k, c):
+        return np.tri(k, c + k, 0, dtype=bool)
+
+
+class DecodeSourceMaskOnce(DecodeMutant):
+    """The source padding mask applied at the first decode step only, not extended to later ones (transformers
+    #16811)."""
+
+    name = "mutant-decode-source-mask-once"
+    departure = "the source padding mask dropped after the first decode step"
+
+    def decode_step(self, tokens, memory, params, num_heads, cache=None, src_lengths=None):
+        return super().decode_step(tokens, memory, params, num_heads, cache, src_lengths if cache is None else None)
+
+
+class DecodeStaleMemory(DecodeMutant):
+    """The encoder memory kept from the first step and not reordered with the cache: cross-attention of a reordered
+    beam reads another sentence's memory (vllm PR #38321)."""
+
+    name = "mutant-decode-stale-memory"
+    departure = "cross-attention over a memory not reordered with the cache"
+
+    def decode_step(self, tokens, memory, params, num_heads, cache=None, src_lengths=None):
+        kept = memory if cache is None else cache["memory"]
+        logits, new = super().decode_step(tokens, kept, params, num_heads, cache, src_lengths)
+        return logits, {**new, "memory": kept}
+
+    def reorder_cache(self, cache, index):
+        return {**super().reorder_cache(cache, index), "memory": cache["memory"]}
+
+
+class DecodeCacheNotReordered(DecodeMutant):
+    """The cache not reordered when beam search reorders its hypotheses (transformers #46612)."""
+
+    name = "mutant-decode-cache-not-reordered"
+    departure = "the cache not reordered"
+
+    def reorder_cache(self, cache, index):
+        return cache
+
+
+class DecodeKeysWithoutBias(DecodeMutant):
+    """Keys cached before the projection's bias is added: later steps attend to x W^K without b^K."""
+
+    name = "mutant-decode-keys-without-bias"
+    departure = "keys cached without their bias"
+
+    def _cached(self, keys, values, p, h):
+        b = p.get("b_k")
+        if b is None:
+            return keys, values
+        return keys - b.reshape(h, 1, -1), values  # (B, h, k, d_k) less b^K split into heads
+
+
+class DecodeKeysScaledTwice(DecodeMutant):
+    """Keys cached after scaling by 1/sqrt(d_k), then scaled again by the attention: cached positions' scores are
+    divided by d_k."""
+
+    name = "mutant-decode-keys-scaled-twice"
+    departure = "keys cached after scaling by 1/sqrt(d_k) (scaled twice)"
+
+    def _cached(self, keys, values, p, h):
+        return keys / math.sqrt(keys.shape[-1]), values
+
+
+class BeamPenaltyPower(DecodeMutant):
+    """The length penalty |Y|^alpha (fairseq, Hugging Face) instead of GNMT's ((5 + |Y|) / 6)^alpha."""
+
+    name = "mutant-beam-penalty-power"
+    departure = "length penalty |Y|^alpha instead of ((5 + |Y|) / 6)^alpha"
+
+    def _length_penalty(self, length, alpha):
+        return float(length) ** alpha
+
+
+class BeamNoPenalty(DecodeMutant):
+    """No length penalty: hypotheses ranked by log-probability alone."""
+
+    name = "mutant-beam-no-penalty"
+    departure = "no length penalty"
+
+    def _length_penalty(self, length, alpha):
+        return 1.0
+
+
+class BeamStopsAtFirstFinished(DecodeMutant):
+    """The search stops at the first finished hypothesis."""
+
+    name = "mutant-beam-stops-at-first-finished"
+    departure = "beam search stopped at the first finished hypothesis"
+
+    def _stops(self, rule, scores, best_alive, lp_max, k):
+        return len(scores) >= 1
+
+
+#: The decoding mutants, by class name: each caught by the decoding checks and diagnosed as itself, while the whole
+#: model's forward and backward rows pass (``tests/meta/test_conformance_mutants.py``).
+DECODE_MUTANTS: dict[str, type[DecodeMutant]] = {
+    cls.__name__: cls
+    for cls in (
+        DecodePositionsRestart,
+        DecodeTopLeftCausal,
+        DecodeSourceMaskOnce,
+        DecodeStaleMemory,
+        DecodeCacheNotReordered,
+        DecodeKeysWithoutBias,
+        DecodeKeysScaledTwice,
+        BeamPenaltyPower,
+        BeamNoPenalty,
+        BeamStopsAtFirstFinished,
+    )
+}
+
+#: Every mutant, forward, backward and decoding, by class name: what ``aiayn mutants`` runs.
+MUTANTS: dict[str, type[Mutant]] = {**FORWARD_MUTANTS, **BACKWARD_MUTANTS, **DECODE_MUTANTS}
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from aiayn.conformance.profiles import profile
 
 
 @pytest.mark.aiayn_equation("transformer_forward", direction="decode")
-@profile(0.25)
+@profile(0.5)
 @given(data=st.data())
 def test_cached_decoding_equals_the_full_forward(impl: Any, dtype: str, data: st.DataObject) -> None:
     C.cached_decoding_equals_the_full_forward(
@@ -24,7 +24,7 @@ def test_cached_decoding_equals_the_full_forward(impl: Any, dtype: str, data: st
 
 
 @pytest.mark.aiayn_equation("transformer_forward", direction="decode")
-@profile(0.125)
+@profile(0.25)
 @given(data=st.data())
 def test_reordered_cache_equals_the_reordered_prefixes(impl: Any, dtype: str, data: st.DataObject) -> None:
     C.reordered_cache_equals_the_reordered_prefixes(
@@ -33,7 +33,7 @@ def test_reordered_cache_equals_the_reordered_prefixes(impl: Any, dtype: str, da
 
 
 @pytest.mark.aiayn_equation("transformer_forward", direction="decode")
-@profile(0.125)
+@profile(0.5)
 @given(data=st.data())
 def test_beam_search_finds_the_oracles_hypothesis(impl: Any, dtype: str, data: st.DataObject) -> None:
     C.beam_search_finds_the_oracles_hypothesis(

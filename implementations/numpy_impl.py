@@ -524,7 +524,7 @@ class NumpyImplementation(ImplementationBase):
         c, k = past["length"], tokens.shape[1]
         n_src = memory.shape[-2]
         memory_mask = None if src_lengths is None else _padding_mask(src_lengths, n_src, "src_lengths")
-        causal = np.tri(k, c + k, c, dtype=bool)  # (k, c + k): query i at c + i sees keys j <= c + i
+        causal = self._step_mask(k, c)  # (k, c + k)
         y = self._embed(tokens, embedding, positional, dt, start=c)  # (B, k, d_model)
         layers = []
         for layer, held in zip(params["decoder"], past["self"]):
@@ -533,7 +533,12 @@ class NumpyImplementation(ImplementationBase):
             v_new = _split_heads(_affine(y, p["w_v"], p.get("b_v")), h, "w_v")  # (B, h, k, d_v)
             keys = k_new if held is None else np.concatenate((held[0], k_new), axis=-2)  # (B, h, c + k, d_k)
             values = v_new if held is None else np.concatenate((held[1], v_new), axis=-2)  # (B, h, c + k, d_v)
-            layers.append((keys, values))
+            k_kept, v_kept = self._cached(k_new, v_new, p, h)
+            layers.append(
+                (k_kept, v_kept)
+                if held is None
+                else (np.concatenate((held[0], k_kept), axis=-2), np.concatenate((held[1], v_kept), axis=-2))
+            )
             q = _split_heads(_affine(y, p["w_q"], p.get("b_q")), h, "w_q")  # (B, h, k, d_k)
             heads = self.scaled_dot_product_attention(q, keys, values, causal)  # (B, h, k, d_v)
             a = self._residual_norm(y, _affine(_merge_heads(heads), p["w_o"], p.get("b_o")), layer["norm1"])
@@ -541,6 +546,18 @@ class NumpyImplementation(ImplementationBase):
             b = self._residual_norm(a, cross, layer["norm2"])
             y = self._residual_norm(b, self.feed_forward(b, **layer["ffn"]), layer["norm3"])
         return y @ embedding.T, {"length": c + k, "self": layers}  # (B, k, V)
+
+    def _step_mask(self, k: int, c: int) -> np.ndarray:
+        """The self-attention mask of k new queries after c cached positions: query i (position c + i) sees keys
+        j <= c + i, the causal mask aligned at the bottom right. (k, c + k) bool."""
+        return np.tri(k, c + k, c, dtype=bool)
+
+    def _cached(
+        self, keys: np.ndarray, values: np.ndarray, p: Mapping[str, np.ndarray], h: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """What a layer keeps of a step's new positions for later steps: their projected keys and values (B, h, k, d),
+        as this step's attention used them."""
+        return keys, values
 
     def reorder_cache(self, cache: Mapping[str, Any], index: np.ndarray) -> dict[str, Any]:
         """The cache of batch rows ``index`` (B',) int64, in that order, rows may repeat (beam search's reordering)."""
@@ -578,7 +595,7 @@ class NumpyImplementation(ImplementationBase):
         extra = 1 if rule["length_counts"] == "bos_eos" else 0
 
         def lp(t: int) -> float:
-            return ((5.0 + t + extra) / 6.0) ** alpha
+            return self._length_penalty(t + extra, alpha)
 
         memory = self.encode(src_tokens, params, num_heads, src_lengths)
         rows = np.repeat(np.arange(b), k)  # row r of the beam batch belongs to sentence rows[r]
@@ -630,11 +647,10 @@ class NumpyImplementation(ImplementationBase):
                     elif not finished[i]:  # "dropped", but nothing finished: the alive ones by their log-probability
                         finished[i] += [(v, seq, n) for n, (v, seq) in enumerate(live)]
                     done[i] = True
-                elif rule["early_stop"] == "full":
-                    done[i] = len(finished[i]) >= k
-                elif rule["early_stop"] == "bound" and finished[i]:
-                    lowest = sorted(f[0] for f in finished[i])[::-1][:k][-1]
-                    done[i] = lowest > alive_logp[i, 0] / lp(limits[i])
+                else:
+                    done[i] = self._stops(
+                        rule["early_stop"], [f[0] for f in finished[i]], alive_logp[i, 0], lp(limits[i]), k
+                    )
             if all(done):
                 break
             index = (np.arange(b)[:, None] * k + beams).reshape(-1)
@@ -776,6 +792,20 @@ class NumpyImplementation(ImplementationBase):
 
     # ----------------------------------------------------------------------------------------
     # argument checks
+
+    def _length_penalty(self, length: int, alpha: float) -> float:
+        """lp(Y) = ((5 + |Y|) / 6)^alpha, GNMT's (Wu et al. 2016), the penalty §6.1 cites [38]."""
+        return ((5.0 + length) / 6.0) ** alpha
+
+    def _stops(self, rule: str, scores: list[float], best_alive: float, lp_max: float, k: int) -> bool:
+        """Whether a sentence's search ends early (``policies["beam_search"]["early_stop"]``): "full" once k
+        hypotheses finished; "bound" once the k-th best finished score beats the best alive log-probability over
+        lp(maximum length), which no alive hypothesis can exceed; "none" never."""
+        if rule == "full":
+            return len(scores) >= k
+        if rule == "bound" and scores:
+            return sorted(scores, reverse=True)[:k][-1] > best_alive / lp_max
+        return False
 
     def _float_dtype(self, **arrays: Any) -> np.dtype:
         """Return the one float dtype shared by ``arrays`` (one of ``dtypes``), or raise naming the culprit."""

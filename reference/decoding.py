@@ -98,6 +98,9 @@ TOOLKITS = {
 
 EOS_RANKS = ("2k", "k")
 EARLY_STOPS = ("bound", "full", "none")
+#: A stopping rule no toolkit declares but a known bug: the search ends at the first finished hypothesis (what the
+#: suite's diagnoses compute to name it; ``conformance/decoding_diagnoses.py``).
+FIRST = "first"
 AT_MAX_LENGTH = ("dropped", "finished")
 LENGTH_COUNTS = ("eos", "bos_eos")
 DEFAULT_ALPHA = 0.6  # §6.1
@@ -320,6 +323,7 @@ def beam_search(
     early_stop: str = "bound",
     at_max_length: str = "dropped",
     length_counts: str = "eos",
+    penalty: Callable[[int, float], float] | None = None,
 ) -> BeamResult:
     """§6.1's beam search for one sentence, with GNMT's length penalty; policies as the module docstring says.
 
@@ -328,17 +332,22 @@ def beam_search(
     log-probability (ties: lower beam * vocab + token first). Candidates ending in EOS within the ``eos_rank`` best
     finish with score log P / lp(|Y|); the best ``beam`` that do not end in EOS stay alive. Accumulation in
     longdouble. Returns :class:`BeamResult`.
+
+    ``penalty(|Y|, alpha)`` replaces GNMT's lp and ``early_stop`` :data:`FIRST` stops at the first finished
+    hypothesis: departures from §6.1, for the suite's diagnoses to compute a known bug and name it.
     """
     k = positive_int("beam", beam)
     limit = positive_int("max_length", max_length)
     a = _alpha(alpha)
     eos_rank = choice("eos_rank", eos_rank, EOS_RANKS)
-    early_stop = choice("early_stop", early_stop, EARLY_STOPS)
+    early_stop = choice("early_stop", early_stop, (*EARLY_STOPS, FIRST))
     at_max_length = choice("at_max_length", at_max_length, AT_MAX_LENGTH)
     length_counts = choice("length_counts", length_counts, LENGTH_COUNTS)
     extra = 1 if length_counts == "bos_eos" else 0
 
     def lp(t: int) -> float:
+        if penalty is not None:
+            return float(penalty(t + extra, a))
         return float(((LD(5) + LD(t + extra)) / LD(6)) ** LD(a))
 
     alive: list[tuple[tuple[int, ...], Any]] = [((), LD(0))]  # (tokens, log P) best first
@@ -360,12 +369,12 @@ def beam_search(
             if np.isfinite(table[i, v])
         ]
         cand.sort(key=lambda c: (-c[0], c[1]))
-        penalty = lp(t)
+        divisor = lp(t)
         ranked = cand[: (2 * k if eos_rank == "2k" else k)]
         for value, _, i, v in ranked:
             if v == eos:
                 seq = (*alive[i][0], eos)
-                finished.append(Hypothesis(seq, float(value), float(value / LD(penalty)), t, True, penalty))
+                finished.append(Hypothesis(seq, float(value), float(value / LD(divisor)), t, True, divisor))
         edge = len(ranked)
         for j, c in enumerate(cand):  # each EOS candidate against the rank that decides whether it finishes
             if c[3] != eos or (j < edge and edge >= len(cand)):
@@ -384,7 +393,7 @@ def beam_search(
             break
         if t == limit:
             break
-        if early_stop == "full" and len(finished) >= k:
+        if (early_stop == "full" and len(finished) >= k) or (early_stop == FIRST and finished):
             break
         if early_stop == "bound" and finished:
             lowest = sorted(finished, key=lambda h: -h.score)[:k][-1]  # the k-th best finished score (or the last)
@@ -399,8 +408,8 @@ def beam_search(
                 break
     if (alive and steps == limit) or not finished:
         if at_max_length == "finished":
-            penalty = lp(steps)
-            finished += [Hypothesis(seq, float(v), float(v / LD(penalty)), steps, False, penalty) for seq, v in alive]
+            divisor = lp(steps)
+            finished += [Hypothesis(seq, float(v), float(v / LD(divisor)), steps, False, divisor) for seq, v in alive]
         elif not finished:  # "dropped", but nothing finished: the alive ones, scored by their log-probabilities
             finished += [Hypothesis(seq, float(v), float(v), steps, False, 1.0) for seq, v in alive]
     if not finished:

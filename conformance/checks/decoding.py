@@ -22,7 +22,8 @@ import numpy as np
 
 from aiayn.conformance import decoding_budgets as DB
 from aiayn.conformance.checks._common import prepare
-from aiayn.conformance.harness import Case, check, compare
+from aiayn.conformance.decoding_diagnoses import StepDiagnosis, beam_departures
+from aiayn.conformance.harness import Case, OverBudget, _matches, check, compare
 from aiayn.conformance.numerics import precision
 from aiayn.implementations.decoding import beam_policies
 
@@ -44,8 +45,18 @@ def _provided(case: Case, which: str) -> None:
         pytest.skip(f"not provided: {getattr(case.impl, 'name', case.impl)} has no {', '.join(missing)}")
 
 
-def _forward(case: Case, seen: dict[str, Any], src: np.ndarray, tgt: np.ndarray, lengths: Any):
-    """The oracle's logits of the whole model on (src, tgt) and their budget at the case's arithmetic."""
+def _oracle_args(case: Case, seen: dict[str, Any]) -> dict[str, Any]:
+    from aiayn.conformance.equations import record
+
+    keys = ("src", "params", "num_heads", "src_lengths")
+    return {**{k: seen[k] for k in keys}, **record("transformer_forward").policies(case)}
+
+
+def _forward(
+    case: Case, seen: dict[str, Any], src: np.ndarray, tgt: np.ndarray, lengths: Any, arithmetic: str | None = None
+):
+    """The oracle's logits of the whole model on (src, tgt), their budget at the case's arithmetic (or
+    ``arithmetic``), and the budget's name."""
     from aiayn.conformance.equations import record
 
     r = record("transformer_forward")
@@ -59,7 +70,7 @@ def _forward(case: Case, seen: dict[str, Any], src: np.ndarray, tgt: np.ndarray,
         **r.policies(case),
     }
     expected = np.asarray(r.oracle(a), dtype=np.float64)
-    return expected, r.budget_at(a, expected, case.arithmetic), r.budget_name
+    return expected, r.budget_at(a, expected, arithmetic or case.arithmetic), r.budget_name
 
 
 def _step(case: Case, tokens: Any, memory: Any, params: Any, h: int, cache: Any, lengths: Any, want: tuple) -> tuple:
@@ -74,12 +85,7 @@ def _step(case: Case, tokens: Any, memory: Any, params: Any, h: int, cache: Any,
     return got, out[1]
 
 
-@check(
-    "transformer_forward",
-    kind="property",
-    violates="the decoder at position t depends only on positions <= t (§3.2.3): a cached step equals the full pass",
-    direction="decode",
-)
+@check("transformer_forward", direction="decode")
 def cached_decoding_equals_the_full_forward(
     case: Case,
     src: np.ndarray,
@@ -106,6 +112,17 @@ def cached_decoding_equals_the_full_forward(
         got.append(logits)
         start += k
     expected, budget, name = _forward(case, seen, seen["src"], seen["tgt"], seen["src_lengths"])
+    ops, start = [], 0
+    for k in chunks:
+        ops.append(("step", seen["tgt"][:, start : start + k]))
+        start += k
+    case.diagnosis = StepDiagnosis(
+        case.check,
+        _oracle_args(case, seen),
+        ops,
+        expected,
+        lambda dtype: _forward(case, seen, seen["src"], seen["tgt"], seen["src_lengths"], dtype)[1],
+    )
     compare(
         case,
         np.concatenate(got, axis=1),
@@ -117,12 +134,7 @@ def cached_decoding_equals_the_full_forward(
     )
 
 
-@check(
-    "transformer_forward",
-    kind="property",
-    violates="beam search reorders its hypotheses: a cache reordered by beam indices is the reordered prefixes' (§6.1)",
-    direction="decode",
-)
+@check("transformer_forward", direction="decode")
 def reordered_cache_equals_the_reordered_prefixes(
     case: Case,
     src: np.ndarray,
@@ -161,6 +173,13 @@ def reordered_cache_equals_the_reordered_prefixes(
     lengths = None if seen["src_lengths"] is None else seen["src_lengths"][index]
     full = np.concatenate((seen["tgt"][index], new), axis=1)
     expected, budget, name = _forward(case, seen, seen["src"][index], full, lengths)
+    case.diagnosis = StepDiagnosis(
+        case.check,
+        _oracle_args(case, seen),
+        [("step", seen["tgt"]), ("reorder", index), ("step", new)],
+        expected[:, s:],
+        lambda dtype: _forward(case, seen, seen["src"][index], full, lengths, dtype)[1][:, s:],
+    )
     compare(
         case,
         got,
@@ -220,12 +239,7 @@ class _Scored:
         return DB.accumulated(steps, self.sizes.get(step, max(self.sizes.values(), default=0.0)), self.ps)
 
 
-@check(
-    "transformer_forward",
-    kind="property",
-    violates="§6.1: beam search with a length penalty ((5 + |Y|) / 6)^alpha returns the best-scoring hypothesis",
-    direction="decode",
-)
+@check("transformer_forward", direction="decode")
 def beam_search_finds_the_oracles_hypothesis(
     case: Case,
     src: np.ndarray,
@@ -270,30 +284,74 @@ def beam_search_finds_the_oracles_hypothesis(
     for i, item in enumerate(out):
         tokens, score = _hypothesis(case, item, i, vocab, eos, int(max_lengths[i]))
         scored = _Scored(case, seen, i, bos, ps)
-        result = D.beam_search(
-            scored,
-            eos=eos,
-            max_length=int(max_lengths[i]),
-            beam=beam,
-            alpha=alpha,
-            eos_rank=rule["eos_rank"],
-            early_stop=rule["early_stop"],
-            at_max_length=rule["at_max_length"],
-            length_counts=rule["length_counts"],
+        kw = {
+            "eos": eos,
+            "max_length": int(max_lengths[i]),
+            "beam": beam,
+            "alpha": alpha,
+            **{key: rule[key] for key in ("eos_rank", "early_stop", "at_max_length", "length_counts")},
+        }
+        result = D.beam_search(scored, **kw)
+        log_p, bound, penalty = _path(case, scored, seen, i, tokens, alpha, eos, rule, bos)
+        extra = 1 if rule["length_counts"] == "bos_eos" else 0
+        case.diagnosis = _BeamDiagnosis(scored, kw, tokens, log_p, len(tokens) + extra, bound, penalty)
+        compare(
+            case,
+            np.array(score),
+            np.array(log_p / penalty),
+            np.array(bound / penalty),
+            what=f"beam search's score of its hypothesis {tokens} for sentence {i} differs from log P(tokens | source) "
+            f"/ lp(|Y|) with lp(|Y|) = ((5 + |Y|) / 6)^{alpha}"
+            + (" (unpenalised: no hypothesis finished)" if penalty == 1.0 and tokens[-1] != eos else ""),
+            budget_name="decoding_budgets.accumulated",
+            expected_name="the oracle's score of the same tokens",
         )
-        _check_score(case, scored, seen, i, tokens, score, alpha, eos, rule, bos)
         if tuple(tokens) == result.best.tokens:
             case.tally(checked=1)
             continue
-        close = result.undecided(scored.err)
-        if close:
+        if result.undecided(scored.err):
             case.tally(unchecked={TIE: 1})
             continue
+        matched, _ = _matches(case, np.array(score))
+        closest = min(result.decisions, key=lambda d: d.slack(scored.err), default=None)
         case.fail(
             f"beam search returned {tokens} for sentence {i}, the oracle's search {list(result.best.tokens)} "
-            f"(score {score!r} against the oracle's {result.best.score!r}); every choice of the oracle's search was "
-            f"wider than the scores' error (closest: {min(result.decisions, key=lambda d: d.slack(scored.err)).what}); "
-            f"policies {rule}, beam {beam}, alpha {alpha}, maximum length {int(max_lengths[i])}"
+            f"(score {score!r}, the oracle's {result.best.score!r}){matched}; every choice of the oracle's search was "
+            f"wider than the scores' error"
+            + (f" (the closest: {closest.what} at step {closest.step}, gap {closest.gap:.3g})" if closest else "")
+            + f"; policies {rule}, beam {beam}, alpha {alpha}, maximum length {int(max_lengths[i])}",
+            kind=OverBudget,
+        )
+
+
+class _BeamDiagnosis:
+    """What ``harness._matches`` needs to name the beam-search bug an answer matches (``decoding_diagnoses``): the
+    oracle's search (its log-probabilities and arguments), the tokens returned, their oracle log-probability, |Y|,
+    the error that log-probability may carry and §6.1's penalty of them."""
+
+    def __init__(
+        self, scored: _Scored, kw: dict, tokens: list[int], log_p: float, length: int, bound: float, penalty: float
+    ) -> None:
+        self.scored, self.kw, self.tokens = scored, kw, tokens
+        self.log_p, self.length, self.bound, self.penalty = log_p, length, bound, penalty
+
+    def search(self, penalty: Any = None, early_stop: str | None = None) -> Any:
+        from aiayn.reference import decoding as D
+
+        return D.beam_search(
+            self.scored, **{**self.kw, "penalty": penalty, "early_stop": early_stop or self.kw["early_stop"]}
+        )
+
+    def explain(self, got: np.ndarray, dtype: str) -> list[str]:
+        return beam_departures(
+            self.search,
+            self.tokens,
+            float(np.asarray(got)),
+            self.log_p,
+            self.length,
+            self.kw["alpha"],
+            self.bound,
+            self.penalty,
         )
 
 
@@ -315,21 +373,20 @@ def _hypothesis(case: Case, item: Any, i: int, vocab: int, eos: int, limit: int)
     return tokens, score
 
 
-def _check_score(
+def _path(
     case: Case,
     scored: _Scored,
     seen: dict[str, Any],
     i: int,
     tokens: list[int],
-    score: float,
     alpha: float,
     eos: int,
     rule: dict[str, str],
     bos: int,
-) -> None:
-    """The implementation's score of its own hypothesis against the oracle's score of the same tokens: log P summed
-    over the teacher-forced log-probabilities, divided by lp(|Y|) (unpenalised where a "dropped" search returns an
-    alive hypothesis because none finished), within the accumulated error of that path."""
+) -> tuple[float, float, float]:
+    """The oracle's log P(tokens | source) of a hypothesis (teacher-forced log-probabilities summed), the bound on an
+    implementation's (``decoding_budgets.accumulated`` along that path), and its penalty lp(|Y|) (1 where a
+    "dropped" search returns an alive hypothesis because none finished)."""
     from aiayn.reference import decoding as D
 
     src = seen["src"][i : i + 1]
@@ -341,18 +398,7 @@ def _check_score(
     lp = d - np.log(np.sum(np.exp(d), axis=-1, keepdims=True))
     log_p = float(np.sum(lp[np.arange(len(tokens)), tokens]))
     steps = [DB.step_error(z[t : t + 1], beta[0, t : t + 1], scored.ps) for t in range(len(tokens))]
-    bound = DB.accumulated(steps, log_p, scored.ps)
-    ended = tokens[-1] == eos
-    raw = not ended and rule["at_max_length"] == "dropped"
+    raw = tokens[-1] != eos and rule["at_max_length"] == "dropped"
     extra = 1 if rule["length_counts"] == "bos_eos" else 0
     penalty = 1.0 if raw else D.length_penalty(len(tokens) + extra, alpha)
-    compare(
-        case,
-        np.array(score),
-        np.array(log_p / penalty),
-        np.array(bound / penalty),
-        what=f"beam search's score of its hypothesis {tokens} for sentence {i} differs from log P(tokens | source) / "
-        f"lp(|Y|) with lp(|Y|) = ((5 + |Y|) / 6)^{alpha}" + (" (unpenalised: no hypothesis finished)" if raw else ""),
-        budget_name="decoding_budgets.accumulated",
-        expected_name="the oracle's score of the same tokens",
-    )
+    return log_p, DB.accumulated(steps, log_p, scored.ps), penalty

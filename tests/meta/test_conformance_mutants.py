@@ -39,17 +39,31 @@ def _failures_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIAYN_FAILURES", str(tmp_path / "failures"))
 
 
-def _one_dtype_each() -> list[tuple[str, dict[str, type]]]:
-    """The mutants split by the dtype they are run in here: float32 (every equation the NumPy built-in declares is
-    checked in it, and its rounding is what shows the cancelling forms: in float64 a one-pass variance looks like
-    float32 arithmetic), float64 for those whose equations are checked in the first dtype only (lrate)."""
+BEAM_CHECK = "beam_search_finds_the_oracles_hypothesis"
+
+
+def _one_dtype_each() -> list[tuple[str, dict[str, type], str, list[str]]]:
+    """The mutants split by the dtype, profile and tests they are run with here: float32 (every equation the NumPy
+    built-in declares is checked in it, and its rounding is what shows the cancelling forms: in float64 a one-pass
+    variance looks like float32 arithmetic), float64 for those whose equations are checked in the first dtype only
+    (lrate); a decoding mutant on the decoding checks where its bug shows (``decoding_diagnoses``; its forward and
+    backward are the built-in's), a beam search's at the derandomized ``ci`` profile (its bugs show only on sentences
+    long enough for the length penalty and the stopping rule to decide something, rare among ``smoke``'s 8 simplest
+    examples)."""
+    from aiayn.conformance.decoding_diagnoses import DECODING_CATALOGUE
     from aiayn.conformance.equations import RECORDS
 
     first_only = {name for name, r in RECORDS.items() if r.first_dtype_only}
     in_float64 = {n: c for n, c in mutants.MUTANTS.items() if c.targets <= first_only}
+    shows = {d.name: d.checks for d in DECODING_CATALOGUE}
+    search = {n: c for n, c in mutants.DECODE_MUTANTS.items() if shows[c.departure] == {BEAM_CHECK}}
+    decoder = {n: c for n, c in mutants.DECODE_MUTANTS.items() if n not in search}
+    rest = {n: c for n, c in mutants.MUTANTS.items() if n not in in_float64 and n not in mutants.DECODE_MUTANTS}
     return [
-        ("float32", {n: c for n, c in mutants.MUTANTS.items() if n not in in_float64}),
-        ("float64", in_float64),
+        ("float32", rest, "smoke", []),
+        ("float64", in_float64, "smoke", []),
+        ("float32", decoder, "smoke", ["--aiayn-no-grad", "-k", "cached_decoding or reordered_cache"]),
+        ("float32", search, "ci", ["--aiayn-no-grad", "-k", BEAM_CHECK]),
     ]
 
 
@@ -58,9 +72,9 @@ def test_every_mutant_is_caught_and_the_unbroken_numpy_implementation_passes(tmp
     with the control alongside in that dtype."""
     rows: list[dict] = []
     total = 0
-    for dtype, group in _one_dtype_each():
-        folder = tmp_path / dtype
-        proc = mutants.run_mutants(folder, workers=2, profile="smoke", mutants=group, extra=[f"--dtype={dtype}"])
+    for n, (dtype, group, profile, only) in enumerate(_one_dtype_each()):
+        folder = tmp_path / f"{n}-{dtype}"
+        proc = mutants.run_mutants(folder, workers=2, profile=profile, mutants=group, extra=[f"--dtype={dtype}", *only])
         assert (folder / "conformance-numpy.json").exists(), (
             f"the suite did not run:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         )
@@ -70,8 +84,8 @@ def test_every_mutant_is_caught_and_the_unbroken_numpy_implementation_passes(tmp
         )
         rows += table["mutants"]
         total += table["total"]
-        forward_failed = []  # a backward mutant's bug is in its gradients only: its forward rows pass
-        for name, cls in mutants.BACKWARD_MUTANTS.items():
+        forward_failed = []  # a backward or decoding mutant's bug is in its gradients or decoding: its forward passes
+        for name, cls in {**mutants.BACKWARD_MUTANTS, **mutants.DECODE_MUTANTS}.items():
             if name not in group:
                 continue
             data = json.loads((folder / f"conformance-{cls.name}.json").read_text())

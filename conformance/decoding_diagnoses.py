@@ -1,0 +1,275 @@
+"""Diagnoses of decoding (§3.2.3, §6.1): the known decoding bugs, each computed, so that a failing decoding check
+names the one its output matches.
+
+A cached decoder's bugs are computed by a decoder of the oracle's sub-layers (``aiayn.reference``'s fast tier) run
+step by step with a cache, the bug switched in (:func:`cached_logits`); a beam search's by the oracle's search with
+the bug's penalty or stopping rule (``aiayn.reference.decoding.beam_search``'s ``penalty`` and ``early_stop``
+"first"). A bug is named where its output agrees with the implementation's within the check's own budget.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aiayn.reference.attention import multi_head_attention, scaled_dot_product_attention
+from aiayn.reference.layers import embedding_lookup, feed_forward, layer_norm, output_logits
+from aiayn.reference.model import encoder_layer
+from aiayn.reference.positional import positional_encoding
+
+
+@dataclass(frozen=True)
+class DecodeDeparture:
+    """One known decoding bug: its name (what messages say), who had it, the checks where it shows, and its switch
+    (``flags`` for :func:`cached_logits`; ``penalty``/``stop`` for a beam search)."""
+
+    name: str
+    note: str
+    checks: frozenset[str]
+    flags: Mapping[str, bool] = field(default_factory=dict)
+    penalty: Callable[[int, float], float] | None = None
+    stop: str | None = None
+
+
+_STEPS = frozenset({"cached_decoding_equals_the_full_forward", "reordered_cache_equals_the_reordered_prefixes"})
+_REORDER = frozenset({"reordered_cache_equals_the_reordered_prefixes"})
+_BEAM = frozenset({"beam_search_finds_the_oracles_hypothesis"})
+
+#: Every decoding bug the suite can name; each decoding mutant (``mutants.py``) carries one of these names.
+DECODING_CATALOGUE: tuple[DecodeDeparture, ...] = (
+    DecodeDeparture(
+        "positions restarted at 0 in each decode step",
+        "positions not offset by the cache length (transformers #15736, PR #15444)",
+        _STEPS,
+        {"restart": True},
+    ),
+    DecodeDeparture(
+        "a top-left causal mask for a chunk after a cache",
+        "SDPA's is_causal with n_q != n_k (pytorch #103082); the ONNX Attention operator's cache path (onnx PR #8068)",
+        _STEPS,
+        {"top_left": True},
+    ),
+    DecodeDeparture(
+        "the source padding mask dropped after the first decode step",
+        "a padding mask not extended to later steps (transformers #16811)",
+        _STEPS,
+        {"mask_once": True},
+    ),
+    DecodeDeparture(
+        "cross-attention over a memory not reordered with the cache",
+        "cross-attention state kept from before a beam reordering (vllm PR #38321)",
+        _REORDER,
+        {"stale_memory": True},
+    ),
+    DecodeDeparture(
+        "the cache not reordered",
+        "the cache left in place when beam search reorders its hypotheses (transformers #46612)",
+        _REORDER,
+        {"not_reordered": True},
+    ),
+    DecodeDeparture(
+        "keys cached without their bias",
+        "keys cached as x W^K, the bias b^K added only to the step's own keys",
+        _STEPS,
+        {"keys_no_bias": True},
+    ),
+    DecodeDeparture(
+        "keys cached after scaling by 1/sqrt(d_k) (scaled twice)",
+        "keys cached pre-scaled, then scaled again by the attention",
+        _STEPS,
+        {"keys_scaled": True},
+    ),
+    DecodeDeparture(
+        "length penalty |Y|^alpha instead of ((5 + |Y|) / 6)^alpha",
+        "fairseq's and Hugging Face's penalty (sum of log-probabilities / |Y|^alpha), not GNMT's that §6.1 cites",
+        _BEAM,
+        penalty=lambda n, alpha: float(n) ** alpha,
+    ),
+    DecodeDeparture("no length penalty", "hypotheses ranked by log-probability alone", _BEAM, penalty=lambda n, a: 1.0),
+    DecodeDeparture(
+        "beam search stopped at the first finished hypothesis",
+        "the search ends when one hypothesis has finished, not when no alive one can still win",
+        _BEAM,
+        stop="first",
+    ),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# a cached decoder of the oracle's sub-layers, with a bug switched in
+
+
+def _split(x: np.ndarray, h: int) -> np.ndarray:  # (B, n, h*d) -> (B, h, n, d)
+    return np.swapaxes(x.reshape(x.shape[:-1] + (h, x.shape[-1] // h)), -2, -3)
+
+
+def _merge(x: np.ndarray) -> np.ndarray:  # (B, h, n, d) -> (B, n, h*d)
+    x = np.swapaxes(x, -2, -3)
+    return x.reshape(x.shape[:-2] + (x.shape[-2] * x.shape[-1],))
+
+
+def _affine(x: np.ndarray, p: Mapping[str, Any], w: str) -> np.ndarray:
+    b = p.get(f"b_{w}")
+    return x @ np.asarray(p[f"w_{w}"]) + (0.0 if b is None else np.asarray(b))
+
+
+def _positions(params: Mapping[str, Any], start: int, n: int, d_model: int) -> np.ndarray:
+    if "positional" in params:
+        return np.asarray(params["positional"], dtype=np.float64)[start : start + n]
+    return positional_encoding(start + n, d_model)[start:]
+
+
+def _memory(a: Mapping[str, Any], src: np.ndarray, lengths: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """The encoder's output and the source padding mask (B, 1, n_src) or None."""
+    params, h, eps = a["params"], a["num_heads"], a["eps"]
+    d_model = np.asarray(params["embedding"]).shape[1]
+    mask = None if lengths is None else np.arange(src.shape[1])[None, None, :] < np.asarray(lengths)[:, None, None]
+    x = embedding_lookup(src, params["embedding"]) + _positions(params, 0, src.shape[1], d_model)
+    for layer in params["encoder"]:
+        x = encoder_layer(x, layer, h, mask, eps=eps)
+    return x, mask
+
+
+def cached_logits(
+    a: Mapping[str, Any], ops: Sequence[tuple[str, Any]], flags: Mapping[str, bool] | None = None
+) -> np.ndarray:
+    """The logits of the last ``("step", tokens)`` ops of ``ops`` (concatenated since the last ``("reorder",
+    index)``), run by a cached decoder of the oracle's sub-layers in float64 with the bug ``flags`` switched in.
+
+    ``a``: the oracle's arguments (``src``, ``params``, ``num_heads``, ``src_lengths``, ``eps``). After a reorder the
+    memory is the encoder's output for the reordered sources (as the suite passes it), unless ``stale_memory``.
+    Flags: ``restart`` (positions from 0 at each step), ``top_left`` (the causal mask aligned top-left),
+    ``mask_once`` (the source mask at the first step only), ``stale_memory``, ``not_reordered``, ``keys_no_bias``,
+    ``keys_scaled`` (what the cache keeps of each new key).
+    """
+    f = dict(flags or {})
+    params, h, eps = a["params"], a["num_heads"], a["eps"]
+    embedding = np.asarray(params["embedding"], dtype=np.float64)
+    d_model = embedding.shape[1]
+    src, lengths = np.asarray(a["src"]), a["src_lengths"]
+    memory, mask = _memory(a, src, lengths)
+    cache: list[tuple[np.ndarray, np.ndarray]] | None = None
+    c, first, out = 0, True, []
+    for kind, value in ops:
+        if kind == "reorder":
+            index = np.asarray(value)
+            if not f.get("not_reordered"):
+                cache = [(k[index], v[index]) for k, v in cache or []]
+            lengths = None if lengths is None else np.asarray(lengths)[index]
+            if not f.get("stale_memory"):
+                memory, mask = _memory(a, src[index], lengths)
+            out = []
+            continue
+        tokens = np.asarray(value)
+        k = tokens.shape[1]
+        y = embedding_lookup(tokens, embedding) + _positions(params, 0 if f.get("restart") else c, k, d_model)
+        causal = np.tri(k, c + k, 0 if f.get("top_left") else c, dtype=bool)
+        step_mask = None if (f.get("mask_once") and not first) else mask
+        kept = []
+        for i, layer in enumerate(params["decoder"]):
+            p = layer["self_attn"]
+            q, k_new, v_new = (_split(_affine(y, p, w), h) for w in ("q", "k", "v"))
+            keys = k_new if cache is None else np.concatenate((cache[i][0], k_new), axis=-2)
+            values = v_new if cache is None else np.concatenate((cache[i][1], v_new), axis=-2)
+            store = k_new
+            if f.get("keys_no_bias") and p.get("b_k") is not None:
+                store = k_new - _split(np.asarray(p["b_k"])[None, None, :], h)
+            if f.get("keys_scaled"):
+                store = store / math.sqrt(k_new.shape[-1])
+            kept.append((store, v_new) if cache is None else (np.concatenate((cache[i][0], store), -2), values))
+            heads = scaled_dot_product_attention(q, keys, values, causal)
+            attn = _merge(heads) @ np.asarray(p["w_o"]) + (0.0 if p.get("b_o") is None else np.asarray(p["b_o"]))
+            x1 = layer_norm(y + attn, layer["norm1"]["gain"], layer["norm1"]["bias"], eps)
+            cross = multi_head_attention(x1, memory, memory, layer["cross_attn"], h, step_mask)
+            x2 = layer_norm(x1 + cross, layer["norm2"]["gain"], layer["norm2"]["bias"], eps)
+            ffn = feed_forward(x2, **layer["ffn"])
+            y = layer_norm(x2 + ffn, layer["norm3"]["gain"], layer["norm3"]["bias"], eps)
+        cache, c, first = kept, c + k, False
+        out.append(output_logits(y, embedding))
+    return np.concatenate(out, axis=1)
+
+
+def _agrees(got: np.ndarray, variant: np.ndarray, budget: np.ndarray) -> bool:
+    with np.errstate(invalid="ignore"):
+        return got.shape == variant.shape and bool(np.all(np.abs(got - variant) <= budget))
+
+
+@dataclass(frozen=True)
+class StepDiagnosis:
+    """What ``harness._matches`` needs to name the bug a failing cached-decoding check matches: the check's name, the
+    oracle's arguments, the decoder's ``ops`` as the check ran them, and the check's budget at an arithmetic
+    (``budget_at(dtype)``), the expected logits."""
+
+    check: str
+    a: Mapping[str, Any]
+    ops: Sequence[tuple[str, Any]]
+    expected: np.ndarray
+    budget_at: Callable[[str], np.ndarray]
+
+    def explain(self, got: np.ndarray, dtype: str) -> list[str]:
+        from aiayn.conformance.diagnoses import PRECISION_DEPARTURES
+
+        got = np.asarray(got, dtype=np.float64)
+        budget = self.budget_at(dtype)
+        names = []
+        for departure in DECODING_CATALOGUE:
+            if self.check not in departure.checks or not departure.flags:
+                continue
+            try:
+                with np.errstate(all="ignore"):
+                    variant = cached_logits(self.a, self.ops, departure.flags)
+            except (ValueError, IndexError, KeyError, TypeError):
+                continue  # no meaning for these inputs
+            if _agrees(got, variant, budget) and not _agrees(variant, self.expected, budget):
+                names.append(departure.name)
+        if not names and dtype == "float64" and _agrees(got, self.expected, self.budget_at("float32")):
+            # no decoding bug computes this output, and float32 arithmetic explains it
+            return [PRECISION_DEPARTURES["float32"]]
+        return names
+
+
+def beam_departures(
+    search: Callable[..., Any],
+    tokens: Sequence[int],
+    score: float,
+    log_p: float,
+    length: int,
+    alpha: float,
+    bound: float,
+    penalty: float,
+) -> list[str]:
+    """The beam-search bugs that explain an implementation's answer (``tokens``, ``score``), ``log_p`` being the
+    oracle's log-probability of those tokens, ``length`` their |Y|, ``bound`` the error ``log_p`` may carry, and
+    ``penalty`` the divisor §6.1 gives them.
+
+    A departure is named where the score is ``log_p`` over its penalty (within ``bound`` over it) and not over §6.1's;
+    or where the score is §6.1's (``log_p / penalty``: a one-token output has lp = 1 under every penalty) and the
+    tokens are what the oracle's search returns with the departure switched in and not without it
+    (``search(penalty=..., early_stop=...)``). Tokens alone never name a bug: a decoder with another defect returns
+    other tokens too.
+    """
+    names = []
+    paper = abs(score - log_p / penalty) <= bound / penalty
+    best = None
+    for departure in DECODING_CATALOGUE:
+        if departure.penalty is None and departure.stop is None:
+            continue
+        if departure.penalty is not None and not paper:
+            divisor = departure.penalty(length, alpha)
+            if abs(score - log_p / divisor) <= bound / divisor:
+                names.append(departure.name)
+            continue
+        if not paper:
+            continue
+        try:
+            best = best or search()
+            variant = search(penalty=departure.penalty, early_stop=departure.stop)
+        except ValueError:
+            continue
+        if tuple(tokens) == variant.best.tokens != best.best.tokens:
+            names.append(departure.name)
+    return names
