@@ -788,7 +788,7 @@ def decode_inputs(draw: Any, dtype: str, *, kind: str = "steps", scope: Scope = 
     """
     sizes = _Sizes(draw, "decode_inputs")
     d_model, h, d_ff = draw(_sizes(dtype, scope, sizes))
-    vocab = sizes.integers(3, 7) if kind == "beam" else sizes.integers(2, 11)
+    vocab = sizes.integers(4, 7) if kind == "beam" else sizes.integers(2, 11)
     params = _params(
         draw(st.integers(0, 2**32 - 1)),
         _config(sizes.integers(1, 2), d_model, h, d_ff),

@@ -33,7 +33,7 @@ def test_reordered_cache_equals_the_reordered_prefixes(impl: Any, dtype: str, da
 
 
 @pytest.mark.aiayn_equation("transformer_forward", direction="decode")
-@profile(0.5)
+@profile(0.25)
 @given(data=st.data())
 def test_beam_search_finds_the_oracles_hypothesis(impl: Any, dtype: str, data: st.DataObject) -> None:
     C.beam_search_finds_the_oracles_hypothesis(

@@ -47,8 +47,8 @@ BUILTINS: Mapping[str, str] = MappingProxyType(
     {
         "numpy": "aiayn.implementations.numpy_impl:NumpyImplementation",
         "numpy-blocked": "aiayn.implementations.numpy_impl:blocked_numpy_implementation",
-        "torch": "aiayn.implementations.torch_impl:TorchImplementation",
-        "torch-sdpa": "aiayn.implementations.torch_impl:TorchSDPAImplementation",
+        "torch": "aiayn.implementations.torch_decoding:TorchDecoding",
+        "torch-sdpa": "aiayn.implementations.torch_decoding:TorchSDPADecoding",
         "torch-nn": "aiayn.implementations.torch_nn:TorchNNImplementation",
         "torch-nn-fastpath": "aiayn.implementations.torch_nn:TorchNNFastPath",
     }

@@ -229,6 +229,41 @@ def test_length_penalty_closed_form() -> None:
     assert max_lengths(torch.tensor([1, 11])).tolist() == [51, 60]  # input without EOS (min 1) + 50
 
 
+def test_the_decoder_that_translates_passes_the_suites_decoding_checks(tmp_path: Path) -> None:
+    """decode.py's beam search and model.py's cached decoder (``checked.TranslationDecoder``) through the suite's
+    decoding checks (``conformance/test_decoding.py``) at the derandomized smoke profile: every check passes."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "check",
+            "aiayn.reproductions.translation.checked:TranslationDecoder",
+            "--profile",
+            "smoke",
+            "--workers",
+            "0",
+            "--no-grad",
+            "-k",
+            "cached_decoding or reordered_cache or beam_search",
+            "--report",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "conformance-translation.json").read_text())["rows"]
+    decode = [r for r in rows if r["direction"] == "decode"]
+    assert [(r["dtype"], r["status"]) for r in decode] == [("float32", "pass")], decode
+    assert decode[0]["checked"] > 0 and decode[0]["examples"] >= 3 * 2, decode
+
+
 def test_greedy_equals_beam_one_without_length_penalty() -> None:
     m = _model(seed=5).eval()
     src = torch.randint(4, 28, (4, 6))

@@ -219,7 +219,10 @@ def make_report(runs: list[dict[str, Any]]) -> Report:
     rep.add(
         "",
         "What: the paper's encoder-decoder trained by `aiayn train` (model, training and decoding "
-        "computed by the equations `aiayn check torch-sdpa` checks), checkpoints averaged, beam search as §6.1, "
+        "computed by the equations `aiayn check torch-sdpa` checks), checkpoints averaged, beam search as §6.1 "
+        "through the cached decoder and beam search the suite's decoding checks pass "
+        "([conformance-translation.md](conformance-translation.md), `aiayn check "
+        "aiayn.reproductions.translation.checked:TranslationDecoder`), "
         "scored on whole held-out books with sacreBLEU, the paper-style tokenized BLEU (German: compound splitting; "
         "French: French rules, no splitting) and chrF. How each score is computed, and how the two BLEUs differ on "
         "sixteen real WMT17 systems: [bleu.md](bleu.md); Table 3's model variations at this scale: "
