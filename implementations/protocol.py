@@ -64,7 +64,8 @@ what is absent is reported "not provided"):
   positions c .. c + k - 1; returns ``(logits, cache)``, the logits (B, k, vocab) at those positions and the cache of
   c + k positions. The cache is the implementation's own object: the suite only hands it back, to ``decode_step``
   and to ``reorder_cache(cache, index)``, which returns the cache of batch rows ``index`` (B',) int64 (rows may
-  repeat: beam search's reordering). A step must give what :meth:`~CompleteImplementation.transformer_forward`
+  repeat: beam search's reordering); it never uses a cache again once it has passed it on, so either may update it
+  in place. A step must give what :meth:`~CompleteImplementation.transformer_forward`
   gives at those positions for the whole prefix (the decoder is causal, §3.2.3);
 - ``beam_search(src_tokens, params, num_heads, beam, alpha, max_lengths, bos, eos, src_lengths=None)``: §6.1's
   beam search with GNMT's length penalty lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016, the paper's [38]) over the

@@ -320,3 +320,40 @@ def test_blocked_path_peak_memory_grows_linearly_not_quadratically() -> None:
     assert b2 < (2 * n) ** 2 * 8 / 4, (
         f"blocked peak {b2} bytes is not far below the {(2 * n) ** 2 * 8}-byte score matrix"
     )
+
+
+def _decode_model() -> tuple[NumpyImplementation, dict[str, Any], np.ndarray]:
+    from aiayn.reference.counts import TransformerConfig
+    from aiayn.reference.model import init_params
+
+    rng = np.random.default_rng(3)
+    params = init_params(TransformerConfig(n_layers=2, d_model=8, d_ff=16, num_heads=2), 9, rng)
+    return NumpyImplementation(), params, rng.integers(0, 9, (2, 5))
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda i, p, s: i.decode_step(s[:, :2], i.encode(s, p, 2), p, 2, {"length": 0, "self": [None]}), "cache"),
+        (lambda i, p, s: i.reorder_cache({"length": 1, "self": []}, np.array([0.5])), "index: expected a 1-D integer"),
+        (lambda i, p, s: i.decode_step(s[0], i.encode(s, p, 2), p, 2), "tokens: expected a 2-D integer array"),
+        (lambda i, p, s: i.beam_search(s, p, 2, 2, 0.6, np.array([4]), 1, 0), "max_lengths: expected 2 positive"),
+        (lambda i, p, s: NumpyImplementation(policies={"beam_search": {"eos_rank": "3k"}}), "eos_rank"),
+        (lambda i, p, s: NumpyImplementation(policies={"beam_search": {"stop": "soon"}}), "'stop' is not one of"),
+    ],
+)
+def test_decoding_names_a_bad_argument(call: Callable[..., Any], message: str) -> None:
+    impl, params, src = _decode_model()
+    with pytest.raises(ValueError, match=message):
+        call(impl, params, src)
+
+
+def test_a_decode_step_leaves_the_cache_it_was_given_alone() -> None:
+    """decode_step returns a new cache: the one given can be stepped again (two continuations of one prefix)."""
+    impl, params, src = _decode_model()
+    memory = impl.encode(src, params, 2)
+    _, cache = impl.decode_step(src[:, :3], memory, params, 2)
+    first, _ = impl.decode_step(src[:, 3:4], memory, params, 2, cache)
+    again, _ = impl.decode_step(src[:, 3:4], memory, params, 2, cache)
+    np.testing.assert_array_equal(first, again)
+    assert cache["length"] == 3
