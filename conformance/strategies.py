@@ -733,16 +733,10 @@ def _condition_model(params: dict[str, Any], h: int, dtype: str) -> None:
         radius = _norm_radius(layer["norm3"])
 
 
-@st.composite
-def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement", scope: Scope = FULL_SCOPE) -> dict[str, Any]:
-    """Token ids, canonical weights of a 1- or 2-layer model, and lengths (>= 1) or None.
-
-    ``kind``: "agreement"; "causal" (adds ``upto`` and ``tgt2``, equal to tgt up to ``upto``);
-    "batch" (B = 2 and an ``index``).
-    """
-    sizes = _Sizes(draw, "forward_inputs")
+def _model(draw: Any, sizes: _Sizes, dtype: str, scope: Scope, low: int, high: int) -> tuple[dict[str, Any], int, int]:
+    """(canonical weights of a conditioned 1- or 2-layer model, its heads h, its vocabulary size in [low, high])."""
     d_model, h, d_ff = draw(_sizes(dtype, scope, sizes))
-    vocab = sizes.integers(2, 11)
+    vocab = sizes.integers(low, high)
     params = _params(
         draw(st.integers(0, 2**32 - 1)),
         _config(sizes.integers(1, 2), d_model, h, d_ff),
@@ -751,6 +745,18 @@ def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement", scope: Sco
         scope,
     )
     _condition_model(params, h, dtype)
+    return params, h, vocab
+
+
+@st.composite
+def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement", scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """Token ids, canonical weights of a 1- or 2-layer model, and lengths (>= 1) or None.
+
+    ``kind``: "agreement"; "causal" (adds ``upto`` and ``tgt2``, equal to tgt up to ``upto``);
+    "batch" (B = 2 and an ``index``).
+    """
+    sizes = _Sizes(draw, "forward_inputs")
+    params, h, vocab = _model(draw, sizes, dtype, scope, 2, 11)
     b = 2 if kind == "batch" else sizes.integers(1, 2)
     n_src, n_tgt = _length(sizes, scope, 1, 4), _length(sizes, scope, 2 if kind == "causal" else 1, 4)
     src = draw(hnp.arrays(np.int64, (b, n_src), elements=st.integers(0, vocab - 1)))
@@ -787,16 +793,7 @@ def decode_inputs(draw: Any, dtype: str, *, kind: str = "steps", scope: Scope = 
     EOS included, is likely enough to be chosen.
     """
     sizes = _Sizes(draw, "decode_inputs")
-    d_model, h, d_ff = draw(_sizes(dtype, scope, sizes))
-    vocab = sizes.integers(4, 7) if kind == "beam" else sizes.integers(2, 11)
-    params = _params(
-        draw(st.integers(0, 2**32 - 1)),
-        _config(sizes.integers(1, 2), d_model, h, d_ff),
-        vocab,
-        draw(st.booleans()),
-        scope,
-    )
-    _condition_model(params, h, dtype)
+    params, h, vocab = _model(draw, sizes, dtype, scope, *((4, 7) if kind == "beam" else (2, 11)))
     b = sizes.integers(1, 2) if kind == "beam" else sizes.integers(1, 3)
     # padded sources more often than not, the first one shorter than the batch: the source mask must reach every
     # step (a known bug drops it after the first)
