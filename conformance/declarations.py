@@ -15,13 +15,15 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from aiayn.implementations.decoding import beam_policies
 from aiayn.implementations.protocol import DTYPES, EQUATIONS, POLICY_CHOICES
 
 __all__ = ["POLICY_KEYS", "declaration_problems"]
 
 #: Every key of ``policies`` the suite reads: those of ``POLICY_CHOICES``, ``layer_norm_eps``, and the optional
-#: ``padding_id`` (label smoothing "K-2"'s padding class, default 0) and ``flush_subnormals``.
-POLICY_KEYS: tuple[str, ...] = (*POLICY_CHOICES, "layer_norm_eps", "padding_id", "flush_subnormals")
+#: ``padding_id`` (label smoothing "K-2"'s padding class, default 0), ``flush_subnormals`` and ``beam_search`` (the
+#: choices of §6.1's beam search, ``implementations/decoding.py``).
+POLICY_KEYS: tuple[str, ...] = (*POLICY_CHOICES, "layer_norm_eps", "padding_id", "flush_subnormals", "beam_search")
 
 
 def declaration_problems(impl: Any, checks: Mapping[str, Collection[str]] | None = None) -> list[str]:
@@ -51,11 +53,16 @@ def _compiles_problems(impl: Any) -> list[str]:
 def _policy_key_problems(policies: Any) -> list[str]:
     if not isinstance(policies, Mapping):
         return []  # the contract's own check says so
-    return [
+    problems = [
         f"policies: unknown key {key!r}{_did_you_mean(str(key), POLICY_KEYS)}; the suite reads {', '.join(POLICY_KEYS)}"
         for key in policies
         if key not in POLICY_KEYS
     ]
+    try:
+        beam_policies(policies)
+    except ValueError as exc:
+        problems.append(str(exc))
+    return problems
 
 
 def _did_you_mean(word: str, choices: Collection[str]) -> str:

@@ -108,6 +108,11 @@ _BAD_DECLARATIONS = [
         id="policy key",
     ),
     pytest.param(
+        {"policies": {**MyAttention.policies, "beam_search": {"early_stop": "soon"}}},
+        "policies['beam_search']['early_stop']: expected one of ('bound', 'full', 'none'), got 'soon'",
+        id="beam search choice",
+    ),
+    pytest.param(
         {"known_deviations": {"softmax_rows_sum_to_on": "why"}},
         "known_deviations: 'softmax_rows_sum_to_on' names no test of the suite "
         "(did you mean 'softmax_rows_sum_to_one'?)",
