@@ -54,12 +54,13 @@ from typing import Any
 import pytest
 
 from aiayn.conformance.coverage import OUT_OF_SCOPE  # light: the plugin imports no array library
+from aiayn.conformance.profiles import PROFILES  # light: Hypothesis is imported when a test's settings are built
 from aiayn.conformance.results import Outcome, Row, Status, TestResult  # light: the standard library only
 
 #: The dtypes an implementation may declare (the contract's ``DTYPES``; repeated here so that
 #: loading the plugin imports nothing but pytest).
 _DTYPES = ("float64", "float32", "float16", "bfloat16")
-_PROFILES = ("dev", "ci", "thorough", "smoke")
+_PROFILES = tuple(PROFILES)
 _MARK = "aiayn_equation"
 
 _STATE = pytest.StashKey["_Run"]()

@@ -71,7 +71,9 @@ what is absent is reported "not provided"):
   beam search with GNMT's length penalty lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016, the paper's [38]) over the
   implementation's own model, started from ``bos``; ``max_lengths`` (B,) int64, the most tokens each sentence may
   generate (§6.1: input length + 50). Returns a list of B pairs (tokens, score): the generated ids as Python ints
-  (``eos`` last when the hypothesis ended) and log P(tokens | source) / lp(|Y|) as a Python float. Where §6.1 is
+  (``eos`` last when the hypothesis ended) and log P(tokens | source) / lp(|Y|) as a Python float (unpenalised for a
+  hypothesis cut at the maximum length that a search which drops those returns because none ended, as
+  tensor2tensor does). Where §6.1 is
   silent it follows ``policies["beam_search"]``, a mapping of ``BEAM_POLICY_CHOICES`` (absent keys: the defaults,
   ``DEFAULT_BEAM_POLICIES``), both in ``implementations/decoding.py``.
 
