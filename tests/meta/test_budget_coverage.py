@@ -64,6 +64,13 @@ def honest(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Complet
     return proc, data
 
 
+def _undecoded(row: dict) -> bool:
+    """A decoding row of the simulated implementation: it computes the equations and their gradients with every
+    intermediate rounded, but has no cached decoder or beam search of its own, so its decoding is "not provided"
+    (the decoding budgets are met in float16 and bfloat16 by the torch built-ins, reports/conformance-torch.md)."""
+    return row.get("direction") == "decode" and row["status"] == "not provided"
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_an_honest_low_precision_implementation_passes(honest: tuple, dtype: str) -> None:
     proc, data = honest
@@ -71,7 +78,7 @@ def test_an_honest_low_precision_implementation_passes(honest: tuple, dtype: str
     bad = [
         f"{r['equation']} [{r['dtype']}]: {r['status']} {r['failed_tests']}"
         for r in rows
-        if r["status"] not in ("pass", "n/a")
+        if r["status"] not in ("pass", "n/a") and not _undecoded(r)
     ]
     assert not bad, (
         f"the simulated {dtype} implementation (every intermediate rounded to {dtype}) does not pass:\n"
@@ -85,7 +92,7 @@ def test_the_budgets_apply_to_at_least_the_stated_fraction(honest: tuple, dtype:
     _, data = honest
     short = []
     for r in data[dtype]["rows"]:
-        if r["status"] in ("n/a",) or r["equation"] == "contract":
+        if r["status"] in ("n/a",) or r["equation"] == "contract" or _undecoded(r):
             continue
         total = r["checked"] + r["not_checked"]
         assert total > 0, f"{r['equation']} [{dtype}]: nothing was checked at all"
