@@ -620,7 +620,7 @@ class NumpyImplementation(ImplementationBase):
             src_beam, tok = order // vocab, order % vocab
             ranked = 2 * k if rule["eos_rank"] == "2k" else k
             new_seq = np.zeros((b, k, t), dtype=np.int64)
-            new_logp = np.full((b, k), -np.inf)
+            new_logp = np.full((b, k), -np.inf)  # a sentence already done keeps no alive hypothesis
             beams = np.zeros((b, k), dtype=np.int64)
             for i in range(b):
                 if done[i]:

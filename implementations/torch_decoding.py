@@ -130,7 +130,8 @@ class _Decoding:
             memory = memory[rows]
             lengths = None if src_lengths is None else src_lengths[rows]
             cache = None
-            alive = [[((), 0.0)] + [((), -math.inf)] * (k - 1) for _ in range(b)]  # (tokens, log P) per slot
+            # (tokens, log P) per slot: one hypothesis to start from, the other slots copies that never expand
+            alive = [[((), 0.0)] + [((), -math.inf)] * (k - 1) for _ in range(b)]
             finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
             done = [False] * b
             tokens = torch.full((b * k, 1), bos, dtype=torch.long, device=memory.device)

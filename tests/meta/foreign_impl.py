@@ -15,10 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance.equations import record
 from aiayn.implementations.numpy_impl import NumpyImplementation
 from aiayn.implementations.protocol import EQUATIONS
 
-DECODING = ("encode", "decode_step", "reorder_cache", "beam_search")
+_DECODE = record("transformer_forward").decode  # the decoding methods, from their one record
+DECODING = (*_DECODE.steps, *_DECODE.search)
 
 
 class DType:
