@@ -117,25 +117,32 @@ def _affine(x: np.ndarray, p: Mapping[str, Any], w: str) -> np.ndarray:
     return x @ np.asarray(p[f"w_{w}"]) + (0.0 if b is None else np.asarray(b))
 
 
-def _positions(params: Mapping[str, Any], start: int, n: int, d_model: int) -> np.ndarray:
+#: A table of positions (length, d_model) -> (length, d_model): §3.5's sinusoids, or a layout of them that departs.
+Table = Callable[[int, int], np.ndarray]
+
+
+def _positions(params: Mapping[str, Any], start: int, n: int, d_model: int, table: Table) -> np.ndarray:
     if "positional" in params:
         return np.asarray(params["positional"], dtype=np.float64)[start : start + n]
-    return positional_encoding(start + n, d_model)[start:]
+    return table(start + n, d_model)[start:]
 
 
-def _memory(a: Mapping[str, Any], src: np.ndarray, lengths: Any) -> tuple[np.ndarray, np.ndarray | None]:
+def _memory(a: Mapping[str, Any], src: np.ndarray, lengths: Any, table: Table) -> tuple[np.ndarray, np.ndarray | None]:
     """The encoder's output and the source padding mask (B, 1, n_src) or None."""
     params, h, eps = a["params"], a["num_heads"], a["eps"]
     d_model = np.asarray(params["embedding"]).shape[1]
     mask = None if lengths is None else np.arange(src.shape[1])[None, None, :] < np.asarray(lengths)[:, None, None]
-    x = embedding_lookup(src, params["embedding"]) + _positions(params, 0, src.shape[1], d_model)
+    x = embedding_lookup(src, params["embedding"]) + _positions(params, 0, src.shape[1], d_model, table)
     for layer in params["encoder"]:
         x = encoder_layer(x, layer, h, mask, eps=eps)
     return x, mask
 
 
 def cached_logits(
-    a: Mapping[str, Any], ops: Sequence[tuple[str, Any]], flags: Mapping[str, bool] | None = None
+    a: Mapping[str, Any],
+    ops: Sequence[tuple[str, Any]],
+    flags: Mapping[str, bool] | None = None,
+    table: Table = positional_encoding,
 ) -> np.ndarray:
     """The logits of the last ``("step", tokens)`` ops of ``ops`` (concatenated since the last ``("reorder",
     index)``), run by a cached decoder of the oracle's sub-layers in float64 with the bug ``flags`` switched in.
@@ -144,14 +151,16 @@ def cached_logits(
     memory is the encoder's output for the reordered sources (as the suite passes it), unless ``stale_memory``.
     Flags: ``restart`` (positions from 0 at each step), ``top_left`` (the causal mask aligned top-left),
     ``mask_once`` (the source mask at the first step only), ``stale_memory``, ``not_reordered``, ``keys_no_bias``,
-    ``keys_scaled`` (what the cache keeps of each new key).
+    ``keys_scaled`` (what the cache keeps of each new key). ``table``: the positions where ``params`` has no learned
+    ones (§3.5's sinusoids; a departing layout, ``diagnoses.CATALOGUE``'s "positional" family, for a model whose
+    positions depart and whose cache may still be right).
     """
     f = dict(flags or {})
     params, h, eps = a["params"], a["num_heads"], a["eps"]
     embedding = np.asarray(params["embedding"], dtype=np.float64)
     d_model = embedding.shape[1]
     src, lengths = np.asarray(a["src"]), a["src_lengths"]
-    memory, mask = _memory(a, src, lengths)
+    memory, mask = _memory(a, src, lengths, table)
     cache: list[tuple[np.ndarray, np.ndarray]] | None = None
     c, first, out = 0, True, []
     for kind, value in ops:
@@ -161,12 +170,12 @@ def cached_logits(
                 cache = [(k[index], v[index]) for k, v in cache or []]
             lengths = None if lengths is None else np.asarray(lengths)[index]
             if not f.get("stale_memory"):
-                memory, mask = _memory(a, src[index], lengths)
+                memory, mask = _memory(a, src[index], lengths, table)
             out = []
             continue
         tokens = np.asarray(value)
         k = tokens.shape[1]
-        y = embedding_lookup(tokens, embedding) + _positions(params, 0 if f.get("restart") else c, k, d_model)
+        y = embedding_lookup(tokens, embedding) + _positions(params, 0 if f.get("restart") else c, k, d_model, table)
         causal = np.tri(k, c + k, 0 if f.get("top_left") else c, dtype=bool)
         step_mask = None if (f.get("mask_once") and not first) else mask
         kept = []
@@ -191,6 +200,29 @@ def cached_logits(
         cache, c, first = kept, c + k, False
         out.append(output_logits(y, embedding))
     return np.concatenate(out, axis=1)
+
+
+def positional_variants(a: Mapping[str, Any], ops: Sequence[tuple[str, Any]]) -> list[tuple[Any, np.ndarray]]:
+    """(departure, logits) for each departure of §3.5's table in ``diagnoses.CATALOGUE`` (its "positional" family):
+    a right cache over positions laid out as that departure lays them out. A model whose whole forward departs there
+    (a declared layout, e.g. sin and cos in two halves) is named by it in decoding too, and only where the cache adds
+    no error of its own."""
+    from aiayn.conformance.diagnoses import CATALOGUE
+    from aiayn.conformance.diagnoses import positional_encoding as departing
+
+    if "positional" in a["params"]:
+        return []  # learned positions: no table to lay out otherwise
+    out = []
+    for departure in CATALOGUE:
+        if departure.family != "positional" or departure.numerical or departure.precision:
+            continue
+
+        def table(n: int, d: int, ops_: Any = departure.ops) -> np.ndarray:
+            return np.asarray(departing(n, d, ops_), dtype=np.float64)
+
+        with np.errstate(all="ignore"):
+            out.append((departure, cached_logits(a, ops, table=table)))
+    return out
 
 
 def _agrees(got: np.ndarray, variant: np.ndarray, budget: np.ndarray) -> bool:
@@ -226,6 +258,8 @@ class StepDiagnosis:
                 continue  # no meaning for these inputs
             if _agrees(got, variant, budget) and not _agrees(variant, self.expected, budget):
                 names.append(departure.name)
+        if not names:
+            names = [d.name for d, variant in positional_variants(self.a, self.ops) if _agrees(got, variant, budget)]
         if not names and dtype == "float64" and _agrees(got, self.expected, self.budget_at("float32")):
             # no decoding bug computes this output, and float32 arithmetic explains it
             return [PRECISION_DEPARTURES["float32"]]

@@ -32,7 +32,7 @@ Options:
   again in the run: its later calls fail at once, naming the first hang, so a hanging
   implementation adds at most (methods that hang) x (workers, or 1) x limit.
 - ``--aiayn-report DIR``: write ``conformance-<impl>.md`` and ``.json`` there at the end.
-- ``--aiayn-agreement-only``: only each equation's agreement test and the contract (a smoke selection).
+- ``--aiayn-agreement-only``: only each equation's agreement test, decoding's, and the contract (a smoke selection).
 
 Exit status, by pytest's conventions: 0 every check passed; 1 a check failed; 4 a usage error
 (an implementation that cannot be loaded, an undeclared ``--dtype``, or a selection in which no
@@ -434,11 +434,12 @@ def _is_aiayn(item: pytest.Item) -> bool:
 
 
 def _agreement_only(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``--aiayn-agreement-only``: keep the aiayn tests named test_<equation> and the contract's; deselect the rest of
-    the suite."""
+    """``--aiayn-agreement-only``: keep the aiayn tests named test_<equation>, decoding's agreement tests
+    (``checks/decoding.py``, ``AGREEMENT``) and the contract's; deselect the rest of the suite."""
+    from aiayn.conformance.checks.decoding import AGREEMENT
     from aiayn.implementations.protocol import EQUATIONS
 
-    keep = {f"test_{e}" for e in EQUATIONS}
+    keep = {f"test_{e}" for e in EQUATIONS} | {f"test_{c}" for c in AGREEMENT}
     dropped = [
         i
         for i in items

@@ -191,9 +191,11 @@ def cell(report_rows: Sequence[Row | Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-#: The zoo table's columns: each equation's forward pass, then every backward row combined.
+#: The zoo table's columns: each equation's forward pass, then every backward row combined, then every decode row
+#: (the cached decoder and beam search, §3.2.3 and §6.1) combined.
 GRADIENTS = "gradients"
-COLUMNS: tuple[str, ...] = (*EQUATIONS, GRADIENTS)
+DECODING = "decoding"
+COLUMNS: tuple[str, ...] = (*EQUATIONS, GRADIENTS, DECODING)
 
 
 def summarise(name: str, data: Mapping[str, Any] | None, library: str, what: str) -> dict[str, Any]:
@@ -204,6 +206,7 @@ def summarise(name: str, data: Mapping[str, Any] | None, library: str, what: str
     rows = [Row.from_dict(r) for r in data["rows"]]
     cells = {eq: cell([r for r in rows if r.equation == eq and r.direction == "forward"]) for eq in EQUATIONS}
     cells[GRADIENTS] = cell([r for r in rows if r.direction == "backward"])
+    cells[DECODING] = cell([r for r in rows if r.direction == "decode"])
     contract = [r for r in rows if r.equation == CONTRACT]
     if contract and contract[0].status is Status.FAIL:
         cells["contract"] = {
@@ -393,14 +396,17 @@ def _write(
         "",
         "Each column is one equation's forward pass, its dtypes combined (the least favourable shown; brackets "
         "name the dtypes when they differ); *gradients* combines every backward row (the gradients the library "
-        "gives through autograd or jax.vjp, against the oracle's VJP). *pass (Nx)*: every check within its derived "
-        "budget, N the smallest headroom; *'name'*: the check failed and the output matches that catalogued "
-        "departure (`conformance/diagnoses.py`, `conformance/backward_diagnoses.py`) on the failing inputs; *known "
-        "deviation*: documented behaviour the implementation declares (footnotes); *out of scope*, "
+        "gives through autograd or jax.vjp, against the oracle's VJP); *decoding* combines every decode row (the "
+        "library's cached decoder fed in chunks and reordered, and its beam search, against the oracle's full "
+        "forward pass and §6.1's beam search, `conformance/checks/decoding.py`). *pass (Nx)*: every check within its "
+        "derived budget, N the smallest headroom; *'name'*: the check failed and the output matches that catalogued "
+        "departure (`conformance/diagnoses.py`, `conformance/backward_diagnoses.py`, "
+        "`conformance/decoding_diagnoses.py`) on the failing inputs; *known deviation*: documented behaviour the "
+        "implementation declares (footnotes); *out of scope*, "
         "*not provided*; *UNNAMED*: a failure no departure explains.",
         "",
     )
-    headers = ["implementation", "version", "verdict", *[record(e).short for e in EQUATIONS], "gradients"]
+    headers = ["implementation", "version", "verdict", *[record(e).short for e in EQUATIONS], GRADIENTS, DECODING]
     notes: dict[str, int] = {}
     table = []
     for r in rows:
@@ -472,7 +478,7 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_ylim(len(rows), 0)
         ax.set_xticks(
             [j + 0.5 for j in range(len(COLUMNS))],
-            [*(record(e).short for e in EQUATIONS), "gradients"],
+            [*(record(e).short for e in EQUATIONS), GRADIENTS, DECODING],
             rotation=40,
             ha="right",
             fontsize=8,

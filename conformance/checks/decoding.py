@@ -32,6 +32,10 @@ from aiayn.implementations.decoding import beam_policies
 #: scores may carry, so the implementation's own rounding may take it the other way.
 TIE = "beam search: a choice within the scores' error (tie-aware: either hypothesis is right)"
 
+#: The decoding checks that compare with the oracle directly (``--aiayn-agreement-only`` keeps them): the cached
+#: decoder against the full forward pass, beam search against §6.1's.
+AGREEMENT = ("cached_decoding_equals_the_full_forward", "beam_search_finds_the_oracles_hypothesis")
+
 
 def _provided(case: Case, which: str) -> None:
     """Skip as "not provided" unless the implementation has the record's ``which`` methods ("steps", "search")."""
@@ -205,20 +209,39 @@ class _Scored:
     """The oracle's next-token log-probabilities for one sentence, with each step's error bound
     (``decoding_budgets.step_error``) and the largest |log P| of the step's candidates, as the search asks for them."""
 
-    def __init__(self, case: Case, seen: dict[str, Any], row: int, bos: int, ps: list) -> None:
-        self.case, self.seen, self.row, self.bos, self.ps = case, seen, row, bos, ps
+    def __init__(self, case: Case, seen: dict[str, Any], row: int, bos: int, ps: list, ops: Any = None) -> None:
+        self.case, self.seen, self.row, self.bos, self.ps, self.ops = case, seen, row, bos, ps, ops
         self.errors: dict[int, float] = {}  # step -> bound on one step's log-probability
         self.sizes: dict[int, float] = {}  # step -> largest |log P| among its finite candidates
         self.logp: dict[tuple[int, ...], float] = {(): 0.0}
+
+    def logits(self, src: np.ndarray, tgt: np.ndarray, lengths: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The whole model's logits on (src, tgt) and their budget: the oracle's, or with ``ops`` the diagnoses'
+        model with a departure switched in (``diagnoses.Ops``; the budget stays the paper's at the same inputs)."""
+        from aiayn.conformance.diagnoses import evaluate
+
+        logits, beta, _ = _forward(self.case, self.seen, src, tgt, lengths)
+        if self.ops is not None:
+            from aiayn.conformance.equations import record
+
+            a = {
+                "src": src,
+                "tgt": tgt,
+                "params": self.seen["params"],
+                "num_heads": self.seen["num_heads"],
+                "src_lengths": lengths,
+                "tgt_lengths": None,
+                **record("transformer_forward").policies(self.case),
+            }
+            logits = evaluate("transformer_forward", a, self.ops)
+        return logits, beta
 
     def __call__(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
         src = self.seen["src"][self.row : self.row + 1]
         lengths = None if self.seen["src_lengths"] is None else self.seen["src_lengths"][self.row : self.row + 1]
         n = len(prefixes)
         tgt = np.array([[self.bos, *p] for p in prefixes], dtype=np.int64)
-        logits, beta, _ = _forward(
-            self.case, self.seen, np.repeat(src, n, 0), tgt, None if lengths is None else np.repeat(lengths, n)
-        )
+        logits, beta = self.logits(np.repeat(src, n, 0), tgt, None if lengths is None else np.repeat(lengths, n))
         z = logits[:, -1]  # (n, V)
         d = z - z.max(axis=-1, keepdims=True)
         table = d - np.log(np.sum(np.exp(d), axis=-1, keepdims=True))
@@ -294,7 +317,16 @@ def beam_search_finds_the_oracles_hypothesis(
         result = D.beam_search(scored, **kw)
         log_p, bound, penalty = _path(case, scored, seen, i, tokens, alpha, eos, rule, bos)
         extra = 1 if rule["length_counts"] == "bos_eos" else 0
-        case.diagnosis = _BeamDiagnosis(scored, kw, tokens, log_p, len(tokens) + extra, bound, penalty)
+        case.diagnosis = _BeamDiagnosis(
+            scored,
+            kw,
+            tokens,
+            log_p,
+            len(tokens) + extra,
+            bound,
+            penalty,
+            lambda ops, i=i, tokens=tokens: _variant_path(case, seen, i, bos, ps, ops, tokens, alpha, eos, rule),
+        )
         compare(
             case,
             np.array(score),
@@ -327,32 +359,75 @@ def beam_search_finds_the_oracles_hypothesis(
 class _BeamDiagnosis:
     """What ``harness._matches`` needs to name the beam-search bug an answer matches (``decoding_diagnoses``): the
     oracle's search (its log-probabilities and arguments), the tokens returned, their oracle log-probability, |Y|,
-    the error that log-probability may carry and §6.1's penalty of them."""
+    the error that log-probability may carry and §6.1's penalty of them; ``variant(ops)``, the same for the model with
+    a departure of the forward pass switched in (:func:`_variant_path`)."""
 
     def __init__(
-        self, scored: _Scored, kw: dict, tokens: list[int], log_p: float, length: int, bound: float, penalty: float
+        self,
+        scored: _Scored,
+        kw: dict,
+        tokens: list[int],
+        log_p: float,
+        length: int,
+        bound: float,
+        penalty: float,
+        variant: Any,
     ) -> None:
         self.scored, self.kw, self.tokens = scored, kw, tokens
         self.log_p, self.length, self.bound, self.penalty = log_p, length, bound, penalty
+        self.variant = variant
 
-    def search(self, penalty: Any = None, early_stop: str | None = None) -> Any:
+    def search(self, penalty: Any = None, early_stop: str | None = None, scored: Any = None) -> Any:
         from aiayn.reference import decoding as D
 
         return D.beam_search(
-            self.scored, **{**self.kw, "penalty": penalty, "early_stop": early_stop or self.kw["early_stop"]}
+            scored or self.scored,
+            **{**self.kw, "penalty": penalty, "early_stop": early_stop or self.kw["early_stop"]},
         )
 
     def explain(self, got: np.ndarray, dtype: str) -> list[str]:
-        return beam_departures(
-            self.search,
-            self.tokens,
-            float(np.asarray(got)),
-            self.log_p,
-            self.length,
-            self.kw["alpha"],
-            self.bound,
-            self.penalty,
+        """The beam-search departures that explain the answer on the oracle's model; where none does, on a model whose
+        positions depart (``diagnoses.CATALOGUE``'s "positional" family, e.g. a declared layout of §3.5's table): that
+        departure named, with the search's own departures on that model."""
+        from aiayn.conformance.diagnoses import CATALOGUE
+
+        score, alpha = float(np.asarray(got)), self.kw["alpha"]
+        names = beam_departures(
+            self.search, self.tokens, score, self.log_p, self.length, alpha, self.bound, self.penalty
         )
+        if names or "positional" in self.scored.seen["params"]:
+            return names
+        for departure in CATALOGUE:
+            if departure.family != "positional" or departure.numerical or departure.precision:
+                continue
+            scored, log_p, bound, penalty = self.variant(departure.ops)
+
+            def search(penalty: Any = None, early_stop: str | None = None, scored: Any = scored) -> Any:
+                return self.search(penalty, early_stop, scored)
+
+            with np.errstate(all="ignore"):
+                found = beam_departures(search, self.tokens, score, log_p, self.length, alpha, bound, penalty)
+            if found or abs(score - log_p / penalty) <= bound / penalty:
+                names += [departure.name, *found]
+        return names
+
+
+def _variant_path(
+    case: Case,
+    seen: dict[str, Any],
+    i: int,
+    bos: int,
+    ps: list,
+    ops: Any,
+    tokens: list[int],
+    alpha: float,
+    eos: int,
+    rule: dict[str, str],
+) -> tuple[_Scored, float, float, float]:
+    """Sentence ``i``'s search on the model with ``ops`` (``diagnoses.Ops``), and what :func:`_path` gives of
+    ``tokens`` on it."""
+    scored = _Scored(case, seen, i, bos, ps, ops)
+    return (scored, *_path(case, scored, seen, i, tokens, alpha, eos, rule, bos))
 
 
 def _hypothesis(case: Case, item: Any, i: int, vocab: int, eos: int, limit: int) -> tuple[list[int], float]:
@@ -392,7 +467,7 @@ def _path(
     src = seen["src"][i : i + 1]
     lengths = None if seen["src_lengths"] is None else seen["src_lengths"][i : i + 1]
     tgt = np.array([[bos, *tokens[:-1]]], dtype=np.int64)
-    logits, beta, _ = _forward(case, seen, src, tgt, lengths)
+    logits, beta = scored.logits(src, tgt, lengths)
     z = logits[0]  # (T, V)
     d = z - z.max(axis=-1, keepdims=True)
     lp = d - np.log(np.sum(np.exp(d), axis=-1, keepdims=True))

@@ -31,6 +31,17 @@ Masks: the contract's boolean mask (True = may attend) becomes the prepared 4-D 
 "sdpa" (the default ``MarianMTModel`` picks), 0 / ``finfo(dtype).min`` additive for "eager". A
 decoder layer without ``self_mask`` gets ``create_causal_mask``'s mask, as ``MarianDecoder`` makes it.
 
+Decoding (§3.2.3, §6.1): ``encode`` is ``model.encoder``; ``decode_step`` is ``MarianMTModel``'s forward with
+``encoder_outputs``, ``cache`` (transformers' ``EncoderDecoderCache``: self-attention keys and values grown step by
+step, cross-attention ones computed at the first step) and ``use_cache=True``; ``reorder_cache`` is the cache's own
+``reorder_cache``. Its steps embed with the same table in two halves (declared as for the whole model). The model is
+built once per decode (``_held``). ``beam_search`` is ``generate(num_beams=k, length_penalty=alpha,
+early_stopping="never")``, one sentence at a time (one ``max_new_tokens`` each), the score its ``sequences_scores``:
+log P / |Y|^alpha, transformers' documented penalty, not §6.1's ((5 + |Y|) / 6)^alpha; that departure is left to the
+suite to name. With one beam ``generate`` is greedy search, which returns no score: the adapter sums
+``compute_transition_scores(normalize_logits=True)`` and divides by |Y|^alpha, the reconstruction transformers
+documents.
+
 Policies (measured, transformers 5.24, torch 2.13 CPU): a fully masked row gives zeros with "sdpa"
 (``scaled_dot_product_attention``'s safe softmax) and the mean of the values with "eager" (a
 finite mask value). ``layer_norm_eps`` = 1e-5: Marian's LayerNorms are ``nn.LayerNorm(d_model)``,
@@ -46,8 +57,9 @@ from typing import Any
 
 import torch
 import transformers
-from transformers import MarianConfig, MarianMTModel
+from transformers import GenerationConfig, MarianConfig, MarianMTModel
 from transformers.masking_utils import create_causal_mask
+from transformers.modeling_outputs import BaseModelOutput
 from transformers.models.marian import modeling_marian as mm
 
 from aiayn.implementations.protocol import DEFAULT_POLICIES, Scope
@@ -67,7 +79,18 @@ class Marian(TorchAdapter):
     name = "marian"
     library = f"transformers {transformers.__version__}"
     policies: Mapping[str, object] = MappingProxyType(
-        {**DEFAULT_POLICIES, "fully_masked": "zeros", "layer_norm_eps": 1e-5}
+        {
+            **DEFAULT_POLICIES,
+            "fully_masked": "zeros",
+            "layer_norm_eps": 1e-5,
+            # generate(num_beams=k, early_stopping="never"): a candidate ending in EOS finishes among the best k
+            # of its step; the search stops when no running beam can beat the finished ones at the maximum length
+            # (transformers' "canonical beam search"); beams still running at the maximum length finish; |Y| counts
+            # the generated tokens, EOS included (cur_len + 1 - decoder_prompt_len)
+            "beam_search": MappingProxyType(
+                {"eos_rank": "k", "early_stop": "bound", "at_max_length": "finished", "length_counts": "eos"}
+            ),
+        }
     )
     _f32 = Scope(
         dtypes=("float32",), note="table rounded to float32 by create_weight (torch.FloatTensor): no float64 claim"
@@ -86,6 +109,9 @@ class Marian(TorchAdapter):
                 "transformer_forward",
                 "transformer_forward_on_fixed_inputs[N=1, d 8, h 2, vocab 11, no padding]",
                 "transformer_forward_on_fixed_inputs[padding: src [5, 3], tgt [4, 2]]",
+                # the cached decoder embeds its steps with the same table
+                "cached_decoding_equals_the_full_forward",
+                "reordered_cache_equals_the_reordered_prefixes",
             )
         }
     )
@@ -198,8 +224,9 @@ class Marian(TorchAdapter):
         )
         return out.reshape(*batch, y.shape[-2], -1)
 
-    @torch.no_grad()
-    def transformer_forward(self, src_tokens, tgt_tokens, params, num_heads, src_lengths=None, tgt_lengths=None):
+    def _whole(self, params: Mapping[str, Any], num_heads: int, positions: int) -> MarianMTModel:
+        """``MarianMTModel`` with the canonical weights and a table of ``positions`` rows (Marian's static sinusoids,
+        each row the same whatever their number)."""
         if "positional" in params:
             raise ValueError(
                 "Marian has static sinusoidal positions only; learned positions (params['positional']) are not "
@@ -208,13 +235,7 @@ class Marian(TorchAdapter):
         emb = params["embedding"]  # (vocab, d_model)
         d_ff = params["encoder"][0]["ffn"]["w1"].shape[1]
         config = self._config(
-            emb.shape[1],
-            num_heads,
-            d_ff,
-            emb.shape[0],
-            len(params["encoder"]),
-            len(params["decoder"]),
-            max(src_tokens.shape[1], tgt_tokens.shape[1]),
+            emb.shape[1], num_heads, d_ff, emb.shape[0], len(params["encoder"]), len(params["decoder"]), positions
         )
         model = build(self, MarianMTModel, config, dtype=emb.dtype)
         model.model.shared.weight.copy_(emb)  # tied: encoder and decoder embed_tokens, lm_head
@@ -223,19 +244,101 @@ class Marian(TorchAdapter):
             self._load_layer(layer, p)
         for layer, p in zip(model.model.decoder.layers, params["decoder"]):
             self._load_layer(layer, p)
+        return model
 
-        def padding(tokens: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor | None:  # (B, n), 1 = a token
-            return (
-                None
-                if lengths is None
-                else (torch.arange(tokens.shape[1], device=tokens.device) < lengths[:, None]).long()
-            )
+    def _held(self, params: Mapping[str, Any], num_heads: int, positions: int) -> MarianMTModel:
+        """:meth:`_whole`, built once for a decode (the same ``params`` object, step after step) and held with it."""
+        held = getattr(self, "_decoder", None)
+        if held is None or held[0] is not params or held[1] != num_heads or held[2] < positions:
+            held = (params, num_heads, max(positions, 64), self._whole(params, num_heads, max(positions, 64)))
+            self._decoder = held
+        return held[3]
 
+    @staticmethod
+    def _padding(tokens: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor | None:
+        """The 2-D ``attention_mask`` transformers documents (B, n): 1 = a token, 0 = padding."""
+        if lengths is None:
+            return None
+        return (torch.arange(tokens.shape[1], device=tokens.device) < lengths[:, None]).long()
+
+    @torch.no_grad()
+    def transformer_forward(self, src_tokens, tgt_tokens, params, num_heads, src_lengths=None, tgt_lengths=None):
+        model = self._whole(params, num_heads, max(src_tokens.shape[1], tgt_tokens.shape[1]))
         out = model(
             input_ids=src_tokens,
-            attention_mask=padding(src_tokens, src_lengths),
+            attention_mask=self._padding(src_tokens, src_lengths),
             decoder_input_ids=tgt_tokens,
-            decoder_attention_mask=padding(tgt_tokens, tgt_lengths),
+            decoder_attention_mask=self._padding(tgt_tokens, tgt_lengths),
             use_cache=False,
         )
         return out.logits  # (B, n_tgt, vocab)
+
+    # decoding (implementations/protocol.py, "Decoding"): transformers' own cache and generate()
+
+    @torch.no_grad()
+    def encode(self, src_tokens, params, num_heads, src_lengths=None):
+        model = self._held(params, num_heads, src_tokens.shape[1])
+        out = model.model.encoder(input_ids=src_tokens, attention_mask=self._padding(src_tokens, src_lengths))
+        return out.last_hidden_state  # (B, n_src, d_model)
+
+    @torch.no_grad()
+    def decode_step(self, tokens, memory, params, num_heads, cache=None, src_lengths=None):
+        c = 0 if cache is None else cache.get_seq_length()
+        model = self._held(params, num_heads, max(c + tokens.shape[1], memory.shape[1]))
+        out = model(
+            encoder_outputs=BaseModelOutput(last_hidden_state=memory),
+            attention_mask=self._padding(memory[..., 0], src_lengths),
+            decoder_input_ids=tokens,
+            cache=cache,
+            use_cache=True,
+        )
+        return out.logits, out.cache  # (B, k, vocab); an EncoderDecoderCache of c + k positions
+
+    @torch.no_grad()
+    def reorder_cache(self, cache, index):
+        cache.reorder_cache(index)  # in place: self- and cross-attention keys and values, rows index
+        return cache
+
+    @torch.no_grad()
+    def beam_search(self, src_tokens, params, num_heads, beam, alpha, max_lengths, bos, eos, src_lengths=None):
+        limits = [int(m) for m in max_lengths.tolist()]
+        model = self._held(params, num_heads, max([*limits, src_tokens.shape[1]]) + 1)
+        out = []
+        for i, limit in enumerate(limits):  # one sentence at a time: generate() takes one max_new_tokens
+            src = src_tokens[i : i + 1]
+            # explicit, never inferred from pad ids (the source may hold the id generate() pads with)
+            mask = self._padding(
+                src, (src_lengths[i : i + 1] if src_lengths is not None else torch.tensor([src.shape[1]]))
+            )
+            gen = model.generate(
+                input_ids=src,
+                attention_mask=mask,
+                generation_config=GenerationConfig(
+                    **(
+                        {"num_beams": int(beam), "length_penalty": float(alpha), "early_stopping": "never"}
+                        if int(beam) > 1
+                        else {"num_beams": 1}  # greedy search, which takes neither
+                    ),
+                    max_new_tokens=limit,
+                    do_sample=False,
+                    num_return_sequences=1,
+                    decoder_start_token_id=int(bos),
+                    bos_token_id=int(bos),
+                    eos_token_id=int(eos),
+                    pad_token_id=int(eos),
+                    forced_eos_token_id=None,
+                    output_scores=True,
+                    return_dict_in_generate=True,
+                    use_cache=True,
+                ),
+            )
+            tokens = [int(t) for t in gen.sequences[0, 1:].tolist()]  # after the start token
+            if eos in tokens:
+                tokens = tokens[: tokens.index(eos) + 1]
+            if int(beam) > 1:
+                score = float(gen.sequences_scores[0])
+            else:  # num_beams=1 is greedy search, which returns no score: generate()'s documented reconstruction
+                steps = model.compute_transition_scores(gen.sequences, gen.scores, normalize_logits=True)
+                score = float(steps[0, : len(tokens)].sum()) / len(tokens) ** float(alpha)
+            out.append((tokens, score))
+        return out
