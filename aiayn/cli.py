@@ -135,6 +135,12 @@ def _add_check(p: argparse.ArgumentParser) -> None:
         "its own vjp method, PyTorch autograd or jax.vjp)",
     )
     p.add_argument(
+        "--no-decode",
+        action="store_true",
+        help="skip the decoding checks (by default cached decoding and beam search are checked wherever the "
+        "implementation provides them: encode, decode_step, reorder_cache, beam_search)",
+    )
+    p.add_argument(
         "--seed", type=int, default=None, help="Hypothesis seed (default: random, or fixed by a derandomized profile)"
     )
     p.epilog = "More pytest options go after --, e.g. aiayn check numpy -- -x -v"
@@ -167,6 +173,7 @@ def _check(args: argparse.Namespace) -> int:
                 device=args.device,
                 force=args.force,
                 no_grad=args.no_grad,
+                no_decode=args.no_decode,
                 extra=extra,
             )
         )

@@ -33,6 +33,7 @@ Options:
   implementation adds at most (methods that hang) x (workers, or 1) x limit.
 - ``--aiayn-report DIR``: write ``conformance-<impl>.md`` and ``.json`` there at the end.
 - ``--aiayn-agreement-only``: only each equation's agreement test, decoding's, and the contract (a smoke selection).
+- ``--aiayn-no-grad``, ``--aiayn-no-decode``: skip the gradient tests, the decoding tests (their rows read "not run").
 
 Exit status, by pytest's conventions: 0 every check passed; 1 a check failed; 4 a usage error
 (an implementation that cannot be loaded, an undeclared ``--dtype``, or a selection in which no
@@ -170,6 +171,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="skip the gradient tests (the backward rows read 'not run'): aiayn check --no-grad",
+    )
+    group.addoption(
+        "--aiayn-no-decode",
+        action="store_true",
+        default=False,
+        help="skip the decoding tests (the decode rows read 'not run'): aiayn check --no-decode",
     )
     group.addoption(
         "--aiayn-agreement-only",
@@ -452,9 +459,10 @@ def _agreement_only(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = [i for i in items if i not in set(dropped)]
 
 
-def _no_grad(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``--aiayn-no-grad``: deselect the aiayn tests of gradients (marker ``direction="backward"``)."""
-    dropped = [i for i in items if _is_aiayn(i) and i.get_closest_marker(_MARK).kwargs.get("direction") == "backward"]
+def _deselect_direction(config: pytest.Config, items: list[pytest.Item], direction: str) -> None:
+    """``--aiayn-no-grad`` ("backward"), ``--aiayn-no-decode`` ("decode"): deselect the aiayn tests of that direction
+    (their marker's ``direction``)."""
+    dropped = [i for i in items if _is_aiayn(i) and i.get_closest_marker(_MARK).kwargs.get("direction") == direction]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [i for i in items if i not in set(dropped)]
@@ -472,7 +480,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.getoption("--aiayn-agreement-only"):
         _agreement_only(config, items)
     if config.getoption("--aiayn-no-grad"):
-        _no_grad(config, items)
+        _deselect_direction(config, items, "backward")
+    if config.getoption("--aiayn-no-decode"):
+        _deselect_direction(config, items, "decode")
     for item in items:
         if not _is_aiayn(item):
             continue
@@ -905,6 +915,7 @@ def run_info(config: pytest.Config) -> dict[str, str]:
     chosen += [f"dtypes {', '.join(config.getoption('--dtype'))}"] if config.getoption("--dtype", None) else []
     chosen += ["agreement tests only"] if config.getoption("--aiayn-agreement-only", False) else []
     chosen += ["no gradients"] if config.getoption("--aiayn-no-grad", False) else []
+    chosen += ["no decoding"] if config.getoption("--aiayn-no-decode", False) else []
     return {"profile": name, "seed": str(seed), "max_examples": str(examples), "selection": "; ".join(chosen)}
 
 

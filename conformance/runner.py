@@ -46,6 +46,7 @@ def pytest_arguments(
     quiet: bool = True,
     agreement_only: bool = False,
     no_grad: bool = False,
+    no_decode: bool = False,
     force: bool = False,
     extra: Sequence[str] = (),
 ) -> list[str]:
@@ -89,6 +90,8 @@ def pytest_arguments(
         args.append("--aiayn-agreement-only")
     if no_grad:
         args.append("--aiayn-no-grad")
+    if no_decode:
+        args.append("--aiayn-no-decode")
     if seed is not None:
         args.append(f"--hypothesis-seed={seed}")
     if workers > 0:

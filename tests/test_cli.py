@@ -140,3 +140,24 @@ def test_python_dash_m_aiayn_is_the_same_command() -> None:
         [sys.executable, "-m", "aiayn", "--version"], capture_output=True, text=True, timeout=60, check=False
     )
     assert proc.returncode == 0 and proc.stdout.startswith("aiayn "), proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(("flag", "direction"), [("--no-decode", "decode"), ("--no-grad", "backward")])
+def test_no_grad_and_no_decode_leave_their_rows_not_run(tmp_path: Path, flag: str, direction: str) -> None:
+    """``aiayn check --no-grad`` / ``--no-decode``: the whole model's backward / decode row is 'not run', the forward
+    row still checked."""
+    run = subprocess.run(
+        [sys.executable, "-m", "aiayn", "check", "numpy", "--profile", "smoke", "--workers", "0", "--dtype", "float64"]
+        + ["-k", "transformer", "--report", str(tmp_path), flag],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    import json
+
+    rows = json.loads((tmp_path / "conformance-numpy.json").read_text(encoding="utf-8"))["rows"]
+    status = {
+        r["direction"]: r["status"] for r in rows if r["equation"] == "transformer_forward" and r["dtype"] == "float64"
+    }
+    assert status[direction] == "not run" and status["forward"] == "pass", status
