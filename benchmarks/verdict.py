@@ -1,0 +1,334 @@
+"""Did a benchmark case get slower than its baseline? A factor and a rank test must both say so.
+
+Each case of a benchmark run yields a *sample* of figures of merit, one per timed round: the
+fraction of the machine's GEMM ceiling that the round achieved (higher is better). A case of the
+current run is a regression against the same case of a stored baseline run only when both hold:
+
+1. its median fell by more than ``factor`` (default 1.1): ``current median < baseline median / factor``;
+2. a one-sided Mann-Whitney U test on the two raw samples finds the current sample stochastically
+   smaller than the baseline one, with ``p < alpha`` (default 0.002).
+
+This is the rule of airspeed velocity (asv): ``asv compare`` and ``asv continuous`` report a
+benchmark as changed only when it moved by more than ``--factor`` (default 1.1,
+https://asv.readthedocs.io/en/stable/commands.html) and when the Mann-Whitney U test on the raw
+samples agrees at ``p < 0.002`` (``asv.statistics.is_different``, ``p_threshold=0.002``). asv tests
+two-sided; here the question has a direction (did it get slower?), so the test is one-sided, which
+at the same threshold is the two-sided test at 0.004 restricted to drops. The factor keeps a tiny
+but consistent drop (a quieter neighbour, a warmer cache) from failing a run; the test keeps one
+unlucky round from doing so.
+
+Samples too small for the test to reach ``alpha`` at all (3 rounds against 3 give at best
+p = 1/20) are *undecided*: not a regression, and said so in the verdict, as asv also declines to
+trust the test there.
+
+The test: Mann, H. B. and Whitney, D. R. (1947), "On a test of whether one of two random variables
+is stochastically larger than the other", Ann. Math. Statist. 18(1), 50-60. Exact null
+distribution when the pooled sample has no ties and both sizes are at most ``EXACT_MAX_SIZE``;
+otherwise the normal approximation with continuity correction and tie-corrected variance.
+
+Pure computation: no timing and no I/O; the same inputs always give the same verdicts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_FACTOR",
+    "EXACT_MAX_SIZE",
+    "EXIT_INCOMPATIBLE",
+    "EXIT_OK",
+    "EXIT_REGRESSION",
+    "CaseVerdict",
+    "Comparison",
+    "compare_case",
+    "compare_samples",
+    "exit_status",
+    "incompatible",
+    "mann_whitney_less",
+    "smallest_p",
+]
+
+DEFAULT_FACTOR = 1.1  # asv's --factor default
+DEFAULT_ALPHA = 0.002  # asv.statistics.is_different's p_threshold
+EXACT_MAX_SIZE = 50  # both samples at most this long (and no ties): exact null distribution
+
+EXIT_OK = 0
+EXIT_REGRESSION = 1
+EXIT_INCOMPATIBLE = 4
+
+
+def _as_sample(values: Sequence[float], name: str) -> np.ndarray:
+    """``values`` as a 1-D float64 array; ValueError naming ``name`` unless non-empty and finite."""
+    try:
+        sample = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a sequence of numbers, got {values!r}") from None
+    if sample.ndim != 1:
+        raise ValueError(f"{name}: expected a flat sequence of numbers, got shape {sample.shape}")
+    if sample.size == 0:
+        raise ValueError(f"{name}: expected at least one round, got an empty sample")
+    bad = np.flatnonzero(~np.isfinite(sample))
+    if bad.size:
+        raise ValueError(f"{name}: expected finite numbers, got {sample[bad[0]]} at round {bad[0]}")
+    return sample
+
+
+def _u_statistic(current: np.ndarray, baseline: np.ndarray) -> float:
+    """Pairs (c, b) with c > b, plus 0.5 per pair with c == b (Mann & Whitney 1947's U of ``current``)."""
+    ordered = np.sort(baseline)
+    below = np.searchsorted(ordered, current, side="left")  # baseline values < c
+    at_or_below = np.searchsorted(ordered, current, side="right")  # baseline values <= c
+    return float(below.sum() + 0.5 * (at_or_below - below).sum())
+
+
+@cache
+def _u_counts(n: int, m: int) -> tuple[int, ...]:
+    """How many of the C(n+m, n) orderings of two untied samples of sizes n and m give U = 0, 1, ..., n m.
+
+    Mann & Whitney (1947) count them with the recursion r(n, m, u) = r(n-1, m, u-m) + r(n, m-1, u)
+    (the largest value belongs to the first sample, beating all m of the second, or to the second).
+    Its solution is the Gaussian binomial coefficient [n+m choose n]_q, whose coefficient of q^u is
+    r(n, m, u) (Di Bucchianico, A. (1999), "Combinatorics, computer algebra and the Wilcoxon-Mann-
+    Whitney test", J. Statist. Plann. Inference 79, 349-364), built here as the product over
+    i = 1..n of (1 - q^(m+i)) / (1 - q^i): each factor is exact in Python integers, O(n m) steps.
+    """
+    counts = [1] + [0] * (n * m)
+    for i in range(1, n + 1):
+        for u in range(n * m, m + i - 1, -1):  # times (1 - q^(m+i)), highest power first
+            counts[u] -= counts[u - m - i]
+        for u in range(i, n * m + 1):  # divided by (1 - q^i): a running sum with stride i
+            counts[u] += counts[u - i]
+    return tuple(counts)
+
+
+def _exact_p_less(u: float, n: int, m: int) -> float:
+    """P(U <= u) under the null hypothesis, from the exact counts (``u`` an integer: no ties)."""
+    counts = _u_counts(n, m)
+    return sum(counts[: int(u) + 1]) / math.comb(n + m, n)
+
+
+def _normal_p_less(u: float, n: int, m: int, pooled: np.ndarray) -> float:
+    """P(U <= u) by the normal approximation, with continuity correction and tie-corrected variance.
+
+    Mean n m / 2; variance n m / 12 * ((N + 1) - sum(t^3 - t) / (N (N - 1))), N = n + m, t the size of
+    each group of tied values (Lehmann, E. L. (1975), Nonparametrics: Statistical Methods Based on
+    Ranks, Ch. 1, the normal approximation and its treatment of ties). The same formula is
+    scipy.stats.mannwhitneyu's "asymptotic" method. When every value is tied the variance is zero,
+    U sits at its mean and there is no evidence either way: p = 1.
+    """
+    total = n + m
+    _, tie_sizes = np.unique(pooled, return_counts=True)
+    ties = float(np.sum(tie_sizes.astype(np.float64) ** 3 - tie_sizes))
+    variance = n * m / 12.0 * ((total + 1) - ties / (total * (total - 1)))
+    if variance <= 0.0:
+        return 1.0
+    z = (u - n * m / 2.0 + 0.5) / math.sqrt(variance)
+    return 0.5 * math.erfc(-z / math.sqrt(2.0))
+
+
+def mann_whitney_less(
+    current: Sequence[float], baseline: Sequence[float], *, method: Literal["auto", "exact", "normal"] = "auto"
+) -> tuple[float, float]:
+    """Mann-Whitney U of ``current`` against ``baseline`` and the one-sided p that current is smaller.
+
+    U counts the pairs (c, b) with c > b, plus 0.5 per tied pair; a small U means current values
+    tend to lie below baseline ones. p = P(U <= observed U) when both samples come from one
+    distribution (Mann & Whitney 1947): small p is evidence that ``current`` is stochastically
+    smaller. ``method="auto"`` uses the exact null distribution when the pooled sample has no ties
+    and both sizes are at most ``EXACT_MAX_SIZE``, otherwise the normal approximation;
+    ``"exact"`` (no ties allowed) and ``"normal"`` force one.
+    """
+    current = _as_sample(current, "current")
+    baseline = _as_sample(baseline, "baseline")
+    n, m = current.size, baseline.size
+    pooled = np.concatenate([current, baseline])
+    untied = np.unique(pooled).size == pooled.size
+    if method == "auto":
+        method = "exact" if untied and max(n, m) <= EXACT_MAX_SIZE else "normal"
+    if method == "exact" and not untied:
+        raise ValueError("method: 'exact' needs a pooled sample without ties; use 'normal' or 'auto'")
+    if method not in ("exact", "normal"):
+        raise ValueError(f"method: expected 'auto', 'exact' or 'normal', got {method!r}")
+    u = _u_statistic(current, baseline)
+    p = _exact_p_less(u, n, m) if method == "exact" else _normal_p_less(u, n, m, pooled)
+    return u, min(1.0, p)
+
+
+def smallest_p(n: int, m: int) -> float:
+    """The smallest one-sided p the exact test can give for samples of sizes n and m: 1 / C(n+m, n).
+
+    It is reached when every value of one sample lies below every value of the other (U = 0). When
+    it is not below the threshold, no outcome of the test can count as significant.
+    """
+    if n < 1 or m < 1:
+        raise ValueError(f"n, m: expected sample sizes of at least 1, got {n} and {m}")
+    return 1.0 / math.comb(n + m, n)
+
+
+@dataclass(frozen=True)
+class CaseVerdict:
+    """One case's figure in both runs, the test's p, and whether it counts as a regression.
+
+    ``change`` is current_median / baseline_median - 1 (negative: slower). ``undecided`` marks a
+    drop beyond the factor whose samples are too small for the test to reach ``alpha``: not a
+    regression, but not cleared either. ``reason`` says all of it in one line.
+    """
+
+    case: str
+    baseline_median: float
+    current_median: float
+    change: float
+    p: float
+    regressed: bool
+    undecided: bool
+    reason: str
+
+
+def _check_thresholds(factor: float, alpha: float) -> None:
+    """ValueError naming the argument unless 1 <= factor < inf and 0 < alpha < 1."""
+    if not (math.isfinite(factor) and factor >= 1.0):
+        raise ValueError(f"factor: expected a finite number >= 1 (1.1 allows a 10% drop), got {factor!r}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha: expected a p-value threshold strictly between 0 and 1, got {alpha!r}")
+
+
+def compare_case(
+    case: str,
+    baseline: Sequence[float],
+    current: Sequence[float],
+    factor: float = DEFAULT_FACTOR,
+    alpha: float = DEFAULT_ALPHA,
+) -> CaseVerdict:
+    """The verdict on one case: regressed only if its median fell beyond ``factor`` and ``p < alpha``.
+
+    Checked in this order: a median within the factor is not a regression whatever the test says;
+    a drop beyond it with samples whose smallest possible p is not below ``alpha`` is undecided;
+    otherwise the test decides.
+    """
+    _check_thresholds(factor, alpha)
+    baseline = _as_sample(baseline, f"baseline (case {case!r})")
+    current = _as_sample(current, f"current (case {case!r})")
+    baseline_median, current_median = float(np.median(baseline)), float(np.median(current))
+    if baseline_median <= 0.0:
+        raise ValueError(f"baseline (case {case!r}): expected a positive median figure, got {baseline_median}")
+    change = current_median / baseline_median - 1.0
+    _, p = mann_whitney_less(current, baseline)
+    head = f"ratio {baseline_median:.3g} -> {current_median:.3g} ({change:+.1%})"
+    floor = smallest_p(current.size, baseline.size)
+    regressed = undecided = False
+    if not current_median < baseline_median / factor:
+        reason = f"{head} within the factor {factor:g}: not a regression"
+    elif floor >= alpha:
+        undecided = True
+        reason = (
+            f"{head}, but samples of {baseline.size} and {current.size} rounds cannot reach p < {alpha:g} "
+            f"(smallest p {floor:.2g}): undecided, not a regression"
+        )
+    elif p < alpha:
+        regressed = True
+        reason = f"{head}, Mann-Whitney p = {p:.2g} < {alpha:g}: regressed"
+    else:
+        reason = f"{head}, Mann-Whitney p = {p:.2g} >= {alpha:g}: not significant"
+    return CaseVerdict(case, baseline_median, current_median, change, p, regressed, undecided, reason)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Verdicts on the cases both runs measured (sorted by case), and the cases only one run has."""
+
+    verdicts: tuple[CaseVerdict, ...]
+    only_baseline: tuple[str, ...]
+    only_current: tuple[str, ...]
+
+    @property
+    def regressions(self) -> tuple[CaseVerdict, ...]:
+        """The verdicts that count as regressions."""
+        return tuple(v for v in self.verdicts if v.regressed)
+
+    @property
+    def undecided(self) -> tuple[CaseVerdict, ...]:
+        """The verdicts whose samples were too small to decide a drop beyond the factor."""
+        return tuple(v for v in self.verdicts if v.undecided)
+
+
+def compare_samples(
+    baseline: Mapping[str, Sequence[float]],
+    current: Mapping[str, Sequence[float]],
+    factor: float = DEFAULT_FACTOR,
+    alpha: float = DEFAULT_ALPHA,
+) -> Comparison:
+    """``compare_case`` on every case in both runs; the cases only one run has are listed, not dropped."""
+    _check_thresholds(factor, alpha)
+    common = sorted(baseline.keys() & current.keys())
+    verdicts = tuple(compare_case(case, baseline[case], current[case], factor, alpha) for case in common)
+    return Comparison(
+        verdicts=verdicts,
+        only_baseline=tuple(sorted(baseline.keys() - current.keys())),
+        only_current=tuple(sorted(current.keys() - baseline.keys())),
+    )
+
+
+_ENVIRONMENT_KEYS = {
+    "machine": "baseline from another machine",
+    "device": "baseline from another device",
+    "threads": "baseline ran with another thread count",
+}
+
+
+def _recorded(env: Mapping[str, Any], key: str) -> str:
+    """``env[key]`` as it reads in a message, or "(not recorded)"."""
+    return repr(env[key]) if key in env else "(not recorded)"
+
+
+def _library_differences(baseline_libraries: Mapping[str, Any], current_libraries: Mapping[str, Any]) -> str | None:
+    """The libraries both runs used whose version/build strings differ, baseline first; None if none."""
+    shared = sorted(baseline_libraries.keys() & current_libraries.keys())
+    differing = [k for k in shared if baseline_libraries[k] != current_libraries[k]]
+    if not differing:
+        return None
+    before = ", ".join(f"{k} {baseline_libraries[k]}" for k in differing)
+    after = ", ".join(f"{k} {current_libraries[k]}" for k in differing)
+    return f"baseline from another library build: {before} vs {after}"
+
+
+def incompatible(baseline_env: Mapping[str, Any], current_env: Mapping[str, Any]) -> str | None:
+    """None when the baseline may be compared with the current run, else one line saying why not.
+
+    Ceiling ratios are comparable only on the same kind of machine and device, at the same thread
+    count, with the same library builds. The keys read (each optional):
+
+    - ``"machine"``: the CPU model or machine kind, a string;
+    - ``"device"``: where the cases ran (``"cpu"``, ``"cuda:0"``, ...);
+    - ``"threads"``: the thread count the run pinned;
+    - ``"libraries"``: a mapping of library name to version/build string (``{"numpy": "2.4.6
+      (openblas 0.3.29)"}``).
+
+    ``machine``, ``device`` and ``threads`` must be equal when either run recorded them (recorded
+    in one run only is a difference); absent from both is fine. Of ``libraries``, those both runs
+    name must be equal; a library only one run names is fine (it served no case of the other).
+    Every difference found goes on the one line, separated by "; ", baseline's value first.
+    """
+    reasons = [
+        f"{why}: {_recorded(baseline_env, key)} vs {_recorded(current_env, key)}"
+        for key, why in _ENVIRONMENT_KEYS.items()
+        if (key in baseline_env or key in current_env) and baseline_env.get(key) != current_env.get(key)
+    ]
+    libraries = _library_differences(baseline_env.get("libraries", {}), current_env.get("libraries", {}))
+    if libraries is not None:
+        reasons.append(libraries)
+    return "; ".join(reasons) or None
+
+
+def exit_status(comparison: Comparison, incompatible_reason: str | None) -> int:
+    """The exit status of a comparison: 4 if the runs may not be compared, else 1 on any regression, else 0."""
+    if incompatible_reason is not None:
+        return EXIT_INCOMPATIBLE
+    return EXIT_REGRESSION if comparison.regressions else EXIT_OK
