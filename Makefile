@@ -16,7 +16,7 @@ THREADS := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 # (git-ignored) for the make targets; installed elsewhere, aiayn uses ~/.cache/aiayn.
 export AIAYN_CACHE ?= $(CURDIR)/.aiayn-cache
 
-.PHONY: venv test reproduce reproduce-bleu reproduce-gpu bench bench-cuda check-cuda mutants zoo clean
+.PHONY: venv test reproduce reproduce-bleu reproduce-gpu bench bench-noise bench-cuda check-cuda mutants zoo clean
 
 venv: $(STAMP)
 
@@ -62,9 +62,17 @@ reproduce-bleu: $(STAMP)
 reproduce-gpu: $(STAMP)
 	bash scripts/reproduce-gpu.sh
 
-# Attention benchmarks, one thread, against the stored baseline -> reports/benchmarks.*
+# Attention benchmarks, one thread, against the stored baseline -> reports/benchmarks.* (exit 1 on a
+# regression, 4 for a baseline from another machine kind or library build: BENCH_BASELINE=FILE, or
+# record your own with aiayn bench --save FILE)
+BENCH_BASELINE ?= benchmarks/baseline/benchmarks-baseline.json
 bench: $(STAMP)
-	$(AIAYN) bench -- $(BENCH_ARGS)
+	$(AIAYN) bench --baseline $(BENCH_BASELINE) -- $(BENCH_ARGS)
+
+# How often that gate is wrong here: 20 unchanged runs and 20 of each slowed copy (5/10/20% more work),
+# interleaved, about 40 minutes on a quiet machine -> reports/benchmarks-noise.*
+bench-noise: $(STAMP)
+	$(AIAYN) bench-noise --work .aiayn-cache/bench-noise
 
 # The CUDA cases (run it where torch sees a GPU): torch and torch-sdpa, float32 and bfloat16, n up
 # to 8192, against a cuBLAS GEMM ceiling of the same run -> reports/benchmarks-cuda.*

@@ -7,7 +7,8 @@
     aiayn train --preset NAME       train, decode and score the paper's model (the BLEU reproduction)
     aiayn train-report RUN ...      one bleu-training report from finished training runs
     aiayn ablation                  Table 3's variations at CPU scale
-    aiayn bench                     attention throughput as a fraction of this machine's GEMM ceiling
+    aiayn bench [SPEC ...]          attention throughput as a fraction of this machine's GEMM ceiling; --baseline gates
+    aiayn bench-noise               the gate's false-regression and detection rates on this machine
     aiayn mutants                   the suite against deliberately broken implementations (must catch all)
     aiayn false-alarms              the suite on correct implementations over many seeds (must raise none)
     aiayn zoo [NAME ...]            popular libraries through thin adapters, one report row each
@@ -298,8 +299,29 @@ def _translation(name: str) -> Callable[..., object]:
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
-    from aiayn.benchmarks.report import DEFAULT_BASELINE
+    from aiayn.benchmarks import verdict
 
+    p.add_argument(
+        "specs",
+        nargs="*",
+        metavar="SPEC",
+        help="implementations to time: registry names or module:attr (default: the built-ins, with the NumPy "
+        "stage breakdown and the training-step cases)",
+    )
+    p.add_argument("--sizes", default=None, metavar="N,N", help="sequence lengths n (default 128,512,2048)")
+    p.add_argument("--dtypes", default=None, metavar="DTYPE,DTYPE", help="dtypes (default float32,float64)")
+    p.add_argument(
+        "--causal",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="only the causal cases (--no-causal: only the unmasked ones; default: both)",
+    )
+    p.add_argument(
+        "--passes",
+        default=None,
+        metavar="PASS,PASS",
+        help="forward, backward, forward+backward (default: all three)",
+    )
     p.add_argument("--smoke", action="store_true", help="the seconds-long CI subset (n = 128, one round)")
     p.add_argument(
         "--cuda",
@@ -308,79 +330,190 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         "against a cuBLAS GEMM ceiling; writes benchmarks-cuda.*",
     )
     add_output_arguments(p)
-    p.add_argument("--baseline", default=str(DEFAULT_BASELINE), help="stored run to compare ratios with, or 'none'")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a stored run (--save) to compare with: exit 1 if a case regressed, 4 if FILE is from another "
+        "machine kind, device, thread count or library build (default: no comparison)",
+    )
+    p.add_argument("--save", type=Path, default=None, metavar="FILE", help="store this run as a baseline in FILE")
+    p.add_argument(
+        "--factor",
+        type=float,
+        default=verdict.DEFAULT_FACTOR,
+        help="a case regressed only if its median ratio fell by more than this factor (asv's default)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=verdict.DEFAULT_ALPHA,
+        help="... and a one-sided Mann-Whitney U test on the rounds gives p below this (asv's threshold)",
+    )
+    p.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="append this run to FILE (JSON Lines) and write <stem>-history.{md,json,png} of every run in it",
+    )
     p.add_argument(
         "--from-run",
         type=Path,
         default=None,
         metavar="RUN.json",
-        help="do not measure: write the report from this earlier run's pytest-benchmark JSON",
+        help="do not measure: write the report (and the comparison) from this earlier run's pytest-benchmark JSON",
     )
-    p.epilog = "More pytest options go after --, e.g. aiayn bench -- --bench-sizes 512,4096 --bench-impls numpy"
+    p.epilog = (
+        "Exit status: 0 no regression (or no baseline); 1 a case regressed against --baseline; 4 a usage error, "
+        "including a baseline that cannot be compared. More pytest options go after --, e.g. "
+        "aiayn bench numpy -- --bench-max-rounds 20"
+    )
 
 
 _BENCH_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+def _bench_stem(args: argparse.Namespace) -> str:
+    """``benchmarks`` for the built-ins' run, ``benchmarks-cuda`` for ``--cuda``, ``bench-<specs>`` for chosen specs."""
+    if args.cuda:
+        return "benchmarks-cuda"
+    if not args.specs:
+        return "benchmarks"
+    safe = "_".join("".join(c if c.isalnum() or c in "-." else "-" for c in spec) for spec in args.specs)
+    return f"bench-{safe}"[:120]
+
+
+def _bench_selection(args: argparse.Namespace) -> list[str]:
+    """The pytest options of the chosen cases, each option checked here (a bad value is a one-line usage error)."""
+    from aiayn.benchmarks.cases import PASSES
+    from aiayn.implementations.protocol import DTYPES
+
+    cmd = []
+    if args.specs:
+        _loadable(args.specs)
+        specs = ",".join(args.specs)
+        cmd += [f"--bench-impls={specs}", "--bench-big-impls=", "--bench-stages=", "--bench-training="]
+    if args.sizes is not None:
+        try:
+            sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--sizes: expected comma-separated positive integers, got {args.sizes!r}") from None
+        if not sizes or min(sizes) < 1:
+            raise UsageError(f"--sizes: expected comma-separated positive integers, got {args.sizes!r}")
+        cmd += [f"--bench-sizes={','.join(map(str, sizes))}", "--bench-big-sizes="]
+    if args.dtypes is not None:
+        dtypes = [x.strip() for x in args.dtypes.split(",") if x.strip()]
+        unknown = [d for d in dtypes if d not in DTYPES]
+        if unknown or not dtypes:
+            raise UsageError(f"--dtypes: expected one or more of {', '.join(DTYPES)}, got {args.dtypes!r}")
+        cmd.append(f"--bench-dtypes={','.join(dtypes)}")
+    if args.causal is not None:
+        cmd.append(f"--bench-masks={'causal' if args.causal else 'full'}")
+    if args.passes is not None:
+        passes = [x.strip() for x in args.passes.split(",") if x.strip()]
+        unknown = [x for x in passes if x not in PASSES]
+        if unknown or not passes:
+            raise UsageError(f"--passes: expected one or more of {', '.join(PASSES)}, got {args.passes!r}")
+        cmd.append(f"--bench-passes={','.join(passes)}")
+    return cmd
+
+
 def _bench(args: argparse.Namespace) -> int:
+    import shutil
+
     from aiayn import benchmarks
+    from aiayn.benchmarks import compare, history
     from aiayn.benchmarks.report import write
 
     out = out_dir(args.out)
-    stem = "benchmarks-cuda" if args.cuda else "benchmarks"
-    if args.baseline != "none" and not args.cuda and not Path(args.baseline).is_file():
-        raise UsageError(f"--baseline: {args.baseline}: no such file (a stored run's JSON, or 'none')")
-    baseline = "none" if args.cuda else args.baseline
+    stem = _bench_stem(args)
+    check_range("--factor", args.factor, least=1.0)
+    if not 0.0 < args.alpha < 1.0:
+        raise UsageError(f"--alpha: expected a p-value threshold strictly between 0 and 1, got {args.alpha}")
+    if args.cuda and (args.specs or args.baseline):
+        raise UsageError("--cuda: runs the built-in CUDA cases; give no SPEC and no --baseline with it")
+    baseline = None
+    if args.baseline is not None:
+        _check_run_json(args.baseline, "--baseline")
+        baseline = compare.load_baseline(args.baseline)
+    for option, path in (("--save", args.save), ("--history", args.history)):
+        if path is not None:
+            writable_dir(Path(path).resolve().parent, option)
+    if args.history is not None and Path(args.history).exists():
+        history.load(args.history)  # a history that cannot be read is refused before the work, not after it
     if args.from_run is not None:
         _check_run_json(args.from_run, "--from-run")
-        write(args.from_run, out, baseline=baseline, stem=stem, smoke=args.smoke, force=args.force)
-        return EXIT_OK
-    if args.cuda:
-        torch = importlib.import_module("aiayn.environment").require("torch")
-        if not torch.cuda.is_available():
-            raise UsageError("--cuda: torch sees no CUDA device here")
-    run_json = Path(out) / "tmp" / f"{stem}-run.json"
-    run_json.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(Path(benchmarks.__file__).resolve().parent),
-        "-p",
-        "no:cacheprovider",
-        f"--rootdir={Path(benchmarks.__file__).resolve().parent}",
-        f"--benchmark-json={run_json}",
-        f"--benchmark-storage=file://{run_json.parent.resolve() / 'benchmark-storage'}",  # not ./.benchmarks
-    ]
-    cmd.append("--bench-training-step=aiayn.reproductions.translation.bench:training_step")  # our model, loaded by spec
-    if args.smoke:
-        cmd.append("--bench-smoke")
-    if args.cuda:
-        cmd += [
-            "--bench-impls",
-            "torch,torch-sdpa",
-            "--bench-dtypes",
-            "float32,bfloat16",
-            "--bench-big-impls",
-            "torch,torch-sdpa",
-            "--bench-big-sizes",
-            "8192",
-            "--bench-gemm-n",
-            "8192",
-            "--bench-stages=",
+        run_json = args.from_run
+    else:
+        selection = _bench_selection(args)
+        if args.cuda:
+            torch = importlib.import_module("aiayn.environment").require("torch")
+            if not torch.cuda.is_available():
+                raise UsageError("--cuda: torch sees no CUDA device here")
+        run_json = Path(out) / "tmp" / f"{stem}-run.json"
+        run_json.parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(benchmarks.__file__).resolve().parent
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(folder / "test_bench_attention.py") + "::test_attention" if args.specs else str(folder),
+            "-p",
+            "no:cacheprovider",
+            f"--rootdir={folder}",
+            f"--benchmark-json={run_json}",
+            f"--benchmark-storage=file://{run_json.parent.resolve() / 'benchmark-storage'}",  # not ./.benchmarks
         ]
-    elif baseline != "none" and Path(baseline).exists():
-        cmd.append(f"--benchmark-compare={baseline}")
-    cmd += args.pytest_args
-    # one thread (two threads on small shared VMs swing by 2-4x); OPENBLAS_CORETYPE/L2_SIZE, set on
-    # some machines for old OpenBLAS builds, slow a current numpy
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")} | _BENCH_ENV
-    status = subprocess.run(cmd, env=env, check=False).returncode
-    if status != 0:
-        return status
-    print(f"wrote {run_json.resolve()}")
-    write(run_json, out, baseline=baseline, stem=stem, smoke=args.smoke, force=args.force)
-    return EXIT_OK
+        if not args.specs:
+            cmd.append("--bench-training-step=aiayn.reproductions.translation.bench:training_step")  # our model
+        if args.smoke:
+            cmd.append("--bench-smoke")
+        if args.cuda:
+            cmd += [
+                "--bench-impls",
+                "torch,torch-sdpa",
+                "--bench-dtypes",
+                "float32,bfloat16",
+                "--bench-big-impls",
+                "torch,torch-sdpa",
+                "--bench-big-sizes",
+                "8192",
+                "--bench-gemm-n",
+                "8192",
+                "--bench-stages=",
+            ]
+        cmd += selection + args.pytest_args
+        # one thread (two threads on small shared VMs swing by 2-4x); OPENBLAS_CORETYPE/L2_SIZE, set on
+        # some machines for old OpenBLAS builds, slow a current numpy
+        env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")} | _BENCH_ENV
+        status = subprocess.run(cmd, env=env, check=False).returncode
+        if status != 0:
+            return status
+        print(f"wrote {run_json.resolve()}")
+    run = compare.load_run(Path(run_json))
+    comparison, note = None, None
+    if baseline is not None:
+        if baseline.get("datetime") == run.get("datetime"):
+            note = f"Baseline {args.baseline} is this very run: nothing to compare."
+        else:
+            comparison = compare.compare_runs(baseline, run, factor=args.factor, alpha=args.alpha)
+            note = f"Baseline: {args.baseline}, run of {baseline.get('datetime', 'n/a')}."
+    write(run_json, out, comparison=comparison, baseline_note=note, stem=stem, smoke=args.smoke, force=args.force)
+    if args.save is not None:
+        shutil.copyfile(run_json, args.save)
+        print(f"saved this run as a baseline: {Path(args.save).resolve()}")
+    if args.history is not None:
+        history.append(args.history, run)
+        history.write(args.history, out, stem=f"{stem}-history", force=args.force)
+    if comparison is None:
+        return EXIT_OK
+    for line in compare.format_comparison(comparison):
+        print(line)
+    if comparison.incompatible is not None:
+        print(f"aiayn bench: --baseline: {args.baseline}: {comparison.incompatible}", file=sys.stderr)
+    return comparison.exit_status
 
 
 def _check_run_json(path: Path, option: str) -> None:
@@ -530,6 +663,21 @@ def _zoo(args: argparse.Namespace) -> int:
     )
 
 
+def _add_bench_noise(p: argparse.ArgumentParser) -> None:
+    from aiayn.benchmarks.noise import add_arguments
+
+    add_output_arguments(p)
+    add_arguments(p)
+
+
+def _bench_noise(args: argparse.Namespace) -> int:
+    from aiayn.benchmarks.noise import run
+
+    if args.work is not None:
+        writable_dir(args.work, "--work")
+    return run(args)
+
+
 def _add_mutants(p: argparse.ArgumentParser) -> None:
     add_output_arguments(p)
     p.add_argument("--workers", type=int, default=2, help="worker processes of the suite")
@@ -568,6 +716,11 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
         lambda a: _translation("run_ablation")(a),
     ),
     "bench": ("attention throughput as a fraction of this machine's GEMM ceiling", _add_bench, _bench),
+    "bench-noise": (
+        "how often the regression gate of aiayn bench is wrong here (unchanged and slowed copies)",
+        _add_bench_noise,
+        _bench_noise,
+    ),
     "mutants": ("run the suite against deliberately broken implementations", _add_mutants, _mutants),
     "false-alarms": (
         "run the suite on correct implementations over many seeds, count alarms",

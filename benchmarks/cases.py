@@ -10,6 +10,13 @@ O(n_q n_k) exponentials, maxima and sums are not counted (they cost time, not GE
 causal case (§3.2.3, query i sees keys j <= i) is counted two ways: *full* (the same
 ``4 n^2 d``, what an implementation that computes every score does) and *useful* (only the
 ``n (n + 1) / 2`` visible pairs: ``4 d n (n + 1) / 2``, about half).
+
+A case times one of three passes (:data:`PASSES`): the ``forward`` call; the ``backward`` (dQ, dK,
+dV from a cotangent dO of the output, given the forward's saved state where the implementation
+keeps one); ``forward+backward`` (both, as a training step runs them). The backward is counted as
+FlashAttention counts it: 2.5 times the forward's flops (five n x n x d products: S recomputed,
+dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q, against the forward's two), so forward+backward
+is 3.5 times the forward (Dao, "FlashAttention-2", 2023, §4.1; its ``benchmark_flash_attention.py``).
 """
 
 from __future__ import annotations
@@ -29,11 +36,14 @@ __all__ = [
     "BIG_SIZES",
     "BUILTIN_IMPLS",
     "DTYPES",
+    "MASKS",
     "MEMORY_BOUNDED_IMPLS",
+    "PASSES",
     "SMOKE",
     "Case",
     "attention_flops",
     "build_cases",
+    "make_cotangent",
     "make_inputs",
 ]
 
@@ -51,6 +61,10 @@ BUILTIN_IMPLS: tuple[str, ...] = ("numpy", "numpy-blocked", "torch", "torch-sdpa
 #: (FlashAttention-style) CPU kernel.
 MEMORY_BOUNDED_IMPLS: tuple[str, ...] = ("numpy-blocked", "torch-sdpa")
 DTYPES: tuple[str, ...] = ("float32", "float64")
+#: The masks of a case: none (``full``) or the §3.2.3 causal mask.
+MASKS: tuple[str, ...] = ("full", "causal")
+#: What a case times, and its flops as a multiple of the forward's (see the module docstring).
+PASSES: dict[str, float] = {"forward": 1.0, "backward": 2.5, "forward+backward": 3.5}
 #: Bytes per element of every dtype the contract knows (NumPy has no bfloat16).
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -76,29 +90,34 @@ class Case:
     dtype: str
     n: int
     causal: bool
+    pass_: str = "forward"
     batch: int = BATCH
     heads: int = HEADS
     head_dim: int = HEAD_DIM
 
     @property
     def id(self) -> str:
-        """``numpy-float32-n2048-causal``: the pytest id and the key in every report."""
-        return f"{self.impl}-{self.dtype}-n{self.n}-{'causal' if self.causal else 'full'}"
+        """``numpy-float32-n2048-causal`` (forward), ``...-causal-backward``, ``...-causal-forward+backward``: the
+        pytest id and the key in every report and baseline."""
+        base = f"{self.impl}-{self.dtype}-n{self.n}-{'causal' if self.causal else 'full'}"
+        return base if self.pass_ == "forward" else f"{base}-{self.pass_}"
 
     @property
     def group(self) -> str:
-        """pytest-benchmark group: the implementations side by side for one shape and mask."""
-        return f"attention {self.dtype} n={self.n} {'causal' if self.causal else 'full'}"
+        """pytest-benchmark group: the implementations side by side for one shape, mask and pass."""
+        return f"attention {self.pass_} {self.dtype} n={self.n} {'causal' if self.causal else 'full'}"
 
     @property
     def flops_full(self) -> int:
-        """4 n^2 d per head, every score counted (see the module docstring)."""
-        return attention_flops(self.batch * self.heads, self.n, self.n, self.head_dim, causal=False)
+        """4 n^2 d per head for the forward, every score counted, times the pass's multiple (module docstring)."""
+        forward = attention_flops(self.batch * self.heads, self.n, self.n, self.head_dim, causal=False)
+        return round(forward * PASSES[self.pass_])
 
     @property
     def flops_useful(self) -> int:
-        """Only the visible (query, key) pairs: n (n + 1) / 2 of them when causal."""
-        return attention_flops(self.batch * self.heads, self.n, self.n, self.head_dim, causal=self.causal)
+        """Only the visible (query, key) pairs: n (n + 1) / 2 of them when causal; times the pass's multiple."""
+        forward = attention_flops(self.batch * self.heads, self.n, self.n, self.head_dim, causal=self.causal)
+        return round(forward * PASSES[self.pass_])
 
     @property
     def score_bytes(self) -> int:
@@ -127,17 +146,25 @@ def build_cases(
     sizes: Iterable[int],
     big_sizes: Iterable[int],
     big_impls: Sequence[str],
+    masks: Sequence[str] = MASKS,
+    passes: Sequence[str] = ("forward",),
 ) -> list[Case]:
-    """Every (impl, dtype, n, causal) combination: ``sizes`` for all, ``big_sizes`` for ``big_impls``.
+    """Every (impl, dtype, n, mask, pass) combination: ``sizes`` for all, ``big_sizes`` for ``big_impls``.
 
-    Ordered by implementation, then dtype, then n, then full before causal.
+    Ordered by implementation, then pass, then dtype, then n, then full before causal. ValueError naming the
+    argument for a mask or pass that does not exist.
     """
+    for name, given, known in (("masks", masks, MASKS), ("passes", passes, tuple(PASSES))):
+        unknown = [x for x in given if x not in known]
+        if unknown or not given:
+            raise ValueError(f"{name}: expected one or more of {', '.join(known)}, got {', '.join(given) or 'none'}")
     cases = []
     for impl in impls:
         ns = sorted(set(sizes) | (set(big_sizes) if impl in big_impls else set()))
-        for dtype in dtypes:
-            for n in ns:
-                cases += [Case(impl, dtype, n, causal) for causal in (False, True)]
+        for pass_ in (p for p in PASSES if p in passes):
+            for dtype in dtypes:
+                for n in ns:
+                    cases += [Case(impl, dtype, n, mask == "causal", pass_) for mask in MASKS if mask in masks]
     return cases
 
 
@@ -153,3 +180,10 @@ def make_inputs(impl: Any, case: Case) -> tuple[Any, Any, Any, Any]:
     q, k, v = (impl.from_numpy(rng.standard_normal(shape), case.dtype) for _ in range(3))
     mask = impl.from_numpy(np.tri(case.n, case.n, dtype=bool), "bool") if case.causal else None
     return q, k, v, mask
+
+
+def make_cotangent(impl: Any, case: Case) -> Any:
+    """A native cotangent dO of the (B, h, n, d) output for the backward passes: standard normal (seed
+    :data:`SEED` + 1), rounded to ``case.dtype``."""
+    rng = np.random.default_rng(SEED + 1)
+    return impl.from_numpy(rng.standard_normal((case.batch, case.heads, case.n, case.head_dim)), case.dtype)

@@ -1,32 +1,43 @@
-"""Compare two benchmark runs by their ceiling ratios, not their times (the report's "against the baseline").
+"""Compare two benchmark runs by their ceiling ratios, not their times: the regression verdict of ``--baseline``.
 
 pytest-benchmark's own ``--benchmark-compare`` (and ``--benchmark-compare-fail``) compare *times*
-(min, mean, ...), which drift between machines and with the load of a shared VM. Our figure of
-merit is the fraction of the machine's GEMM ceiling, measured in the same run and stored by each
-case in pytest-benchmark's ``extra_info`` (``ratio_full``; ``ratio_useful`` for causal work), which
-pytest-benchmark does not compare. This module does: for every case in both runs it gives the
-baseline ratio, the current ratio and the relative change, and names every case that lost more
-than ``max_drop`` (default 10%) of its ratio; the benchmark report shows that table and verdict.
-``aiayn bench`` also passes the baseline to ``--benchmark-compare``, so pytest-benchmark's time
-table appears beside it for reference.
+(min, mean, ...), which drift between machines and with the load of a shared VM, and with no
+statistics. Our figure of merit is the fraction of the machine's GEMM ceiling, measured in the same
+run. Each attention case keeps every timed round (``round_times_s``), so each case has a *sample*
+of ratios, one per round: its flops over that round's time, over the run's session ceiling
+(``measure.apply_session_ceiling``). This module turns two runs into those samples and asks
+:mod:`aiayn.benchmarks.verdict` which cases regressed (a drop beyond a factor that a Mann-Whitney U
+test on the two samples confirms), after checking that the two runs may be compared at all (same
+machine kind, device, thread count and library builds).
 
-Ratios are comparable across machines only for the same thread count (checked) and the same
-library build; the BLAS kernel each run used is printed.
+A case of a run recorded before rounds were kept has one figure (its best round): a sample of one,
+which the test cannot decide on (said as "undecided", never as a pass or a regression).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiayn.benchmarks import verdict as V
 from aiayn.environment import UsageError
 
-__all__ = ["Comparison", "case_figures", "compare_runs", "format_comparison", "load_run"]
+__all__ = [
+    "FIGURES",
+    "RunComparison",
+    "case_figures",
+    "case_samples",
+    "compare_runs",
+    "environment",
+    "format_comparison",
+    "load_baseline",
+    "load_run",
+    "summary",
+]
 
 FIGURES = ("ratio_full", "ratio_useful")
-DEFAULT_MAX_DROP = 0.10
 
 
 def load_run(path: Path) -> dict[str, Any]:
@@ -60,7 +71,7 @@ def with_session_ceiling(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def case_figures(run: dict[str, Any], figure: str) -> dict[str, float]:
-    """``{case id: figure}`` for the attention cases of ``run`` that recorded ``figure``."""
+    """``{case id: figure}`` for the attention cases of ``run`` that recorded ``figure`` (the best round's)."""
     out = {}
     for bench in run["benchmarks"]:
         info = bench.get("extra_info", {})
@@ -69,66 +80,135 @@ def case_figures(run: dict[str, Any], figure: str) -> dict[str, float]:
     return out
 
 
-def _threads(run: dict[str, Any]) -> int | None:
-    return run.get("aiayn", {}).get("threads")
+def _flops_of(figure: str) -> str:
+    return {"ratio_full": "flops_full", "ratio_useful": "flops_useful"}[figure]
 
 
-@dataclass
-class Comparison:
-    """Per common case: (baseline, current, relative change); plus what only one side has."""
+def case_samples(run: dict[str, Any], figure: str = "ratio_full") -> dict[str, list[float]]:
+    """``{case id: [the figure of each timed round]}``: flops / round time / session ceiling per round.
+
+    A case recorded without its rounds gives its one recorded figure (a sample of one).
+    """
+    if figure not in FIGURES:
+        raise ValueError(f"figure: expected one of {FIGURES}, got {figure!r}")
+    out = {}
+    for bench in run["benchmarks"]:
+        info = bench.get("extra_info", {})
+        if "case" not in info or not isinstance(info.get(figure), (int, float)):
+            continue
+        times = info.get("round_times_s")
+        if times:
+            flops, ceiling = info[_flops_of(figure)], info["ceiling_gflops"] * 1e9
+            out[info["case"]] = [flops / t / ceiling for t in times]
+        else:
+            out[info["case"]] = [float(info[figure])]
+    return out
+
+
+def environment(run: dict[str, Any]) -> dict[str, Any]:
+    """What a ratio depends on besides the code under test, as :func:`verdict.incompatible` reads it: the machine
+    kind (CPU model, and the GPUs torch saw), the devices the cases ran on, the thread count, the library builds."""
+    record = run.get("aiayn", {})
+    env: dict[str, Any] = {}
+    machine = record.get("cpu_model")
+    if machine is not None:
+        gpus = record.get("cuda_devices") or []
+        env["machine"] = machine + (f" + {', '.join(gpus)}" if gpus else "")
+    devices = sorted({b["extra_info"]["device"] for b in run["benchmarks"] if "device" in b.get("extra_info", {})})
+    if devices:
+        env["device"] = ",".join(devices)
+    if "threads" in record:
+        env["threads"] = record["threads"]
+    if "libraries" in record:
+        env["libraries"] = record["libraries"]
+    return env
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """The verdict on every case both runs measured, or why the runs may not be compared."""
 
     figure: str
-    max_drop: float
-    rows: dict[str, tuple[float, float, float]] = field(default_factory=dict)
-    only_baseline: list[str] = field(default_factory=list)
-    only_current: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    factor: float
+    alpha: float
+    cases: V.Comparison
+    incompatible: str | None
+    one_round: tuple[str, ...]  # cases whose baseline kept only its best round (recorded before rounds were kept)
 
     @property
-    def regressions(self) -> list[str]:
-        """Cases whose figure fell by more than ``max_drop`` (relative)."""
-        return [case for case, (_, _, change) in self.rows.items() if change < -self.max_drop]
+    def exit_status(self) -> int:
+        """0: no regression; 1: a case regressed; 4: the baseline is from another machine, device or build."""
+        return V.exit_status(self.cases, self.incompatible)
 
 
 def compare_runs(
-    baseline: dict[str, Any], current: dict[str, Any], figure: str = "ratio_full", max_drop: float = DEFAULT_MAX_DROP
-) -> Comparison:
-    """Compare ``figure`` case by case; relative change = current / baseline - 1."""
-    if figure not in FIGURES:
-        raise ValueError(f"figure: expected one of {FIGURES}, got {figure!r}")
-    if not max_drop >= 0:
-        raise ValueError(f"max_drop: expected a fraction >= 0, got {max_drop!r}")
-    base, cur = case_figures(baseline, figure), case_figures(current, figure)
-    result = Comparison(figure, max_drop)
-    for case in sorted(base.keys() & cur.keys()):
-        result.rows[case] = (base[case], cur[case], cur[case] / base[case] - 1.0 if base[case] else float("inf"))
-    result.only_baseline = sorted(base.keys() - cur.keys())
-    result.only_current = sorted(cur.keys() - base.keys())
-    if _threads(baseline) != _threads(current):
-        result.warnings.append(
-            f"thread counts differ: baseline {_threads(baseline)}, current {_threads(current)}; ratios are not "
-            "comparable"
-        )
-    return result
-
-
-def format_comparison(result: Comparison) -> list[str]:
-    """Plain-text lines: one per common case, then the regressions and the one-sided cases."""
-    lines = [
-        f"{'case':45s} {'baseline':>9s} {'current':>9s} {'change':>8s}  ({result.figure}, fraction of the GEMM ceiling)"
-    ]
-    for case, (b, c, change) in result.rows.items():
-        flag = "  REGRESSION" if case in result.regressions else ""
-        lines.append(f"{case:45s} {b:9.3f} {c:9.3f} {change:+8.1%}{flag}")
-    lines += [f"warning: {w}" for w in result.warnings]
-    if result.only_baseline:
-        lines.append(f"only in the baseline: {', '.join(result.only_baseline)}")
-    if result.only_current:
-        lines.append(f"only in this run: {', '.join(result.only_current)}")
-    verdict = (
-        f"{len(result.regressions)} of {len(result.rows)} cases lost more than {result.max_drop:.0%} of their ratio: "
-        f"{', '.join(result.regressions)}"
-        if result.regressions
-        else f"no case lost more than {result.max_drop:.0%} of its ratio ({len(result.rows)} compared)"
+    baseline: dict[str, Any],
+    current: dict[str, Any],
+    figure: str = "ratio_full",
+    factor: float = V.DEFAULT_FACTOR,
+    alpha: float = V.DEFAULT_ALPHA,
+) -> RunComparison:
+    """Per common case, the verdict of :func:`verdict.compare_case` on the two runs' per-round samples of ``figure``."""
+    base, cur = case_samples(baseline, figure), case_samples(current, figure)
+    return RunComparison(
+        figure=figure,
+        factor=factor,
+        alpha=alpha,
+        cases=V.compare_samples(base, cur, factor, alpha),
+        incompatible=V.incompatible(environment(baseline), environment(current)),
+        one_round=tuple(sorted(c for c in base.keys() & cur.keys() if len(base[c]) == 1)),
     )
-    return lines + [verdict]
+
+
+def format_comparison(result: RunComparison) -> list[str]:
+    """Plain-text lines: one per common case (medians, change, p, verdict), then the verdict of the whole run."""
+    if result.incompatible is not None:
+        return [f"not compared: {result.incompatible} (exit 4); record a baseline here with --save"]
+    lines = [
+        f"{'case':52s} {'baseline':>9s} {'current':>9s} {'change':>8s} {'p':>9s}  verdict  "
+        f"({result.figure}: median of the rounds, fraction of the GEMM ceiling)"
+    ]
+    for v in result.cases.verdicts:
+        word = "REGRESSED" if v.regressed else "undecided" if v.undecided else "ok"
+        lines.append(
+            f"{v.case:52s} {v.baseline_median:9.3f} {v.current_median:9.3f} {v.change:+8.1%} {v.p:9.2g}  {word}"
+        )
+    if result.cases.only_baseline:
+        lines.append(f"only in the baseline (not run now): {', '.join(result.cases.only_baseline)}")
+    if result.cases.only_current:
+        lines.append(f"only in this run (not in the baseline): {', '.join(result.cases.only_current)}")
+    if result.one_round:
+        lines.append(
+            f"{len(result.one_round)} case(s) of the baseline kept only their best round (an older record): undecided"
+        )
+    if result.cases.regressions:
+        lines.append(summary(result) + ":")
+        lines += [f"  {v.case}: {v.reason}" for v in result.cases.regressions]
+    else:
+        lines.append(summary(result))
+    return lines
+
+
+def summary(result: RunComparison) -> str:
+    """The verdict on the whole run in one sentence."""
+    if result.incompatible is not None:
+        return f"not compared: {result.incompatible}"
+    rule = f"a drop beyond the factor {result.factor:g} with a one-sided Mann-Whitney p < {result.alpha:g}"
+    regressed, undecided = result.cases.regressions, result.cases.undecided
+    head = (
+        f"{len(regressed)} of {len(result.cases.verdicts)} cases regressed ({rule}): "
+        + ", ".join(v.case for v in regressed)
+        if regressed
+        else f"no case regressed ({rule}); {len(result.cases.verdicts)} compared"
+    )
+    if undecided:
+        head += f"; {len(undecided)} undecided (samples too small to reach p < {result.alpha:g})"
+    return head
+
+
+def load_baseline(path: Path, option: str = "--baseline") -> dict[str, Any]:
+    """A stored run to compare with; UsageError naming ``option`` if it is not one of ``aiayn bench``."""
+    run = load_run(path)
+    if not case_figures(run, "ratio_full"):
+        raise UsageError(f"{option}: {path} holds no timed attention case of aiayn bench")
+    return run

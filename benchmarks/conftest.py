@@ -64,6 +64,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="implementations also run at --bench-big-sizes",
     )
     add("--bench-dtypes", type=_str_list, default=C.DTYPES, help="dtypes (default float32,float64)")
+    add("--bench-masks", type=_str_list, default=C.MASKS, help="masks: full, causal (default both)")
+    add(
+        "--bench-passes",
+        type=_str_list,
+        default=tuple(C.PASSES),
+        help="passes of Eq. (1) to time: forward, backward, forward+backward (default all three)",
+    )
     add(
         "--bench-sizes",
         type=_int_list,
@@ -96,7 +103,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="GEMM calls right before and right after each case (default 3)",
     )
     add("--bench-budget", type=float, default=None, help="seconds of timed rounds per case (default 2.0)")
-    add("--bench-min-rounds", type=int, default=None, help="fewest timed rounds per case (default 3)")
+    add(
+        "--bench-min-rounds",
+        type=int,
+        default=None,
+        help="fewest timed rounds per case (default 10: two samples of 10 rounds let the regression test reach "
+        "p = 1/184756, far below its threshold; samples of 5 cannot reach 0.002)",
+    )
     add("--bench-max-rounds", type=int, default=50, help="most timed rounds per case (default 50)")
     add(
         "--bench-training-step",
@@ -198,7 +211,7 @@ def pytest_configure(config: pytest.Config) -> None:
         gemm_repeats=_option(config, "--bench-gemm-repeats", 5, 1),
         adjacent_repeats=_option(config, "--bench-adjacent-repeats", 3, 1),
         budget_s=_option(config, "--bench-budget", 2.0, 0.0),
-        min_rounds=_option(config, "--bench-min-rounds", 3, 1),
+        min_rounds=_option(config, "--bench-min-rounds", 10, 1),
         max_rounds=config.getoption("--bench-max-rounds"),
         training_step=config.getoption("--bench-training-step"),
     )
@@ -228,13 +241,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     config = metafunc.config
     if "case" in metafunc.fixturenames:
         impls = config.getoption("--bench-impls")
-        cases = C.build_cases(
-            impls,
-            config.getoption("--bench-dtypes"),
-            _option(config, "--bench-sizes", C.FULL_SIZES, C.SMOKE.sizes),
-            _option(config, "--bench-big-sizes", C.BIG_SIZES, C.SMOKE.big_sizes),
-            config.getoption("--bench-big-impls"),
-        )
+        try:
+            cases = C.build_cases(
+                impls,
+                config.getoption("--bench-dtypes"),
+                _option(config, "--bench-sizes", C.FULL_SIZES, C.SMOKE.sizes),
+                _option(config, "--bench-big-sizes", C.BIG_SIZES, C.SMOKE.big_sizes),
+                config.getoption("--bench-big-impls"),
+                masks=config.getoption("--bench-masks"),
+                passes=config.getoption("--bench-passes"),
+            )
+        except ValueError as exc:
+            raise pytest.UsageError(f"--bench-{exc}") from None
         metafunc.parametrize("case", cases, ids=[c.id for c in cases])
     if "training_case" in metafunc.fixturenames or "memory_case" in metafunc.fixturenames:
         from aiayn.benchmarks.training import memory_cases, training_cases
@@ -273,6 +291,28 @@ def _cuda_devices() -> list[str]:
     return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
 
 
+def libraries() -> dict[str, str]:
+    """The array libraries loaded in this run, each with its version and, for NumPy, its BLAS build: what a
+    ratio depends on besides the code under test (``verdict.incompatible`` refuses a baseline where they differ).
+    The implementations' own versions are not here: the code under test may change between runs."""
+    out = {}
+    for name in ("numpy", "torch", "jax", "jaxlib", "tensorflow", "cupy"):
+        module = sys.modules.get(name)
+        if module is not None:
+            out[name] = str(getattr(module, "__version__", "?"))
+    blas = [
+        f"{p.get('internal_api')} {p.get('version')} {p.get('architecture')}"
+        for p in M.threadpool_report()
+        if p.get("user_api") == "blas"
+    ]
+    if blas:
+        out["blas"] = "; ".join(sorted(set(blas)))
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        out["cuda"] = str(torch.version.cuda)
+    return out
+
+
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list[Any], output_json: dict[str, Any]) -> None:
     """Add the run's own record (key ``"aiayn"``), with every session ceiling measured again at the end.
 
@@ -299,6 +339,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list[Any], o
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "cuda_devices": _cuda_devices(),
+        "libraries": libraries(),
         "loadavg_start": session.start["loadavg"],
         "loadavg_end": list(os.getloadavg()),
         "gemm_n": session.gemm_n,

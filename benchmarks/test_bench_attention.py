@@ -1,10 +1,11 @@
 """Benchmarks of Eq. (1), Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (§3.2.1, §3.2.3).
 
-Each case times one call of an implementation's ``scaled_dot_product_attention`` on its own
-native arrays (the contract's boundary: no conversion is timed), and records in
+Each case times one pass of an implementation's ``scaled_dot_product_attention`` on its own
+native arrays (the contract's boundary: no conversion is timed): the forward call, its backward
+(``aiayn.benchmarks.backward``), or both; and records in
 pytest-benchmark's ``extra_info``: GFLOP/s (full and useful counts, see :mod:`aiayn.benchmarks.cases`),
-the fraction of the GEMM ceiling (``ratio_full``, ``ratio_useful``: the figures
-:mod:`aiayn.benchmarks.compare` compares against the baseline; first against the ceiling measured right
+the fraction of the GEMM ceiling (``ratio_full``, ``ratio_useful``; every round's time, whose ratios
+:mod:`aiayn.benchmarks.compare` tests against a baseline's; first against the ceiling measured right
 before and right after the case's rounds, then, when the run writes its JSON, against the session
 ceiling, see ``conftest.apply_session_ceiling``), and the peak memory of one call.
 The stage cases time the pieces of a NumPy Eq. (1) (see :mod:`aiayn.benchmarks.stages`).
@@ -22,7 +23,8 @@ import numpy as np
 import pytest
 
 from aiayn.benchmarks import measure as M
-from aiayn.benchmarks.cases import Case, make_inputs
+from aiayn.benchmarks.backward import NoBackward, passes_of
+from aiayn.benchmarks.cases import Case, make_cotangent, make_inputs
 from aiayn.benchmarks.stages import StageCase, make_stage
 
 
@@ -45,24 +47,34 @@ def _throughput(benchmark: Any, flops: int) -> dict[str, float]:
     }
 
 
-def _run_rounds(benchmark: Any, bench: Any, fn: Any, first_s: float, ceiling_key: tuple[str, str, str]) -> float | None:
+def _run_rounds(
+    benchmark: Any, bench: Any, fn: Any, first_s: float, ceiling_key: tuple[str, str, str], setup: Any = None
+) -> float | None:
     """Time ``fn`` in rounds between two adjacent GEMM-ceiling measurements; return the better ceiling.
 
     The GEMM calls right before and right after the rounds see the load the rounds saw, so the
     ratio of the two is steadier on a shared machine than one ceiling measured at the run's start.
-    Returns None when pytest-benchmark is disabled (nothing is timed then).
+    ``setup`` (untimed) runs before each round and returns the one argument ``fn`` takes. Every
+    round's time is kept (``round_times_s``): the sample the regression verdict tests
+    (``aiayn.benchmarks.verdict``). Returns None when pytest-benchmark is disabled (nothing is timed then).
     """
     before = bench.adjacent_ceiling(*ceiling_key) if benchmark.enabled else None
-    benchmark.pedantic(fn, rounds=bench.rounds(first_s), iterations=1, warmup_rounds=0)
+    rounds = bench.rounds(first_s)
+    if setup is None:
+        benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=0)
+    else:
+        benchmark.pedantic(fn, setup=lambda: ((setup(),), {}), rounds=rounds, iterations=1, warmup_rounds=0)
     if before is None:
         return None
     after = bench.adjacent_ceiling(*ceiling_key)
-    benchmark.extra_info.update(ceiling_before_gflops=before, ceiling_after_gflops=after)
+    benchmark.extra_info.update(
+        ceiling_before_gflops=before, ceiling_after_gflops=after, round_times_s=list(benchmark.stats.stats.data)
+    )
     return max(before, after)
 
 
 def test_attention(benchmark: Any, bench: Any, case: Case) -> None:
-    """One Eq. (1) call per round; throughput, ceiling ratios and peak memory in ``extra_info``."""
+    """One pass of Eq. (1) per round; throughput, ceiling ratios, round times and peak memory in ``extra_info``."""
     impl = bench.implementation(case.impl)
     if case.dtype not in impl.dtypes:
         pytest.skip(f"{case.impl} declares dtypes {impl.dtypes}, not {case.dtype}")
@@ -70,10 +82,10 @@ def test_attention(benchmark: Any, bench: Any, case: Case) -> None:
     library, device = M.library_of(q), M.device_of(q)
     bench.apply_threads()
 
-    def call() -> Any:
+    def forward() -> Any:
         return M.sync(impl.scaled_dot_product_attention(q, k, v, mask))
 
-    out, first_s = _timed(call)  # also the warm-up
+    out, first_s = _timed(forward)  # also the warm-up
     got = impl.to_numpy(out)
     expected_shape = (case.batch, case.heads, case.n, case.head_dim)
     assert got.shape == expected_shape, f"{case.id}: output shape {got.shape}, expected {expected_shape}"
@@ -81,7 +93,26 @@ def test_attention(benchmark: Any, bench: Any, case: Case) -> None:
         f"{case.id}: {int(np.isnan(got).sum())} NaN entries in the output (no row is fully masked)"
     )
     del out, got
-    peak, peak_method = M.peak_memory(call, library, device)
+    call, setup, source = forward, None, None
+    if case.pass_ != "forward":
+        try:
+            passes = passes_of(impl, q, k, v, mask, make_cotangent(impl, case))
+        except NoBackward as exc:
+            pytest.skip(f"{case.id}: no backward to time: {exc}")
+        source = passes.source
+        if case.pass_ == "backward":
+            setup = passes.setup
+            call = passes.backward
+            _, first_s = _timed(lambda: passes.backward(passes.setup()))  # the warm-up (timing includes the setup)
+        else:
+            call = passes.forward_backward
+            _, first_s = _timed(call)
+    if setup is None:
+        peak, peak_method = M.peak_memory(call, library, device)
+    else:  # the backward's own peak, beyond the inputs and the forward's saved state it starts from
+        state = setup()
+        peak, peak_method = M.peak_memory(lambda: call(state), library, device)
+        del state
 
     benchmark.group = case.group
     info = benchmark.extra_info
@@ -94,6 +125,8 @@ def test_attention(benchmark: Any, bench: Any, case: Case) -> None:
         dtype=case.dtype,
         n=case.n,
         causal=case.causal,
+        pass_=case.pass_,
+        gradient_source=source,
         batch=case.batch,
         heads=case.heads,
         head_dim=case.head_dim,
@@ -105,7 +138,7 @@ def test_attention(benchmark: Any, bench: Any, case: Case) -> None:
         peak_method=peak_method,
         first_call_s=first_s,
     )
-    ceiling = _run_rounds(benchmark, bench, call, first_s, (library, case.dtype, device))
+    ceiling = _run_rounds(benchmark, bench, call, first_s, (library, case.dtype, device), setup)
     measured = _throughput(benchmark, case.flops_full)
     if measured and ceiling:
         full = measured["gflops_min_time"]

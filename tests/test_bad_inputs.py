@@ -71,6 +71,15 @@ ROWS: list[tuple[str, list[str], dict[str, str], str]] = [
     ("bench-from-run-junk-entries", ["bench", "--from-run", "{benchjunk}"], {}, "is not a pytest-benchmark entry"),
     ("bench-from-run-other-cases", ["bench", "--from-run", "{benchother}"], {}, "holds no case of aiayn bench"),
     ("bench-baseline-missing", ["bench", "--baseline", "{dir}/none.json"], {}, "--baseline: "),
+    ("bench-baseline-not-a-run", ["bench", "--baseline", "{benchother}"], {}, "holds no case of aiayn bench"),
+    ("bench-spec-unknown", ["bench", "no-such-impl"], {}, "SPEC: 'no-such-impl' cannot be loaded"),
+    ("bench-sizes-junk", ["bench", "numpy", "--sizes", "12,x"], {}, "--sizes: expected comma-separated"),
+    ("bench-sizes-zero", ["bench", "numpy", "--sizes", "0"], {}, "--sizes: expected comma-separated"),
+    ("bench-dtypes-junk", ["bench", "numpy", "--dtypes", "float8"], {}, "--dtypes: expected one or more of"),
+    ("bench-passes-junk", ["bench", "numpy", "--passes", "sideways"], {}, "--passes: expected one or more of"),
+    ("bench-factor-below-one", ["bench", "numpy", "--factor", "0.9"], {}, "--factor: expected"),
+    ("bench-alpha-one", ["bench", "numpy", "--alpha", "1"], {}, "--alpha: expected"),
+    ("bench-history-junk", ["bench", "--from-run", "{benchrun}", "--history", "{junk}"], {}, "is not JSON"),
     ("bench-out-is-a-file", ["bench", "--out", "{file}"], {}, "--out: "),
     ("false-alarms-seeds-junk", ["false-alarms", "--seeds", "1,x"], {}, "--seeds: expected comma-separated"),
     ("false-alarms-no-seed", ["false-alarms", "--seeds", ","], {}, "--seeds: give at least one seed"),
@@ -94,6 +103,10 @@ SUBPROCESS_ROWS: list[tuple[str, list[str], str]] = [
     ("check-numpy-on-another-device", ["check", "numpy", "--device", "meta"], "it runs on 'cpu' only"),
     ("check-undeclared-dtype", ["check", "numpy", "--dtype", "bfloat16"], "does not declare dtype bfloat16"),
 ]
+
+
+#: A stored run of aiayn bench (the committed baseline), for the rows that need a readable one.
+BENCH_RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "baseline" / "benchmarks-baseline.json"
 
 
 @pytest.fixture
@@ -121,6 +134,7 @@ def places(tmp_path: Path) -> dict[str, str]:
         "empty": str(empty),
         "benchjunk": str(benchjunk),
         "benchother": str(benchother),
+        "benchrun": str(BENCH_RUN),
     }
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from aiayn.benchmarks import cases as C
-from aiayn.benchmarks.compare import compare_runs, format_comparison
+from aiayn.benchmarks import compare
 from aiayn.benchmarks.report import memory_exponent
 
 REPO = Path(__file__).resolve().parent.parent
@@ -80,7 +80,12 @@ def test_smoke_run(tmp_path: Path) -> None:
     run = json.loads(json_path.read_text(encoding="utf-8"))
 
     impls = [name for name in C.BUILTIN_IMPLS if _loadable(name)]
-    expected = {c.id for c in C.build_cases(impls, C.DTYPES, C.SMOKE.sizes, C.SMOKE.big_sizes, C.MEMORY_BOUNDED_IMPLS)}
+    expected = {
+        c.id
+        for c in C.build_cases(
+            impls, C.DTYPES, C.SMOKE.sizes, C.SMOKE.big_sizes, C.MEMORY_BOUNDED_IMPLS, passes=tuple(C.PASSES)
+        )
+    }
     got = _by_case(run)
     assert expected <= got.keys(), (
         f"smoke run is missing cases {sorted(expected - got.keys())}; it recorded {sorted(got)}"
@@ -91,6 +96,13 @@ def test_smoke_run(tmp_path: Path) -> None:
             assert isinstance(info.get(key), float) and math.isfinite(info[key]) and info[key] > 0, (
                 f"{case_id}: {key} = {info.get(key)!r}, expected a positive finite float"
             )
+        rounds = info.get("round_times_s")
+        assert isinstance(rounds, list) and rounds and min(rounds) == info["time_min_s"], (
+            f"{case_id}: round_times_s = {rounds!r}, expected every timed round, the best being {info['time_min_s']}"
+        )
+        if info["pass_"] != "forward":  # numpy and numpy-blocked write their vjp; torch gets autograd
+            want = "torch.autograd" if info["library"] == "torch" else f"{info['impl']}.vjp"
+            assert info["gradient_source"] == want, f"{case_id}: gradients from {info['gradient_source']}, not {want}"
         assert isinstance(info.get("peak_bytes"), int) and info["peak_bytes"] > 0, (
             f"{case_id}: peak_bytes = {info.get('peak_bytes')!r} ({info.get('peak_method')}), expected a positive int"
         )
@@ -150,7 +162,7 @@ def test_smoke_run(tmp_path: Path) -> None:
     from aiayn.cli import main
 
     out = tmp_path / "reports"
-    assert main(["bench", "--from-run", str(json_path), "--out", str(out), "--baseline", "none"]) == 0
+    assert main(["bench", "--from-run", str(json_path), "--out", str(out)]) == 0
     data = json.loads((out / "benchmarks.json").read_text(encoding="utf-8"))
     assert {row["case"] for row in data["cases"]} >= expected, "the report's JSON lacks some smoke cases"
     md = (out / "benchmarks.md").read_text(encoding="utf-8")
@@ -178,31 +190,57 @@ def test_attention_flops_closed_forms() -> None:
         C.attention_flops(1, 2, 3, 1, causal=True)
 
 
-def _run_with(ratios: dict[str, float], threads: int = 1) -> dict:
+def _run_with(rounds: dict[str, list[float]], threads: int = 1, libraries: dict | None = None) -> dict:
+    """A hand-made run: each case's round times (s) for 1 GFLOP against a 10 GFLOP/s session ceiling, so a round of
+    t seconds has the ratio 0.1 / t."""
+    info = {"flops_full": 1e9, "flops_useful": 1e9, "ceiling_gflops": 10.0, "device": "cpu"}
     return {
-        "benchmarks": [{"extra_info": {"case": k, "ratio_full": v}} for k, v in ratios.items()],
-        "aiayn": {"threads": threads},
+        "benchmarks": [
+            {"extra_info": dict(info, case=k, ratio_full=0.1 / min(v), round_times_s=v)} for k, v in rounds.items()
+        ],
+        "aiayn": {"threads": threads, "cpu_model": "cpu X", "libraries": libraries or {"numpy": "2.4.6"}},
     }
 
 
-def test_compare_flags_only_drops_beyond_the_threshold() -> None:
-    """A 20% drop fails at max_drop 0.10, an 8% drop and any gain do not; one-sided cases are listed."""
-    base = _run_with({"a": 0.50, "b": 0.50, "c": 0.50, "gone": 0.3})
-    cur = _run_with({"a": 0.40, "b": 0.46, "c": 0.60, "new": 0.2})
-    result = compare_runs(base, cur, max_drop=0.10)
-    assert result.regressions == ["a"], f"expected only 'a' (0.50 -> 0.40, -20%) to regress, got {result.regressions}"
-    assert result.rows["b"][2] == pytest.approx(-0.08, abs=1e-12)
-    assert (result.only_baseline, result.only_current) == (["gone"], ["new"])
-    assert not result.warnings
-    text = "\n".join(format_comparison(result))
-    assert "REGRESSION" in text and "1 of 3 cases" in text
-
-
-def test_compare_warns_when_thread_counts_differ() -> None:
-    result = compare_runs(_run_with({"a": 0.5}, threads=1), _run_with({"a": 0.5}, threads=2))
-    assert result.warnings and "thread counts differ" in result.warnings[0]
+def test_case_samples_are_the_ratio_of_every_round() -> None:
+    run = _run_with({"a": [0.2, 0.25, 0.4]})
+    assert compare.case_samples(run)["a"] == pytest.approx([0.5, 0.4, 0.25], rel=1e-12)
+    old = {"benchmarks": [{"extra_info": {"case": "a", "ratio_full": 0.5}}]}  # recorded before rounds were kept
+    assert compare.case_samples(old) == {"a": [0.5]}
     with pytest.raises(ValueError, match="figure"):
-        compare_runs(_run_with({}), _run_with({}), figure="time")
+        compare.case_samples(run, figure="time")
+
+
+def test_compare_flags_a_slower_case_and_not_a_steady_one() -> None:
+    """Ten rounds each: a case 30% slower in every round regresses (p = 1/184756), a steady one and a faster one do
+    not, a 5% drop stays within the factor 1.1; the cases of one run only are listed."""
+    steady = [0.100 + 0.001 * i for i in range(10)]
+    base = _run_with({"slow": steady, "same": steady, "fast": steady, "small": steady, "gone": steady})
+    cur = _run_with(
+        {
+            "slow": [t * 1.3 for t in steady],
+            "same": steady[::-1],
+            "fast": [t / 1.3 for t in steady],
+            "small": [t * 1.05 for t in steady],
+            "new": steady,
+        }
+    )
+    result = compare.compare_runs(base, cur)
+    assert [v.case for v in result.cases.regressions] == ["slow"]
+    assert result.exit_status == 1 and result.incompatible is None
+    assert (result.cases.only_baseline, result.cases.only_current) == (("gone",), ("new",))
+    text = "\n".join(compare.format_comparison(result))
+    assert "REGRESSED" in text and "1 of 4 cases regressed" in text and "slow" in text
+    assert compare.compare_runs(base, base).exit_status == 0
+
+
+def test_compare_refuses_another_thread_count_or_library_build() -> None:
+    one = {"a": [0.1] * 10}
+    threads = compare.compare_runs(_run_with(one, threads=1), _run_with(one, threads=2))
+    assert threads.exit_status == 4 and "thread count" in threads.incompatible
+    build = compare.compare_runs(_run_with(one), _run_with(one, libraries={"numpy": "2.5.0"}))
+    assert build.exit_status == 4 and "numpy 2.4.6 vs numpy 2.5.0" in build.incompatible
+    assert compare.format_comparison(build)[0].startswith("not compared: baseline from another library build")
 
 
 def test_memory_exponent_reads_linear_and_quadratic_growth() -> None:

@@ -99,7 +99,7 @@ def test_a_smoke_benchmark_leaves_the_committed_report_alone(tmp_path: Path) -> 
         shutil.copy(REPORTS / name, out / name)
     before = _digest(out)
     run = ROOT / "benchmarks" / "baseline" / "benchmarks-baseline.json"
-    paths = write(run, out, baseline="none", smoke=True)
+    paths = write(run, out, smoke=True)
     assert _digest(out).items() >= before.items()
     assert [p.name for p in paths] == [
         "benchmarks-smoke-cases.md",
