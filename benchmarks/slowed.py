@@ -13,7 +13,8 @@ slowed ones share one case name and one spec:
     AIAYN_BENCH_EXTRA_WORK=0.2 aiayn bench aiayn.benchmarks.slowed:numpy --baseline base.json   # 20% more work
 
 The extra work scales with the call, so "20% more work" is 20% of each call at every n, plus the call's fixed
-overhead once more (the second call pays it too), which matters only at small n. Measured detection rates are in ``reports/benchmarks-noise.md``.
+overhead once more (the second call pays it too), which matters only at small n. Measured detection rates are in
+``reports/benchmarks-noise.md``.
 """
 
 from __future__ import annotations
