@@ -176,6 +176,32 @@ def test_smoke_run(tmp_path: Path) -> None:
         assert heading in md, f"benchmarks.md has no section {heading!r}"
     assert (out / "benchmarks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", "benchmarks.png is not a PNG file"
 
+    # The gate's exit statuses on stored runs (no timing): the smoke run's cases given ten rounds each (its best time
+    # times 1.00, 1.01, ..., 1.09), against itself recorded earlier (0), against a baseline 30% faster in every round
+    # (1), against one from another NumPy build (4); the smoke run's own single rounds are undecided (0).
+    def variant(name: str, scale: float = 1.0, numpy_build: str | None = None, datetime: str = "2000-01-01") -> Path:
+        other = json.loads(json_path.read_text(encoding="utf-8"))
+        other["datetime"] = datetime
+        for b in other["benchmarks"]:
+            if "round_times_s" in b["extra_info"]:
+                best = b["extra_info"]["time_min_s"]
+                b["extra_info"]["round_times_s"] = [best * scale * (1 + 0.01 * i) for i in range(10)]
+        if numpy_build:
+            other["aiayn"]["libraries"]["numpy"] = numpy_build
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(other), encoding="utf-8")
+        return path
+
+    current = variant("current", datetime="2000-01-02")
+    gate = ["bench", "--from-run", str(current), "--out", str(tmp_path / "gate")]
+    assert main([*gate, "--baseline", str(variant("same"))]) == 0
+    assert main([*gate, "--baseline", str(variant("faster", scale=1 / 1.3))]) == 1
+    assert main([*gate, "--baseline", str(variant("other-build", numpy_build="0.0.0"))]) == 4
+    single = ["bench", "--from-run", str(json_path), "--out", str(tmp_path / "gate")]
+    assert main([*single, "--baseline", str(variant("faster-single", scale=1 / 1.3))]) == 0  # undecided
+    data = json.loads((tmp_path / "gate" / "benchmarks.json").read_text(encoding="utf-8"))
+    assert data["comparison"]["verdicts"] and all(v["undecided"] for v in data["comparison"]["verdicts"])
+
 
 def test_attention_flops_closed_forms() -> None:
     """4 * pairs * d per head: by hand for tiny shapes and for the target case, n = 2048."""
