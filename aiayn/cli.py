@@ -385,6 +385,14 @@ def _bench_stem(args: argparse.Namespace) -> str:
     return f"bench-{safe}"[:120]
 
 
+def _choices(option: str, text: str, known: Sequence[str]) -> str:
+    """A comma-separated list of names from ``known``, normalised; else a one-line usage error naming ``option``."""
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names or any(x not in known for x in names):
+        raise UsageError(f"{option}: expected one or more of {', '.join(known)}, got {text!r}")
+    return ",".join(names)
+
+
 def _bench_selection(args: argparse.Namespace) -> list[str]:
     """The pytest options of the chosen cases, each option checked here (a bad value is a one-line usage error)."""
     from aiayn.benchmarks.cases import PASSES
@@ -404,19 +412,11 @@ def _bench_selection(args: argparse.Namespace) -> list[str]:
             raise UsageError(f"--sizes: expected comma-separated positive integers, got {args.sizes!r}")
         cmd += [f"--bench-sizes={','.join(map(str, sizes))}", "--bench-big-sizes="]
     if args.dtypes is not None:
-        dtypes = [x.strip() for x in args.dtypes.split(",") if x.strip()]
-        unknown = [d for d in dtypes if d not in DTYPES]
-        if unknown or not dtypes:
-            raise UsageError(f"--dtypes: expected one or more of {', '.join(DTYPES)}, got {args.dtypes!r}")
-        cmd.append(f"--bench-dtypes={','.join(dtypes)}")
+        cmd.append(f"--bench-dtypes={_choices('--dtypes', args.dtypes, DTYPES)}")
     if args.causal is not None:
         cmd.append(f"--bench-masks={'causal' if args.causal else 'full'}")
     if args.passes is not None:
-        passes = [x.strip() for x in args.passes.split(",") if x.strip()]
-        unknown = [x for x in passes if x not in PASSES]
-        if unknown or not passes:
-            raise UsageError(f"--passes: expected one or more of {', '.join(PASSES)}, got {args.passes!r}")
-        cmd.append(f"--bench-passes={','.join(passes)}")
+        cmd.append(f"--bench-passes={_choices('--passes', args.passes, tuple(PASSES))}")
     return cmd
 
 
