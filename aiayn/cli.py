@@ -308,8 +308,8 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         help="implementations to time: registry names or module:attr (default: the built-ins, with the NumPy "
         "stage breakdown and the training-step cases)",
     )
-    p.add_argument("--sizes", default=None, metavar="N,N", help="sequence lengths n (default 128,512,2048)")
-    p.add_argument("--dtypes", default=None, metavar="DTYPE,DTYPE", help="dtypes (default float32,float64)")
+    p.add_argument("--sizes", default=None, metavar="N,N", help="sequence lengths n (default: 128,512,2048)")
+    p.add_argument("--dtypes", default=None, metavar="DTYPE,DTYPE", help="dtypes (default: float32,float64)")
     p.add_argument(
         "--causal",
         action=argparse.BooleanOptionalAction,
@@ -745,7 +745,9 @@ def _descriptions(name: str) -> str:
         "and write reports/zoo.{md,json,png}:\n"
         "one row per implementation, one column per equation. Exit 0 when every failure is a named departure;\n"
         "1 when a failure is unnamed or an adapter does not load; 4 for a usage error.",
-        "bench": "Run the attention benchmarks (one thread) and write benchmarks.{md,json,png}.",
+        "bench": "Time Eq. (1) (one thread), forward and backward, as fractions of this machine's GEMM ceiling; write\n"
+        "benchmarks.{md,json,png} (the built-ins) or bench-<SPEC>.{md,json,png}. With --baseline, a regression\n"
+        "verdict per case (median beyond --factor and a Mann-Whitney U test on the rounds below --alpha).",
     }
     return docs.get(name, COMMANDS[name][0][:1].upper() + COMMANDS[name][0][1:] + ".")
 
