@@ -106,11 +106,13 @@ _WRITTEN_ELSEWHERE = (
     "`conformance-<impl>.md/.json`: `aiayn check <impl> --report reports` (the conformance suite, one report per "
     "implementation; `conformance-mutants.md`: `aiayn mutants`);",
     "`benchmarks.md/.json/.png`: `make bench` / `aiayn bench` (attention and training throughput as a fraction of the "
-    "GEMM ceiling, against PyTorch's own peer);",
+    "GEMM ceiling, against PyTorch's own peer); `benchmarks-noise.md/.json`: `make bench-noise` / `aiayn bench-noise` "
+    "(how often the regression gate of `aiayn bench --baseline` is wrong on this machine);",
     "`zoo.md/.json/.png` and `zoo/conformance-<name>.md/.json`: `make zoo` / `aiayn zoo` (popular libraries' code "
     "checked through thin adapters, one row per library, every failure named);",
     "`conformance-false-alarms-<profile>.md/.json`: `aiayn false-alarms` (the suite on correct implementations over "
-    "many seeds; resumable);",
+    "many seeds; resumable: `false-alarms/<profile>/` holds the finished units of a count still running, found "
+    "again with `--work`);",
     "`gradient-tolerances.md/.json`: `python -m aiayn.conformance.tolerances reports` (our derived gradient budgets "
     "beside the tolerance PyTorch's own SDPA tests allow, on the same inputs).",
 )
