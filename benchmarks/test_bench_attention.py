@@ -98,6 +98,8 @@ def test_attention(benchmark: Any, bench: Any, case: Case) -> None:
         try:
             passes = passes_of(impl, q, k, v, mask, make_cotangent(impl, case))
         except NoBackward as exc:
+            # a benchmark measures speed, never correctness: an implementation without gradients has no backward
+            # to time (the conformance suite reports its gradients "not provided"); the skip names why
             pytest.skip(f"{case.id}: no backward to time: {exc}")
         source = passes.source
         if case.pass_ == "backward":

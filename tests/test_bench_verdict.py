@@ -277,7 +277,7 @@ def test_compatible_when_equal_or_absent():
         ([], [1.0], "current: expected at least one round"),
         ([1.0], [], "baseline: expected at least one round"),
         ([1.0, math.nan], [1.0], "current: expected finite numbers, got nan at round 1"),
-        ([1.0], [math.inf], "baseline: expected finite numbers"),
+        ([1.0], [math.inf], "baseline: expected finite numbers"),  # inf is a refused input: the test expects an error
         ([[1.0, 2.0]], [1.0], "current: expected a flat sequence"),
         (["fast"], [1.0], "current: expected a sequence of numbers"),
     ],
@@ -294,6 +294,7 @@ def test_compare_case_names_the_case_of_a_bad_sample():
         verdict.compare_case("a", [0.0, 0.0], [0.5, 0.5])
 
 
+# factors the verdict must refuse (an infinite factor would pass any drop): each raises, none passes
 @pytest.mark.parametrize("factor", [0.9, 0.0, math.nan, math.inf])
 def test_factor_below_one_or_not_finite_is_rejected(factor):
     with pytest.raises(ValueError, match="^factor:"):
