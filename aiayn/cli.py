@@ -375,13 +375,30 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
 _BENCH_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def _bench_stem(args: argparse.Namespace) -> str:
-    """``benchmarks`` for the built-ins' run, ``benchmarks-cuda`` for ``--cuda``, ``bench-<specs>`` for chosen specs."""
+def _bench_stem(args: argparse.Namespace, run: dict | None = None) -> str:
+    """``benchmarks`` for the built-ins' run, ``benchmarks-cuda`` for ``--cuda``, ``bench-<specs>`` for chosen specs.
+
+    A report written ``--from-run`` (``run``, without SPEC) takes the stem the run was measured under:
+    ``<stem>-run.json`` is the name ``aiayn bench`` gives its runs; a run stored under another name is
+    the built-ins' when it timed more than ``test_attention`` (stages, training: only the built-ins' run
+    does), else ``bench-<its implementations>``, so that a stored run of one's own code never overwrites
+    the built-ins' report.
+    """
     if args.cuda:
         return "benchmarks-cuda"
-    if not args.specs:
+    specs = list(args.specs)
+    if run is not None and not specs:
+        name = Path(args.from_run).name
+        if name.endswith("-run.json") and len(name) > len("-run.json"):
+            return name[: -len("-run.json")]
+        impls = (run.get("aiayn") or {}).get("implementations") or {}
+        tests = {str(b.get("name", "")).split("[")[0] for b in run.get("benchmarks", [])}
+        if tests != {"test_attention"} or not impls:
+            return "benchmarks"
+        specs = sorted(impls)
+    if not specs:
         return "benchmarks"
-    safe = "_".join("".join(c if c.isalnum() or c in "-." else "-" for c in spec) for spec in args.specs)
+    safe = "_".join("".join(c if c.isalnum() or c in "-." else "-" for c in spec) for spec in specs)
     return f"bench-{safe}"[:120]
 
 
@@ -493,6 +510,8 @@ def _bench(args: argparse.Namespace) -> int:
             return status
         print(f"wrote {run_json.resolve()}")
     run = compare.load_run(Path(run_json))
+    if args.from_run is not None:
+        stem = _bench_stem(args, run)
     comparison, note = None, None
     if baseline is not None:
         if baseline.get("datetime") == run.get("datetime"):

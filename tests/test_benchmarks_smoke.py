@@ -311,3 +311,29 @@ def test_session_ceiling_makes_equal_speeds_equal_ratios() -> None:
     assert (b["ratio_full_adjacent"], b["ceiling_adjacent_gflops"]) == (48.0 / 86.0, 86.0)
     again = apply_session_ceiling(runs, best)  # applying twice changes nothing
     assert again == best and runs[0]["extra_info"]["ratio_full_adjacent"] == 48.0 / 74.0
+
+
+def test_report_of_a_stored_run_keeps_the_stem_it_was_measured_under() -> None:
+    """``aiayn bench --from-run``: a run named ``<stem>-run.json`` keeps ``<stem>``; a run stored under another
+    name is the built-ins' (``benchmarks``) only when it timed more than ``test_attention``, else it is named after
+    its implementations, so that the report of one's own code never overwrites the built-ins' report."""
+    import argparse
+
+    from aiayn.cli import _bench_stem
+
+    def args(path: str, specs: tuple[str, ...] = (), cuda: bool = False) -> argparse.Namespace:
+        return argparse.Namespace(from_run=Path(path), specs=list(specs), cuda=cuda)
+
+    def run(*tests: str) -> dict:
+        return {
+            "benchmarks": [{"name": f"{t}[x]"} for t in tests],
+            "aiayn": {"implementations": {"mypkg.attn:Impl": {}, "numpy": {}}},
+        }
+
+    spec_run, builtin_run = run("test_attention"), run("test_attention", "test_numpy_stage")
+    assert _bench_stem(args("out/tmp/bench-mine-run.json"), spec_run) == "bench-mine"
+    assert _bench_stem(args("out/tmp/benchmarks-cuda-run.json"), builtin_run) == "benchmarks-cuda"
+    assert _bench_stem(args("baseline.json"), builtin_run) == "benchmarks"
+    assert _bench_stem(args("baseline.json"), spec_run) == "bench-mypkg.attn-Impl_numpy"
+    assert _bench_stem(args("baseline.json", specs=("torch",)), spec_run) == "bench-torch"  # SPEC given: its name
+    assert _bench_stem(args("baseline.json"), {"benchmarks": [], "aiayn": {}}) == "benchmarks"
