@@ -111,7 +111,7 @@ _WRITTEN_ELSEWHERE = (
     "`zoo.md/.json/.png` and `zoo/conformance-<name>.md/.json`: `make zoo` / `aiayn zoo` (popular libraries' code "
     "checked through thin adapters, one row per library, every failure named);",
     "`conformance-false-alarms-<profile>.md/.json`: `aiayn false-alarms` (the suite on correct implementations over "
-    "many seeds; resumable: `false-alarms/<profile>/` holds the finished units of a count still running, found "
+    "many seeds; resumable: `false-alarms/<profile>/` holds the units of a count, each stored when it ends, found "
     "again with `--work`);",
     "`gradient-tolerances.md/.json`: `python -m aiayn.conformance.tolerances reports` (our derived gradient budgets "
     "beside the tolerance PyTorch's own SDPA tests allow, on the same inputs).",
