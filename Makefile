@@ -70,7 +70,8 @@ bench: $(STAMP)
 	$(AIAYN) bench --baseline $(BENCH_BASELINE) -- $(BENCH_ARGS)
 
 # How often that gate is wrong here: 20 unchanged runs and 20 of each slowed copy (5/10/20% more work),
-# interleaved, about 40 minutes on a quiet machine -> reports/benchmarks-noise.*
+# interleaved, about 2.5 hours on a quiet 2-core machine (81 runs of about 110 s:
+# the n = 2048 forward+backward cases take most of each); a stopped run resumes -> reports/benchmarks-noise.*
 bench-noise: $(STAMP)
 	$(AIAYN) bench-noise --work .aiayn-cache/bench-noise
 
