@@ -14,6 +14,11 @@ every kind alike; each records the load average before it starts. Every finished
 found again by a later call with the same settings (an interrupted measurement resumes). The report,
 ``benchmarks-noise.{md,json}``, states the rates, the measured change of each slowed copy (its median ratio
 against the baseline's), the loads, and the smallest slowdown the gate detected in at least 95% of its runs.
+
+The report then asks where the false regressions come from: per case, the spread of the rounds within one run (what
+the rank test sees) beside the spread of the medians from run to run (what it cannot see), and the rates of a gate
+that takes the run as its unit (:func:`aiayn.benchmarks.verdict.run_level_bound`), measured on the same stored runs
+by cross-validation: each run is judged by bounds estimated from unchanged runs of the other fold only.
 """
 
 from __future__ import annotations
@@ -31,13 +36,24 @@ import numpy as np
 
 from aiayn.benchmarks.slowed import EXTRA_WORK_VAR
 
-__all__ = ["DEFAULT_SLOWDOWNS", "DEFAULT_SPEC", "add_arguments", "measure", "run"]
+__all__ = [
+    "DEFAULT_SLOWDOWNS",
+    "DEFAULT_SPEC",
+    "FOLDS",
+    "add_arguments",
+    "cross_validated",
+    "measure",
+    "run",
+    "spread_by_case",
+    "summarise",
+]
 
 DEFAULT_SPEC = "aiayn.benchmarks.slowed:numpy"
 DEFAULT_SLOWDOWNS = (0.05, 0.10, 0.20)
 #: The cases of each run: one dtype, two lengths, both masks, the forward and forward+backward passes.
 DEFAULT_CASES = {"sizes": "512,2048", "dtypes": "float32", "passes": "forward,forward+backward"}
 DETECTED = 0.95  # "reliably": detected in at least this fraction of the runs
+FOLDS = 2  # the run-level gate's cross-validation: runs split by repeat number, even and odd
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -89,7 +105,7 @@ def _bench(settings: dict[str, Any], extra: float, out: Path, baseline: Path | N
 
 def measure(settings: dict[str, Any], work: Path) -> dict[str, Any]:
     """Every run of the measurement (resumed from ``work``): the baseline, then the interleaved runs."""
-    from aiayn.benchmarks.compare import load_run
+    from aiayn.benchmarks.compare import case_samples, load_run
 
     work.mkdir(parents=True, exist_ok=True)
     stamp = work / "settings.json"
@@ -126,7 +142,13 @@ def measure(settings: dict[str, Any], work: Path) -> dict[str, Any]:
                     flush=True,
                 )
             runs.append(json.loads(path.read_text(encoding="utf-8")))
-    return {"settings": settings, "baseline": load_run(baseline).get("aiayn", {}), "runs": runs}
+    base = load_run(baseline)
+    return {
+        "settings": settings,
+        "baseline": base.get("aiayn", {}),
+        "baseline_samples": case_samples(base),
+        "runs": runs,
+    }
 
 
 def _stem(settings: dict[str, Any]) -> str:
@@ -155,6 +177,84 @@ def summarise(measured: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _log_spread(values: list[float]) -> float | None:
+    """A robust relative spread of positive ``values``: 1.4826 times the median absolute deviation of their logs
+    (the standard deviation for normal logs, and not moved by a few stray rounds), or None below 2 values."""
+    if len(values) < 2:
+        return None
+    logs = np.log(values)
+    return float(1.4826 * np.median(np.abs(logs - np.median(logs))))
+
+
+def spread_by_case(measured: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per case: the spread of the baseline's rounds (within one run) and of the unchanged runs' medians (between
+    runs), both as :func:`_log_spread`, and how many unchanged runs flagged that case."""
+    unchanged = [r for r in measured["runs"] if r["extra"] == 0.0]
+    samples = measured.get("baseline_samples", {})
+    cases = sorted({v["case"] for r in unchanged for v in r["verdicts"]})
+    out = []
+    for case in cases:
+        verdicts = [v for r in unchanged for v in r["verdicts"] if v["case"] == case]
+        out.append(
+            {
+                "case": case,
+                "rounds": len(samples.get(case, [])),
+                "within_run_spread": _log_spread(samples.get(case, [])),
+                "between_run_spread": _log_spread([1.0 + v["change"] for v in verdicts]),
+                "runs": len(verdicts),
+                "flagged": sum(v["regressed"] for v in verdicts),
+            }
+        )
+    return out
+
+
+def cross_validated(
+    measured: dict[str, Any], folds: int = FOLDS, factor: float | None = None, alpha: float | None = None
+) -> dict[str, Any]:
+    """The rates of the run-level gate on the stored runs, each run judged by bounds from the other folds.
+
+    Runs fall into ``folds`` folds by repeat number (repeat % folds), so each fold spans the whole measurement
+    in time. For a fold, each case's bound (:func:`verdict.run_level_bound`) comes from the changes of that case
+    in the unchanged runs of the other folds; a run of the fold (unchanged or slowed) is flagged when some case's
+    change falls below its bound. Returns the rows (per kind of run: runs, flagged, rate) and each fold's bounds,
+    or None when some fold would have fewer than 3 unchanged runs to learn from.
+    """
+    from aiayn.benchmarks import verdict as V
+
+    factor = V.DEFAULT_FACTOR if factor is None else factor
+    alpha = V.DEFAULT_ALPHA if alpha is None else alpha
+    runs = measured["runs"]
+    cases = sorted({v["case"] for r in runs for v in r["verdicts"]})
+    flagged: dict[int, bool] = {}
+    bounds = []
+    for fold in range(folds):
+        train = [r for r in runs if r["extra"] == 0.0 and r["repeat"] % folds != fold]
+        if len(train) < 3:
+            return None
+        changes = {c: [v["change"] for r in train for v in r["verdicts"] if v["case"] == c] for c in cases}
+        bound = {c: V.run_level_bound(changes[c], len(cases), factor, alpha) for c in cases}
+        bounds.append({"fold": fold, "training_runs": len(train), "bounds": bound})
+        for i, r in enumerate(runs):
+            if r["repeat"] % folds == fold:
+                flagged[i] = any(v["change"] < bound[v["case"]] for v in r["verdicts"])
+    rows = []
+    for extra in [0.0, *measured["settings"]["slowdowns"]]:
+        mine = [i for i, r in enumerate(runs) if r["extra"] == extra]
+        hits = sum(flagged[i] for i in mine)
+        rows.append(
+            {"extra_work": extra, "runs": len(mine), "flagged": hits, "rate": hits / len(mine) if mine else None}
+        )
+    return {"folds": folds, "factor": factor, "alpha": alpha, "rows": rows, "bounds": bounds}
+
+
+def _kind(extra: float) -> str:
+    return "unchanged" if extra == 0 else f"{extra:.0%} more work"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -233,7 +333,83 @@ def run(args: argparse.Namespace) -> int:
         "case's median ratio against the baseline's, over every case of every run of that kind (a copy doing x more "
         "work reads about -x/(1+x), plus the repeated call's fixed overhead).",
     )
-    report.data.update(settings=settings, summary=rows, runs=measured["runs"], baseline_setup=record)
+    spread = spread_by_case(measured)
+    cv = cross_validated(measured)
+    report.section(
+        "Where the false regressions come from",
+        "The rank test compares the rounds of two runs; the rounds of one run share that run's state of the "
+        "machine, so the test sees the spread within a run but not the spread from one run to the next. Per case, "
+        "both spreads as 1.4826 times the median absolute deviation of the log of the ratio (the standard "
+        "deviation for normal logs, unmoved by a few stray rounds; of the baseline's rounds, and of the unchanged "
+        "runs' medians), and how many unchanged runs the asv rule flagged on that case:",
+        "",
+        *md_table(
+            ["case", "rounds (baseline)", "within one run", "between runs", "unchanged runs flagged on it"],
+            [
+                [
+                    r["case"],
+                    r["rounds"],
+                    _pct(r["within_run_spread"]),
+                    _pct(r["between_run_spread"]),
+                    f"{r['flagged']} of {r['runs']}",
+                ]
+                for r in spread
+            ],
+            "lrrrr",
+        ),
+    )
+    cases = len(spread)
+    if cv is not None:
+        first, *rest = cv["rows"]
+        report.verdict += (
+            f" A gate with the run as its unit (bounds from earlier unchanged runs, cross-validated on these runs): "
+            f"{first['flagged']} of {first['runs']} unchanged runs flagged; detection "
+            + ", ".join(f"{r['rate']:.0%} at {r['extra_work']:.0%}" for r in rest)
+            + "."
+        )
+    if cv is None:
+        report.section(
+            "A gate with the run as its unit",
+            f"Not measured: its cross-validation needs at least 3 unchanged runs outside each of {FOLDS} folds "
+            f"(--repeats {2 * FOLDS} or more at {FOLDS} folds; this run had {unchanged['runs']}).",
+        )
+    else:
+        report.section(
+            "A gate with the run as its unit (cross-validated on the same runs)",
+            f"Each case gets a bound from K earlier unchanged runs: the one-sided normal prediction bound on "
+            f"the log of its median change, mean - t(K-1, 1 - {cv['alpha']:g}/{cases}) sd sqrt(1 + 1/K), never "
+            f"nearer the mean than the factor {cv['factor']:g} (Bonferroni over the {cases} cases: under the model "
+            f"an unchanged run falls below some bound with probability at most {cv['alpha']:g}; "
+            "`aiayn.benchmarks.verdict.run_level_bound`). A run is flagged when a case falls below its bound. "
+            f"Measured here without new runs: the stored runs split into {cv['folds']} folds by repeat number, and "
+            "every run is judged by bounds from the unchanged runs of the other fold only (never from itself). It "
+            "is not yet the gate of `aiayn bench`, whose baseline is one run.",
+            "",
+            *md_table(
+                ["code", "runs", "runs flagged", "rate", "asv rule's rate (above)"],
+                [
+                    [_kind(r["extra_work"]), r["runs"], r["flagged"], f"{r['rate']:.0%}", f"{a['rate']:.0%}"]
+                    for r, a in zip(cv["rows"], rows)
+                ],
+                "lrrrr",
+            ),
+            "",
+            "The bounds of each fold (change of the median against the one baseline):",
+            "",
+            *md_table(
+                ["case", *[f"fold {b['fold']} ({b['training_runs']} runs)" for b in cv["bounds"]]],
+                [[c, *[f"{b['bounds'][c]:+.1%}" for b in cv["bounds"]]] for c in sorted(cv["bounds"][0]["bounds"])],
+                "l" + "r" * len(cv["bounds"]),
+            ),
+        )
+    report.data.update(
+        settings=settings,
+        summary=rows,
+        runs=measured["runs"],
+        baseline_setup=record,
+        spread_by_case=spread,
+        run_level_gate=cv,
+    )
     write_report(out, report, "benchmarks-noise", force=args.force)
     print(report.verdict)
     return 0

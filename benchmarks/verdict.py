@@ -53,7 +53,9 @@ __all__ = [
     "exit_status",
     "incompatible",
     "mann_whitney_less",
+    "run_level_bound",
     "smallest_p",
+    "student_t_quantile",
 ]
 
 DEFAULT_FACTOR = 1.1  # asv's --factor default
@@ -332,3 +334,63 @@ def exit_status(comparison: Comparison, incompatible_reason: str | None) -> int:
     if incompatible_reason is not None:
         return EXIT_INCOMPATIBLE
     return EXIT_REGRESSION if comparison.regressions else EXIT_OK
+
+
+@cache
+def student_t_quantile(q: float, df: int) -> float:
+    """The ``q``-quantile of Student's t distribution with ``df`` degrees of freedom, for 0.5 <= q < 1.
+
+    Its upper tail is P(T > t) = I_x(df/2, 1/2) / 2 with x = df / (df + t^2), I the regularized incomplete beta
+    function (Abramowitz, M. and Stegun, I. A. (1964), Handbook of Mathematical Functions, 26.7.1 with 26.5.27),
+    evaluated by mpmath; t is found by bisection to the resolution of a float.
+    """
+    import mpmath
+
+    if not (isinstance(df, int) and df >= 1):
+        raise ValueError(f"df: expected a whole number of degrees of freedom >= 1, got {df!r}")
+    if not 0.5 <= q < 1.0:
+        raise ValueError(f"q: expected a quantile in [0.5, 1), got {q!r}")
+
+    def upper_tail(t: float) -> float:
+        return float(mpmath.betainc(df / 2.0, 0.5, 0, df / (df + t * t), regularized=True)) / 2.0
+
+    lo, hi = 0.0, 1.0
+    while upper_tail(hi) > 1.0 - q:
+        lo, hi = hi, 2.0 * hi
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if mid in (lo, hi):
+            break
+        lo, hi = (mid, hi) if upper_tail(mid) > 1.0 - q else (lo, mid)
+    return hi
+
+
+def run_level_bound(
+    changes: Sequence[float], cases: int, factor: float = DEFAULT_FACTOR, alpha: float = DEFAULT_ALPHA
+) -> float:
+    """The lowest change of one case's median that a new run of the unchanged code should reach, from earlier runs.
+
+    ``changes`` are that case's median changes (current / baseline - 1) in K >= 3 earlier runs of the unchanged
+    code against one baseline. The rounds of one run share that run's state of the machine (its neighbours, its
+    clocks), so the run, not the round, is the unit of replication: the logs of the changes are treated as K
+    draws from a normal distribution, and a new run's log change falls below the one-sided prediction bound
+
+        mean - t_{K-1}(1 - alpha / cases) * sd * sqrt(1 + 1/K)
+
+    with probability alpha / cases (the prediction interval for one new observation, Hahn, G. J. and Meeker,
+    W. Q. (1991), Statistical Intervals, section 4.6); Bonferroni over the ``cases`` of a run keeps the chance
+    that any case of an unchanged run falls below its bound at most ``alpha``. The bound is never closer to the
+    mean than the factor (``mean - log(factor)``), as the factor rule has it. Returned as a change (negative).
+    """
+    _check_thresholds(factor, alpha)
+    sample = _as_sample(changes, "changes")
+    if sample.size < 3:
+        raise ValueError(f"changes: expected at least 3 earlier runs to estimate a spread, got {sample.size}")
+    if np.any(sample <= -1.0):
+        raise ValueError(f"changes: expected changes above -1 (a positive figure), got {sample.min()}")
+    if not (isinstance(cases, int) and cases >= 1):
+        raise ValueError(f"cases: expected the number of cases in a run (>= 1), got {cases!r}")
+    logs = np.log1p(sample)
+    k = logs.size
+    spread = student_t_quantile(1.0 - alpha / cases, k - 1) * float(np.std(logs, ddof=1)) * math.sqrt(1.0 + 1.0 / k)
+    return math.expm1(float(np.mean(logs)) - max(math.log(factor), spread))

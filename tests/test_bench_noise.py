@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from aiayn.benchmarks import noise, slowed
+from aiayn.benchmarks import noise, slowed, verdict
 
 
 class _Counting:
@@ -73,3 +75,98 @@ def test_summarise_counts_flagged_runs_per_kind():
     assert unchanged["case_rate"] == 0.25 and unchanged["load_range"] == [1.0, 2.5]
     assert (slow["flagged"], slow["rate"], slow["case_rate"]) == (2, 1.0, 0.5)
     assert slow["median_change"] == pytest.approx(np.median([-0.17, -0.085, -0.16, -0.08]))
+
+
+def _measured(changes_by_kind, cases=("a", "b")):
+    """Stored runs: for each kind (extra work), one run per list of changes, case by case; repeats count up."""
+    runs = []
+    for extra, per_run in changes_by_kind.items():
+        for repeat, changes in enumerate(per_run):
+            verdicts = [{"case": c, "change": x, "regressed": x < -0.2} for c, x in zip(cases, changes)]
+            runs.append(
+                {
+                    "repeat": repeat,
+                    "extra": extra,
+                    "exit": int(any(x < -0.2 for x in changes)),
+                    "loadavg_before": [1.0, 1.0, 1.0],
+                    "verdicts": verdicts,
+                }
+            )
+    return {"settings": {"slowdowns": [k for k in changes_by_kind if k]}, "runs": runs}
+
+
+def test_cross_validated_judges_each_run_by_the_other_fold():
+    # Case "a" is calm (+-1%), case "b" noisy (+-10%) in the unchanged runs; the slowed runs drop both by 30%.
+    unchanged = [
+        (0.01, 0.1),
+        (-0.01, -0.1),
+        (0.0, 0.05),
+        (0.01, -0.05),
+        (-0.01, 0.0),
+        (0.0, 0.1),
+        (0.0, -0.1),
+        (0.01, 0.0),
+    ]
+    slowed_runs = [(-0.3, -0.3)] * 8
+    cv = noise.cross_validated(_measured({0.0: unchanged, 0.2: slowed_runs}))
+    unchanged_row, slowed_row = cv["rows"]
+    assert (unchanged_row["runs"], unchanged_row["flagged"]) == (8, 0)
+    assert (slowed_row["runs"], slowed_row["flagged"], slowed_row["rate"]) == (8, 8, 1.0)
+    even = [c for i, c in enumerate(unchanged) if i % 2 == 0]  # fold 1 learns from the even repeats
+    assert [b["training_runs"] for b in cv["bounds"]] == [4, 4]
+    expected = verdict.run_level_bound([c[0] for c in even], cases=2)
+    assert cv["bounds"][1]["bounds"]["a"] == pytest.approx(expected)
+    assert cv["bounds"][1]["bounds"]["b"] < cv["bounds"][1]["bounds"]["a"]  # the noisy case gets the lower bound
+
+
+def test_cross_validated_flags_a_run_below_a_calm_cases_bound():
+    unchanged = [
+        (0.01, 0.1),
+        (-0.01, -0.1),
+        (0.0, 0.05),
+        (0.01, -0.05),
+        (-0.01, 0.0),
+        (0.0, 0.1),
+        (-0.3, 0.0),
+        (0.01, 0.0),
+    ]
+    row = noise.cross_validated(_measured({0.0: unchanged}))["rows"][0]
+    assert row["flagged"] == 1  # the seventh run's case "a" fell 30%
+
+
+def test_cross_validated_needs_three_runs_outside_each_fold():
+    assert noise.cross_validated(_measured({0.0: [(0.0, 0.0)] * 5})) is None
+
+
+def test_spread_by_case_sets_rounds_beside_runs():
+    measured = _measured({0.0: [(0.0, 0.1), (0.0, -0.1), (0.0, 0.0), (0.0, -0.3)]})
+    measured["baseline_samples"] = {"a": [1.0, 1.0, 1.0], "b": [1.0, 2.0, 4.0]}
+    a, b = noise.spread_by_case(measured)
+    assert (a["case"], a["rounds"], a["within_run_spread"], a["between_run_spread"]) == ("a", 3, 0.0, 0.0)
+    assert b["within_run_spread"] == pytest.approx(1.4826 * np.log(2.0))  # logs 0, log 2, log 4: MAD log 2
+    assert (b["runs"], b["flagged"]) == (4, 1)
+
+
+def test_report_states_both_gates_rates(monkeypatch, tmp_path):
+    unchanged = [(0.01, 0.1), (-0.01, -0.1), (0.0, 0.05), (0.01, -0.25), (-0.01, 0.0), (0.0, 0.1)]
+    measured = _measured({0.0: unchanged, 0.2: [(-0.3, -0.3)] * 6})
+    measured["settings"].update(spec=noise.DEFAULT_SPEC, repeats=6, **noise.DEFAULT_CASES)
+    measured["baseline"] = {"cpu_model": "test CPU", "cpu_count": 2}
+    measured["baseline_samples"] = {"a": [1.0, 1.1, 0.9], "b": [1.0, 1.2, 0.8]}
+    monkeypatch.setattr(noise, "measure", lambda settings, work: measured)
+    args = noise.argparse.Namespace(
+        out=str(tmp_path),
+        force=True,
+        repeats=6,
+        slowdowns="0.2",
+        spec=noise.DEFAULT_SPEC,
+        work=tmp_path / "w",
+        **noise.DEFAULT_CASES,
+    )
+    assert noise.run(args) == 0
+    text = (tmp_path / "benchmarks-noise.md").read_text(encoding="utf-8")
+    assert "1 of 6 runs of the unchanged code flagged" in text  # the asv rule: the run with "b" at -25%
+    assert "A gate with the run as its unit" in text and "Where the false regressions come from" in text
+    data = json.loads((tmp_path / "benchmarks-noise.json").read_text(encoding="utf-8"))
+    assert data["run_level_gate"]["rows"][1]["rate"] == 1.0
+    assert [r["case"] for r in data["spread_by_case"]] == ["a", "b"]

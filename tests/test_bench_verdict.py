@@ -314,3 +314,63 @@ def test_alpha_outside_zero_one_is_rejected(alpha):
 def test_smallest_p_rejects_empty_sizes():
     with pytest.raises(ValueError, match="n, m"):
         verdict.smallest_p(0, 3)
+
+
+# Student's t quantiles from the standard table (Abramowitz and Stegun 1964, Table 26.10).
+@pytest.mark.parametrize(
+    ("q", "df", "t"), [(0.975, 1, 12.706), (0.975, 4, 2.776), (0.975, 9, 2.262), (0.995, 4, 4.604), (0.95, 30, 1.697)]
+)
+def test_student_t_quantile_matches_the_table(q, df, t):
+    assert verdict.student_t_quantile(q, df) == pytest.approx(t, abs=5e-4)  # the table's 3 decimals
+
+
+def test_student_t_quantile_matches_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    for q, df in [(1 - 0.002 / 8, 9), (0.999, 2), (0.9, 100)]:
+        assert verdict.student_t_quantile(q, df) == pytest.approx(stats.t.ppf(q, df), rel=1e-9)
+
+
+def test_student_t_quantile_at_the_median_is_zero():
+    assert verdict.student_t_quantile(0.5, 3) == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize(("q", "df", "match"), [(1.0, 3, "q"), (0.4, 3, "q"), (0.9, 0, "df"), (0.9, 2.5, "df")])
+def test_student_t_quantile_rejects_bad_arguments(q, df, match):
+    with pytest.raises(ValueError, match=match):
+        verdict.student_t_quantile(q, df)
+
+
+def test_run_level_bound_without_spread_is_the_factor():
+    # Every earlier run read -2%: no spread, so the bound is the factor below that mean.
+    bound = verdict.run_level_bound([-0.02] * 5, cases=8)
+    assert bound == pytest.approx(0.98 / 1.1 - 1.0)
+
+
+def test_run_level_bound_covers_a_new_normal_run_as_its_interval_says():
+    # Under its own model (normal log changes) a new run falls below the bound with probability alpha / cases:
+    # the normal prediction interval is exact there. 4000 simulated (K=6 earlier runs, 1 new run) draws at
+    # alpha / cases = 0.1: the count below is Binomial(4000, 0.1), sd 19; 5 sd each way (outside it once in about 1.7
+    # million seeds).
+    rng = np.random.default_rng(7)
+    trials, below = 4000, 0
+    for _ in range(trials):
+        logs = rng.normal(0.0, 0.05, size=7)
+        bound = verdict.run_level_bound(np.expm1(logs[:6]), cases=1, factor=1.0, alpha=0.1)
+        below += math.expm1(logs[6]) < bound
+    assert abs(below - 0.1 * trials) <= 5 * math.sqrt(trials * 0.1 * 0.9)
+
+
+def test_run_level_bound_widens_with_the_spread_and_the_cases():
+    calm = verdict.run_level_bound([0.01, -0.01, 0.02, -0.02, 0.0, 0.01], cases=8)
+    noisy = verdict.run_level_bound([0.05, -0.05, 0.1, -0.1, 0.0, 0.05], cases=8)
+    fewer = verdict.run_level_bound([0.05, -0.05, 0.1, -0.1, 0.0, 0.05], cases=1)
+    assert noisy < fewer < calm < 0.0
+
+
+@pytest.mark.parametrize(
+    ("changes", "cases", "match"),
+    [([0.0, 0.1], 8, "at least 3"), ([0.0, -1.0, 0.1], 8, "above -1"), ([0.0, 0.1, 0.2], 0, "cases")],
+)
+def test_run_level_bound_rejects_bad_arguments(changes, cases, match):
+    with pytest.raises(ValueError, match=match):
+        verdict.run_level_bound(changes, cases)
