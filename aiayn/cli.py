@@ -333,10 +333,13 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--baseline",
         type=Path,
+        nargs="+",
         default=None,
         metavar="FILE",
-        help="a stored run (--save) to compare with: exit 1 if a case regressed, 4 if FILE is from another "
-        "machine kind, device, thread count or library build (default: no comparison)",
+        help="stored runs (--save) to compare with: one (the rank test on its rounds, asv's rule) or at least 3 "
+        "(the run as the unit: a prediction bound from their medians, steadier on a shared machine); exit 1 if "
+        "a case regressed, 4 if a FILE is from another machine kind, device, thread count or library build "
+        "(default: no comparison)",
     )
     p.add_argument("--save", type=Path, default=None, metavar="FILE", help="store this run as a baseline in FILE")
     p.add_argument(
@@ -451,10 +454,16 @@ def _bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--alpha: expected a p-value threshold strictly between 0 and 1, got {args.alpha}")
     if args.cuda and (args.specs or args.baseline):
         raise UsageError("--cuda: runs the built-in CUDA cases; give no SPEC and no --baseline with it")
-    baseline = None
+    baselines = []
     if args.baseline is not None:
-        _check_run_json(args.baseline, "--baseline")
-        baseline = compare.load_baseline(args.baseline)
+        if len(args.baseline) == 2:
+            raise UsageError(
+                "--baseline: expected one stored run (the rank test on its rounds) or at least 3 (the run-level "
+                "bound from their medians), got 2"
+            )
+        for path in args.baseline:
+            _check_run_json(path, "--baseline")
+            baselines.append(compare.load_baseline(path))
     for option, path in (("--save", args.save), ("--history", args.history)):
         if path is not None:
             writable_dir(Path(path).resolve().parent, option)
@@ -513,12 +522,18 @@ def _bench(args: argparse.Namespace) -> int:
     if args.from_run is not None:
         stem = _bench_stem(args, run)
     comparison, note = None, None
-    if baseline is not None:
-        if baseline.get("datetime") == run.get("datetime"):
-            note = f"Baseline {args.baseline} is this very run: nothing to compare."
-        else:
-            comparison = compare.compare_runs(baseline, run, factor=args.factor, alpha=args.alpha)
-            note = f"Baseline: {args.baseline}, run of {baseline.get('datetime', 'n/a')}."
+    same = [str(path) for path, b in zip(args.baseline or [], baselines) if b.get("datetime") == run.get("datetime")]
+    if same:
+        note = f"Baseline {', '.join(same)} is this very run: nothing to compare."
+    elif baselines:
+        comparison = compare.compare_runs(
+            baselines if len(baselines) > 1 else baselines[0], run, factor=args.factor, alpha=args.alpha
+        )
+        note = (
+            "Baseline: "
+            + "; ".join(f"{path}, run of {b.get('datetime', 'n/a')}" for path, b in zip(args.baseline, baselines))
+            + "."
+        )
     write(run_json, out, comparison=comparison, baseline_note=note, stem=stem, smoke=args.smoke, force=args.force)
     if args.save is not None:
         shutil.copyfile(run_json, args.save)
@@ -531,7 +546,8 @@ def _bench(args: argparse.Namespace) -> int:
     for line in compare.format_comparison(comparison):
         print(line)
     if comparison.incompatible is not None:
-        print(f"aiayn bench: --baseline: {args.baseline}: {comparison.incompatible}", file=sys.stderr)
+        files = " ".join(str(path) for path in args.baseline)
+        print(f"aiayn bench: --baseline: {files}: {comparison.incompatible}", file=sys.stderr)
     return comparison.exit_status
 
 

@@ -12,6 +12,11 @@ machine kind, device, thread count and library builds).
 
 A case of a run recorded before rounds were kept has one figure (its best round): a sample of one,
 which the test cannot decide on (said as "undecided", never as a pass or a regression).
+
+The rounds of one run share that run's state of a shared machine, so two runs of unchanged code can differ by
+more than their rounds suggest (``aiayn bench-noise`` measures how often). Given K >= 3 baseline runs, the
+comparison takes the run as its unit instead: each case's median against a prediction bound from the K baseline
+runs' medians (:func:`aiayn.benchmarks.verdict.compare_case_runs`).
 """
 
 from __future__ import annotations
@@ -134,6 +139,17 @@ class RunComparison:
     cases: V.Comparison
     incompatible: str | None
     one_round: tuple[str, ...]  # cases whose baseline kept only its best round (recorded before rounds were kept)
+    baseline_runs: int = 1  # 1: the rank test on the rounds; K >= 3: the run-level bound from K baseline runs
+
+    @property
+    def rule(self) -> str:
+        """The rule that decided, in words."""
+        if self.baseline_runs == 1:
+            return f"a drop beyond the factor {self.factor:g} with a one-sided Mann-Whitney p < {self.alpha:g}"
+        return (
+            f"a median below the normal prediction bound of {self.baseline_runs} baseline runs at "
+            f"{self.alpha:g} over the cases, and beyond the factor {self.factor:g}"
+        )
 
     @property
     def exit_status(self) -> int:
@@ -142,21 +158,41 @@ class RunComparison:
 
 
 def compare_runs(
-    baseline: dict[str, Any],
+    baseline: dict[str, Any] | list[dict[str, Any]],
     current: dict[str, Any],
     figure: str = "ratio_full",
     factor: float = V.DEFAULT_FACTOR,
     alpha: float = V.DEFAULT_ALPHA,
 ) -> RunComparison:
-    """Per common case, the verdict of :func:`verdict.compare_case` on the two runs' per-round samples of ``figure``."""
-    base, cur = case_samples(baseline, figure), case_samples(current, figure)
+    """The verdict on every common case of ``current`` against ``baseline``: one stored run (the rank test on the
+    two runs' per-round samples of ``figure``, :func:`verdict.compare_case`) or a list of K >= 3 (the run-level
+    bound, :func:`verdict.compare_case_runs`). Every baseline run must be comparable with ``current``."""
+    baselines = baseline if isinstance(baseline, list) else [baseline]
+    if len(baselines) == 2 or not baselines:
+        raise UsageError(
+            f"--baseline: expected one stored run (the rank test on its rounds) or at least 3 (the run-level "
+            f"bound), got {len(baselines)}"
+        )
+    cur = case_samples(current, figure)
+    bases = [case_samples(b, figure) for b in baselines]
+    reasons = [V.incompatible(environment(b), environment(current)) for b in baselines]
+    incompatible = next(
+        (r if len(baselines) == 1 else f"baseline run {i + 1}: {r}" for i, r in enumerate(reasons) if r), None
+    )
+    if len(baselines) == 1:
+        cases = V.compare_samples(bases[0], cur, factor, alpha)
+        one_round = tuple(sorted(c for c in bases[0].keys() & cur.keys() if len(bases[0][c]) == 1))
+    else:
+        cases = V.compare_runs_samples(bases, cur, factor, alpha)
+        one_round = ()
     return RunComparison(
         figure=figure,
         factor=factor,
         alpha=alpha,
-        cases=V.compare_samples(base, cur, factor, alpha),
-        incompatible=V.incompatible(environment(baseline), environment(current)),
-        one_round=tuple(sorted(c for c in base.keys() & cur.keys() if len(base[c]) == 1)),
+        cases=cases,
+        incompatible=incompatible,
+        one_round=one_round,
+        baseline_runs=len(baselines),
     )
 
 
@@ -166,7 +202,8 @@ def format_comparison(result: RunComparison) -> list[str]:
         return [f"not compared: {result.incompatible} (exit 4); record a baseline here with --save"]
     lines = [
         f"{'case':52s} {'baseline':>9s} {'current':>9s} {'change':>8s} {'p':>9s}  verdict  "
-        f"({result.figure}: median of the rounds, fraction of the GEMM ceiling)"
+        f"({result.figure}: median of the rounds, fraction of the GEMM ceiling"
+        + (")" if result.baseline_runs == 1 else f"; baseline: geometric mean of {result.baseline_runs} runs' medians)")
     ]
     for v in result.cases.verdicts:
         word = "REGRESSED" if v.regressed else "undecided" if v.undecided else "ok"
@@ -193,7 +230,7 @@ def summary(result: RunComparison) -> str:
     """The verdict on the whole run in one sentence."""
     if result.incompatible is not None:
         return f"not compared: {result.incompatible}"
-    rule = f"a drop beyond the factor {result.factor:g} with a one-sided Mann-Whitney p < {result.alpha:g}"
+    rule = result.rule
     regressed, undecided = result.cases.regressions, result.cases.undecided
     head = (
         f"{len(regressed)} of {len(result.cases.verdicts)} cases regressed ({rule}): "

@@ -738,6 +738,14 @@ def build_report(
         "Mann-Whitney U test on the two runs' rounds agrees (`aiayn.benchmarks.verdict`, asv's rule). "
         "pytest-benchmark's own `--benchmark-compare` compares absolute times only, with no test."
     )
+    if comparison is not None and comparison.baseline_runs > 1:
+        how = (
+            f"Compared figure: the fraction of the ceiling of every timed round (`ratio_full`), by "
+            f"`aiayn.benchmarks.compare` against {comparison.baseline_runs} baseline runs, the run as the unit: a "
+            "case regressed only if its median fell below the one-sided normal prediction bound from the baseline "
+            "runs' medians (Bonferroni over the cases) and beyond the factor (`aiayn.benchmarks.verdict."
+            "compare_case_runs`)."
+        )
     if comparison is not None:
         report.section(
             "Against the baseline", how, baseline_note or "", "", "```", *format_comparison(comparison), "```"
@@ -763,6 +771,8 @@ def build_report(
             "figure": comparison.figure,
             "factor": comparison.factor,
             "alpha": comparison.alpha,
+            "baseline_runs": comparison.baseline_runs,
+            "rule": comparison.rule,
             "incompatible": comparison.incompatible,
             "exit_status": comparison.exit_status,
             "verdicts": [asdict(v) for v in comparison.cases.verdicts],

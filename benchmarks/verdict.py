@@ -49,6 +49,8 @@ __all__ = [
     "CaseVerdict",
     "Comparison",
     "compare_case",
+    "compare_case_runs",
+    "compare_runs_samples",
     "compare_samples",
     "exit_status",
     "incompatible",
@@ -56,6 +58,7 @@ __all__ = [
     "run_level_bound",
     "smallest_p",
     "student_t_quantile",
+    "student_t_upper_tail",
 ]
 
 DEFAULT_FACTOR = 1.1  # asv's --factor default
@@ -336,32 +339,42 @@ def exit_status(comparison: Comparison, incompatible_reason: str | None) -> int:
     return EXIT_REGRESSION if comparison.regressions else EXIT_OK
 
 
-@cache
-def student_t_quantile(q: float, df: int) -> float:
-    """The ``q``-quantile of Student's t distribution with ``df`` degrees of freedom, for 0.5 <= q < 1.
+def _check_df(df: int) -> None:
+    if not (isinstance(df, int) and df >= 1):
+        raise ValueError(f"df: expected a whole number of degrees of freedom >= 1, got {df!r}")
 
-    Its upper tail is P(T > t) = I_x(df/2, 1/2) / 2 with x = df / (df + t^2), I the regularized incomplete beta
-    function (Abramowitz, M. and Stegun, I. A. (1964), Handbook of Mathematical Functions, 26.7.1 with 26.5.27),
-    evaluated by mpmath; t is found by bisection to the resolution of a float.
+
+def student_t_upper_tail(t: float, df: int) -> float:
+    """P(T > t) for Student's t distribution with ``df`` degrees of freedom.
+
+    For t >= 0 it is I_x(df/2, 1/2) / 2 with x = df / (df + t^2), I the regularized incomplete beta function
+    (Abramowitz, M. and Stegun, I. A. (1964), Handbook of Mathematical Functions, 26.7.1 with 26.5.27), evaluated
+    by mpmath; by symmetry P(T > -t) = 1 - P(T > t).
     """
     import mpmath
 
-    if not (isinstance(df, int) and df >= 1):
-        raise ValueError(f"df: expected a whole number of degrees of freedom >= 1, got {df!r}")
+    _check_df(df)
+    if not math.isfinite(t):
+        return 0.0 if t > 0 else 1.0
+    tail = float(mpmath.betainc(df / 2.0, 0.5, 0, df / (df + t * t), regularized=True)) / 2.0
+    return tail if t >= 0 else 1.0 - tail
+
+
+@cache
+def student_t_quantile(q: float, df: int) -> float:
+    """The ``q``-quantile of Student's t distribution with ``df`` degrees of freedom, for 0.5 <= q < 1: the t
+    with :func:`student_t_upper_tail` equal to 1 - q, found by bisection to the resolution of a float."""
+    _check_df(df)
     if not 0.5 <= q < 1.0:
         raise ValueError(f"q: expected a quantile in [0.5, 1), got {q!r}")
-
-    def upper_tail(t: float) -> float:
-        return float(mpmath.betainc(df / 2.0, 0.5, 0, df / (df + t * t), regularized=True)) / 2.0
-
     lo, hi = 0.0, 1.0
-    while upper_tail(hi) > 1.0 - q:
+    while student_t_upper_tail(hi, df) > 1.0 - q:
         lo, hi = hi, 2.0 * hi
     for _ in range(200):
         mid = (lo + hi) / 2.0
         if mid in (lo, hi):
             break
-        lo, hi = (mid, hi) if upper_tail(mid) > 1.0 - q else (lo, mid)
+        lo, hi = (mid, hi) if student_t_upper_tail(mid, df) > 1.0 - q else (lo, mid)
     return hi
 
 
@@ -394,3 +407,74 @@ def run_level_bound(
     k = logs.size
     spread = student_t_quantile(1.0 - alpha / cases, k - 1) * float(np.std(logs, ddof=1)) * math.sqrt(1.0 + 1.0 / k)
     return math.expm1(float(np.mean(logs)) - max(math.log(factor), spread))
+
+
+def compare_case_runs(
+    case: str,
+    baseline_medians: Sequence[float],
+    current: Sequence[float],
+    cases: int,
+    factor: float = DEFAULT_FACTOR,
+    alpha: float = DEFAULT_ALPHA,
+) -> CaseVerdict:
+    """The verdict on one case against K >= 3 baseline runs, with the run as the unit: regressed only if the
+    current median falls below the case's :func:`run_level_bound` from the baseline runs' medians.
+
+    The baseline figure is the geometric mean of the K medians (the centre of the bound); ``p`` is the one-sided
+    p-value of the current run's log median under the same normal model, P(T_{K-1} <= (log c - mean) /
+    (sd sqrt(1 + 1/K))), so a case below its bound has p < alpha / cases (when the bound is not the factor's).
+    """
+    _check_thresholds(factor, alpha)
+    medians = _as_sample(baseline_medians, f"baseline medians (case {case!r})")
+    current = _as_sample(current, f"current (case {case!r})")
+    if medians.size < 3:
+        raise ValueError(f"baseline medians (case {case!r}): expected at least 3 baseline runs, got {medians.size}")
+    if np.any(medians <= 0.0):
+        raise ValueError(f"baseline medians (case {case!r}): expected positive figures, got {medians.min()}")
+    logs = np.log(medians)
+    k = logs.size
+    centre = math.exp(float(np.mean(logs)))
+    current_median = float(np.median(current))
+    change = current_median / centre - 1.0
+    bound = run_level_bound(np.expm1(logs - np.mean(logs)), cases, factor, alpha)
+    scale = float(np.std(logs, ddof=1)) * math.sqrt(1.0 + 1.0 / k)
+    if current_median <= 0.0:
+        p = 0.0
+    elif scale > 0.0:
+        p = 1.0 - student_t_upper_tail((math.log(current_median) - float(np.mean(logs))) / scale, k - 1)
+    else:
+        p = 0.0 if current_median < centre else 1.0
+    head = f"ratio {centre:.3g} (geometric mean of {k} baseline runs) -> {current_median:.3g} ({change:+.1%})"
+    regressed = change < bound
+    if regressed:
+        reason = f"{head}, below the bound {bound:+.1%} of the baseline runs (p = {p:.2g}): regressed"
+    else:
+        reason = f"{head}, within the bound {bound:+.1%} of the baseline runs: not a regression"
+    return CaseVerdict(case, centre, current_median, change, p, regressed, False, reason)
+
+
+def compare_runs_samples(
+    baselines: Sequence[Mapping[str, Sequence[float]]],
+    current: Mapping[str, Sequence[float]],
+    factor: float = DEFAULT_FACTOR,
+    alpha: float = DEFAULT_ALPHA,
+) -> Comparison:
+    """:func:`compare_case_runs` on every case in all K >= 3 baseline runs and the current run (Bonferroni over
+    those cases); a case missing from some baseline run or from the current run is listed, not dropped."""
+    _check_thresholds(factor, alpha)
+    if len(baselines) < 3:
+        raise ValueError(f"baselines: expected at least 3 baseline runs for a run-level verdict, got {len(baselines)}")
+    in_every = set.intersection(*(set(b) for b in baselines))
+    in_any = set.union(*(set(b) for b in baselines))
+    common = sorted(in_every & current.keys())
+    verdicts = tuple(
+        compare_case_runs(
+            case, [float(np.median(b[case])) for b in baselines], current[case], len(common), factor, alpha
+        )
+        for case in common
+    )
+    return Comparison(
+        verdicts=verdicts,
+        only_baseline=tuple(sorted(in_any - set(common))),
+        only_current=tuple(sorted(current.keys() - in_every)),
+    )

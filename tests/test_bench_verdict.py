@@ -374,3 +374,49 @@ def test_run_level_bound_widens_with_the_spread_and_the_cases():
 def test_run_level_bound_rejects_bad_arguments(changes, cases, match):
     with pytest.raises(ValueError, match=match):
         verdict.run_level_bound(changes, cases)
+
+
+def test_compare_case_runs_p_is_the_prediction_t_tail():
+    stats = pytest.importorskip("scipy.stats")
+    medians = [0.50, 0.52, 0.48, 0.51, 0.49, 0.50]
+    v = verdict.compare_case_runs("x", medians, [0.40, 0.41, 0.39], cases=4)
+    logs = np.log(medians)
+    t = (math.log(0.40) - logs.mean()) / (logs.std(ddof=1) * math.sqrt(1 + 1 / len(logs)))
+    assert v.p == pytest.approx(stats.t.cdf(t, len(logs) - 1), rel=1e-9)
+    assert v.baseline_median == pytest.approx(math.exp(logs.mean()))
+    assert v.regressed and v.p < verdict.DEFAULT_ALPHA / 4 and "regressed" in v.reason
+
+
+def test_compare_case_runs_agrees_with_its_bound_and_p():
+    # Away from the factor, "below the bound" and "p < alpha / cases" are one statement.
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        medians = np.exp(rng.normal(0.0, 0.08, size=5))
+        current = [math.exp(rng.normal(-0.5, 0.3))]
+        v = verdict.compare_case_runs("x", medians, current, cases=8)
+        bound = verdict.run_level_bound(medians / math.exp(np.log(medians).mean()) - 1, cases=8)
+        assert v.regressed == (v.change < bound)
+        if bound < 1 / 1.1 - 1:  # the spread's bound, not the factor's
+            assert v.regressed == (v.p < verdict.DEFAULT_ALPHA / 8)
+
+
+def test_compare_case_runs_within_the_spread_is_not_a_regression():
+    v = verdict.compare_case_runs("x", [0.9, 1.0, 1.1, 0.95, 1.05], [0.88] * 5, cases=8)
+    assert not v.regressed and "within the bound" in v.reason and not v.undecided
+
+
+@pytest.mark.parametrize(
+    ("medians", "match"), [([1.0, 1.0], "at least 3 baseline runs"), ([1.0, 0.0, 1.0], "positive")]
+)
+def test_compare_case_runs_rejects_bad_baselines(medians, match):
+    with pytest.raises(ValueError, match=match):
+        verdict.compare_case_runs("x", medians, [1.0], cases=1)
+
+
+def test_compare_runs_samples_lists_cases_some_run_lacks():
+    bases = [{"a": [1.0], "b": [1.0]}, {"a": [1.0], "b": [1.0]}, {"a": [1.0]}]
+    result = verdict.compare_runs_samples(bases, {"a": [1.0], "c": [1.0]})
+    assert [v.case for v in result.verdicts] == ["a"]
+    assert (result.only_baseline, result.only_current) == (("b",), ("c",))
+    with pytest.raises(ValueError, match="at least 3"):
+        verdict.compare_runs_samples(bases[:2], {"a": [1.0]})

@@ -197,6 +197,16 @@ def test_smoke_run(tmp_path: Path) -> None:
     assert main([*gate, "--baseline", str(variant("same"))]) == 0
     assert main([*gate, "--baseline", str(variant("faster", scale=1 / 1.3))]) == 1
     assert main([*gate, "--baseline", str(variant("other-build", numpy_build="0.0.0"))]) == 4
+    # Against three baseline runs (the run-level bound): runs like this one pass, three 30% faster ones fail it, a
+    # third from another build is refused, and two runs are neither rule's.
+    like = [str(variant(f"like-{i}", scale=1 + 0.01 * (i - 1))) for i in range(3)]
+    faster = [str(variant(f"faster-{i}", scale=(1 + 0.01 * (i - 1)) / 1.3)) for i in range(3)]
+    assert main([*gate, "--baseline", *like]) == 0
+    assert main([*gate, "--baseline", *faster]) == 1
+    data = json.loads((tmp_path / "gate" / "benchmarks.json").read_text(encoding="utf-8"))
+    assert data["comparison"]["baseline_runs"] == 3 and data["comparison"]["regressions"]
+    assert main([*gate, "--baseline", *like[:2], str(variant("other-build-3", numpy_build="0.0.0"))]) == 4
+    assert main([*gate, "--baseline", *like[:2]]) == 4
     single = ["bench", "--from-run", str(json_path), "--out", str(tmp_path / "gate")]
     assert main([*single, "--baseline", str(variant("faster-single", scale=1 / 1.3))]) == 0  # undecided
     data = json.loads((tmp_path / "gate" / "benchmarks.json").read_text(encoding="utf-8"))
@@ -267,6 +277,33 @@ def test_compare_refuses_another_thread_count_or_library_build() -> None:
     build = compare.compare_runs(_run_with(one), _run_with(one, libraries={"numpy": "2.5.0"}))
     assert build.exit_status == 4 and "numpy 2.4.6 vs numpy 2.5.0" in build.incompatible
     assert compare.format_comparison(build)[0].startswith("not compared: baseline from another library build")
+
+
+def test_compare_with_several_baseline_runs_takes_the_run_as_the_unit() -> None:
+    """Five baseline runs: case "a" steady from run to run (times x0.99 to x1.01), case "b" not (x0.92 to x1.08). A
+    run with "a" 30% slower regresses on "a"; "b" 12% slower, within its run-to-run spread, does not, though against
+    the middle baseline run alone the rank test flags it (all ten rounds below, p = 1/184756)."""
+    from aiayn.environment import UsageError
+
+    steady = [0.100 + 0.0001 * i for i in range(10)]
+
+    def times(scale: float) -> list[float]:
+        return [t * scale for t in steady]
+
+    bases = [
+        _run_with({"a": times(sa), "b": times(sb)})
+        for sa, sb in zip((0.99, 0.995, 1.0, 1.005, 1.01), (0.92, 0.96, 1.0, 1.04, 1.08))
+    ]
+    result = compare.compare_runs(bases, _run_with({"a": times(1.3), "b": times(1.12)}))
+    assert [v.case for v in result.cases.regressions] == ["a"]
+    assert result.baseline_runs == 5 and "prediction bound of 5 baseline runs" in result.rule
+    assert "geometric mean of 5 runs" in "\n".join(compare.format_comparison(result))
+    single = compare.compare_runs(bases[2], _run_with({"a": times(1.0), "b": times(1.12)}))
+    assert [v.case for v in single.cases.regressions] == ["b"]
+    other = compare.compare_runs([*bases[:2], _run_with({"a": steady}, threads=2)], _run_with({"a": steady}))
+    assert other.exit_status == 4 and other.incompatible.startswith("baseline run 3: baseline ran with another thread")
+    with pytest.raises(UsageError, match="at least 3"):
+        compare.compare_runs(bases[:2], _run_with({"a": steady}))
 
 
 def test_memory_exponent_reads_linear_and_quadratic_growth() -> None:
