@@ -375,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         report.section(
-            "A gate with the run as its unit (cross-validated on the same runs)",
+            "A gate with the run as its unit: `--baseline` with K runs (cross-validated on the same runs)",
             f"Each case gets a bound from K earlier unchanged runs: the one-sided normal prediction bound on "
             f"the log of its median change, mean - t(K-1, 1 - {cv['alpha']:g}/{cases}) sd sqrt(1 + 1/K), never "
             f"nearer the mean than the factor {cv['factor']:g} (Bonferroni over the {cases} cases: under the model "
@@ -383,7 +383,9 @@ def run(args: argparse.Namespace) -> int:
             "`aiayn.benchmarks.verdict.run_level_bound`). A run is flagged when a case falls below its bound. "
             f"Measured here without new runs: the stored runs split into {cv['folds']} folds by repeat number, and "
             "every run is judged by bounds from the unchanged runs of the other fold only (never from itself). It "
-            "is not yet the gate of `aiayn bench`, whose baseline is one run.",
+            "is the rule of `aiayn bench SPEC --baseline R1 ... RK` given K >= 3 stored runs "
+            "(`aiayn.benchmarks.verdict.compare_case_runs`: the same bound on the same logs, all shifted by the one "
+            "baseline's), with K the training runs of each fold (the bounds' table).",
             "",
             *md_table(
                 ["code", "runs", "runs flagged", "rate", "asv rule's rate (above)"],
