@@ -2,10 +2,11 @@
 # The regression gate of `aiayn bench --baseline` as a user meets it, from outside the checkout:
 #
 #   1. a package `mypkg` with an attention class `Mine` (the NumPy built-in's Eq. (1), wrapped) is
-#      benchmarked and its run saved as a baseline;
-#   2. the same code against that baseline: expected exit 0;
+#      benchmarked five times, each run saved as a baseline;
+#   2. the same code against the first baseline (the rank test on its rounds), then against all five
+#      (the run as the unit): expected exit 0 both times;
 #   3. `Mine` edited to do 30% more work per call (Eq. (1) again on 30% of the query rows): expected
-#      exit 1, naming the cases;
+#      exit 1 both ways, naming the cases;
 #   4. the baseline edited to say it ran on another NumPy build: expected exit 4, in one line.
 #
 # Timing on a shared machine: run it when the machine is otherwise idle (the load average is printed).
@@ -52,13 +53,16 @@ bench() {  # the user's command; prints its exit status
   echo "    exit $status (load average $(cut -d' ' -f1-3 /proc/loadavg))"
 }
 write_mine 0
-echo "1. baseline of the unchanged code"
-bench --save base.json
-echo "2. the same code against it (expected exit 0)"
+echo "1. five baseline runs of the unchanged code"
+for i in 1 2 3 4 5; do bench --save "base-$i.json"; done
+cp base-1.json base.json
+echo "2. the same code against one of them, then against all five (expected exit 0, exit 0)"
 bench --baseline base.json
+bench --baseline base-?.json
 write_mine 0.3
-echo "3. a copy doing 30% more work per call (expected exit 1)"
+echo "3. a copy doing 30% more work per call, against one, then five (expected exit 1, exit 1)"
 bench --baseline base.json
+bench --baseline base-?.json
 write_mine 0
 python3 - <<'EOF'
 import json

@@ -170,3 +170,43 @@ def test_report_states_both_gates_rates(monkeypatch, tmp_path):
     data = json.loads((tmp_path / "benchmarks-noise.json").read_text(encoding="utf-8"))
     assert data["run_level_gate"]["rows"][1]["rate"] == 1.0
     assert [r["case"] for r in data["spread_by_case"]] == ["a", "b"]
+
+
+def test_cross_validated_with_k_learns_from_the_first_k_runs_of_the_other_fold():
+    unchanged = [
+        (0.01, 0.1),
+        (-0.01, -0.1),
+        (0.0, 0.05),
+        (0.01, -0.05),
+        (-0.01, 0.0),
+        (0.0, 0.1),
+        (0.0, -0.1),
+        (0.02, 0.0),
+    ]
+    cv = noise.cross_validated(_measured({0.0: unchanged}), k=3)
+    assert [b["training_runs"] for b in cv["bounds"]] == [3, 3] and cv["k"] == 3
+    assert cv["bounds"][1]["bounds"]["a"] == pytest.approx(verdict.run_level_bound([0.01, 0.0, -0.01], cases=2))
+    assert noise.cross_validated(_measured({0.0: unchanged}), k=5) is None  # 4 runs per fold
+
+
+def test_report_with_a_small_baseline_column(monkeypatch, tmp_path):
+    unchanged = [(0.01 * (i % 3 - 1), 0.02 * (i % 5 - 2)) for i in range(12)]
+    measured = _measured({0.0: unchanged, 0.2: [(-0.3, -0.3)] * 12})
+    measured["settings"].update(spec=noise.DEFAULT_SPEC, repeats=12, **noise.DEFAULT_CASES)
+    measured["baseline"] = {"cpu_model": "test CPU", "cpu_count": 2}
+    measured["baseline_samples"] = {"a": [1.0, 1.1, 0.9], "b": [1.0, 1.2, 0.8]}
+    monkeypatch.setattr(noise, "measure", lambda settings, work: measured)
+    args = noise.argparse.Namespace(
+        out=str(tmp_path),
+        force=True,
+        repeats=12,
+        slowdowns="0.2",
+        spec=noise.DEFAULT_SPEC,
+        work=tmp_path / "w",
+        **noise.DEFAULT_CASES,
+    )
+    assert noise.run(args) == 0
+    text = (tmp_path / "benchmarks-noise.md").read_text(encoding="utf-8")
+    assert f"K = 6 runs | K = {noise.SMALL_K} runs" in text
+    data = json.loads((tmp_path / "benchmarks-noise.json").read_text(encoding="utf-8"))
+    assert data["run_level_gate_small"]["k"] == noise.SMALL_K
