@@ -782,7 +782,8 @@ def _descriptions(name: str) -> str:
         "1 when a failure is unnamed or an adapter does not load; 4 for a usage error.",
         "bench": "Time Eq. (1) (one thread), forward and backward, as fractions of this machine's GEMM ceiling; write\n"
         "benchmarks.{md,json,png} (the built-ins) or bench-<SPEC>.{md,json,png}. With --baseline, a regression\n"
-        "verdict per case (median beyond --factor and a Mann-Whitney U test on the rounds below --alpha).",
+        "verdict per case (median beyond --factor and a Mann-Whitney U test on the rounds below --alpha; against\n"
+        "3 or more baseline runs, the median below the normal prediction bound of their medians).",
     }
     return docs.get(name, COMMANDS[name][0][:1].upper() + COMMANDS[name][0][1:] + ".")
 
