@@ -197,15 +197,16 @@ def test_smoke_run(tmp_path: Path) -> None:
     assert main([*gate, "--baseline", str(variant("same"))]) == 0
     assert main([*gate, "--baseline", str(variant("faster", scale=1 / 1.3))]) == 1
     assert main([*gate, "--baseline", str(variant("other-build", numpy_build="0.0.0"))]) == 4
-    # Against three baseline runs (the run-level bound): runs like this one pass, three 30% faster ones fail it, a
-    # third from another build is refused, and two runs are neither rule's.
-    like = [str(variant(f"like-{i}", scale=1 + 0.01 * (i - 1))) for i in range(3)]
-    faster = [str(variant(f"faster-{i}", scale=(1 + 0.01 * (i - 1)) / 1.3)) for i in range(3)]
+    # Against ten baseline runs (the run-level bound; their medians 0.2% apart, so that over the run's many cases
+    # the bound is the factor's): runs like this one pass, ten 30% faster ones fail it, one from another build among
+    # them is refused, and two runs are neither rule's.
+    like = [str(variant(f"like-{i}", scale=1 + 0.002 * (i - 4.5))) for i in range(10)]
+    faster = [str(variant(f"faster-{i}", scale=(1 + 0.002 * (i - 4.5)) / 1.3)) for i in range(10)]
     assert main([*gate, "--baseline", *like]) == 0
     assert main([*gate, "--baseline", *faster]) == 1
     data = json.loads((tmp_path / "gate" / "benchmarks.json").read_text(encoding="utf-8"))
-    assert data["comparison"]["baseline_runs"] == 3 and data["comparison"]["regressions"]
-    assert main([*gate, "--baseline", *like[:2], str(variant("other-build-3", numpy_build="0.0.0"))]) == 4
+    assert data["comparison"]["baseline_runs"] == 10 and data["comparison"]["regressions"]
+    assert main([*gate, "--baseline", *like[:9], str(variant("other-build-10", numpy_build="0.0.0"))]) == 4
     assert main([*gate, "--baseline", *like[:2]]) == 4
     single = ["bench", "--from-run", str(json_path), "--out", str(tmp_path / "gate")]
     assert main([*single, "--baseline", str(variant("faster-single", scale=1 / 1.3))]) == 0  # undecided
