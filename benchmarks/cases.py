@@ -149,7 +149,10 @@ def build_cases(
     masks: Sequence[str] = MASKS,
     passes: Sequence[str] = ("forward",),
 ) -> list[Case]:
-    """Every (impl, dtype, n, mask, pass) combination: ``sizes`` for all, ``big_sizes`` for ``big_impls``.
+    """Every (impl, dtype, n, mask, pass) combination: ``sizes`` for all, ``big_sizes`` for ``big_impls``'s forward.
+
+    The big sizes measure how the forward's peak memory grows with n (``report.memory_exponent``); a backward there
+    would add nothing to that and, through NumPy's tile loops, take minutes a round.
 
     Ordered by implementation, then pass, then dtype, then n, then full before causal. ValueError naming the
     argument for a mask or pass that does not exist.
@@ -160,8 +163,9 @@ def build_cases(
             raise ValueError(f"{name}: expected one or more of {', '.join(known)}, got {', '.join(given) or 'none'}")
     cases = []
     for impl in impls:
-        ns = sorted(set(sizes) | (set(big_sizes) if impl in big_impls else set()))
         for pass_ in (p for p in PASSES if p in passes):
+            big = set(big_sizes) if impl in big_impls and pass_ == "forward" else set()
+            ns = sorted(set(sizes) | big)
             for dtype in dtypes:
                 for n in ns:
                     cases += [Case(impl, dtype, n, mask == "causal", pass_) for mask in MASKS if mask in masks]
