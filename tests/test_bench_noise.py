@@ -77,6 +77,19 @@ def test_summarise_counts_flagged_runs_per_kind():
     assert slow["median_change"] == pytest.approx(np.median([-0.17, -0.085, -0.16, -0.08]))
 
 
+#: Eight unchanged runs' changes of two cases: "a" calm (+-1%), "b" noisy (+-10%).
+EIGHT_UNCHANGED = [
+    (0.01, 0.1),
+    (-0.01, -0.1),
+    (0.0, 0.05),
+    (0.01, -0.05),
+    (-0.01, 0.0),
+    (0.0, 0.1),
+    (0.0, -0.1),
+    (0.01, 0.0),
+]
+
+
 def _measured(changes_by_kind, cases=("a", "b")):
     """Stored runs: for each kind (extra work), one run per list of changes, case by case; repeats count up."""
     runs = []
@@ -96,17 +109,8 @@ def _measured(changes_by_kind, cases=("a", "b")):
 
 
 def test_cross_validated_judges_each_run_by_the_other_fold():
-    # Case "a" is calm (+-1%), case "b" noisy (+-10%) in the unchanged runs; the slowed runs drop both by 30%.
-    unchanged = [
-        (0.01, 0.1),
-        (-0.01, -0.1),
-        (0.0, 0.05),
-        (0.01, -0.05),
-        (-0.01, 0.0),
-        (0.0, 0.1),
-        (0.0, -0.1),
-        (0.01, 0.0),
-    ]
+    # The slowed runs drop both cases by 30%.
+    unchanged = EIGHT_UNCHANGED
     slowed_runs = [(-0.3, -0.3)] * 8
     cv = noise.cross_validated(_measured({0.0: unchanged, 0.2: slowed_runs}))
     unchanged_row, slowed_row = cv["rows"]
@@ -120,16 +124,7 @@ def test_cross_validated_judges_each_run_by_the_other_fold():
 
 
 def test_cross_validated_flags_a_run_below_a_calm_cases_bound():
-    unchanged = [
-        (0.01, 0.1),
-        (-0.01, -0.1),
-        (0.0, 0.05),
-        (0.01, -0.05),
-        (-0.01, 0.0),
-        (0.0, 0.1),
-        (-0.3, 0.0),
-        (0.01, 0.0),
-    ]
+    unchanged = [*EIGHT_UNCHANGED[:6], (-0.3, 0.0), EIGHT_UNCHANGED[7]]
     row = noise.cross_validated(_measured({0.0: unchanged}))["rows"][0]
     assert row["flagged"] == 1  # the seventh run's case "a" fell 30%
 
@@ -147,17 +142,17 @@ def test_spread_by_case_sets_rounds_beside_runs():
     assert (b["runs"], b["flagged"]) == (4, 1)
 
 
-def test_report_states_both_gates_rates(monkeypatch, tmp_path):
-    unchanged = [(0.01, 0.1), (-0.01, -0.1), (0.0, 0.05), (0.01, -0.25), (-0.01, 0.0), (0.0, 0.1)]
-    measured = _measured({0.0: unchanged, 0.2: [(-0.3, -0.3)] * 6})
-    measured["settings"].update(spec=noise.DEFAULT_SPEC, repeats=6, **noise.DEFAULT_CASES)
+def _report(monkeypatch, tmp_path, unchanged, slowed_runs):
+    """``aiayn bench-noise``'s report written from these stored runs (no timing): its Markdown and its JSON."""
+    measured = _measured({0.0: unchanged, 0.2: slowed_runs})
+    measured["settings"].update(spec=noise.DEFAULT_SPEC, repeats=len(unchanged), **noise.DEFAULT_CASES)
     measured["baseline"] = {"cpu_model": "test CPU", "cpu_count": 2}
     measured["baseline_samples"] = {"a": [1.0, 1.1, 0.9], "b": [1.0, 1.2, 0.8]}
     monkeypatch.setattr(noise, "measure", lambda settings, work: measured)
     args = noise.argparse.Namespace(
         out=str(tmp_path),
         force=True,
-        repeats=6,
+        repeats=len(unchanged),
         slowdowns="0.2",
         spec=noise.DEFAULT_SPEC,
         work=tmp_path / "w",
@@ -165,24 +160,21 @@ def test_report_states_both_gates_rates(monkeypatch, tmp_path):
     )
     assert noise.run(args) == 0
     text = (tmp_path / "benchmarks-noise.md").read_text(encoding="utf-8")
+    return text, json.loads((tmp_path / "benchmarks-noise.json").read_text(encoding="utf-8"))
+
+
+def test_report_states_both_gates_rates(monkeypatch, tmp_path):
+    unchanged = [(0.01, 0.1), (-0.01, -0.1), (0.0, 0.05), (0.01, -0.25), (-0.01, 0.0), (0.0, 0.1)]
+    text, data = _report(monkeypatch, tmp_path, unchanged, [(-0.3, -0.3)] * 6)
     assert "1 of 6 runs of the unchanged code flagged" in text  # the asv rule: the run with "b" at -25%
     assert "A gate with the run as its unit" in text and "Where the false regressions come from" in text
-    data = json.loads((tmp_path / "benchmarks-noise.json").read_text(encoding="utf-8"))
     assert data["run_level_gate"]["rows"][1]["rate"] == 1.0
     assert [r["case"] for r in data["spread_by_case"]] == ["a", "b"]
+    assert data["run_level_gate_small"] is None  # 3 runs per fold: no K = 5 column
 
 
 def test_cross_validated_with_k_learns_from_the_first_k_runs_of_the_other_fold():
-    unchanged = [
-        (0.01, 0.1),
-        (-0.01, -0.1),
-        (0.0, 0.05),
-        (0.01, -0.05),
-        (-0.01, 0.0),
-        (0.0, 0.1),
-        (0.0, -0.1),
-        (0.02, 0.0),
-    ]
+    unchanged = EIGHT_UNCHANGED
     cv = noise.cross_validated(_measured({0.0: unchanged}), k=3)
     assert [b["training_runs"] for b in cv["bounds"]] == [3, 3] and cv["k"] == 3
     assert cv["bounds"][1]["bounds"]["a"] == pytest.approx(verdict.run_level_bound([0.01, 0.0, -0.01], cases=2))
@@ -191,22 +183,6 @@ def test_cross_validated_with_k_learns_from_the_first_k_runs_of_the_other_fold()
 
 def test_report_with_a_small_baseline_column(monkeypatch, tmp_path):
     unchanged = [(0.01 * (i % 3 - 1), 0.02 * (i % 5 - 2)) for i in range(12)]
-    measured = _measured({0.0: unchanged, 0.2: [(-0.3, -0.3)] * 12})
-    measured["settings"].update(spec=noise.DEFAULT_SPEC, repeats=12, **noise.DEFAULT_CASES)
-    measured["baseline"] = {"cpu_model": "test CPU", "cpu_count": 2}
-    measured["baseline_samples"] = {"a": [1.0, 1.1, 0.9], "b": [1.0, 1.2, 0.8]}
-    monkeypatch.setattr(noise, "measure", lambda settings, work: measured)
-    args = noise.argparse.Namespace(
-        out=str(tmp_path),
-        force=True,
-        repeats=12,
-        slowdowns="0.2",
-        spec=noise.DEFAULT_SPEC,
-        work=tmp_path / "w",
-        **noise.DEFAULT_CASES,
-    )
-    assert noise.run(args) == 0
-    text = (tmp_path / "benchmarks-noise.md").read_text(encoding="utf-8")
+    text, data = _report(monkeypatch, tmp_path, unchanged, [(-0.3, -0.3)] * 12)
     assert f"K = 6 runs | K = {noise.SMALL_K} runs" in text
-    data = json.loads((tmp_path / "benchmarks-noise.json").read_text(encoding="utf-8"))
     assert data["run_level_gate_small"]["k"] == noise.SMALL_K
