@@ -26,6 +26,11 @@ is stochastically larger than the other", Ann. Math. Statist. 18(1), 50-60. Exac
 distribution when the pooled sample has no ties and both sizes are at most ``EXACT_MAX_SIZE``;
 otherwise the normal approximation with continuity correction and tie-corrected variance.
 
+Against K >= 3 baseline runs the unit is the run instead of the round (:func:`compare_case_runs`): the rounds
+of one run share that run's state of a shared machine, and two runs of unchanged code can differ by more than
+the rank test on rounds allows. A case then regressed when its median fell below the normal prediction bound of
+the K runs' medians, at ``alpha`` shared among the cases, and beyond the factor (:func:`run_level_bound`).
+
 Pure computation: no timing and no I/O; the same inputs always give the same verdicts.
 """
 
