@@ -456,11 +456,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise UsageError("--cuda: runs the built-in CUDA cases; give no SPEC and no --baseline with it")
     baselines = []
     if args.baseline is not None:
-        if len(args.baseline) == 2:
-            raise UsageError(
-                "--baseline: expected one stored run (the rank test on its rounds) or at least 3 (the run-level "
-                "bound from their medians), got 2"
-            )
+        compare.check_baseline_count(len(args.baseline))  # before the measurement, not after it
         for path in args.baseline:
             _check_run_json(path, "--baseline")
             baselines.append(compare.load_baseline(path))
@@ -526,9 +522,7 @@ def _bench(args: argparse.Namespace) -> int:
     if same:
         note = f"Baseline {', '.join(same)} is this very run: nothing to compare."
     elif baselines:
-        comparison = compare.compare_runs(
-            baselines if len(baselines) > 1 else baselines[0], run, factor=args.factor, alpha=args.alpha
-        )
+        comparison = compare.compare_runs(baselines, run, factor=args.factor, alpha=args.alpha)
         note = (
             "Baseline: "
             + "; ".join(f"{path}, run of {b.get('datetime', 'n/a')}" for path, b in zip(args.baseline, baselines))

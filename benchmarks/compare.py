@@ -33,6 +33,7 @@ __all__ = [
     "FIGURES",
     "RunComparison",
     "case_figures",
+    "check_baseline_count",
     "case_samples",
     "compare_runs",
     "environment",
@@ -157,6 +158,16 @@ class RunComparison:
         return V.exit_status(self.cases, self.incompatible)
 
 
+def check_baseline_count(count: int) -> None:
+    """UsageError unless ``count`` baseline runs name a rule: 1 (the rank test on rounds) or at least 3 (the run
+    as the unit; two runs cannot estimate a spread worth a bound)."""
+    if count == 2 or count < 1:
+        raise UsageError(
+            "--baseline: expected one stored run (the rank test on its rounds) or at least 3 (the run-level "
+            f"bound from their medians), got {count}"
+        )
+
+
 def compare_runs(
     baseline: dict[str, Any] | list[dict[str, Any]],
     current: dict[str, Any],
@@ -168,11 +179,7 @@ def compare_runs(
     two runs' per-round samples of ``figure``, :func:`verdict.compare_case`) or a list of K >= 3 (the run-level
     bound, :func:`verdict.compare_case_runs`). Every baseline run must be comparable with ``current``."""
     baselines = baseline if isinstance(baseline, list) else [baseline]
-    if len(baselines) == 2 or not baselines:
-        raise UsageError(
-            f"--baseline: expected one stored run (the rank test on its rounds) or at least 3 (the run-level "
-            f"bound), got {len(baselines)}"
-        )
+    check_baseline_count(len(baselines))
     cur = case_samples(current, figure)
     bases = [case_samples(b, figure) for b in baselines]
     reasons = [V.incompatible(environment(b), environment(current)) for b in baselines]
