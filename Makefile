@@ -62,7 +62,8 @@ reproduce-bleu: $(STAMP)
 reproduce-gpu: $(STAMP)
 	bash scripts/reproduce-gpu.sh
 
-# Attention benchmarks, one thread, against the stored baseline -> reports/benchmarks.* (exit 1 on a
+# Attention benchmarks, one thread, against the stored baseline -> reports/benchmarks.*, about 45 minutes on a
+# quiet 2-core machine (180 attention cases, forward and backward, then the NumPy stages and training) (exit 1 on a
 # regression, 4 for a baseline from another machine kind or library build: BENCH_BASELINE=FILE, or
 # record your own with aiayn bench --save FILE)
 BENCH_BASELINE ?= benchmarks/baseline/benchmarks-baseline.json

@@ -223,7 +223,8 @@ def format_comparison(result: RunComparison) -> list[str]:
         lines.append(f"only in this run (not in the baseline): {', '.join(result.cases.only_current)}")
     if result.one_round:
         lines.append(
-            f"{len(result.one_round)} case(s) of the baseline kept only their best round (an older record): undecided"
+            f"{len(result.one_round)} case(s) of the baseline kept only their best round (an older record): "
+            f"a drop beyond the factor there is undecided (one round cannot reach p < {result.alpha:g})"
         )
     if result.cases.regressions:
         lines.append(summary(result) + ":")

@@ -490,62 +490,79 @@ def _diagnosis(bounds: list[dict[str, Any]], targets: dict[str, Any]) -> list[st
 # the figure
 
 
+# The passes drawn, each as a throughput row and a memory row; the backward alone is in the table only
+# (forward+backward contains it, counted as FlashAttention counts it).
+PLOTTED_PASSES = ("forward", "forward+backward")
+
+
 def _plot(rows: list[dict[str, Any]], run: dict[str, Any], path: Path) -> Path:
-    """GFLOP/s (top) and peak memory (bottom) against n, one column per dtype, one colour per implementation."""
+    """GFLOP/s and peak memory against n for each plotted pass present (one row each), one column per dtype,
+    one colour per implementation."""
     plt = pyplot()
+    present = {r["pass_"] for r in rows}
+    passes = [p for p in PLOTTED_PASSES if p in present] or sorted(present)  # a backward-only run: its own rows
+    rows = [r for r in rows if r["pass_"] in passes]
     dtypes = sorted({r["dtype"] for r in rows})
     impls = sorted({r["impl"] for r in rows})
     sizes = sorted({r["n"] for r in rows})
     colors = {impl: f"C{i}" for i, impl in enumerate(impls)}
     threads = run.get("aiayn", {}).get("threads", "?")
+    n_rows = 2 * len(passes)
     with figure_style():
-        fig, axes = plt.subplots(2, len(dtypes), figsize=(6 * len(dtypes), 9.5), squeeze=False)
-        for col, dtype in enumerate(dtypes):
-            top, bottom = axes[0][col], axes[1][col]
-            for impl in impls:
-                for causal, style in ((False, "-"), (True, "--")):
-                    pts = sorted(
-                        (r["n"], r["gflops_useful"], r.get("peak_bytes"))
-                        for r in rows
-                        if r["impl"] == impl and r["dtype"] == dtype and r["causal"] == causal
-                    )
-                    label = f"{impl}, {'causal (useful flops)' if causal else 'no mask'}"
-                    top.plot(
-                        [p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=colors[impl], label=label
-                    )
-                    mem = [(p[0], p[2] / MIB) for p in pts if p[2]]
-                    bottom.plot([m[0] for m in mem], [m[1] for m in mem], style, marker="o", color=colors[impl])
-            for library, ls in (("numpy", ":"), ("torch", "-.")):
-                c = _ceiling_of(run, library, dtype)
-                if c:
-                    top.axhline(c["gflops"], linestyle=ls, color="black", linewidth=1, label=f"{library} GEMM ceiling")
-                    top.annotate(
-                        f"{library} GEMM {c['gflops']:.0f}",
-                        (sizes[0], c["gflops"]),
-                        textcoords="offset points",
-                        xytext=(0, 3) if library == "numpy" else (0, -10),
-                        fontsize=8,
-                    )
-            top.set(
-                xscale="log",
-                title=f"Eq. (1), {dtype}, B=1 h=8 d=64, {threads} thread(s)",
-                xlabel="n",
-                ylabel="GFLOP/s (4 n^2 d per head; causal: useful pairs)",
-            )
-            bottom.set(
-                xscale="log",
-                yscale="log",
-                title=f"peak memory per call beyond the inputs, {dtype}",
-                xlabel="n",
-                ylabel="MiB",
-            )
-            for ax in (top, bottom):
-                ax.set_xticks(sizes, labels=[str(n) for n in sizes])
-                ax.minorticks_off()
-            top.set_ylim(bottom=0)
+        fig, axes = plt.subplots(n_rows, len(dtypes), figsize=(6 * len(dtypes), 4.5 * n_rows + 0.5), squeeze=False)
+        for k, pass_ in enumerate(passes):
+            for col, dtype in enumerate(dtypes):
+                top, bottom = axes[2 * k][col], axes[2 * k + 1][col]
+                for impl in impls:
+                    for causal, style in ((False, "-"), (True, "--")):
+                        pts = sorted(
+                            (r["n"], r["gflops_useful"], r.get("peak_bytes"))
+                            for r in rows
+                            if r["impl"] == impl
+                            and r["dtype"] == dtype
+                            and r["causal"] == causal
+                            and r["pass_"] == pass_
+                        )
+                        label = f"{impl}, {'causal (useful flops)' if causal else 'no mask'}"
+                        top.plot(
+                            [p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=colors[impl], label=label
+                        )
+                        mem = [(p[0], p[2] / MIB) for p in pts if p[2]]
+                        bottom.plot([m[0] for m in mem], [m[1] for m in mem], style, marker="o", color=colors[impl])
+                for library, ls in (("numpy", ":"), ("torch", "-.")):
+                    c = _ceiling_of(run, library, dtype)
+                    if c:
+                        top.axhline(
+                            c["gflops"], linestyle=ls, color="black", linewidth=1, label=f"{library} GEMM ceiling"
+                        )
+                        top.annotate(
+                            f"{library} GEMM {c['gflops']:.0f}",
+                            (sizes[0], c["gflops"]),
+                            textcoords="offset points",
+                            xytext=(0, 3) if library == "numpy" else (0, -10),
+                            fontsize=8,
+                        )
+                counted = ("" if PASSES[pass_] == 1 else f"{PASSES[pass_]:g} x ") + "4 n^2 d per head"
+                top.set(
+                    xscale="log",
+                    title=f"Eq. (1) {pass_}, {dtype}, B=1 h=8 d=64, {threads} thread(s)",
+                    xlabel="n",
+                    ylabel=f"GFLOP/s ({counted}; causal: useful pairs)",
+                )
+                bottom.set(
+                    xscale="log",
+                    yscale="log",
+                    title=f"{pass_}: peak memory per call beyond the inputs, {dtype}",
+                    xlabel="n",
+                    ylabel="MiB",
+                )
+                for ax in (top, bottom):
+                    ax.set_xticks(sizes, labels=[str(n) for n in sizes])
+                    ax.minorticks_off()
+                top.set_ylim(bottom=0)
         handles, labels = axes[0][0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
-        fig.tight_layout(rect=(0, 0.1, 1, 1))
+        fig.tight_layout(rect=(0, 0.9 / (4.5 * n_rows + 0.5), 1, 1))
         return save_png(fig, path)
 
 
@@ -807,6 +824,6 @@ def write(
     report, rows = build_report(run, comparison, baseline_note)
     report.scope = Scope(label="smoke cases" if smoke else "full cases", size=float(len(rows)), full=not smoke)
     paths = write_report(Path(out), report, stem, force=force)
-    paths.append(_plot([r for r in rows if r["pass_"] == "forward"], run, paths[0].with_suffix(".png")))
+    paths.append(_plot(rows, run, paths[0].with_suffix(".png")))
     print(report.verdict)
     return paths

@@ -375,3 +375,23 @@ def test_report_of_a_stored_run_keeps_the_stem_it_was_measured_under() -> None:
     assert _bench_stem(args("baseline.json"), spec_run) == "bench-mypkg.attn-Impl_numpy"
     assert _bench_stem(args("baseline.json", specs=("torch",)), spec_run) == "bench-torch"  # SPEC given: its name
     assert _bench_stem(args("baseline.json"), {"benchmarks": [], "aiayn": {}}) == "benchmarks"
+
+
+def test_plot_draws_each_pass_it_has(tmp_path: Path) -> None:
+    """The figure has a throughput row and a memory row per drawn pass (forward, forward+backward) of the stored
+    run, and a run of the backward alone still gets its own rows rather than an empty figure."""
+    from matplotlib.image import imread
+
+    from aiayn.benchmarks.report import _plot, build_report
+
+    run = compare.load_run(BASELINE)
+    _, rows = build_report(run)
+    assert {r["pass_"] for r in rows} == set(C.PASSES), "the stored baseline should hold every pass"
+    heights = {}
+    for name, passes in (("all", set(C.PASSES)), ("forward", {"forward"}), ("backward", {"backward"})):
+        path = _plot([r for r in rows if r["pass_"] in passes], run, tmp_path / f"{name}.png")
+        heights[name] = imread(path).shape[0]
+    # Two drawn passes (forward, forward+backward) against one: twice the rows, so (4 x 4.5 + 0.5) / (2 x 4.5 + 0.5)
+    # inches of height; the backward alone gets the one-pass figure.
+    assert heights["backward"] == heights["forward"], heights
+    assert heights["all"] / heights["forward"] == pytest.approx(18.5 / 9.5, rel=0.01), heights
