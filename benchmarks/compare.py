@@ -221,6 +221,10 @@ def format_comparison(result: RunComparison) -> list[str]:
         lines.append(f"only in the baseline (not run now): {', '.join(result.cases.only_baseline)}")
     if result.cases.only_current:
         lines.append(f"only in this run (not in the baseline): {', '.join(result.cases.only_current)}")
+    if result.cases.in_some_baselines:
+        lines.append(
+            "not compared, missing from some of the baseline runs: " + ", ".join(result.cases.in_some_baselines)
+        )
     if result.one_round:
         lines.append(
             f"{len(result.one_round)} case(s) of the baseline kept only their best round (an older record): "

@@ -795,6 +795,7 @@ def build_report(
             "verdicts": [asdict(v) for v in comparison.cases.verdicts],
             "only_baseline": list(comparison.cases.only_baseline),
             "only_current": list(comparison.cases.only_current),
+            "in_some_baselines": list(comparison.cases.in_some_baselines),
             "regressions": [v.case for v in comparison.cases.regressions],
         },
         run={

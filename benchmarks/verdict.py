@@ -252,11 +252,16 @@ def compare_case(
 
 @dataclass(frozen=True)
 class Comparison:
-    """Verdicts on the cases both runs measured (sorted by case), and the cases only one run has."""
+    """Verdicts on the cases both runs measured (sorted by case), and the cases only one run has.
+
+    With several baseline runs: ``only_baseline`` are cases some baseline run has and the current run lacks,
+    ``only_current`` cases no baseline run has, and ``in_some_baselines`` cases the current run has but only some
+    of the baseline runs (no bound: not compared)."""
 
     verdicts: tuple[CaseVerdict, ...]
     only_baseline: tuple[str, ...]
     only_current: tuple[str, ...]
+    in_some_baselines: tuple[str, ...] = ()
 
     @property
     def regressions(self) -> tuple[CaseVerdict, ...]:
@@ -465,7 +470,8 @@ def compare_runs_samples(
     alpha: float = DEFAULT_ALPHA,
 ) -> Comparison:
     """:func:`compare_case_runs` on every case in all K >= 3 baseline runs and the current run (Bonferroni over
-    those cases); a case missing from some baseline run or from the current run is listed, not dropped."""
+    those cases); a case missing from some baseline run or from the current run is listed, not dropped
+    (:class:`Comparison` says in which list)."""
     _check_thresholds(factor, alpha)
     if len(baselines) < 3:
         raise ValueError(f"baselines: expected at least 3 baseline runs for a run-level verdict, got {len(baselines)}")
@@ -480,6 +486,7 @@ def compare_runs_samples(
     )
     return Comparison(
         verdicts=verdicts,
-        only_baseline=tuple(sorted(in_any - set(common))),
-        only_current=tuple(sorted(current.keys() - in_every)),
+        only_baseline=tuple(sorted(in_any - current.keys())),
+        only_current=tuple(sorted(current.keys() - in_any)),
+        in_some_baselines=tuple(sorted((in_any - in_every) & current.keys())),
     )

@@ -414,9 +414,10 @@ def test_compare_case_runs_rejects_bad_baselines(medians, match):
 
 
 def test_compare_runs_samples_lists_cases_some_run_lacks():
-    bases = [{"a": [1.0], "b": [1.0]}, {"a": [1.0], "b": [1.0]}, {"a": [1.0]}]
-    result = verdict.compare_runs_samples(bases, {"a": [1.0], "c": [1.0]})
+    # a: everywhere; b: some baseline runs, not now; c: now only; d: now and in some baseline runs.
+    bases = [{"a": [1.0], "b": [1.0], "d": [1.0]}, {"a": [1.0], "b": [1.0]}, {"a": [1.0], "d": [1.0]}]
+    result = verdict.compare_runs_samples(bases, {"a": [1.0], "c": [1.0], "d": [1.0]})
     assert [v.case for v in result.verdicts] == ["a"]
-    assert (result.only_baseline, result.only_current) == (("b",), ("c",))
+    assert (result.only_baseline, result.only_current, result.in_some_baselines) == (("b",), ("c",), ("d",))
     with pytest.raises(ValueError, match="at least 3"):
         verdict.compare_runs_samples(bases[:2], {"a": [1.0]})

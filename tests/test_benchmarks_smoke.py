@@ -299,6 +299,9 @@ def test_compare_with_several_baseline_runs_takes_the_run_as_the_unit() -> None:
     assert [v.case for v in result.cases.regressions] == ["a"]
     assert result.baseline_runs == 5 and "prediction bound of 5 baseline runs" in result.rule
     assert "geometric mean of 5 runs" in "\n".join(compare.format_comparison(result))
+    partial = compare.compare_runs([*bases[:2], _run_with({"a": steady})], _run_with({"a": steady, "b": steady}))
+    assert [v.case for v in partial.cases.verdicts] == ["a"]
+    assert "not compared, missing from some of the baseline runs: b" in compare.format_comparison(partial)
     single = compare.compare_runs(bases[2], _run_with({"a": times(1.0), "b": times(1.12)}))
     assert [v.case for v in single.cases.regressions] == ["b"]
     other = compare.compare_runs([*bases[:2], _run_with({"a": steady}, threads=2)], _run_with({"a": steady}))
