@@ -22,6 +22,7 @@ runs' medians (:func:`aiayn.benchmarks.verdict.compare_case_runs`).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,8 @@ __all__ = [
     "FIGURES",
     "RunComparison",
     "case_figures",
-    "check_baseline_count",
     "case_samples",
+    "check_baseline_count",
     "compare_runs",
     "environment",
     "format_comparison",
@@ -169,16 +170,15 @@ def check_baseline_count(count: int) -> None:
 
 
 def compare_runs(
-    baseline: dict[str, Any] | list[dict[str, Any]],
+    baselines: Sequence[dict[str, Any]],
     current: dict[str, Any],
     figure: str = "ratio_full",
     factor: float = V.DEFAULT_FACTOR,
     alpha: float = V.DEFAULT_ALPHA,
 ) -> RunComparison:
-    """The verdict on every common case of ``current`` against ``baseline``: one stored run (the rank test on the
-    two runs' per-round samples of ``figure``, :func:`verdict.compare_case`) or a list of K >= 3 (the run-level
-    bound, :func:`verdict.compare_case_runs`). Every baseline run must be comparable with ``current``."""
-    baselines = baseline if isinstance(baseline, list) else [baseline]
+    """The verdict on every common case of ``current`` against ``baselines``: one stored run (the rank test on the
+    two runs' per-round samples of ``figure``, :func:`verdict.compare_case`) or K >= 3 (the run-level bound,
+    :func:`verdict.compare_case_runs`). Every baseline run must be comparable with ``current``."""
     check_baseline_count(len(baselines))
     cur = case_samples(current, figure)
     bases = [case_samples(b, figure) for b in baselines]

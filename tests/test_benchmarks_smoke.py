@@ -262,20 +262,20 @@ def test_compare_flags_a_slower_case_and_not_a_steady_one() -> None:
             "new": steady,
         }
     )
-    result = compare.compare_runs(base, cur)
+    result = compare.compare_runs([base], cur)
     assert [v.case for v in result.cases.regressions] == ["slow"]
     assert result.exit_status == 1 and result.incompatible is None
     assert (result.cases.only_baseline, result.cases.only_current) == (("gone",), ("new",))
     text = "\n".join(compare.format_comparison(result))
     assert "REGRESSED" in text and "1 of 4 cases regressed" in text and "slow" in text
-    assert compare.compare_runs(base, base).exit_status == 0
+    assert compare.compare_runs([base], base).exit_status == 0
 
 
 def test_compare_refuses_another_thread_count_or_library_build() -> None:
     one = {"a": [0.1] * 10}
-    threads = compare.compare_runs(_run_with(one, threads=1), _run_with(one, threads=2))
+    threads = compare.compare_runs([_run_with(one, threads=1)], _run_with(one, threads=2))
     assert threads.exit_status == 4 and "thread count" in threads.incompatible
-    build = compare.compare_runs(_run_with(one), _run_with(one, libraries={"numpy": "2.5.0"}))
+    build = compare.compare_runs([_run_with(one)], _run_with(one, libraries={"numpy": "2.5.0"}))
     assert build.exit_status == 4 and "numpy 2.4.6 vs numpy 2.5.0" in build.incompatible
     assert compare.format_comparison(build)[0].startswith("not compared: baseline from another library build")
 
@@ -302,7 +302,7 @@ def test_compare_with_several_baseline_runs_takes_the_run_as_the_unit() -> None:
     partial = compare.compare_runs([*bases[:2], _run_with({"a": steady})], _run_with({"a": steady, "b": steady}))
     assert [v.case for v in partial.cases.verdicts] == ["a"]
     assert "not compared, missing from some of the baseline runs: b" in compare.format_comparison(partial)
-    single = compare.compare_runs(bases[2], _run_with({"a": times(1.0), "b": times(1.12)}))
+    single = compare.compare_runs([bases[2]], _run_with({"a": times(1.0), "b": times(1.12)}))
     assert [v.case for v in single.cases.regressions] == ["b"]
     other = compare.compare_runs([*bases[:2], _run_with({"a": steady}, threads=2)], _run_with({"a": steady}))
     assert other.exit_status == 4 and other.incompatible.startswith("baseline run 3: baseline ran with another thread")
