@@ -26,7 +26,7 @@ from typing import Any
 
 from aiayn.reference.model import flatten_params
 
-__all__ = ["NotProvided", "SHARED", "vjp"]
+__all__ = ["NotProvided", "SHARED", "own_vjp", "vjp"]
 
 #: Joins the names of arguments that were one array (self-attention's query, key and value): autograd gives that
 #: array one gradient, the sum over its uses, and the suite compares it with the sum of the oracle's.
@@ -45,14 +45,20 @@ def _library(natives: Sequence[Any]) -> str | None:
     return None
 
 
+def own_vjp(impl: Any) -> Any:
+    """The implementation's own ``vjp`` method, or None where it has none (its gradients then come from autograd)."""
+    own = getattr(impl, "vjp", None)
+    return own if callable(own) else None
+
+
 def vjp(case: Any, names: Sequence[str], natives: Sequence[Any], d_out: Any) -> dict[str, Any]:
     """The implementation's gradients of equation ``case.equation`` at ``natives`` (named ``names``) for the
     cotangent ``d_out``, by argument name (a mapping argument by its keys, a composite's nested layout by dotted
     path: "self_attn.w_q", "encoder.0.ffn.w1"; the names of one array passed under several, joined by
     :data:`SHARED`); raises :class:`NotProvided` where it gives none."""
     __tracebackhide__ = True
-    own = getattr(case.impl, "vjp", None)
-    if callable(own):
+    own = own_vjp(case.impl)
+    if own is not None:
         what = f"{case.impl.name}.vjp({case.equation!r}, ...)"
 
         def call() -> Any:

@@ -545,6 +545,7 @@ def pytest_runtest_call(item: pytest.Item):
             "spec": _spec_of(params.get("impl"), item.config) or "-",
             "dtype": params.get("dtype", "-"),
             "test": getattr(item, "originalname", item.name),
+            "direction": item.get_closest_marker(_MARK).kwargs.get("direction", "forward"),
         }
     )
     token = harness.current_stats().set(stats)
@@ -676,6 +677,7 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
     crashed = TestResult(
         spec=record.get("spec", "-"),
         equation=record.get("equation", "-"),
+        direction=_crash_direction(record),
         dtype=record.get("dtype", "-"),
         test=record.get("test", crashitem),
         outcome=Outcome.FAILED,
@@ -685,6 +687,17 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
         replay=replay,
     )
     report.user_properties.append(("aiayn", crashed.to_dict()))
+
+
+def _crash_direction(record: dict[str, Any]) -> str:
+    """The direction of the test a worker died in, as its record names it (``pytest_runtest_call`` writes it before
+    the test starts): a hang in ``beam_search`` is a failure of the decode row, not of the forward one."""
+    from aiayn.conformance.equations import BACKWARD, DECODE, FORWARD
+
+    direction = record.get("direction")
+    # a record without one was written by no test of this run's plugin (pytest_runtest_call writes every record):
+    # the crash stays a failure, filed under the equation's forward row, the row every equation has
+    return direction if direction in (BACKWARD, DECODE, FORWARD) else FORWARD
 
 
 def _crash_message(record: dict[str, Any]) -> tuple[str, str | None]:
@@ -852,8 +865,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             mine = [r for r in from_run if r.spec == spec]
             rows = [Row.from_dict(r) for r in report.build(entry, mine, run_info(config))["rows"]]
             run.inconclusive += [
-                f"{entry.name}: {r.section} [{r.dtype}]: {r.not_checked:,} of {r.checked + r.not_checked:,} "
-                f"elements not checked (stated maximum {100 * r.max_unchecked:g}%)"
+                f"{entry.name}: {r.section} [{r.dtype}]: "
+                + (
+                    f"{r.not_checked:,} of {r.checked + r.not_checked:,} elements not checked (stated maximum "
+                    f"{100 * r.max_unchecked:g}%)"
+                    if r.checked + r.not_checked
+                    else f"its tests ({', '.join(r.tests)}) passed without comparing a single element"
+                )
                 for r in rows
                 if r.status is Status.INCONCLUSIVE
             ]

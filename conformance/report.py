@@ -91,8 +91,10 @@ def _row(equation: str, dtype: str, results: list[TestResult], impl: Any, direct
         row.status = inconclusive
     elif deviations:
         row.status = Status.KNOWN_DEVIATION
-    elif ran:
+    elif any(r.outcome is Outcome.PASSED and (r.checked or r.exact or r.unchecked) for r in ran):
         row.status = Status.PASS if scope == "full domain" else Status.PASS_WITHIN_SCOPE
+    elif ran:  # its tests ran and passed, but none compared an element: nothing was checked, never a pass
+        row.status = inconclusive
     elif out_of_scope:
         row.status = Status.OUT_OF_SCOPE
     else:

@@ -38,7 +38,9 @@ def _rounding_cases(dtype: str) -> np.ndarray:
         [
             1 + one_ulp / 2,  # tie, rounds down to the even 1
             1 + 3 * one_ulp / 2,  # tie, rounds up to the even 1 + 2 ulp
-            1 + one_ulp / 2 + 2.0**-60,  # just above the tie: up
+            # just above the tie, by one float64 ulp: up; a cast through float32 (p = 24) first lands on the tie
+            # for every narrower dtype, then rounds it to the even neighbour below: "rounds twice"
+            np.nextafter(1 + one_ulp / 2, 2.0),
             -(1 + one_ulp / 4),
             prec.eta / 2,  # tie between 0 and the smallest subnormal: 0
             3 * prec.eta / 2,  # tie: to 2 eta (even)

@@ -3,7 +3,7 @@ recipe."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -144,6 +144,10 @@ def gradient_agreement(
     expected = {name: np.asarray(v, dtype=np.float64) for name, v in bw.oracle(a, g).items()}
     names = bw.gradient_names(a)
     budgets = bw.budget_at(a, g, expected, case.arithmetic)
+    given = {
+        k for name in r.arguments for k in (flatten_params(seen[name]) if isinstance(seen[name], dict) else [name])
+    }
+    _check_gradient_keys(case, grads, set(r.arguments) | given | ({"dtype"} if r.passes_dtype else set()))
     out: dict[str, tuple[np.ndarray, np.ndarray, Any]] = {}
     given_parts: dict[str, list[str]] = {}
     covered: set[str] = set()
@@ -167,10 +171,16 @@ def gradient_agreement(
             bound = bound + gamma(len(parts) - 1, u) * np.sum([np.abs(expected[p]) + budgets[p] for p in parts], axis=0)
         out[label] = (got, want, bound)
         given_parts[label] = parts
-    given = {
-        k for name in r.arguments for k in (flatten_params(seen[name]) if isinstance(seen[name], dict) else [name])
-    }
     missing = [f"d{name}" for name in names if name not in covered and name in given]
+    if not out:  # nothing to compare: never a pass
+        wanted = ", ".join(f"d{name}" for name in names if name in given)
+        if gradients.own_vjp(case.impl) is not None:
+            case.fail(
+                f"{case.impl.name}.vjp({case.equation!r}, ...) returned no gradient of {wanted} (keys: "
+                f"{sorted(grads)!r}); an equation it does not differentiate raises NotImplementedError "
+                "(the contract's vjp: implementations/protocol.py, Gradients)"
+            )
+        pytest.skip(f"not provided: no gradient of {wanted} reached (keys given: {sorted(grads)!r})")
     stats = current_stats().get()
     if missing and stats is not None:
         stats.notes.add(f"gradients not provided: {', '.join(missing)}")
@@ -181,6 +191,27 @@ def gradient_agreement(
         for label, (got, want, bound) in out.items():
             compare(case, got, want, bound, what=f"the gradient {label} disagrees with the oracle's VJP")
     return out
+
+
+def _check_gradient_keys(case: Case, grads: Mapping[Any, Any], arguments: set[str]) -> None:
+    """Every key of the implementation's gradients is a string that names arguments of the equation (joined by
+    ``gradients.SHARED`` for one array passed under several names): a key that names none fails, naming the
+    equation's argument names, rather than being passed over."""
+    from aiayn.conformance import gradients
+
+    for key in grads:
+        if not isinstance(key, str):
+            case.fail(
+                f"the gradients of {case.equation} have a key {key!r} of type {type(key).__name__}: expected an "
+                f"argument name (one of {', '.join(sorted(arguments))})"
+            )
+        unknown = [part for part in key.split(gradients.SHARED) if part not in arguments]
+        if unknown:
+            case.fail(
+                f"the gradients of {case.equation} have a key {key!r} that names no argument of it ("
+                f"{', '.join(repr(u) for u in unknown)}); its arguments: {', '.join(sorted(arguments))} "
+                f"(several joined by {gradients.SHARED!r} for one array passed under several names)"
+            )
 
 
 def gradient_check(equation: str, name: str | None = None) -> Callable[..., None]:

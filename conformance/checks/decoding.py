@@ -82,6 +82,12 @@ def _step(case: Case, tokens: Any, memory: Any, params: Any, h: int, cache: Any,
     out = case.call("decode_step", tokens, memory, params, h, cache, lengths)
     if not isinstance(out, tuple) or len(out) != 2:
         case.fail(f"decode_step returned {type(out).__name__}, expected a pair (logits, cache)")
+    if out[1] is None:
+        case.fail(
+            "decode_step returned None as its cache: the contract's decode_step returns the cache of the c + k "
+            "positions it has seen (None is what the suite passes for no positions yet; implementations/protocol.py, "
+            "Decoding)"
+        )
     got = case.numpy(out[0], "decode_step(...)[0]")
     if not isinstance(got, np.ndarray) or got.shape != want:
         case.fail(f"decode_step returned logits of shape {getattr(got, 'shape', None)}, expected {want}")
@@ -160,6 +166,11 @@ def reordered_cache_equals_the_reordered_prefixes(
         case, natives["tgt"], memory, natives["params"], num_heads, None, natives["src_lengths"], (b, s, vocab)
     )
     cache = case.call("reorder_cache", cache, case.native(index))
+    if cache is None:
+        case.fail(
+            "reorder_cache returned None: the contract's reorder_cache returns the cache of batch rows index "
+            "(implementations/protocol.py, Decoding); None is what the suite passes for no positions yet"
+        )
     kept = None if src_lengths is None else src_lengths[index]
     memory = case.call(
         "encode", case.native(src[index]), natives["params"], num_heads, None if kept is None else case.native(kept)
@@ -430,16 +441,44 @@ def _variant_path(
     return (scored, *_path(case, scored, seen, i, tokens, alpha, eos, rule, bos))
 
 
+def _is_id(value: Any) -> bool:
+    """A token id as the contract returns it: a Python or NumPy integer, never a bool (an int subclass), a float or
+    a string that would convert to one."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_real(value: Any) -> bool:
+    """A score as the contract returns it: a Python or NumPy real number, never a bool, a string or an array."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
 def _hypothesis(case: Case, item: Any, i: int, vocab: int, eos: int, limit: int) -> tuple[list[int], float]:
-    """One (tokens, score) pair of a beam search's answer, checked against the contract."""
+    """One (tokens, score) pair of a beam search's answer, checked against the contract by type before value: the
+    tokens a list (or tuple) of integer ids, the score a real number; nothing is converted into a passing answer."""
     if not isinstance(item, (list, tuple)) or len(item) != 2:
         case.fail(f"beam_search's answer for sentence {i} is {item!r}, expected a pair (tokens, score)")
     tokens, score = item
+    if not isinstance(tokens, (list, tuple)):
+        case.fail(
+            f"beam_search's tokens for sentence {i} are {type(tokens).__name__} {tokens!r}, expected a list of int ids"
+        )
+    wrong = [(j, t) for j, t in enumerate(tokens) if not _is_id(t)]
+    if wrong:
+        j, t = wrong[0]
+        case.fail(
+            f"beam_search's tokens for sentence {i} are {list(tokens)!r}: id {j} is {type(t).__name__} {t!r}, "
+            f"expected an int (Python or NumPy integer, not bool, float or str); {len(wrong)} such id(s)"
+        )
+    if not _is_real(score):
+        case.fail(
+            f"beam_search's score for sentence {i} is {type(score).__name__} {score!r}, expected a real number "
+            "(a Python or NumPy float or int, not bool, str or an array)"
+        )
+    tokens = [int(t) for t in tokens]  # every one an integer already (checked above): the same values as Python ints
     try:
-        tokens = [int(t) for t in tokens]
-        score = float(score)
-    except (TypeError, ValueError):
-        case.fail(f"beam_search's answer for sentence {i} is {item!r}: expected a list of int ids and a float score")
+        score = float(score)  # a real number already (checked above): float() only widens a NumPy scalar
+    except OverflowError:
+        case.fail(f"beam_search's score for sentence {i} is an int beyond the float range: {score!r}")
     if any(not 0 <= t < vocab for t in tokens) or eos in tokens[:-1] or not tokens or len(tokens) > limit:
         case.fail(
             f"beam_search's tokens for sentence {i} are {tokens}: expected 1 to {limit} ids in [0, {vocab}), "

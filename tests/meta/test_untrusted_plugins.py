@@ -1,0 +1,331 @@
+"""Everything a plug-in returns is judged by type before value, and nothing it returns is coerced into a pass.
+
+Each broken implementation below is the NumPy built-in with one answer of the contract made wrong the way a careless
+or hostile plug-in makes it: gradients keyed by no argument or by nothing at all, beam-search ids that are strings,
+floats or bools or lie outside the vocabulary, a score that is not a number, decoding results that are not the
+contract's pair, caches that are None, a process that ends (or hangs) inside a backward or decoding check. Every one
+ends in a failure (or "not provided" where the contract says so), never a pass; the end-to-end runs show the exit
+status and the row each failure is filed under.
+
+The implementations are loaded by the suite's subprocesses as ``test_untrusted_plugins:NAME`` (this folder on
+``PYTHONPATH``, ``_aiayn_check``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _aiayn_check import aiayn_check
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aiayn.conformance import fixed as F
+from aiayn.conformance import strategies as S
+from aiayn.conformance.checks import decoding as C
+from aiayn.conformance.checks import load_all
+from aiayn.conformance.harness import CHECKS, BrokenContract, ConformanceFailure
+from aiayn.conformance.report import _row
+from aiayn.conformance.results import Outcome, Status, TestResult
+from aiayn.implementations.numpy_impl import NumpyImplementation
+
+load_all()
+
+# --------------------------------------------------------------------------------------------
+# gradients: the implementation's own vjp
+
+
+class EmptyVjp(NumpyImplementation):
+    """A vjp that returns an empty mapping: it claims to differentiate and gives nothing."""
+
+    name = "empty-vjp"
+
+    def vjp(self, equation: str, args: list[Any], d_out: Any) -> dict[str, Any]:
+        return {}
+
+
+class MisnamedVjp(NumpyImplementation):
+    """A vjp whose keys carry a "d" prefix ("dq", "dk", "dv"): names of no argument."""
+
+    name = "misnamed-vjp"
+
+    def vjp(self, equation: str, args: list[Any], d_out: Any) -> dict[str, Any]:
+        return {f"d{k}": g for k, g in super().vjp(equation, args, d_out).items()}
+
+
+class IndexedVjp(NumpyImplementation):
+    """A vjp keyed by argument position (0, 1, 2) instead of name."""
+
+    name = "indexed-vjp"
+
+    def vjp(self, equation: str, args: list[Any], d_out: Any) -> dict[Any, Any]:
+        return dict(enumerate(super().vjp(equation, args, d_out).values()))
+
+
+class ListGradient(NumpyImplementation):
+    """A vjp whose gradients are nested Python lists, not native arrays."""
+
+    name = "list-gradient"
+
+    def vjp(self, equation: str, args: list[Any], d_out: Any) -> dict[str, Any]:
+        return {k: np.asarray(g).tolist() for k, g in super().vjp(equation, args, d_out).items()}
+
+
+class Float32GradientInFloat64(NumpyImplementation):
+    """A vjp whose gradients are float32 arrays in a float64 check."""
+
+    name = "float32-gradient"
+
+    def vjp(self, equation: str, args: list[Any], d_out: Any) -> dict[str, Any]:
+        return {k: np.asarray(g, np.float32) for k, g in super().vjp(equation, args, d_out).items()}
+
+
+def _sdpa_gradients(impl: Any) -> None:
+    """The fixed backward case of Eq. (1) (``conformance/fixed.py``), in float64."""
+    (case,) = F.cases("scaled_dot_product_attention", "backward")
+    CHECKS[case.check](impl, "float64", **case.args)
+
+
+def test_the_built_ins_gradients_pass_the_fixed_case() -> None:
+    _sdpa_gradients(NumpyImplementation())  # the control: what the broken ones change is what fails
+
+
+@pytest.mark.parametrize(
+    ("cls", "message"),
+    [
+        (EmptyVjp, "vjp('scaled_dot_product_attention', ...) returned no gradient of dq, dk, dv (keys: [])"),
+        (MisnamedVjp, "have a key 'dq' that names no argument of it ('dq'); its arguments: k, mask, q, v"),
+        (IndexedVjp, "have a key 0 of type int: expected an argument name"),
+        (ListGradient, "the gradient dq is list, expected a native array"),
+        (Float32GradientInFloat64, "returned native dtype float32, expected float64"),
+    ],
+    ids=lambda v: v.__name__ if isinstance(v, type) else "",
+)
+def test_a_vjp_that_gives_no_usable_gradient_fails_by_name(cls: type, message: str) -> None:
+    with pytest.raises(ConformanceFailure) as failure:
+        _sdpa_gradients(cls())
+    assert message in str(failure.value), str(failure.value)
+
+
+def test_a_row_whose_tests_compared_nothing_is_inconclusive_never_a_pass() -> None:
+    """A test that passed without comparing one element (a property over gradients an implementation left out)
+    makes no row pass: the row is inconclusive, which fails the run; one test that compared something is a pass."""
+    idle = TestResult("x:Y", "softmax", "float64", "test_softmax_gradients", Outcome.PASSED, direction="backward")
+    busy = TestResult("x:Y", "softmax", "float64", "test_softmax", Outcome.PASSED, checked=12)
+    assert _row("softmax", "float64", [idle], None, "backward").status is Status.INCONCLUSIVE
+    assert _row("softmax", "float64", [idle, busy], None, "backward").status is Status.PASS
+
+
+# --------------------------------------------------------------------------------------------
+# beam search's answer
+
+
+def _beam(transform: Any) -> type:
+    """The built-in with each (tokens, score) pair of its beam search passed through ``transform(tokens, score,
+    vocab)``."""
+
+    class Transformed(NumpyImplementation):
+        name = "transformed-beam"
+
+        def beam_search(self, src_tokens: Any, params: Any, *args: Any, **kwargs: Any) -> Any:
+            vocab = np.asarray(params["embedding"]).shape[0]
+            return [transform(t, s, vocab) for t, s in super().beam_search(src_tokens, params, *args, **kwargs)]
+
+    return Transformed
+
+
+class StringIds(_beam(lambda t, s, v: ([str(x) for x in t], s))):
+    name = "string-ids"
+
+
+class FloatIds(_beam(lambda t, s, v: ([x + 0.9 for x in t], s))):
+    """Ids 2.9 where the search chose 2: int() would truncate them back to a right answer."""
+
+    name = "float-ids"
+
+
+class BoolIds(_beam(lambda t, s, v: ([x == x for x in t], s))):
+    name = "bool-ids"
+
+
+class IdsOutsideTheVocabulary(_beam(lambda t, s, v: ([t[0] + v, *t[1:]], s))):
+    name = "ids-outside-the-vocabulary"
+
+
+class StringScore(_beam(lambda t, s, v: (t, str(s)))):
+    """The score as the string of the right number: float() would parse it back."""
+
+    name = "string-score"
+
+
+class ArrayScore(_beam(lambda t, s, v: (t, np.array([s])))):
+    name = "array-score"
+
+
+class StringTokens(_beam(lambda t, s, v: ("".join(str(x % 10) for x in t), s))):
+    """The tokens as a string of digits: each character int()s to an id."""
+
+    name = "string-tokens"
+
+
+class NumpyIntIds(_beam(lambda t, s, v: ([np.int64(x) for x in t], np.float64(s)))):
+    """NumPy integers and a NumPy float: integers and a real number, as the contract allows."""
+
+    name = "numpy-int-ids"
+
+
+@settings(max_examples=2, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(data=st.data())
+def test_beam_search_answers_are_judged_by_type_before_value(data: st.DataObject) -> None:
+    """The control passes; every broken answer fails with a message that says what came back."""
+    control = NumpyIntIds()
+    inputs = data.draw(S.decode_inputs("float64", kind="beam", scope=S.scope(control, "transformer_forward")))
+    C.beam_search_finds_the_oracles_hypothesis(control, "float64", **inputs)
+    for cls, message in [
+        (StringIds, "is str '"),
+        (FloatIds, "is float "),
+        (BoolIds, "is bool True, expected an int"),
+        (IdsOutsideTheVocabulary, "ids in [0, "),
+        (StringScore, "score for sentence 0 is str "),
+        (ArrayScore, "score for sentence 0 is ndarray "),
+        (StringTokens, "tokens for sentence 0 are str "),
+    ]:
+        with pytest.raises(BrokenContract) as failure:
+            C.beam_search_finds_the_oracles_hypothesis(cls(), "float64", **inputs)
+        assert message in str(failure.value), (cls.__name__, str(failure.value))
+
+
+# --------------------------------------------------------------------------------------------
+# cached decoding's answers
+
+
+class DecodeStepList(NumpyImplementation):
+    name = "decode-step-list"
+
+    def decode_step(self, *args: Any) -> Any:
+        return list(super().decode_step(*args))
+
+
+class DecodeStepNoneCache(NumpyImplementation):
+    name = "decode-step-none-cache"
+
+    def decode_step(self, *args: Any) -> Any:
+        return super().decode_step(*args)[0], None
+
+
+class ReorderNone(NumpyImplementation):
+    name = "reorder-none"
+
+    def reorder_cache(self, cache: Any, index: Any) -> Any:
+        return None
+
+
+@settings(max_examples=2, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(data=st.data())
+def test_decoding_results_are_the_contracts_pair_and_caches_are_never_none(data: st.DataObject) -> None:
+    scope = S.scope(NumpyImplementation(), "transformer_forward")
+    steps = data.draw(S.decode_inputs("float64", scope=scope))
+    reorder = data.draw(S.decode_inputs("float64", kind="reorder", scope=scope))
+    C.cached_decoding_equals_the_full_forward(NumpyImplementation(), "float64", **steps)
+    C.reordered_cache_equals_the_reordered_prefixes(NumpyImplementation(), "float64", **reorder)
+    cached, reordered = C.cached_decoding_equals_the_full_forward, C.reordered_cache_equals_the_reordered_prefixes
+    for cls, check, inputs, message in [
+        (DecodeStepList, cached, steps, "decode_step returned list, expected a pair"),
+        (DecodeStepNoneCache, cached, steps, "decode_step returned None as its cache"),
+        (ReorderNone, reordered, reorder, "reorder_cache returned None"),
+    ]:
+        with pytest.raises(BrokenContract) as failure:
+            check(cls(), "float64", **inputs)
+        assert message in str(failure.value), (cls.__name__, str(failure.value))
+
+
+# --------------------------------------------------------------------------------------------
+# the contract's rounding probe
+
+
+class ThroughFloat32(NumpyImplementation):
+    """float16 by a cast through float32: two roundings, each to nearest, which is not one."""
+
+    name = "through-float32"
+    dtypes = ("float64", "float32", "float16")
+
+    def from_numpy(self, array: np.ndarray, dtype: str) -> np.ndarray:
+        if dtype == "float16" and array.dtype.kind == "f":
+            return array.astype(np.float32).astype(np.float16)
+        return super().from_numpy(array, dtype)
+
+
+def test_a_cast_that_rounds_twice_fails_the_rounding_probe_by_name() -> None:
+    """The probe just above a float16 tie (by one float64 ulp) lands on the tie in float32, which then rounds to even,
+    down: correct rounding goes up. 2^-60 above the tie would be the tie itself in float64, and pass."""
+    from aiayn.conformance.checks import contract
+    from aiayn.conformance.test_contract import _rounding_cases
+
+    x = _rounding_cases("float16")
+    assert np.nextafter(1 + 2.0**-11, 2.0) in x  # the probe: the float64 right after float16's tie above 1
+    contract.from_numpy_rounds_to_nearest_even(NumpyImplementation(), "float32", x=_rounding_cases("float32"))
+    with pytest.raises(ConformanceFailure) as failure:
+        contract.from_numpy_rounds_to_nearest_even(ThroughFloat32(), "float16", x=x)
+    assert "it rounds twice: its values are x rounded to float32, then to float16" in str(failure.value)
+
+
+# --------------------------------------------------------------------------------------------
+# end to end: the exit status, and the row a crash or a hang is filed under
+
+
+class HangingBeamSearch(NumpyImplementation):
+    name = "hanging-beam-search"
+
+    def beam_search(self, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(600)
+
+
+class CrashingVjp(NumpyImplementation):
+    name = "crashing-vjp"
+
+    def vjp(self, equation: str, args: list[Any], d_out: Any) -> dict[str, Any]:
+        os._exit(0)
+
+
+def _rows(report: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+    data = json.loads(report.read_text(encoding="utf-8"))
+    return {(r["equation"], r["direction"], r["dtype"]): r for r in data["rows"]}
+
+
+@pytest.mark.parametrize(
+    ("cls", "keyword", "row", "measure"),
+    [
+        (HangingBeamSearch, "beam_search", ("transformer_forward", "decode"), "hang (time limit)"),
+        (CrashingVjp, "scaled_dot_product_attention_gradients", ("scaled_dot_product_attention", "backward"), "crash"),
+    ],
+    ids=["hang in beam_search", "exit in vjp"],
+)
+def test_a_hang_or_a_crash_is_filed_under_the_row_of_its_direction(
+    tmp_path: Path, cls: type, keyword: str, row: tuple[str, str], measure: str
+) -> None:
+    """In worker processes, a beam search that hangs fails the decode row and a vjp that ends the process fails the
+    backward row (the crash's record keeps the test's direction); the forward row of the same equation is not
+    failed by them, and the run exits 1."""
+    proc = aiayn_check(
+        tmp_path,
+        f"test_untrusted_plugins:{cls.__name__}",
+        "--workers=1",
+        "--timeout=5",
+        "--profile=smoke",
+        "--dtype=float64",
+        f"--report={tmp_path}",
+        "-k",
+        keyword,
+        AIAYN_FAILURES=str(tmp_path / "failures"),
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, f"exit {proc.returncode}:\n{out[-3000:]}"
+    rows = _rows(tmp_path / f"conformance-{cls.name}.json")
+    failed = {key: r for key, r in rows.items() if r["status"] == "fail"}
+    assert failed and all(key[:2] == row for key in failed), (sorted(failed), out[-3000:])
+    assert all(r["measure"].startswith(measure) for r in failed.values()), [r["measure"] for r in failed.values()]
