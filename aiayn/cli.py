@@ -594,7 +594,7 @@ def _add_false_alarms(p: argparse.ArgumentParser) -> None:
 
 
 def _false_alarms(args: argparse.Namespace) -> int:
-    from aiayn.conformance.false_alarms import run
+    from aiayn.conformance.false_alarms import StoredUnitError, run
 
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -608,15 +608,18 @@ def _false_alarms(args: argparse.Namespace) -> int:
         writable_dir(args.work, "--work")
     check_work_dirs()
     _loadable(args.specs)  # a spec that cannot be loaded is a usage error, never a stored alarm
-    alarmed = run(
-        args.specs,
-        profile=args.profile,
-        seeds=seeds,
-        workers=args.workers,
-        out=out,
-        work=args.work,
-        force=args.force,
-    )
+    try:
+        alarmed = run(
+            args.specs,
+            profile=args.profile,
+            seeds=seeds,
+            workers=args.workers,
+            out=out,
+            work=args.work,
+            force=args.force,
+        )
+    except StoredUnitError as exc:
+        raise UsageError(str(exc)) from None
     return EXIT_FAILED if alarmed else EXIT_OK
 
 

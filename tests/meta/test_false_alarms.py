@@ -33,10 +33,11 @@ def _fake(calls: list[tuple[str, int]], alarm: tuple[str, int] | None = None):
 def test_units_are_stored_and_skipped_for_the_same_code(tmp_path: Path) -> None:
     calls: list[tuple[str, int]] = []
     kwargs = dict(profile="smoke", seeds=[1, 2], workers=1, out=tmp_path / "out", work=tmp_path / "work")
-    assert false_alarms.run(["numpy", "torch"], one=_fake(calls, alarm=("torch", 2)), **kwargs) == 1
-    assert sorted(calls) == [("numpy", 1), ("numpy", 2), ("torch", 1), ("torch", 2)]
+    specs = ["numpy", "numpy-blocked"]
+    assert false_alarms.run(specs, one=_fake(calls, alarm=("numpy-blocked", 2)), **kwargs) == 1
+    assert sorted(calls) == [("numpy", 1), ("numpy", 2), ("numpy-blocked", 1), ("numpy-blocked", 2)]
     calls.clear()
-    assert false_alarms.run(["numpy", "torch"], one=_fake(calls), **kwargs) == 1  # the stored alarm still counts
+    assert false_alarms.run(specs, one=_fake(calls), **kwargs) == 1  # the stored alarm still counts
     assert calls == []
     data = json.loads((tmp_path / "out" / "conformance-false-alarms-smoke.json").read_text(encoding="utf-8"))
     assert data["reused_units"] == 4 and [r["exit"] for r in data["runs"]] == [0, 1]
@@ -63,11 +64,15 @@ def test_an_outside_implementations_own_code_is_in_its_units_key(tmp_path: Path,
     """A unit stored for an implementation outside aiayn is not reused once that implementation's code changes."""
     module = tmp_path / "outside_impl.py"
     module.write_text("from aiayn.implementations.numpy_impl import NumpyImplementation as Impl\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    first = false_alarms.suite_code("outside_impl:Impl")
-    assert first == false_alarms.suite_code("outside_impl:Impl")
+    monkeypatch.chdir(tmp_path)  # the unit's child process loads it from the current directory
+    calls: list[tuple[str, int]] = []
+    kwargs = dict(profile="smoke", seeds=[8], workers=1, out=tmp_path, work=tmp_path / "work", one=_fake(calls))
+    false_alarms.run(["outside_impl:Impl"], **kwargs)
+    false_alarms.run(["outside_impl:Impl"], **kwargs)
+    assert calls == [("outside_impl:Impl", 8)]
     module.write_text("from aiayn.implementations.numpy_impl import NumpyImplementation as Impl\nX = 1\n")
-    assert false_alarms.suite_code("outside_impl:Impl") != first
+    false_alarms.run(["outside_impl:Impl"], **kwargs)
+    assert calls == [("outside_impl:Impl", 8)] * 2
 
 
 def test_a_spec_that_cannot_be_loaded_is_a_usage_error_and_nothing_is_stored(tmp_path: Path) -> None:
