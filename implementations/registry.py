@@ -16,6 +16,12 @@ Three ways to name an implementation (see :func:`load`):
 arguments), or a ready-made instance; dotted attributes (``"module:Class.factory"``) work too.
 Whatever it yields must satisfy :class:`aiayn.implementations.protocol.Implementation`.
 
+Loading code that is not aiayn's own (an entry point, a ``module:attr``) is probed first in a child process
+(:func:`probe`): an import or constructor that ends the process (``os._exit``, a signal, an exit status changed at
+shutdown) or hangs there ends the child, and the load is refused with the reason, instead of ending the run that asked
+for it with a status the implementation chose. Anything it raises, ``SystemExit`` and ``KeyboardInterrupt`` included,
+is a refusal too, never the end of the run.
+
 Built-ins are plain ``"module:attr"`` strings, so importing this module imports no array
 library: a NumPy-only run never imports torch.
 """
@@ -25,7 +31,14 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -39,6 +52,7 @@ __all__ = [
     "entry_points",
     "known_names",
     "load",
+    "probe",
     "zoo",
 ]
 
@@ -174,6 +188,100 @@ def _resolve(spec: str) -> tuple[Any, str]:
     raise _UnknownName(spec)
 
 
+#: How long loading an implementation may take in the probe's child process (seconds): importing a large library
+#: (transformers, jax) takes seconds on a small machine; one that takes minutes is taken to hang.
+PROBE_LIMIT_S = 120.0
+
+#: The child's exit status after a finished probe: an implementation whose atexit handler or thread ends the process
+#: its own way changes it (any status it picks, 0 included, is then told apart from this one).
+_PROBED = 86
+
+#: The environment variable that marks the probe's child (which loads without probing again).
+_PROBING = "AIAYN_PROBING"
+
+_probed: set[tuple[str, str | None]] = set()
+
+
+def _foreign(spec: str) -> bool:
+    """Code that is not aiayn's own: a ``module:attr`` or an entry point (a built-in or zoo name is aiayn's code,
+    tested by its own suite, and loaded unprobed; an unknown name loads nothing)."""
+    return ":" in spec or (spec not in BUILTINS and spec not in zoo() and spec in entry_points())
+
+
+def probe(spec: str, device: str | None = None, limit: float = PROBE_LIMIT_S) -> None:
+    """Load ``spec`` in a child process first; raise :class:`ImplementationNotFound` where loading it ends or hangs
+    the process, or raises something that would end it (``SystemExit``, ``KeyboardInterrupt``). An ordinary exception
+    is left to the load in this process, which raises it with its usual message."""
+    with tempfile.TemporaryDirectory(prefix="aiayn-probe-") as folder:
+        result = Path(folder) / "result.json"
+        command = [sys.executable, "-c", "import sys; from aiayn.implementations.registry import _probe_child; "
+                   "_probe_child(*sys.argv[1:])", spec, device or "", str(result)]  # fmt: skip
+        try:
+            proc = subprocess.run(
+                command,
+                env={**os.environ, _PROBING: "1"},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=limit,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise _not_found(
+                spec, f"loading it did not finish within {limit:g} s (probed in a child process)"
+            ) from None
+        try:
+            said = json.loads(result.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            said = None
+    code = proc.returncode
+    status = (
+        f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() else f"exit {code}"
+    )
+    if not isinstance(said, dict):
+        last = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+        raise _not_found(
+            spec,
+            f"its import or construction ended the process ({status}) before loading finished"
+            + (f", after printing {last[0][:200]!r}" if last else "")
+            + "; an implementation reports a problem by raising an exception",
+            names=False,
+        )
+    if said.get("raised_base"):
+        raise _not_found(
+            spec,
+            f"its import or construction raised {said['raised_base']}, which ends a process; an implementation "
+            "reports a problem by raising an exception",
+            names=False,
+        )
+    if said.get("loaded") and code != _PROBED:
+        raise _not_found(
+            spec,
+            f"it loads, but then changes how the process ends ({status} at shutdown where the loader exits "
+            f"{_PROBED}): an atexit handler or a thread of the implementation ends the process its own way, which "
+            "would decide the exit status of the run that checks it",
+            names=False,
+        )
+
+
+def _probe_child(spec: str, device: str, result: str) -> None:
+    """The probe's child: load ``spec``, write what happened to ``result``, exit with :data:`_PROBED`."""
+    said: dict[str, Any]
+    try:
+        load(spec, device=device or None)
+    except ImplementationNotFound as exc:
+        cause = exc.__cause__
+        base = cause is not None and not isinstance(cause, Exception)
+        said = {"raised_base": f"{type(cause).__name__}({cause})"} if base else {"raised": str(exc)}
+    except BaseException as exc:  # noqa: BLE001 (what the implementation raised is the probe's finding)
+        said = {"raised_base" if not isinstance(exc, Exception) else "raised": f"{type(exc).__name__}({exc})"}
+    else:
+        said = {"loaded": True}
+    Path(result).write_text(json.dumps(said), encoding="utf-8")
+    sys.stdout.flush()
+    sys.exit(_PROBED)
+
+
 def load(spec: str, *, device: str | None = None) -> Implementation:
     """Return the implementation ``spec`` names, checked against the contract.
 
@@ -187,6 +295,10 @@ def load(spec: str, *, device: str | None = None) -> Implementation:
     """
     if not isinstance(spec, str) or not spec:
         raise _not_found(repr(spec), "expected a non-empty string")
+    inside = os.environ.get(_PROBING) or os.environ.get("PYTEST_XDIST_WORKER")  # the probe, or a probed run's worker
+    if _foreign(spec) and not inside and (spec, device) not in _probed:
+        probe(spec, device)
+        _probed.add((spec, device))
     try:
         obj, origin = _resolve(spec)
         impl = _instantiate(obj, device)
@@ -196,6 +308,13 @@ def load(spec: str, *, device: str | None = None) -> Implementation:
         raise _not_found(spec, str(exc), names=False) from None
     except Exception as exc:  # import errors, a missing attribute, a failing constructor
         raise _not_found(spec, f"{type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt at import: a refusal, never the end of the run
+        raise _not_found(
+            spec,
+            f"its import or construction raised {type(exc).__name__}({exc}), which ends a process; an implementation "
+            "reports a problem by raising an exception",
+            names=False,
+        ) from exc
     problems = contract_problems(impl)
     if problems:
         raise _not_found(

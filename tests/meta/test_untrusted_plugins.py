@@ -329,3 +329,55 @@ def test_a_hang_or_a_crash_is_filed_under_the_row_of_its_direction(
     failed = {key: r for key, r in rows.items() if r["status"] == "fail"}
     assert failed and all(key[:2] == row for key in failed), (sorted(failed), out[-3000:])
     assert all(r["measure"].startswith(measure) for r in failed.values()), [r["measure"] for r in failed.values()]
+
+
+# --------------------------------------------------------------------------------------------
+# a process that ends while loading is not a pass
+
+_ENDS_AT_LOAD = {
+    "os._exit(0) at import": "import os\nos._exit(0)\n",
+    "sys.exit(0) at import": "import sys\nsys.exit(0)\n",
+    "KeyboardInterrupt at import": "raise KeyboardInterrupt\n",
+    "SIGKILL at import": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+    "os._exit(0) in the constructor": (
+        "import os\nfrom aiayn.implementations.numpy_impl import NumpyImplementation\n"
+        "class X(NumpyImplementation):\n    def __init__(self):\n        os._exit(0)\n"
+    ),
+    "os._exit(0) at shutdown": (
+        "import atexit, os\nfrom aiayn.implementations.numpy_impl import NumpyImplementation\n"
+        "atexit.register(lambda: os._exit(0))\n"
+        "class X(NumpyImplementation):\n    def softmax(self, x, axis=-1):\n        return x\n"
+    ),
+}
+
+_SAID = {
+    "os._exit(0) at import": "its import or construction ended the process (exit 0) before loading finished",
+    "sys.exit(0) at import": "its import or construction raised SystemExit(0), which ends a process",
+    "KeyboardInterrupt at import": "its import or construction raised KeyboardInterrupt(), which ends a process",
+    "SIGKILL at import": "its import or construction ended the process (killed by SIGKILL) before loading finished",
+    "os._exit(0) in the constructor": "its import or construction ended the process (exit 0) before loading finished",
+    "os._exit(0) at shutdown": "it loads, but then changes how the process ends (exit 0 at shutdown",
+}
+
+
+@pytest.mark.parametrize("how", list(_ENDS_AT_LOAD))
+def test_an_implementation_that_ends_the_process_while_loading_cannot_be_loaded(tmp_path: Path, how: str) -> None:
+    """``aiayn check`` exits 4 with one line that says how loading ended, never 0 with nothing printed (the module is
+    imported from the working folder, which ``python -m`` puts on the path)."""
+    (tmp_path / "ends_at_load.py").write_text(_ENDS_AT_LOAD[how], encoding="utf-8")
+    proc = aiayn_check(tmp_path, "ends_at_load:X", "--profile=smoke", "--workers=0", "-k", "softmax")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4, f"exit {proc.returncode}:\n{out[-3000:]}"
+    errors = [line for line in out.splitlines() if line.startswith("ERROR: aiayn: cannot load")]
+    assert len(errors) == 1 and _SAID[how] in errors[0], out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+
+
+def test_loading_that_hangs_is_refused_after_the_probes_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiayn.implementations import registry
+
+    (tmp_path / "hangs_at_load.py").write_text("import time\ntime.sleep(600)\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with pytest.raises(registry.ImplementationNotFound, match="loading it did not finish within 2 s"):
+        registry.probe("hangs_at_load:X", limit=2)
