@@ -260,7 +260,11 @@ def _add_replay(p: argparse.ArgumentParser) -> None:
         help="failure files (.npz) that a failed check saved (its message names the file)",
     )
     p.add_argument(
-        "--impl", default=None, metavar="SPEC", help="check this implementation instead of the one recorded in the file"
+        "--impl",
+        default=None,
+        metavar="SPEC",
+        help="check this implementation instead of the one recorded in the file; needed when the file names a "
+        "module:attr (aiayn imports only built-in, zoo and entry-point names on a file's word)",
     )
 
 

@@ -1035,31 +1035,68 @@ def save_case(case: Case, path: Path) -> Path:
 def load_case(path: str | os.PathLike[str]) -> tuple[str, str, str, dict[str, Any]]:
     """Read a failure file: (implementation spec, dtype, check name, raw arguments).
 
-    Raises ``ValueError`` saying what is wrong with a file that is not one :func:`save_case` wrote: not an .npz
-    archive, no ``__meta__`` entry, a ``__meta__`` that is not a JSON object with the strings ``impl``, ``dtype``
-    and ``check`` and the arguments, or arguments that name arrays the file does not hold.
+    The file is data, checked field by field before any of it is used. Raises ``ValueError`` naming what is wrong
+    with a file that is not one :func:`save_case` wrote: not an .npz archive; no ``__meta__`` entry, or one that is
+    not a JSON string; a ``__meta__`` that is not an object; a field ``impl``, ``dtype`` or ``check`` that is not a
+    non-empty string; an ``args`` that is not an object of arguments; an argument (named by its path, e.g.
+    ``args/params/w_q``) that is not null, a boolean, a number, a string, or an ``__array__``, ``__dict__`` or
+    ``__list__`` object as :func:`_encode` writes them; an array that is not of booleans or numbers, or that an
+    argument names and the file does not hold.
     """
     if not zipfile.is_zipfile(path):
         raise ValueError("not an .npz archive")
     with np.load(path, allow_pickle=False) as data:
         if "__meta__" not in data.files:
             raise ValueError("the archive has no __meta__ entry")
+        raw = data["__meta__"]
+        if raw.shape != () or raw.dtype.kind != "U":
+            raise ValueError(f"its __meta__ is not a JSON string but a {raw.dtype} array of shape {raw.shape}")
         try:
-            meta = json.loads(str(data["__meta__"]))
-        except ValueError as exc:
-            raise ValueError(f"its __meta__ is not JSON ({exc})") from None
-        arrays = {k.replace("|", "/"): data[k] for k in data.files if k != "__meta__"}
+            meta = json.loads(str(raw))
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"its __meta__ is not JSON ({' '.join(str(exc).split())[:120]})") from None
+        arrays = {}
+        for key in data.files:
+            if key == "__meta__":
+                continue
+            try:
+                array = data[key]
+            except ValueError:  # an object array: numpy refuses it without pickle, and so does the suite
+                raise ValueError(f"its entry {key!r} is not an array of booleans or numbers") from None
+            if array.dtype.kind not in "biuf":
+                raise ValueError(f"its entry {key!r} is a {array.dtype} array, not one of booleans or numbers")
+            arrays[key.replace("|", "/")] = array
     if not isinstance(meta, dict):
         raise ValueError(f"its __meta__ is not a JSON object but {type(meta).__name__} {str(meta)[:80]!r}")
-    bad = [k for k in ("impl", "dtype", "check") if not isinstance(meta.get(k), str) or not meta[k]]
-    if bad:
-        raise ValueError(f"its __meta__ lacks the string field(s) {', '.join(bad)}")
-    try:
-        args = _decode(meta.get("args"), arrays)
-    except KeyError as exc:
-        raise ValueError(f"its __meta__ names an array the file does not hold ({exc})") from None
-    except (TypeError, AttributeError) as exc:
-        raise ValueError(f"its __meta__ holds arguments in a form the suite does not write ({exc})") from None
-    if not isinstance(args, dict):
-        raise ValueError("its __meta__ has no object of arguments ('args')")
-    return meta["impl"], meta["dtype"], meta["check"], args
+    missing = [k for k in ("impl", "dtype", "check") if k not in meta]
+    if missing:
+        raise ValueError(f"its __meta__ lacks the string field(s) {', '.join(missing)}")
+    for key in ("impl", "dtype", "check"):
+        if type(meta[key]) is not str or not meta[key]:
+            raise ValueError(
+                f"its __meta__ field {key!r} is {type(meta[key]).__name__} {repr(meta[key])[:80]}, "
+                "expected a non-empty string"
+            )
+    if not (isinstance(meta.get("args"), dict) and set(meta["args"]) == {"__dict__"}):
+        raise ValueError("its __meta__ field 'args' is not an object of arguments ({'__dict__': {...}})")
+    pending: list[tuple[str, Any, int]] = [("args", meta["args"], 0)]  # (path, encoded value, depth)
+    while pending:
+        where, value, depth = pending.pop()
+        if value is None or type(value) in (bool, int, float, str):
+            continue
+        tag, inner = next(iter(value.items())) if isinstance(value, dict) and len(value) == 1 else (None, None)
+        if depth > 64:
+            raise ValueError(f"its __meta__ field {where!r} is nested deeper than the suite writes")
+        if tag == "__array__" and type(inner) is str:
+            if inner not in arrays:
+                raise ValueError(f"its __meta__ field {where!r} names array {inner!r}, which the file does not hold")
+        elif tag == "__dict__" and isinstance(inner, dict):
+            pending += [(f"{where}/{k}", v, depth + 1) for k, v in inner.items()]
+        elif tag == "__list__" and isinstance(inner, list):
+            pending += [(f"{where}/{i}", v, depth + 1) for i, v in enumerate(inner)]
+        else:
+            raise ValueError(
+                f"its __meta__ field {where!r} is {type(value).__name__} {json.dumps(value)[:60]}, not a value the "
+                "suite writes (null, a boolean, a number, a string, or an __array__, __dict__ or __list__ object)"
+            )
+    return meta["impl"], meta["dtype"], meta["check"], _decode(meta["args"], arrays)

@@ -371,7 +371,7 @@ def test_token_budget_stops_at_the_first_step_that_reaches_it(tmp_path: Path) ->
         f"at step {len(totals)} with {totals[-1]}"
     )
     assert totals[-2] < budget <= totals[-1]
-    saved = torch.load(checkpoints(tmp_path)[-1], weights_only=False)
+    saved = torch.load(checkpoints(tmp_path)[-1], weights_only=True)
     assert (saved["step"], saved["tokens"]) == (summary["steps"], summary["tokens"])
 
 
@@ -383,7 +383,7 @@ def test_time_limit_counts_the_whole_run_across_resumes(tmp_path: Path) -> None:
     m = _model(cfg, vocab.size, seed=3)
     train(m, ex, tc, tmp_path, log=lambda *a: None)
     last = checkpoints(tmp_path)[-1]
-    state = torch.load(last, weights_only=False)
+    state = torch.load(last, weights_only=True)
     assert state["step"] == 3 and 0 < state["seconds"] < 600, (
         f"checkpoint records step {state['step']}, {state['seconds']} s"
     )

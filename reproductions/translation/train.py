@@ -24,6 +24,9 @@ Choices:
       renamed (atomic on POSIX), every ``checkpoint_steps`` steps and every ``checkpoint_minutes``;
       the last ``keep`` are kept.
       Resuming restarts from the newest one: an interrupted run loses only the steps since.
+    - A checkpoint is data: it holds only tensors, numbers, strings, lists and dicts, and is read with torch's
+      ``weights_only`` loader, then field by field (:func:`load_checkpoint`); a file holding any other object (a
+      pickle whose unpickling would run code) is refused before anything of it runs.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+import pickle
 import re
 import time
 from collections.abc import Sequence
@@ -41,6 +45,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from aiayn.environment import UsageError
 from aiayn.reproductions.translation.data import BOS, EOS, PAD, Example, batch_stream, shard, token_batches
 from aiayn.reproductions.translation.model import Transformer
 
@@ -206,15 +211,64 @@ def save_checkpoint(
     return path
 
 
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+#: A checkpoint's fields: (test, what is expected). ``seconds`` may be absent (0 s before this run).
+_CHECKPOINT_FIELDS: dict[str, tuple[Any, str]] = {
+    "model": (
+        lambda v: isinstance(v, dict) and all(type(k) is str and isinstance(t, torch.Tensor) for k, t in v.items()),
+        "a dict of parameter name -> tensor",
+    ),
+    "optimizer": (lambda v: isinstance(v, dict), "a dict (the optimizer's state_dict)"),
+    "step": (_is_count, "an integer >= 0"),
+    "cursor": (lambda v: isinstance(v, list) and len(v) == 2 and all(map(_is_count, v)), "a list of 2 integers >= 0"),
+    "rng": (lambda v: isinstance(v, torch.Tensor) and v.dtype == torch.uint8 and v.dim() == 1, "a uint8 tensor"),
+    "tokens": (_is_count, "an integer >= 0"),
+    "seconds": (lambda v: type(v) in (int, float) and math.isfinite(v) and v >= 0, "a number of seconds >= 0"),
+}
+
+
+def _refused(path: Path, why: str) -> UsageError:
+    return UsageError(
+        f"{path}: refused, not a checkpoint of aiayn train: {why}; remove it to resume from the checkpoint before it"
+    )
+
+
+def load_checkpoint(path: Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """A checkpoint :func:`save_checkpoint` wrote, read as data: torch's ``weights_only`` loader, which builds only
+    tensors, numbers, strings, lists and dicts (a file naming any other object, a pickle whose unpickling would run
+    code included, is refused before anything of it runs), then each field checked by type. :class:`UsageError`,
+    one line naming the file, for anything else."""
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"WeightsUnpickler error:\s*(.*?)(?:\s+Please use|\n\n|$)", str(exc), re.DOTALL)
+        detail = " ".join((found.group(1) if found else str(exc)).split())[:160]
+        raise _refused(path, f"it holds more than tensors, numbers, strings, lists and dicts ({detail})") from None
+    except (RuntimeError, OSError, EOFError, ValueError) as exc:
+        detail = " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise _refused(path, f"it cannot be read as one ({detail})") from None
+    if not isinstance(state, dict):
+        raise _refused(path, f"it holds a {type(state).__name__}, expected a dict of the training state")
+    for name, (test, expected) in _CHECKPOINT_FIELDS.items():
+        if name not in state and name != "seconds":
+            raise _refused(path, f"field {name!r} is missing")
+        if name in state and not test(state[name]):
+            raise _refused(path, f"field {name!r} is {type(state[name]).__name__}, expected {expected}")
+    return state
+
+
 def average_checkpoints(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
     """Elementwise mean of the models in ``paths`` (§6.1 checkpoint averaging), accumulated in float64."""
     if not paths:
         raise ValueError("paths: expected at least one checkpoint to average, got none")
     total: dict[str, torch.Tensor] = {}
     for p in paths:
-        for name, t in torch.load(p, map_location="cpu", weights_only=True)["model"].items():
+        for name, t in load_checkpoint(p)["model"].items():
             total[name] = total.get(name, 0) + t.double()
-    first = torch.load(paths[0], map_location="cpu", weights_only=True)["model"]
+    first = load_checkpoint(paths[0])["model"]
     return {name: (t / len(paths)).to(first[name].dtype) for name, t in total.items()}
 
 
@@ -250,12 +304,15 @@ def train(
     step, cursor, tokens_seen, seconds_before = 0, (0, 0), 0, 0.0
     found = checkpoints(folder)
     if found:
-        state = torch.load(found[-1], map_location=model.embedding.device, weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        state = load_checkpoint(found[-1], map_location=model.embedding.device)
+        try:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["rng"].cpu())
+        except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+            raise _refused(found[-1], f"it does not fit this model ({' '.join(str(exc).split())[:160]})") from None
         step, cursor, tokens_seen = state["step"], tuple(state["cursor"]), state["tokens"]
         seconds_before = float(state.get("seconds", 0.0))  # training time before the interruption
-        torch.set_rng_state(state["rng"].cpu())
         if rank == 0:
             log(f"resumed from {found[-1]} at step {step}")
     net = model
