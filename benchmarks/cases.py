@@ -41,8 +41,10 @@ __all__ = [
     "PASSES",
     "SMOKE",
     "Case",
+    "SCORE_IMPLS",
     "attention_flops",
     "build_cases",
+    "least_bytes",
     "make_cotangent",
     "make_inputs",
 ]
@@ -60,6 +62,8 @@ BUILTIN_IMPLS: tuple[str, ...] = ("numpy", "numpy-blocked", "torch", "torch-sdpa
 #: The built-ins whose attention memory is O(n): the blocked online softmax and PyTorch's fused
 #: (FlashAttention-style) CPU kernel.
 MEMORY_BOUNDED_IMPLS: tuple[str, ...] = ("numpy-blocked", "torch-sdpa")
+#: The built-ins that hold a whole (B, h, n, n) score matrix during a call (:func:`least_bytes`).
+SCORE_IMPLS: tuple[str, ...] = ("numpy", "torch")
 DTYPES: tuple[str, ...] = ("float32", "float64")
 #: The masks of a case: none (``full``) or the §3.2.3 causal mask.
 MASKS: tuple[str, ...] = ("full", "causal")
@@ -170,6 +174,24 @@ def build_cases(
                 for n in ns:
                     cases += [Case(impl, dtype, n, mask == "causal", pass_) for mask in MASKS if mask in masks]
     return cases
+
+
+def least_bytes(case: Case) -> tuple[int, str]:
+    """The fewest bytes ``case`` holds at once, and how they are counted, in words: a lower bound, so that a case
+    refused for it could never have run.
+
+    Every pass holds (B, h, n, d) arrays in the case's dtype: q, k, v and the output for the forward; those, dO, dQ,
+    dK and dV for a backward. The built-ins of :data:`SCORE_IMPLS` also hold one (B, h, n, n) score matrix
+    (:attr:`Case.score_bytes`); any other implementation may be O(n) in memory, so no score matrix is counted for it.
+    """
+    arrays = 4 if case.pass_ == "forward" else 8
+    itemsize = ITEMSIZE[case.dtype]
+    io = arrays * case.batch * case.heads * case.n * case.head_dim * itemsize
+    words = f"{arrays} x ({case.batch}, {case.heads}, n, {case.head_dim}) arrays of {itemsize} bytes"
+    if case.impl not in SCORE_IMPLS:
+        return io, words
+    scores = f"one ({case.batch}, {case.heads}, n, n) score matrix of {itemsize} bytes"
+    return io + case.score_bytes, f"{scores} and {words}"
 
 
 def make_inputs(impl: Any, case: Case) -> tuple[Any, Any, Any, Any]:

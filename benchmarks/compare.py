@@ -8,7 +8,8 @@ of ratios, one per round: its flops over that round's time, over the run's sessi
 (``measure.apply_session_ceiling``). This module turns two runs into those samples and asks
 :mod:`aiayn.benchmarks.verdict` which cases regressed (a drop beyond a factor that a Mann-Whitney U
 test on the two samples confirms), after checking that the two runs may be compared at all (same
-machine kind, device, thread count and library builds).
+machine kind, device, thread count and library builds, and some case in common: a comparison of nothing is exit 4,
+never a pass).
 
 A case of a run recorded before rounds were kept has one figure (its best round): a sample of one,
 which the test cannot decide on (said as "undecided", never as a pass or a regression).
@@ -21,12 +22,12 @@ runs' medians (:func:`aiayn.benchmarks.verdict.compare_case_runs`).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiayn.benchmarks import runfile
 from aiayn.benchmarks import verdict as V
 from aiayn.environment import UsageError
 
@@ -37,8 +38,10 @@ __all__ = [
     "case_samples",
     "check_baseline_count",
     "compare_runs",
+    "describe_cases",
     "environment",
     "format_comparison",
+    "holdings",
     "load_baseline",
     "load_run",
     "summary",
@@ -47,15 +50,10 @@ __all__ = [
 FIGURES = ("ratio_full", "ratio_useful")
 
 
-def load_run(path: Path) -> dict[str, Any]:
-    """A pytest-benchmark JSON file written with ``--benchmark-json`` (or saved by ``--benchmark-save``)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read a pytest-benchmark JSON file ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
-        raise UsageError(f"{path}: expected pytest-benchmark JSON with a 'benchmarks' list")
-    return with_session_ceiling(data)
+def load_run(path: Path, option: str = "--from-run") -> dict[str, Any]:
+    """A stored run of ``aiayn bench`` (pytest-benchmark JSON), every field checked (:func:`aiayn.benchmarks.runfile.
+    load_run`: a one-line UsageError naming ``option``, the file and the field), with the session-ceiling rule."""
+    return with_session_ceiling(runfile.load_run(Path(path), option))
 
 
 def with_session_ceiling(run: dict[str, Any]) -> dict[str, Any]:
@@ -133,7 +131,8 @@ def environment(run: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunComparison:
-    """The verdict on every case both runs measured, or why the runs may not be compared."""
+    """The verdict on every case both runs measured, or why the runs may not be compared (``incompatible``: another
+    machine, device, thread count or build, or no case in common)."""
 
     figure: str
     factor: float
@@ -155,7 +154,8 @@ class RunComparison:
 
     @property
     def exit_status(self) -> int:
-        """0: no regression; 1: a case regressed; 4: the baseline is from another machine, device or build."""
+        """0: no regression; 1: a case regressed; 4: the baseline is from another machine, device or build, or it
+        shares no case with this run (a comparison of nothing is never a pass)."""
         return V.exit_status(self.cases, self.incompatible)
 
 
@@ -178,7 +178,9 @@ def compare_runs(
 ) -> RunComparison:
     """The verdict on every common case of ``current`` against ``baselines``: one stored run (the rank test on the
     two runs' per-round samples of ``figure``, :func:`verdict.compare_case`) or K >= 3 (the run-level bound,
-    :func:`verdict.compare_case_runs`). Every baseline run must be comparable with ``current``."""
+    :func:`verdict.compare_case_runs`). Every baseline run must be comparable with ``current``, and the comparison must
+    compare some case: a baseline that shares no case with ``current`` (another implementation, other sizes) makes
+    the runs incompatible, as another machine does."""
     check_baseline_count(len(baselines))
     cur = case_samples(current, figure)
     bases = [case_samples(b, figure) for b in baselines]
@@ -192,6 +194,8 @@ def compare_runs(
     else:
         cases = V.compare_runs_samples(bases, cur, factor, alpha)
         one_round = ()
+    if incompatible is None and not cases.verdicts:
+        incompatible = _nothing_compared(baselines, bases, current, cur)
     return RunComparison(
         figure=figure,
         factor=factor,
@@ -203,10 +207,53 @@ def compare_runs(
     )
 
 
+def describe_cases(cases: Sequence[Mapping[str, Any]]) -> str:
+    """Attention cases (each with its ``impl``, ``dtype`` and ``n``, where known) in a few words:
+    ``4 cases of numpy (float32; n = 128, 512)``."""
+    impls = sorted({str(c["impl"]) for c in cases if "impl" in c})
+    dtypes = sorted({str(c["dtype"]) for c in cases if "dtype" in c})
+    sizes = sorted({c["n"] for c in cases if isinstance(c.get("n"), int)})
+    shown = ", ".join(map(str, sizes)) if len(sizes) <= 4 else f"{sizes[0]} to {sizes[-1]}"
+    details = "; ".join(x for x in (", ".join(dtypes), f"n = {shown}" if sizes else "") if x)
+    return (
+        f"{len(cases)} case{'' if len(cases) == 1 else 's'}"
+        + (f" of {', '.join(impls)}" if impls else "")
+        + (f" ({details})" if details else "")
+    )
+
+
+def holdings(run: dict[str, Any]) -> str:
+    """What ``run`` timed, in a few words (:func:`describe_cases` of its timed attention cases)."""
+    return describe_cases(
+        [
+            b["extra_info"]
+            for b in run["benchmarks"]
+            if "case" in b.get("extra_info", {}) and isinstance(b["extra_info"].get("ratio_full"), (int, float))
+        ]
+    )
+
+
+def _nothing_compared(
+    baselines: Sequence[dict[str, Any]],
+    bases: Sequence[dict[str, list[float]]],
+    current: dict[str, Any],
+    cur: dict[str, list[float]],
+) -> str:
+    """Why a comparison compared no case, in one line: the baseline run that shares none with ``current``, what it
+    holds and what ran; or, of several baseline runs, that no case is in all of them and this run."""
+    for i, (baseline, samples) in enumerate(zip(baselines, bases, strict=True)):
+        if not samples.keys() & cur.keys():
+            which = "the baseline" if len(baselines) == 1 else f"baseline run {i + 1}"
+            return (
+                f"compared nothing: {which} holds {holdings(baseline)}, this run {holdings(current)}; no case in common"
+            )
+    return f"compared nothing: no case of this run ({holdings(current)}) is in all {len(baselines)} baseline runs"
+
+
 def format_comparison(result: RunComparison) -> list[str]:
     """Plain-text lines: one per common case (medians, change, p, verdict), then the verdict of the whole run."""
     if result.incompatible is not None:
-        return [f"not compared: {result.incompatible} (exit 4); record a baseline here with --save"]
+        return [f"{_not_compared(result.incompatible)} (exit 4); record a baseline here with --save"]
     lines = [
         f"{'case':52s} {'baseline':>9s} {'current':>9s} {'change':>8s} {'p':>9s}  verdict  "
         f"({result.figure}: median of the rounds, fraction of the GEMM ceiling"
@@ -238,10 +285,14 @@ def format_comparison(result: RunComparison) -> list[str]:
     return lines
 
 
+def _not_compared(reason: str) -> str:
+    return reason if reason.startswith("compared nothing") else f"not compared: {reason}"
+
+
 def summary(result: RunComparison) -> str:
     """The verdict on the whole run in one sentence."""
     if result.incompatible is not None:
-        return f"not compared: {result.incompatible}"
+        return _not_compared(result.incompatible)
     rule = result.rule
     regressed, undecided = result.cases.regressions, result.cases.undecided
     head = (
@@ -257,7 +308,7 @@ def summary(result: RunComparison) -> str:
 
 def load_baseline(path: Path, option: str = "--baseline") -> dict[str, Any]:
     """A stored run to compare with; UsageError naming ``option`` if it is not one of ``aiayn bench``."""
-    run = load_run(path)
+    run = load_run(path, option)
     if not case_figures(run, "ratio_full"):
         raise UsageError(f"{option}: {path} holds no timed attention case of aiayn bench")
     return run

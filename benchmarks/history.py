@@ -23,8 +23,8 @@ and grows by one line per run. An entry (:func:`record`) holds:
 A run is identified by its ``datetime`` and ``commit``: appending a run already in the file adds
 nothing, so re-rendering one stored run with ``--history`` twice leaves one entry.
 
-Reading the file never guesses: a line that is not JSON or not an entry is a
-:class:`aiayn.environment.UsageError` naming the file and the line.
+Reading the file never guesses: a line that is not JSON or not an entry (a field of another type, a
+NaN, a negative ratio) is a :class:`aiayn.environment.UsageError` naming the file, the line and the field.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.benchmarks.compare import case_samples, environment
+from aiayn.benchmarks.runfile import check_history_entry, parse_json
 from aiayn.environment import UsageError
 from aiayn.kit import Report, figure_style, md_table, pyplot, save_png, write_report
 
@@ -117,7 +118,8 @@ def load(path: Path, option: str = "--history") -> list[dict[str, Any]]:
     """The entries of the history file ``path``, in file order (an empty file: none).
 
     Blank lines are skipped. UsageError naming ``option``, the file and the line number when a line is
-    not JSON or not an entry (an object with ``datetime`` and ``cases``), or when the file is missing.
+    not JSON or not an entry (an object with ``datetime`` and ``cases``, every field of its type and range:
+    :func:`aiayn.benchmarks.runfile.check_history_entry`), or when the file is missing.
     """
     path = Path(path)
     try:
@@ -130,16 +132,8 @@ def load(path: Path, option: str = "--history") -> list[dict[str, Any]]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{option}: {path}: line {number} is not JSON ({exc.msg})") from None
-        if not isinstance(entry, dict) or "datetime" not in entry or not isinstance(entry.get("cases"), dict):
-            raise UsageError(
-                f"{option}: {path}: line {number} is not a history entry (expected an object with "
-                "'datetime' and 'cases')"
-            )
-        entries.append(entry)
+        where = f"{option}: {path}: line {number}"
+        entries.append(check_history_entry(parse_json(line, where), where))
     return entries
 
 

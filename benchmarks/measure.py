@@ -27,6 +27,7 @@ import numpy as np
 
 __all__ = [
     "BLAS_ENV_VARS",
+    "available_memory",
     "blas_env",
     "device_of",
     "best_time",
@@ -223,6 +224,24 @@ def _peak_cuda(call: Callable[[], Any]) -> int:
 def _ceiling_key(info: dict[str, Any]) -> tuple[str, str, str]:
     library = info.get("library", "numpy")
     return (library, info["dtype"], info.get("device", "cpu"))
+
+
+def available_memory() -> tuple[int, str] | None:
+    """Bytes of memory a new allocation can have now, and where the figure comes from: ``MemAvailable`` of
+    /proc/meminfo (Linux: free memory plus what the kernel can reclaim), else the available physical pages of
+    :func:`os.sysconf`; None where neither is known."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        pages, size = os.sysconf("SC_AVPHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+    return (pages * size, "available physical pages from os.sysconf") if pages > 0 and size > 0 else None
 
 
 def apply_session_ceiling(

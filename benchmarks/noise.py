@@ -153,8 +153,9 @@ def measure(settings: dict[str, Any], work: Path) -> dict[str, Any]:
 
 
 def _stem(settings: dict[str, Any]) -> str:
-    safe = "".join(c if c.isalnum() or c in "-." else "-" for c in settings["spec"])
-    return f"bench-{safe}"[:120]
+    from aiayn.benchmarks.report import spec_stem
+
+    return spec_stem([settings["spec"]])
 
 
 def summarise(measured: dict[str, Any]) -> list[dict[str, Any]]:

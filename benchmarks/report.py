@@ -16,17 +16,21 @@ The same RUN.json always gives the same three files (bytes), apart from the sign
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from aiayn.benchmarks.cases import HEAD_DIM, HEADS, PASSES, attention_flops
 from aiayn.benchmarks.compare import RunComparison, format_comparison, load_run, summary
+from aiayn.benchmarks.runfile import run_scope
 from aiayn.environment import UsageError, reports_dir
-from aiayn.kit import Report, Scope, figure_style, md_table, pyplot, save_png, write_report
+from aiayn.kit import Report, figure_style, md_table, pyplot, save_png, write_report
 
-__all__ = ["DEFAULT_BASELINE", "TARGETS", "build_report", "default_run", "write"]
+__all__ = ["DEFAULT_BASELINE", "TARGETS", "build_report", "default_run", "keyed_stem", "spec_stem", "write"]
 
 #: The stored baseline travels with the package (``aiayn/benchmarks/baseline/``).
 DEFAULT_BASELINE = Path(__file__).resolve().parent / "baseline" / "benchmarks-baseline.json"
@@ -44,6 +48,57 @@ TARGETS = {"fraction_of_floor": 0.9, "target_case": ("float32", 2048)}
 #: The training targets: at least the nn.Transformer peer's throughput, at least half the GEMM ceiling.
 TRAINING_TARGETS = {"ratio_of_peer": 1.0, "mfu": 0.5}
 MIB = 2**20
+
+
+# ---------------------------------------------------------------------------------------------
+# the report's name
+
+
+#: The longest stem of a report of chosen implementations (its files add at most ``-history.json``, ``-run.json``).
+STEM_MAX = 120
+
+
+def spec_stem(specs: Sequence[str]) -> str:
+    """The report stem of a run of the implementations ``specs``: ``bench-`` and the specs joined by ``_``, each
+    character other than letters, digits, ``-`` and ``.`` made ``-`` (``mypkg.attn:Mine`` -> ``bench-mypkg.attn-Mine``),
+    cut at :data:`STEM_MAX` characters. Two spec lists can share a stem (``a:b`` and ``a-b``, or two long lists with
+    one beginning); :func:`keyed_stem` keeps their reports apart."""
+    safe = "_".join("".join(c if c.isalnum() or c in "-." else "-" for c in spec) for spec in specs)
+    return f"bench-{safe}"[:STEM_MAX]
+
+
+def _report_impls(path: Path) -> set[str]:
+    """The implementations the stored report at ``path`` timed (its cases' ``impl``); none when there is no report or
+    it cannot be read (the writer's own scope rule keeps such a report: :func:`aiayn.kit.write_report`)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return set()
+    cases = data.get("cases") if isinstance(data, dict) else None
+    if not isinstance(cases, list):
+        return set()
+    return {c["impl"] for c in cases if isinstance(c, dict) and isinstance(c.get("impl"), str)}
+
+
+def keyed_stem(out: Path, stem: str, specs: Iterable[str]) -> str:
+    """``stem``, unless the report at ``out/<stem>.json`` timed an implementation not among ``specs`` (another spec
+    list with the same stem): then ``<stem>-<8 hex digits of the specs' SHA-1>``, and a line says so. Two spec lists
+    never write one report; UsageError, naming both, when the keyed name is another list's too."""
+    specs = sorted(set(specs))
+    digest = hashlib.sha1("\n".join(specs).encode("utf-8")).hexdigest()[:8]
+    keyed = f"{stem[: STEM_MAX - 9]}-{digest}"
+    out = Path(out)
+    others = _report_impls(out / f"{stem}.json") - set(specs)
+    if not others:
+        return stem
+    taken = _report_impls(out / f"{keyed}.json") - set(specs)
+    if taken:
+        raise UsageError(
+            f"SPEC: {', '.join(specs)}: {out / stem}.md and {keyed}.md are the reports of {', '.join(sorted(others))} "
+            f"and of {', '.join(sorted(taken))}; give another --out"
+        )
+    print(f"{out / stem}.md is the report of {', '.join(sorted(others))}: writing {keyed}.md", flush=True)
+    return keyed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -647,7 +702,7 @@ def _training_lines(summary: list[dict[str, Any]], memory: list[dict[str, Any]])
         ]
         rows = []
         for m in models:
-            a, b = peak.get((m, ns[-2])), peak.get((m, ns[-1]))
+            a, b = (peak.get((m, ns[-2])), peak.get((m, ns[-1]))) if len(ns) > 1 else (None, None)
             exponent = math.log(b / a) / math.log(ns[-1] / ns[-2]) if a and b else None
             rows.append(
                 [
@@ -820,10 +875,12 @@ def write(
     """Read one run's pytest-benchmark JSON and write ``<stem>.md``, ``.json`` and ``.png`` into ``out``.
 
     ``comparison``: the run's comparison with a baseline (``compare.compare_runs``), shown in its own section.
+    The report's scope is the run's (:func:`aiayn.benchmarks.runfile.run_scope`: its timed attention cases; the smoke
+    subset when ``smoke`` or when the run recorded it), the rule ``aiayn bench --save`` keeps a stored run by too.
     """
     run = load_run(Path(run_path))
     report, rows = build_report(run, comparison, baseline_note)
-    report.scope = Scope(label="smoke cases" if smoke else "full cases", size=float(len(rows)), full=not smoke)
+    report.scope = run_scope(run, smoke)
     paths = write_report(Path(out), report, stem, force=force)
     paths.append(_plot(rows, run, paths[0].with_suffix(".png")))
     print(report.verdict)
