@@ -304,6 +304,7 @@ def _translation(name: str) -> Callable[..., object]:
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
     from aiayn.benchmarks import verdict
+    from aiayn.environment import OUT_HELP
 
     p.add_argument(
         "specs",
@@ -333,7 +334,14 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         help="the CUDA cases: torch and torch-sdpa, float32 and bfloat16, n up to 8192, "
         "against a cuBLAS GEMM ceiling; writes benchmarks-cuda.*",
     )
-    add_output_arguments(p)
+    p.add_argument("--out", type=Path, default=None, help=OUT_HELP)
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace what holds more cases than this run: a report of larger scope at the destination, and a "
+        "--save FILE that stores a run of more cases (default: the report is written beside the larger one, under "
+        "a name that says its scope; the larger --save FILE is kept, exit 4)",
+    )
     p.add_argument(
         "--baseline",
         type=Path,
@@ -342,10 +350,17 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="stored runs (--save) to compare with: one (the rank test on its rounds, asv's rule) or at least 3 "
         "(the run as the unit: a prediction bound from their medians, steadier on a shared machine); exit 1 if "
-        "a case regressed, 4 if a FILE is from another machine kind, device, thread count or library build "
-        "(default: no comparison)",
+        "a case regressed, 4 if a FILE is from another machine kind, device, thread count or library build, or "
+        "shares no case with this run (default: no comparison)",
     )
-    p.add_argument("--save", type=Path, default=None, metavar="FILE", help="store this run as a baseline in FILE")
+    p.add_argument(
+        "--save",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="store this run as a baseline in FILE, in a folder that exists; a FILE that holds a run of more cases "
+        "(or no run of aiayn bench) is kept unless --force (default: not stored)",
+    )
     p.add_argument(
         "--factor",
         type=float,
@@ -374,7 +389,8 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     )
     p.epilog = (
         "Exit status: 0 no regression (or no baseline); 1 a case regressed against --baseline; 4 a usage error, "
-        "including a baseline that cannot be compared. More pytest options go after --, e.g. "
+        "including a baseline that cannot be compared or compared nothing, a --save FILE kept, and a case too "
+        "large for this machine's memory. More pytest options go after --, e.g. "
         "aiayn bench numpy -- --bench-max-rounds 20"
     )
 
@@ -391,6 +407,8 @@ def _bench_stem(args: argparse.Namespace, run: dict | None = None) -> str:
     does), else ``bench-<its implementations>``, so that a stored run of one's own code never overwrites
     the built-ins' report.
     """
+    from aiayn.benchmarks.report import spec_stem
+
     if args.cuda:
         return "benchmarks-cuda"
     specs = list(args.specs)
@@ -405,8 +423,7 @@ def _bench_stem(args: argparse.Namespace, run: dict | None = None) -> str:
         specs = sorted(impls)
     if not specs:
         return "benchmarks"
-    safe = "_".join("".join(c if c.isalnum() or c in "-." else "-" for c in spec) for spec in specs)
-    return f"bench-{safe}"[:120]
+    return spec_stem(specs)
 
 
 def _choices(option: str, text: str, known: Sequence[str]) -> str:
@@ -417,42 +434,170 @@ def _choices(option: str, text: str, known: Sequence[str]) -> str:
     return ",".join(names)
 
 
-def _bench_selection(args: argparse.Namespace) -> list[str]:
-    """The pytest options of the chosen cases, each option checked here (a bad value is a one-line usage error)."""
-    from aiayn.benchmarks.cases import PASSES
+def _bench_specs(specs: Sequence[str]) -> None:
+    """Every SPEC given once, loadable, and computing Eq. (1), the one equation aiayn bench times; else a one-line
+    usage error naming it, before any work."""
+    from aiayn.implementations import registry
+
+    twice = sorted({spec for spec in specs if specs.count(spec) > 1})
+    if twice:
+        raise UsageError(f"SPEC: {', '.join(map(repr, twice))} given twice (its cases would overwrite each other)")
+    _loadable(specs)
+    for spec in specs:
+        provided = _provided(registry.load(spec))
+        if "scaled_dot_product_attention" not in provided:
+            raise UsageError(
+                f"SPEC: {spec!r} does not provide Eq. (1) (no scaled_dot_product_attention among its equations: "
+                f"{', '.join(sorted(provided)) or 'none'}); aiayn bench times Eq. (1) only"
+            )
+
+
+def _bench_selection(args: argparse.Namespace) -> tuple[list[str], list | None]:
+    """The pytest options of the chosen cases, each option checked here (a bad value is a one-line usage error), and
+    the attention cases they make, as the benchmarks' conftest builds them (None when options after -- choose
+    cases too: then only pytest knows them)."""
+    from aiayn.benchmarks import cases as C
     from aiayn.implementations.protocol import DTYPES
 
     cmd = []
+    impls, big_impls, dtypes = C.BUILTIN_IMPLS, C.MEMORY_BOUNDED_IMPLS, C.DTYPES
+    sizes, big_sizes = (C.SMOKE.sizes, C.SMOKE.big_sizes) if args.smoke else (C.FULL_SIZES, C.BIG_SIZES)
+    if args.cuda:  # the options _bench gives pytest for --cuda
+        impls = big_impls = ("torch", "torch-sdpa")
+        dtypes, big_sizes = ("float32", "bfloat16"), (8192,)
+    masks, passes = C.MASKS, tuple(C.PASSES)
     if args.specs:
-        _loadable(args.specs)
+        _bench_specs(args.specs)
         specs = ",".join(args.specs)
         cmd += [f"--bench-impls={specs}", "--bench-big-impls=", "--bench-stages=", "--bench-training="]
+        impls, big_impls = tuple(args.specs), ()
     if args.sizes is not None:
         try:
-            sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+            sizes = tuple(int(x) for x in args.sizes.split(",") if x.strip())
         except ValueError:
             raise UsageError(f"--sizes: expected comma-separated positive integers, got {args.sizes!r}") from None
         if not sizes or min(sizes) < 1:
             raise UsageError(f"--sizes: expected comma-separated positive integers, got {args.sizes!r}")
+        if max(sizes) > 2**31:
+            raise UsageError(f"--sizes: expected sequence lengths of at most 2^31 = {2**31}, got {max(sizes)}")
         cmd += [f"--bench-sizes={','.join(map(str, sizes))}", "--bench-big-sizes="]
+        big_sizes = ()
     if args.dtypes is not None:
-        cmd.append(f"--bench-dtypes={_choices('--dtypes', args.dtypes, DTYPES)}")
+        names = _choices("--dtypes", args.dtypes, DTYPES)
+        cmd.append(f"--bench-dtypes={names}")
+        dtypes = tuple(names.split(","))
     if args.causal is not None:
-        cmd.append(f"--bench-masks={'causal' if args.causal else 'full'}")
+        masks = ("causal",) if args.causal else ("full",)
+        cmd.append(f"--bench-masks={masks[0]}")
     if args.passes is not None:
-        cmd.append(f"--bench-passes={_choices('--passes', args.passes, tuple(PASSES))}")
-    return cmd
+        names = _choices("--passes", args.passes, passes)
+        cmd.append(f"--bench-passes={names}")
+        passes = tuple(names.split(","))
+    if any(arg.startswith("--bench-") for arg in args.pytest_args):
+        return cmd, None
+    return cmd, C.build_cases(impls, dtypes, sizes, big_sizes, big_impls, masks=masks, passes=passes)
+
+
+def _bytes(count: float) -> str:
+    for unit, scale in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
+        if count >= scale:
+            return f"{count / scale:,.1f} {unit}"
+    return f"{count:,.0f} bytes"
+
+
+def _bench_fits(args: argparse.Namespace, plan: list) -> None:
+    """The largest planned case fits in the memory this machine has available (a lower bound of what it holds:
+    :func:`aiayn.benchmarks.cases.least_bytes`); else a one-line usage error stating both, before any work. CUDA
+    cases hold device memory, not checked here."""
+    from aiayn.benchmarks.cases import least_bytes
+    from aiayn.benchmarks.measure import available_memory
+
+    available = available_memory()
+    if args.cuda or not plan or available is None:
+        return
+    largest = max(plan, key=lambda case: least_bytes(case)[0])
+    need, words = least_bytes(largest)
+    if need > available[0]:
+        option = "--sizes" if args.sizes is not None else "the chosen cases"
+        raise UsageError(
+            f"{option}: the largest case, {largest.id} (n = {largest.n}), holds at least {_bytes(need)} ({words}), "
+            f"more than the {_bytes(available[0])} available here ({available[1]})"
+        )
+
+
+def _bench_overlap(args: argparse.Namespace, plan: list, baselines: list[dict]) -> None:
+    """Each baseline shares a planned case with this run; else a one-line usage error (it would compare nothing)
+    naming the baseline and what it holds against what would run, before any work."""
+    from aiayn.benchmarks import compare
+
+    planned = [{"impl": c.impl, "dtype": c.dtype, "n": c.n} for c in plan]
+    ids = {c.id for c in plan}
+    for path, baseline in zip(args.baseline or [], baselines, strict=True):
+        if not ids & compare.case_figures(baseline, "ratio_full").keys():
+            raise UsageError(
+                f"--baseline: {path}: compared nothing: it holds {compare.holdings(baseline)}, this run would time "
+                f"{compare.describe_cases(planned)}; no case in common"
+            )
+
+
+def _shown(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 100 else f"{text[:60]}...{text[-20:]} ({len(text)} characters)"
+
+
+def _bench_paths(args: argparse.Namespace) -> None:
+    """The working directory exists, and every path option names a path this system can name (no component longer
+    than its NAME_MAX, no path longer than its PATH_MAX, no other error than 'no such file'); else a one-line usage
+    error naming it, before any work."""
+    try:
+        os.getcwd()
+    except OSError as exc:
+        raise UsageError(
+            f"the working directory: {exc.strerror or exc} (was it deleted?); run aiayn bench from a folder that exists"
+        ) from None
+    try:
+        name_max, path_max = os.pathconf("/", "PC_NAME_MAX"), os.pathconf("/", "PC_PATH_MAX")
+    except (AttributeError, OSError, ValueError):
+        name_max, path_max = 255, 4096
+    named = [("--out", args.out), ("--save", args.save), ("--history", args.history), ("--from-run", args.from_run)]
+    named += [("--baseline", path) for path in args.baseline or []]
+    for option, path in named:
+        if path is None:
+            continue
+        raw = os.fsencode(path)
+        if len(raw) >= path_max or any(len(part) > name_max for part in raw.split(b"/")):
+            raise UsageError(
+                f"{option}: {_shown(path)}: name too long (at most {name_max} bytes a name, {path_max - 1} a path)"
+            )
+        try:
+            os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise UsageError(f"{option}: {_shown(path)}: {exc.strerror or exc}") from None
+
+
+def _bench_save_target(path: Path) -> None:
+    """``--save FILE``: not a folder, in a folder that exists (it is not created: a mistyped folder is said, not
+    made) and takes files; else a one-line usage error."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"--save: {path} is a folder, expected a file name")
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is a file" if folder.exists() else "does not exist"
+        raise UsageError(f"--save: {path}: its folder {folder} {what}")
+    writable_dir(folder, "--save")
 
 
 def _bench(args: argparse.Namespace) -> int:
-    import shutil
-
     from aiayn import benchmarks
-    from aiayn.benchmarks import compare, history
-    from aiayn.benchmarks.report import write
+    from aiayn.benchmarks import compare, history, runfile
+    from aiayn.benchmarks.report import keyed_stem, write
+    from aiayn.kit import Scope
 
+    _bench_paths(args)
     out = out_dir(args.out)
-    stem = _bench_stem(args)
     check_range("--factor", args.factor, least=1.0)
     if not 0.0 < args.alpha < 1.0:
         raise UsageError(f"--alpha: expected a p-value threshold strictly between 0 and 1, got {args.alpha}")
@@ -461,23 +606,41 @@ def _bench(args: argparse.Namespace) -> int:
     baselines = []
     if args.baseline is not None:
         compare.check_baseline_count(len(args.baseline))  # before the measurement, not after it
-        for path in args.baseline:
-            _check_run_json(path, "--baseline")
-            baselines.append(compare.load_baseline(path))
-    for option, path in (("--save", args.save), ("--history", args.history)):
-        if path is not None:
-            writable_dir(Path(path).resolve().parent, option)
-    if args.history is not None and Path(args.history).exists():
-        history.load(args.history)  # a history that cannot be read is refused before the work, not after it
+        baselines = [compare.load_baseline(path) for path in args.baseline]
+    if args.save is not None:
+        _bench_save_target(args.save)
+    if args.history is not None:
+        writable_dir(Path(args.history).resolve().parent, "--history")
+        if Path(args.history).exists():
+            history.load(args.history)  # a history that cannot be read is refused before the work, not after it
+    refusal = None
     if args.from_run is not None:
-        _check_run_json(args.from_run, "--from-run")
-        run_json = args.from_run
+        run_json = Path(args.from_run)
+        run = compare.load_run(run_json, "--from-run")
+        stem = _bench_stem(args, run)
+        if stem.startswith("bench-"):
+            stem = keyed_stem(out, stem, [*args.specs, *(c["impl"] for c in runfile.timed_cases(run))])
+        if args.save is not None:
+            refusal = runfile.save_refusal(args.save, runfile.run_scope(run, args.smoke), args.force)
+            if refusal is not None:
+                raise UsageError(f"--save: {refusal}")
     else:
-        selection = _bench_selection(args)
+        selection, plan = _bench_selection(args)
+        if plan is not None:
+            _bench_fits(args, plan)
+            _bench_overlap(args, plan, baselines)
+        if args.save is not None:
+            planned = None if plan is None else Scope("planned cases", float(len(plan)), full=not args.smoke)
+            refusal = runfile.save_refusal(args.save, planned, args.force)
+            if refusal is not None:
+                raise UsageError(f"--save: {refusal}")
         if args.cuda:
             torch = importlib.import_module("aiayn.environment").require("torch")
             if not torch.cuda.is_available():
                 raise UsageError("--cuda: torch sees no CUDA device here")
+        stem = _bench_stem(args)
+        if args.specs:
+            stem = keyed_stem(out, stem, args.specs)
         run_json = Path(out) / "tmp" / f"{stem}-run.json"
         run_json.parent.mkdir(parents=True, exist_ok=True)
         folder = Path(benchmarks.__file__).resolve().parent
@@ -518,9 +681,9 @@ def _bench(args: argparse.Namespace) -> int:
         if status != 0:
             return status
         print(f"wrote {run_json.resolve()}")
-    run = compare.load_run(Path(run_json))
-    if args.from_run is not None:
-        stem = _bench_stem(args, run)
+        run = compare.load_run(run_json, "the run")
+        if args.save is not None:  # the run is measured now: its own scope against the stored one
+            refusal = runfile.save_refusal(args.save, runfile.run_scope(run, args.smoke), args.force)
     comparison, note = None, None
     same = [str(path) for path, b in zip(args.baseline or [], baselines) if b.get("datetime") == run.get("datetime")]
     if same:
@@ -533,43 +696,23 @@ def _bench(args: argparse.Namespace) -> int:
             + "."
         )
     write(run_json, out, comparison=comparison, baseline_note=note, stem=stem, smoke=args.smoke, force=args.force)
-    if args.save is not None:
-        shutil.copyfile(run_json, args.save)
+    if args.save is not None and refusal is None:
+        runfile.store(run_json, args.save)
         print(f"saved this run as a baseline: {Path(args.save).resolve()}")
     if args.history is not None:
         history.append(args.history, run)
         history.write(args.history, out, stem=f"{stem}-history", force=args.force)
-    if comparison is None:
-        return EXIT_OK
-    for line in compare.format_comparison(comparison):
-        print(line)
-    if comparison.incompatible is not None:
-        files = " ".join(str(path) for path in args.baseline)
-        print(f"aiayn bench: --baseline: {files}: {comparison.incompatible}", file=sys.stderr)
-    return comparison.exit_status
-
-
-def _check_run_json(path: Path, option: str) -> None:
-    """A pytest-benchmark JSON of ``aiayn bench``, checked before a report is written from it."""
-    import json
-
-    from aiayn.environment import file_arguments
-
-    file_arguments(**{option.lstrip("-").replace("-", "_"): path})
-    try:
-        run = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise UsageError(f"{option}: {path} is not JSON ({exc})") from None
-    entries = run.get("benchmarks") if isinstance(run, dict) else None
-    if not isinstance(entries, list):
-        raise UsageError(f"{option}: {path} is not a pytest-benchmark JSON (no 'benchmarks' list)")
-    bad = [i for i, b in enumerate(entries) if not (isinstance(b, dict) and isinstance(b.get("extra_info", {}), dict))]
-    bad += [i for i, b in enumerate(entries) if i not in bad and "name" not in b]
-    if bad:
-        raise UsageError(f"{option}: {path}: benchmarks[{bad[0]}] is not a pytest-benchmark entry ({len(bad)} such)")
-    ours = ("case", "stage", "training", "memory_model")
-    if not any(key in b.get("extra_info", {}) for b in entries for key in ours):
-        raise UsageError(f"{option}: {path} holds no case of aiayn bench (a run of aiayn's benchmarks is expected)")
+    problems = [] if refusal is None else [f"--save: {refusal}; this run stays in {run_json}"]
+    if comparison is not None:
+        for line in compare.format_comparison(comparison):
+            print(line)
+        if comparison.incompatible is not None:
+            files = " ".join(str(path) for path in args.baseline)
+            problems.append(f"--baseline: {files}: {comparison.incompatible}")
+    if problems:
+        print(f"aiayn bench: {'; '.join(problems)}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK if comparison is None else comparison.exit_status
 
 
 def _add_false_alarms(p: argparse.ArgumentParser) -> None:
