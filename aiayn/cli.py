@@ -13,10 +13,11 @@
     aiayn false-alarms              the suite on correct implementations over many seeds (must raise none)
     aiayn zoo [NAME ...]            popular libraries through thin adapters, one report row each
 
-Exit status, by pytest's conventions: 0 success; 1 a check failed (or a mutant escaped); 4 a usage
-error: a bad option, an implementation that cannot be loaded, a dtype it does not declare, a
-selection in which nothing was checked, a missing optional dependency (named with the extra that
-installs it) or an unreadable file.
+Exit status, by pytest's conventions: 0 success; 1 a check failed (or a mutant escaped); 2 interrupted
+(SIGINT or SIGTERM: no verdict; aiayn check writes a partial report only under a name ending in
+-INTERRUPTED); 4 a usage error: a bad option, an implementation that cannot be loaded, a dtype it
+does not declare, a selection in which nothing was checked, a missing optional dependency (named
+with the extra that installs it) or an unreadable file.
 
 Only the chosen command's modules are imported (aiayn --help needs no torch).
 """
@@ -144,7 +145,11 @@ def _add_check(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--seed", type=int, default=None, help="Hypothesis seed (default: random, or fixed by a derandomized profile)"
     )
-    p.epilog = "More pytest options go after --, e.g. aiayn check numpy -- -x -v"
+    p.epilog = (
+        "More pytest options go after --, e.g. aiayn check numpy -- -x -v. Exit status: 0 every check passed; 1 a "
+        "check failed or a row is inconclusive; 2 interrupted (SIGINT or SIGTERM): no verdict, and a report only "
+        "under conformance-<name>-INTERRUPTED.*, never under the main name; 4 a usage error (one line says why)"
+    )
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -107,6 +107,7 @@ class _Run:
     inconclusive: list[str] = field(default_factory=list)
     usage_error: str = ""
     written: list[str] = field(default_factory=list)  # the report files, or what could not be written and where it went
+    interrupted: bool = False  # the session ended by SIGINT or SIGTERM (pytest's INTERRUPTED): reports are partial
     config: pytest.Config | None = None  # (the controller's) for the lines printed as failures arrive
 
 
@@ -231,6 +232,8 @@ def pytest_configure(config: pytest.Config) -> None:
         from aiayn.environment import cache_dir
 
         set_hypothesis_home_dir(cache_dir() / "hypothesis")
+    if run.explicit is not None and not _is_worker(config):
+        _interrupt_on_sigterm(config)
     if run.explicit is not None:
         wanted = config.getoption("--dtype") or []
         for spec in run.explicit:
@@ -243,6 +246,26 @@ def pytest_configure(config: pytest.Config) -> None:
                     f"aiayn: {entry.name} ({spec}) does not declare dtype {', '.join(missing)}; "
                     f"it declares {', '.join(entry.impl.dtypes) or 'none'}"
                 )
+
+
+def _interrupt_on_sigterm(config: pytest.Config) -> None:
+    """SIGTERM (a CI job cancelled, ``kill``) ends a run that asked for aiayn's checks the way Ctrl-C does: pytest's
+    INTERRUPTED (exit 2), its session finished, the partial report named as such (``report.write``) and the workers'
+    record folders removed. Only where nobody else handles SIGTERM, in the main thread, until the run ends."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is not signal.SIG_DFL:
+        return
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, terminated)
+    config.add_cleanup(lambda: signal.signal(signal.SIGTERM, previous))
 
 
 def _one_line(text: str) -> str:
@@ -818,12 +841,16 @@ def _write_report(
         spec=entry.spec, impl=entry.impl, error=entry.error, skip=entry.skip, name=names.get(entry.spec, entry.name)
     )
     force = config.getoption("--aiayn-force")
+    cut = config.stash[_STATE].interrupted
     try:
-        paths = report.write(directory, named, results, run_info(config), force=force)
-        return [f"wrote {path.resolve()}" for path in paths]
+        paths = report.write(directory, named, results, run_info(config), force=force, interrupted=cut)
+        return [
+            f"wrote {path.resolve()}" + (" (a partial report: the run was interrupted)" if cut else "")
+            for path in paths
+        ]
     except OSError as exc:
         fallback = Path(tempfile.mkdtemp(prefix="aiayn-report-"))
-        paths = report.write(fallback, named, results, run_info(config), force=True)
+        paths = report.write(fallback, named, results, run_info(config), force=True, interrupted=cut)
         return [f"could not write the report into {directory} ({exc.strerror or exc}); wrote it to {paths[0].parent}"]
 
 
@@ -847,8 +874,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _STATE not in config.stash or _is_worker(config):
         return
     run = config.stash[_STATE]
+    run.interrupted = int(exitstatus) == pytest.ExitCode.INTERRUPTED
     from_run = run.results
-    if from_run or run.explicit is not None:
+    if (from_run or run.explicit is not None) and not run.interrupted:
         why = _nothing_checked(config, from_run)
         if why and int(exitstatus) in (0, 5):
             run.usage_error = why
@@ -877,7 +905,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             ]
             if directory:
                 run.written += _write_report(Path(directory), entry, mine, config, names)
-        if run.inconclusive and int(session.exitstatus) == 0:
+        if run.inconclusive and int(session.exitstatus) == 0:  # an interrupted run keeps its exit status, 2
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
     for uid in run.testrunuids:
         from aiayn.conformance import isolation
@@ -893,7 +921,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if results:
         from aiayn.conformance import report
 
-        terminalreporter.section("aiayn conformance: per equation")
+        terminalreporter.section(
+            "aiayn conformance: per equation" + (" (INTERRUPTED: the tests that ended)" if run.interrupted else "")
+        )
         for spec in dict.fromkeys(r.spec for r in results):
             entry = run.loaded.get(spec) or Loaded(spec)
             for line in report.summary_lines(entry, [r for r in results if r.spec == spec]):
@@ -914,6 +944,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         )
     if run.usage_error:
         terminalreporter.write_line(f"ERROR: aiayn: {run.usage_error} (exit 4)", red=True, bold=True)
+    if run.interrupted and results:
+        terminalreporter.write_line(
+            f"INTERRUPTED: aiayn: the run was interrupted after {len(results)} tests: no verdict (exit 2); the rows "
+            "above are partial, and a report is written only under a name that ends in -INTERRUPTED",
+            red=True,
+            bold=True,
+        )
 
 
 # --------------------------------------------------------------------------------------------

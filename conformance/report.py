@@ -379,25 +379,33 @@ def write(
     run: Mapping[str, str],
     *,
     force: bool = False,
+    interrupted: bool = False,
 ) -> tuple[Path, Path]:
     """Write ``conformance-<name>.md`` and ``.json`` (``conformance-<name>-<device>.*`` off the CPU) into
     ``directory`` (atomically, quietly: the plugin names them in its summary); return both paths.
 
     The report's scope is the examples it ran (a run of every test at profile dev, ci or thorough over every
     declared dtype is a full run): a smaller run (``-k``, ``--dtype``, profile smoke) never replaces the report of
-    a larger one, it writes beside it (``kit.write_report``) unless ``force``.
+    a larger one, it writes beside it (``kit.write_report``) unless ``force``. An ``interrupted`` run (SIGINT,
+    SIGTERM) never writes under the main name: its partial report is ``<stem>-INTERRUPTED``, its verdict
+    "INTERRUPTED", whatever its rows say (the tests it did not reach are not in them).
     """
     data = build(entry, results, run)
+    if interrupted:
+        data["verdict"] = "INTERRUPTED"
     md, js = paths(directory, report_name(entry.impl, data["implementation"]))
     rep = as_report(data)
+    if interrupted:
+        rep.verdict = f"INTERRUPTED (partial: the rows hold the {len(_typed(results))} tests that ended before it)"
     selection = run.get("selection") or ""
     examples = sum(int(r.get("examples") or 0) for r in data["rows"])
     rep.scope = Scope(
         label=f"profile {run.get('profile')}" + (f", {selection}" if selection else ""),
         size=float(examples),
-        full=not selection and run.get("profile") != "smoke",
+        full=not selection and run.get("profile") != "smoke" and not interrupted,
     )
-    written = write_report(md.parent, rep, stem=md.stem, quiet=True, force=force)
+    stem = f"{md.stem}-INTERRUPTED" if interrupted else md.stem
+    written = write_report(md.parent, rep, stem=stem, quiet=True, force=force or interrupted)
     return written[0], written[1]
 
 

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from _aiayn_check import aiayn_check
+from _aiayn_check import HERE, aiayn_check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -381,3 +384,54 @@ def test_loading_that_hangs_is_refused_after_the_probes_limit(tmp_path: Path, mo
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     with pytest.raises(registry.ImplementationNotFound, match="loading it did not finish within 2 s"):
         registry.probe("hangs_at_load:X", limit=2)
+
+
+# --------------------------------------------------------------------------------------------
+# an interrupted run
+
+
+class SlowSoftmax(NumpyImplementation):
+    """Softmax that, after its first 100 calls in a process (a test makes at most two calls an example, 40 examples
+    at profile dev: a test ended by then), writes the file $AIAYN_TEST_MARKER and takes 0.2 s a call: a run to
+    interrupt in the middle. The tests selected make over 200 calls in all, so one of two workers reaches 100."""
+
+    name = "slow-softmax"
+    calls = 0
+
+    def softmax(self, x: Any, axis: int = -1) -> Any:
+        SlowSoftmax.calls += 1
+        if SlowSoftmax.calls > 100:
+            Path(os.environ["AIAYN_TEST_MARKER"]).touch()
+            time.sleep(0.2)
+        return super().softmax(x, axis)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_writes_no_report_under_the_main_name(tmp_path: Path, sig: int, workers: int) -> None:
+    """Exit 2 (pytest's INTERRUPTED); no conformance-slow-softmax.* (the main name); the partial report, where one
+    is written, says INTERRUPTED in its verdict and file name; no in-flight record folder is left behind."""
+    marker, temp = tmp_path / "started", tmp_path / "tmp"
+    temp.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "AIAYN_"))}
+    env |= {"PYTHONPATH": os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
+    env |= {"AIAYN_TEST_MARKER": str(marker), "TMPDIR": str(temp), "AIAYN_FAILURES": str(tmp_path / "failures")}
+    command = [sys.executable, "-m", "aiayn", "check", "test_untrusted_plugins:SlowSoftmax", f"--workers={workers}"]
+    command += ["--profile=dev", "--dtype=float64", f"--report={tmp_path}", "-k", "softmax and not gradients"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), f"the run never reached its slow calls (exit {proc.poll()})"
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, f"exit {proc.returncode}:\n{out[-3000:]}"
+    assert not (tmp_path / "conformance-slow-softmax.json").exists(), out[-3000:]
+    assert not (tmp_path / "conformance-slow-softmax.md").exists(), out[-3000:]
+    partial = tmp_path / "conformance-slow-softmax-INTERRUPTED.json"
+    assert json.loads(partial.read_text(encoding="utf-8"))["verdict"] == "INTERRUPTED", out[-3000:]
+    assert "INTERRUPTED: aiayn: the run was interrupted after" in out, out[-3000:]
+    assert not list(temp.glob("aiayn-inflight-*")), list(temp.iterdir())
