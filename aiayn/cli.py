@@ -551,15 +551,9 @@ def _shown(path: Path) -> str:
 
 
 def _bench_paths(args: argparse.Namespace) -> None:
-    """The working directory exists, and every path option names a path this system can name (no component longer
+    """Every path option names a path this system can name (no component longer
     than its NAME_MAX, no path longer than its PATH_MAX, no other error than 'no such file'); else a one-line usage
     error naming it, before any work."""
-    try:
-        os.getcwd()
-    except OSError as exc:
-        raise UsageError(
-            f"the working directory: {exc.strerror or exc} (was it deleted?); run aiayn bench from a folder that exists"
-        ) from None
     try:
         name_max, path_max = os.pathconf("/", "PC_NAME_MAX"), os.pathconf("/", "PC_PATH_MAX")
     except (AttributeError, OSError, ValueError):
@@ -949,6 +943,18 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     return top
 
 
+def _working_directory(command: str) -> None:
+    """The working directory exists (every command resolves relative paths and default folders against it); else a
+    one-line usage error before any work."""
+    try:
+        os.getcwd()
+    except OSError as exc:
+        raise UsageError(
+            f"the working directory: {exc.strerror or exc} (was it deleted?); run aiayn {command} from a folder that "
+            "exists"
+        ) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``aiayn ARGV``; return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -968,6 +974,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE
+        _working_directory(args.command)
         return int(COMMANDS[args.command][2](args) or 0)
     except UsageError as exc:
         print(f"aiayn {command}: error: {exc}", file=sys.stderr)

@@ -164,14 +164,15 @@ def writable_dir(path: str | os.PathLike[str], what: str) -> Path:
     """``path`` as a folder that exists and takes files (created if need be), checked before any work; else a
     one-line :class:`UsageError` naming ``what`` (the option or variable) and the reason."""
     folder = Path(path)
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"{what}: {folder} is a file, expected a folder")
     try:
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"{what}: {folder} is a file, expected a folder")
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".aiayn-write-test-"):
             pass
-    except OSError as exc:
-        raise UsageError(f"{what}: cannot write into {folder} ({exc.strerror or exc})") from None
+    except OSError as exc:  # a name too long, a component that is a file, no permission, a read-only system
+        shown = str(folder) if len(str(folder)) <= 100 else f"{str(folder)[:60]}...{str(folder)[-20:]}"
+        raise UsageError(f"{what}: cannot write into {shown} ({exc.strerror or exc})") from None
     return folder
 
 

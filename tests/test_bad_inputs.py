@@ -62,6 +62,7 @@ ROWS: list[tuple[str, list[str], dict[str, str], str]] = [
     ("check-timeout-nan", ["check", "numpy", "--timeout", "nan"], {}, "--timeout: expected a finite number"),
     ("check-workers-negative", ["check", "numpy", "--workers", "-1"], {}, "--workers: expected an integer, 0 or"),
     ("check-report-is-a-file", ["check", "numpy", "--report", "{file}"], {}, "--report: "),
+    ("check-report-name-too-long", ["check", "numpy", "--report", "{dir}/" + "x" * 300], {}, "(File name too long)"),
     ("check-profile-from-env", ["check", "numpy"], {"AIAYN_PROFILE": "nosuch"}, "$AIAYN_PROFILE: 'nosuch' is not"),
     ("check-failures-is-a-file", ["check", "numpy"], {"AIAYN_FAILURES": "{file}"}, "$AIAYN_FAILURES: "),
     ("check-cache-is-a-file", ["check", "numpy"], {"AIAYN_CACHE": "{file}"}, "$AIAYN_CACHE: "),
@@ -188,3 +189,16 @@ def test_a_bad_implementation_or_placement_is_refused_before_the_work(
     lines = [line for line in out.splitlines() if fragment in line]
     assert len(lines) == 1, f"expected one line saying {fragment!r}:\n{out[-3000:]}"
     assert "Known names" not in lines[0] or "unknown name" in fragment, lines[0]
+
+
+@pytest.mark.parametrize("command", [["check", "numpy"], ["list"], ["reproduce", "--out", "r"]])
+def test_a_deleted_working_directory_is_one_line(tmp_path: Path, command: list[str]) -> None:
+    """Every command checks its working directory first (relative paths and default folders resolve against it)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = f"import os, sys; from aiayn.cli import main; os.chdir({str(gone)!r}); os.rmdir({str(gone)!r}); "
+    script += f"sys.exit(main({command!r}))"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 4, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the working directory: No such file or directory (was it deleted?)" in lines[0], lines
