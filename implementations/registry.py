@@ -87,6 +87,10 @@ class _Misplaced(ValueError):
     """Internal: the implementation loads but cannot be placed on the device asked for."""
 
 
+class _Flushing(ImplementationNotFound):
+    """Loading the implementation turned the processor's subnormal flushing on for the whole process."""
+
+
 class _UnknownName(Exception):
     """Internal: the name is neither ``module:attr``, a built-in, nor an entry point."""
 
@@ -247,6 +251,8 @@ def probe(spec: str, device: str | None = None, limit: float = PROBE_LIMIT_S) ->
             + "; an implementation reports a problem by raising an exception",
             names=False,
         )
+    if said.get("flushes"):
+        raise _Flushing(str(said["flushes"]))
     if said.get("raised_base"):
         raise _not_found(
             spec,
@@ -264,11 +270,50 @@ def probe(spec: str, device: str | None = None, limit: float = PROBE_LIMIT_S) ->
         )
 
 
+def flushed_subnormals() -> str | None:
+    """Which of the processor's flush modes this thread runs under, tested by arithmetic: "FTZ" (a subnormal result
+    becomes 0: 2^-1022 / 2), "DAZ" (a subnormal input is read as 0: 2^-1074 * 2), both joined by " and ", or None.
+    Shared libraries built with -ffast-math set both when they load, for the whole process."""
+    smallest_normal, smallest = float.fromhex("0x1p-1022"), float.fromhex("0x1p-1074")  # not folded at compile time
+    modes = [name for name, zero in (("FTZ", smallest_normal / 2), ("DAZ", smallest * 2)) if zero == 0.0]
+    return " and ".join(modes) or None
+
+
+_FLUSHED_BY: list[str] = []  # in the probe's child: the module whose import turned flushing on
+
+
+def _flushing(spec: str, modes: str, where: str) -> ImplementationNotFound:
+    by = f" by {_FLUSHED_BY[0]}" if _FLUSHED_BY and where.startswith("while importing") else ""
+    return _not_found(
+        spec,
+        f"your implementation flushes subnormals process-wide: {modes} set{by} {where}. Every computation of this "
+        "process would then read and give subnormal numbers as 0, aiayn's oracle and its input draws included, so "
+        "it cannot be judged in aiayn's process; build that library without -ffast-math (or set the mode around its "
+        "own calls only)",
+        _Flushing,
+        names=False,
+    )
+
+
 def _probe_child(spec: str, device: str, result: str) -> None:
-    """The probe's child: load ``spec``, write what happened to ``result``, exit with :data:`_PROBED`."""
+    """The probe's child: load ``spec`` (watching every import for the one that turns flushing on), write what
+    happened to ``result``, exit with :data:`_PROBED`."""
+    import builtins
+
+    original = builtins.__import__
+
+    def watching(name: str, *args: Any, **kwargs: Any) -> Any:
+        module = original(name, *args, **kwargs)
+        if not _FLUSHED_BY and flushed_subnormals():
+            _FLUSHED_BY.append(f"the import of {name}")
+        return module
+
+    builtins.__import__ = watching
     said: dict[str, Any]
     try:
         load(spec, device=device or None)
+    except _Flushing as exc:
+        said = {"flushes": str(exc)}
     except ImplementationNotFound as exc:
         cause = exc.__cause__
         base = cause is not None and not isinstance(cause, Exception)
@@ -299,9 +344,16 @@ def load(spec: str, *, device: str | None = None) -> Implementation:
     if _foreign(spec) and not inside and (spec, device) not in _probed:
         probe(spec, device)
         _probed.add((spec, device))
+    before = flushed_subnormals()  # already on (set by something else): not this implementation's doing
     try:
         obj, origin = _resolve(spec)
+        if not before and flushed_subnormals():
+            raise _flushing(spec, str(flushed_subnormals()), f"while importing {spec.split(':')[0]}")
         impl = _instantiate(obj, device)
+        if not before and flushed_subnormals():
+            raise _flushing(spec, str(flushed_subnormals()), "by its constructor")
+    except ImplementationNotFound:
+        raise
     except _UnknownName:
         raise _not_found(spec, "unknown name") from None
     except _Misplaced as exc:

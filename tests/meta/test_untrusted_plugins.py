@@ -376,6 +376,48 @@ def test_an_implementation_that_ends_the_process_while_loading_cannot_be_loaded(
     assert "Traceback" not in out, out[-3000:]
 
 
+_FLUSHES_AT_LOAD = {
+    "in its module": (
+        "import torch\nfrom aiayn.implementations.numpy_impl import NumpyImplementation\n"
+        "torch.set_flush_denormal(True)\nclass X(NumpyImplementation):\n    pass\n",
+        "FTZ and DAZ set while importing flushes_at_load.",
+    ),
+    "in a library it imports": (
+        "import flushing_library\nfrom aiayn.implementations.numpy_impl import NumpyImplementation\n"
+        "class X(NumpyImplementation):\n    pass\n",
+        "FTZ and DAZ set by the import of flushing_library while importing flushes_at_load.",
+    ),
+    "in its constructor": (
+        "import torch\nfrom aiayn.implementations.numpy_impl import NumpyImplementation\n"
+        "class X(NumpyImplementation):\n    def __init__(self):\n        torch.set_flush_denormal(True)\n",
+        "FTZ and DAZ set by its constructor.",
+    ),
+}
+
+
+@pytest.mark.parametrize("where", list(_FLUSHES_AT_LOAD))
+def test_an_implementation_that_flushes_subnormals_is_named_in_one_line(tmp_path: Path, where: str) -> None:
+    """FTZ/DAZ set while loading (as a shared library built with -ffast-math does; here by PyTorch's
+    set_flush_denormal) would flush aiayn's oracle and draws too: one line says so, and which import set it, exit 4;
+    never thousands of lines of Hypothesis refusing to draw subnormals."""
+    pytest.importorskip("torch", reason="PyTorch sets the flush modes for this test (make test installs it)")
+    source, said = _FLUSHES_AT_LOAD[where]
+    (tmp_path / "flushes_at_load.py").write_text(source, encoding="utf-8")
+    (tmp_path / "flushing_library.py").write_text("import torch\ntorch.set_flush_denormal(True)\n", encoding="utf-8")
+    proc = aiayn_check(tmp_path, "flushes_at_load:X", "--profile=smoke", "--workers=0", "-k", "softmax")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4, f"exit {proc.returncode}:\n{out[-3000:]}"
+    errors = [line for line in out.splitlines() if line.startswith("ERROR: aiayn:")]
+    assert len(errors) == 1 and "your implementation flushes subnormals process-wide: " + said in errors[0], out[-3000:]
+    assert len(out.splitlines()) < 20, out[-3000:]
+
+
+def test_the_flush_modes_are_read_from_arithmetic() -> None:
+    from aiayn.implementations.registry import flushed_subnormals
+
+    assert flushed_subnormals() is None  # this test process computes with subnormals
+
+
 def test_loading_that_hangs_is_refused_after_the_probes_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from aiayn.implementations import registry
 
