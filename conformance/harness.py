@@ -310,8 +310,13 @@ class Case:
         if native is None or isinstance(native, (int, float, str, bool)):
             return native
         arr = self.guard(f"to_numpy({what})", self.impl.to_numpy, native)
-        if not isinstance(arr, np.ndarray):
+        if type(arr) is not np.ndarray:  # a subclass (np.matrix, a masked array) indexes and sums by its own rules
             self.fail(f"to_numpy({what}) returned {_what_it_is(arr)}, expected a numpy.ndarray")
+        if arr.dtype.kind not in "fiub":  # object, str, complex arrays would be converted, not read, by float64 casts
+            self.fail(
+                f"to_numpy({what}) returned an array of dtype {arr.dtype}; the contract says float64 for floats, "
+                "int64 for ids and bool for masks"
+            )
         if arr.dtype.kind == "f" and arr.dtype != np.float64:
             self.fail(
                 f"to_numpy({what}) returned dtype {arr.dtype}; the contract says float results come back as float64"
@@ -437,7 +442,11 @@ class Case:
         that raises fails the check."""
         hook = getattr(self.impl, "dtype_name", None)
         if callable(hook):
-            return self.guard(f"{self.impl.name}.dtype_name({native_dtype!r})", hook, native_dtype)
+            what = f"{self.impl.name}.dtype_name({native_dtype!r})"
+            name = self.guard(what, hook, native_dtype)
+            if name is not None and type(name) is not str:  # compared with the dtype: its own == must not decide
+                self.fail(f"{what} returned {_what_it_is(name)}, expected a dtype name (str) or None")
+            return name
         return contract_dtype_name(native_dtype)
 
     def _check_device(self, out: Any, method: str) -> None:

@@ -125,6 +125,67 @@ def test_a_row_whose_tests_compared_nothing_is_inconclusive_never_a_pass() -> No
 
 
 # --------------------------------------------------------------------------------------------
+# the boundary: to_numpy and the dtype_name hook
+
+
+class ObjectArrays(NumpyImplementation):
+    """to_numpy gives object arrays of the values as strings: a float64 cast would parse them back."""
+
+    name = "object-arrays"
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        return np.array([str(v) for v in np.asarray(x).reshape(-1)], dtype=object).reshape(np.shape(x))
+
+
+class _Lenient(np.ndarray):
+    """An ndarray subclass: its own indexing and arithmetic rules."""
+
+
+class SubclassArrays(NumpyImplementation):
+    name = "subclass-arrays"
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        return super().to_numpy(x).view(_Lenient)
+
+
+class _EqualToAll:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+
+class DtypeNameLiar(NumpyImplementation):
+    """Results in float32 whatever is asked, and a dtype_name hook whose answer equals every name."""
+
+    name = "dtype-name-liar"
+
+    def softmax(self, x: Any, axis: int = -1) -> Any:
+        return np.asarray(super().softmax(x, axis), np.float32)
+
+    def dtype_name(self, native_dtype: Any) -> Any:
+        return _EqualToAll()
+
+
+@pytest.mark.parametrize(
+    ("cls", "message"),
+    [
+        (ObjectArrays, "returned an array of dtype object; the contract says float64 for floats"),
+        (SubclassArrays, "returned _Lenient"),
+        (DtypeNameLiar, "returned _EqualToAll"),
+    ],
+    ids=lambda v: v.__name__ if isinstance(v, type) else "",
+)
+def test_what_crosses_the_boundary_is_checked_by_type(cls: type, message: str) -> None:
+    case = F.cases("softmax", "forward")[0]
+    CHECKS[case.check](NumpyImplementation(), "float64", **case.args)  # the control
+    with pytest.raises(BrokenContract) as failure:
+        CHECKS[case.check](cls(), "float64", **case.args)
+    assert message in str(failure.value), str(failure.value)
+
+
+# --------------------------------------------------------------------------------------------
 # beam search's answer
 
 
