@@ -674,8 +674,11 @@ def _bench(args: argparse.Namespace) -> int:
             ]
         cmd += selection + args.pytest_args
         # one thread (two threads on small shared VMs swing by 2-4x); OPENBLAS_CORETYPE/L2_SIZE, set on
-        # some machines for old OpenBLAS builds, slow a current numpy
-        env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")} | _BENCH_ENV
+        # some machines for old OpenBLAS builds, slow a current numpy; the measuring session is its own, never a
+        # worker of a pytest-xdist run that called aiayn bench (pytest-benchmark writes no JSON in a worker)
+        inherited = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "PYTEST_CURRENT_TEST")
+        env = {k: v for k, v in os.environ.items() if k not in inherited and not k.startswith("PYTEST_XDIST")}
+        env |= _BENCH_ENV
         status = subprocess.run(cmd, env=env, check=False).returncode
         if status != 0:
             return status
