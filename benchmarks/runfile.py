@@ -143,20 +143,23 @@ def _number(
     _in_range(value, kind, at / key, " or null" if nullable else "")
 
 
-def _string(obj: Mapping[str, Any], key: str, at: _At, *, required: bool = True, nullable: bool = False) -> None:
-    value = _field(obj, key, at, "a string", required)
+def _typed(
+    obj: Mapping[str, Any], key: str, at: _At, kind: type, expected: str, required: bool, nullable: bool
+) -> None:
+    """Field ``key`` of ``obj`` is a ``kind`` (``expected`` says so in an error), or null where ``nullable``."""
+    value = _field(obj, key, at, expected, required)
     if value is _ABSENT or (value is None and nullable):
         return
-    if not isinstance(value, str):
-        raise (at / key).fail("a string" + (" or null" if nullable else ""), value)
+    if not isinstance(value, kind):
+        raise (at / key).fail(expected + (" or null" if nullable else ""), value)
+
+
+def _string(obj: Mapping[str, Any], key: str, at: _At, *, required: bool = True, nullable: bool = False) -> None:
+    _typed(obj, key, at, str, "a string", required, nullable)
 
 
 def _boolean(obj: Mapping[str, Any], key: str, at: _At, *, required: bool = True, nullable: bool = False) -> None:
-    value = _field(obj, key, at, "true or false", required)
-    if value is _ABSENT or (value is None and nullable):
-        return
-    if not isinstance(value, bool):
-        raise (at / key).fail("true or false" + (" or null" if nullable else ""), value)
+    _typed(obj, key, at, bool, "true or false", required, nullable)
 
 
 def _object(obj: Mapping[str, Any], key: str, at: _At, *, required: bool = False) -> dict[str, Any] | None:
