@@ -31,7 +31,8 @@ Options:
   check's failure and the run goes on (``isolation.py``). A method that hung once is not called
   again in the run: its later calls fail at once, naming the first hang, so a hanging
   implementation adds at most (methods that hang) x (workers, or 1) x limit.
-- ``--aiayn-report DIR``: write ``conformance-<impl>.md`` and ``.json`` there at the end.
+- ``--aiayn-report DIR``: write ``conformance-<impl>.md`` and ``.json`` there at the end (an implementation none
+  of whose checks finished gets none: a line says so and why, and the run does not exit 0).
 - ``--aiayn-agreement-only``: only each equation's agreement test, decoding's, and the contract (a smoke selection).
 - ``--aiayn-no-grad``, ``--aiayn-no-decode``: skip the gradient tests, the decoding tests (their rows read "not run").
 
@@ -47,6 +48,7 @@ import hashlib
 import importlib
 import os
 import shutil
+import sys
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -681,6 +683,32 @@ def pytest_testnodeready(node: Any) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """(xdist, on the controller) In a run that asked for aiayn's checks, xdist's load scheduling with one change:
+    tests sent to a worker that has died, before xdist has seen it die, do not end the run.
+
+    Handling one worker's death, xdist hands that worker's remaining tests to the others at once. When another worker
+    died too and xdist has not yet read its end (two checks hung together, as the first tests of both workers do on a
+    hanging implementation: the time limit ends both within milliseconds, and on a loaded machine the thread that
+    reads the second worker's end runs after the main loop), pytest-xdist 3.8 writes to the dead worker, the send
+    raises OSError, and the session ends in an INTERNALERROR before any check is reported: no report. Here the
+    tests stay assigned to the dead worker, and its death, handled next, hands them on (and fails its crashed check).
+    """
+    if _STATE not in config.stash or config.stash[_STATE].explicit is None or config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScheduling
+
+    class DeathTolerantScheduling(LoadScheduling):
+        def _send_tests(self, node: Any, num: int) -> None:
+            try:
+                super()._send_tests(node, num)  # adds the tests to the node's pending list, then sends them
+            except OSError:
+                pass  # the node is dead: xdist's worker_errordown re-queues its pending tests when it handles the death
+
+    return DeathTolerantScheduling(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any) -> None:
     """(xdist, on the controller) a worker died inside a check: make it that check's failure, with its replay file."""
     node = getattr(report, "node", None)
@@ -907,10 +935,33 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 run.written += _write_report(Path(directory), entry, mine, config, names)
         if run.inconclusive and int(session.exitstatus) == 0:  # an interrupted run keeps its exit status, 2
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if directory and run.explicit is not None:
+        _say_unwritten(session, run, Path(directory), {r.spec for r in from_run})
     for uid in run.testrunuids:
         from aiayn.conformance import isolation
 
         isolation.remove(uid)
+
+
+def _say_unwritten(session: pytest.Session, run: _Run, directory: Path, reported: set[str]) -> None:
+    """A report asked for (``--aiayn-report``) and not written, because no check of that implementation finished:
+    one line that says so and how the run ended, printed now (pytest prints no summary after an INTERNALERROR), and
+    never exit 0."""
+    missing = [s for s in run.explicit or () if s not in reported and not (s in run.loaded and run.loaded[s].skip)]
+    if missing and int(session.exitstatus) == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    status = int(session.exitstatus)
+    how = next((code.name for code in pytest.ExitCode if code == status), "")
+    terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+    for spec in missing:
+        line = (
+            f"ERROR: aiayn: no report of {spec} written into {directory}: no check of it finished before the run "
+            f"ended (exit {status} {how}; see above)"
+        )
+        if terminal is not None:
+            terminal.write_line(line, red=True, bold=True)
+        else:
+            print(line, file=sys.stderr)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

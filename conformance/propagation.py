@@ -40,7 +40,7 @@ import numpy as np
 from aiayn.conformance import budgets as B
 from aiayn.conformance.numerics import Precision, gamma
 
-__all__ = ["decoder_layer", "encoder_layer", "transformer_forward"]
+__all__ = ["decoder_layer", "encoder_layer", "layer_norm_inputs", "transformer_forward"]
 
 Tangent = np.ndarray | None  # a batch of tangents with a leading axis, or None for zero
 
@@ -63,6 +63,7 @@ class _Graph:
     def __init__(self) -> None:
         self.values: dict[str, np.ndarray] = {}
         self.ops: list[_Op] = []
+        self.norm_inputs: list[str] = []  # the stages every LayerNorm reads, in order
 
     def source(self, name: str, value: np.ndarray, local: Callable[[Precision], np.ndarray]) -> None:
         """A stage with no upstream stage (an embedding): only a local error."""
@@ -241,6 +242,7 @@ def _add_residual_norm(g: _Graph, name: str, x: str, sub: str, norm: Mapping[str
         f"{name}.sum", (x, sub), r, lambda a, b, ta, tb: _zero(ta, a) + _zero(tb, b), lambda p: p.op * np.abs(r) + p.eta
     )
     gain, bias = norm["gain"], norm["bias"]
+    g.norm_inputs.append(f"{name}.sum")
     g.stage(
         name,
         (f"{name}.sum",),
@@ -361,7 +363,7 @@ def _embedding(g: _Graph, name: str, tokens: np.ndarray, embedding: np.ndarray) 
     )
 
 
-def transformer_forward(
+def _forward_graph(
     src: np.ndarray,
     tgt: np.ndarray,
     params: Mapping[str, Any],
@@ -369,13 +371,8 @@ def transformer_forward(
     src_lengths: np.ndarray | None,
     tgt_lengths: np.ndarray | None,
     eps: float,
-    precisions: Sequence[Precision],
-) -> np.ndarray:
-    """First-order bound for the logits (Figure 1): both embeddings, the stacks, the tied projection y E^T (§3.4).
-
-    The encoder's stages reach the logits through every decoder layer's encoder-decoder attention
-    (the graph is a DAG: the memory feeds each cross-attention).
-    """
+) -> _Graph:
+    """The whole model's stages (Figure 1) evaluated in float64, the last one its logits (stage "logits")."""
     src_mask, tgt_mask = source_and_target_masks(src.shape[1], tgt.shape[1], src_lengths, tgt_lengths)
     emb = params["embedding"]
     g = _Graph()
@@ -396,4 +393,37 @@ def transformer_forward(
         lambda a, ta: ta @ emb.T,
         lambda p: gamma(d + 1, p.op) * (np.abs(yv) @ np.abs(emb).T) + (d + 1) * p.eta,
     )
+    return g
+
+
+def transformer_forward(
+    src: np.ndarray,
+    tgt: np.ndarray,
+    params: Mapping[str, Any],
+    num_heads: int,
+    src_lengths: np.ndarray | None,
+    tgt_lengths: np.ndarray | None,
+    eps: float,
+    precisions: Sequence[Precision],
+) -> np.ndarray:
+    """First-order bound for the logits (Figure 1): both embeddings, the stacks, the tied projection y E^T (§3.4).
+
+    The encoder's stages reach the logits through every decoder layer's encoder-decoder attention
+    (the graph is a DAG: the memory feeds each cross-attention).
+    """
+    g = _forward_graph(src, tgt, params, num_heads, src_lengths, tgt_lengths, eps)
     return g.bound("logits", precisions)
+
+
+def layer_norm_inputs(
+    src: np.ndarray,
+    tgt: np.ndarray,
+    params: Mapping[str, Any],
+    num_heads: int,
+    src_lengths: np.ndarray | None,
+    tgt_lengths: np.ndarray | None,
+    eps: float,
+) -> list[np.ndarray]:
+    """The exact rows x + Sublayer(x) that each LayerNorm of the whole model reads (§3.1), in float64, encoder first."""
+    g = _forward_graph(src, tgt, params, num_heads, src_lengths, tgt_lengths, eps)
+    return [g.values[name] for name in g.norm_inputs]
