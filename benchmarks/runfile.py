@@ -144,14 +144,16 @@ def _number(
 
 
 def _typed(
-    obj: Mapping[str, Any], key: str, at: _At, kind: type, expected: str, required: bool, nullable: bool
-) -> None:
-    """Field ``key`` of ``obj`` is a ``kind`` (``expected`` says so in an error), or null where ``nullable``."""
+    obj: Mapping[str, Any], key: str, at: _At, kind: type, expected: str, required: bool, nullable: bool = False
+) -> Any:
+    """Field ``key`` of ``obj``, a ``kind`` (``expected`` says so in an error), or null where ``nullable``; None
+    where it is absent and not required."""
     value = _field(obj, key, at, expected, required)
     if value is _ABSENT or (value is None and nullable):
-        return
+        return None
     if not isinstance(value, kind):
         raise (at / key).fail(expected + (" or null" if nullable else ""), value)
+    return value
 
 
 def _string(obj: Mapping[str, Any], key: str, at: _At, *, required: bool = True, nullable: bool = False) -> None:
@@ -163,21 +165,11 @@ def _boolean(obj: Mapping[str, Any], key: str, at: _At, *, required: bool = True
 
 
 def _object(obj: Mapping[str, Any], key: str, at: _At, *, required: bool = False) -> dict[str, Any] | None:
-    value = _field(obj, key, at, "an object", required)
-    if value is _ABSENT:
-        return None
-    if not isinstance(value, dict):
-        raise (at / key).fail("an object", value)
-    return value
+    return _typed(obj, key, at, dict, "an object", required)
 
 
 def _list(obj: Mapping[str, Any], key: str, at: _At, *, required: bool = False) -> list[Any] | None:
-    value = _field(obj, key, at, "a list", required)
-    if value is _ABSENT:
-        return None
-    if not isinstance(value, list):
-        raise (at / key).fail("a list", value)
-    return value
+    return _typed(obj, key, at, list, "a list", required)
 
 
 def _objects(obj: Mapping[str, Any], key: str, at: _At) -> list[tuple[dict[str, Any], _At]]:

@@ -13,8 +13,6 @@ bound, the way the checks do (inputs rounded to the dtype), without running an i
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,17 +33,6 @@ EPS = 1e-6
 DRAWS = settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 
-def _rounded(value: Any, dtype: str) -> Any:
-    """What an implementation in ``dtype`` sees of the drawn arguments (the checks' ``prepare``)."""
-    if isinstance(value, dict):
-        return {k: _rounded(v, dtype) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v, dtype) for v in value]
-    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
-        return round_to(value, dtype)
-    return value
-
-
 def _unchecked(bound: np.ndarray) -> int:
     return int(np.sum(~applicable(bound)))
 
@@ -55,7 +42,7 @@ def test_encoder_layer_budget_applies_to_every_drawn_element(dtype: str) -> None
     @DRAWS
     @given(st.data())
     def run(data: st.DataObject) -> None:
-        a = _rounded(data.draw(S.encoder_inputs(dtype)), dtype)
+        a = S._rounded(data.draw(S.encoder_inputs(dtype)), dtype)
         bound = PR.encoder_layer(
             a["x"], a["params"], a["num_heads"], a["mask"], EPS, [precision(dtype), precision("float64")]
         )
@@ -70,7 +57,7 @@ def test_decoder_layer_budget_applies_to_every_drawn_element(dtype: str, causal_
     @DRAWS
     @given(st.data())
     def run(data: st.DataObject) -> None:
-        a = _rounded(data.draw(S.decoder_inputs(dtype, causal_check=causal_check)), dtype)
+        a = S._rounded(data.draw(S.decoder_inputs(dtype, causal_check=causal_check)), dtype)
         rows = slice(None)
         if causal_check:  # the check compares the rows up to ``upto`` of the call on y2
             a = {**a, "y": a["y2"], "self_mask": None, "memory_mask": None}
@@ -96,7 +83,7 @@ def test_whole_model_budget_applies_to_every_drawn_element(dtype: str) -> None:
     @given(st.data())
     def run(data: st.DataObject) -> None:
         a = data.draw(S.forward_inputs(dtype))
-        params = _rounded(a["params"], dtype)
+        params = S._rounded(a["params"], dtype)
         bound = PR.transformer_forward(
             a["src"],
             a["tgt"],
@@ -130,7 +117,7 @@ def test_score_error_bound_covers_the_worst_inputs_it_admits(dtype: str) -> None
     columns = np.concatenate([conditioned["w_q"].T, conditioned["w_k"].T, -conditioned["w_q"].T])
     x = radius * columns / np.linalg.norm(columns, axis=-1, keepdims=True)  # (3d, d)
     x = round_to(x[None] * (1 - precision(dtype).u), dtype)  # rounding stays inside the radius
-    seen, prec = _rounded(conditioned, dtype), precision(dtype)
+    seen, prec = S._rounded(conditioned, dtype), precision(dtype)
     q, e_q = B._affine(x, seen["w_q"], seen["b_q"], prec)
     k, e_k = B._affine(x, seen["w_k"], seen["b_k"], prec)
     heads = [B._split(a, h) for a in (q, e_q, k, e_k)]
@@ -163,12 +150,12 @@ def test_a_residual_sum_bfloat16_cannot_resolve_is_outside_the_whole_models_doma
     attn = params["encoder"][0]["self_attn"]
     kept = attn["b_o"]
     attn["b_o"] = np.zeros(4)
-    first = PR.layer_norm_inputs(src, tgt, _rounded(params, dtype), 1, None, None, EPS)[0]  # (1, 3, 4): enc0's first
+    first = PR.layer_norm_inputs(src, tgt, S._rounded(params, dtype), 1, None, None, EPS)[0]  # (1, 3, 4): enc0's first
     attn["b_o"] = np.array([0.495, 0.505, 0.5, 0.5]) - first[0, 1]
 
     def bound() -> np.ndarray:
         return PR.transformer_forward(
-            src, tgt, _rounded(params, dtype), 1, None, None, EPS, [precision(dtype), precision("float64")]
+            src, tgt, S._rounded(params, dtype), 1, None, None, EPS, [precision(dtype), precision("float64")]
         )
 
     assert _unchecked(bound()) > 0, "the forced row is resolved in bfloat16: not the case the domain excludes"
