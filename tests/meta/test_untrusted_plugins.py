@@ -509,8 +509,9 @@ class SlowSoftmax(NumpyImplementation):
         return super().softmax(x, axis)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(  # each signal once and each mode once: in workers (xdist's controller) and in-process
+    ("sig", "workers"), [(signal.SIGTERM, 2), (signal.SIGINT, 0)], ids=["SIGTERM-workers", "SIGINT-in-process"]
+)
 def test_an_interrupted_run_writes_no_report_under_the_main_name(tmp_path: Path, sig: int, workers: int) -> None:
     """Exit 2 (pytest's INTERRUPTED); no conformance-slow-softmax.* (the main name); the partial report, where one
     is written, says INTERRUPTED in its verdict and file name; no in-flight record folder is left behind."""
