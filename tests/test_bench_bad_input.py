@@ -489,6 +489,7 @@ def _save_row(tmp_path: Path, where: str) -> tuple[Path, str]:
         folder.mkdir()
         folder.chmod(0o555)
         if os.access(folder, os.W_OK):
+            # root ignores the mode bits: the case cannot be posed; the "/proc" row poses an unwritable folder instead
             pytest.skip("this user writes into read-only folders (root)")
         return folder / "base.json", "--save: cannot write into"
     return Path("/proc/aiayn-bench-base.json"), "--save: cannot write into /proc"
@@ -499,7 +500,7 @@ def test_a_save_destination_that_cannot_take_the_file_is_one_line(
     where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     if where == "proc" and not Path("/proc/self").exists():
-        pytest.skip("no /proc here")
+        pytest.skip("no /proc here")  # the machine cannot pose this row; the read-only row poses the same case
     dest, fragment = _save_row(tmp_path, where)
     run = _write(tmp_path / "run.json", _run("numpy"))
     status = main(["bench", "--from-run", str(run), "--out", str(tmp_path / "out"), "--save", str(dest)])
