@@ -112,10 +112,10 @@ def _add_check(p: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=default_workers(),
-        help="worker processes; a crash, a hang or a process exit (os._exit, any code) in the implementation then "
-        "fails one check, with its replay file, and the run goes on. 0: in this process, where sys.exit and a hang "
-        "in Python code still fail one check, but a segfault, a hang in C code or os._exit ends the whole run at "
-        "once, with no report and whatever exit status the implementation chose (os._exit(0): 0)",
+        help="worker processes of the suite (0: the suite in this process). The implementation runs in a process of "
+        "its own either way, so a crash, a hang or a process exit (os._exit, any code) in it fails one check, with "
+        "its replay file, and the run goes on. With --in-process and 0 workers, a segfault, a hang in C code or "
+        "os._exit ends the whole run at once, with no report and whatever exit status the implementation chose",
     )
     p.add_argument(
         "--timeout",
@@ -144,6 +144,13 @@ def _add_check(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--seed", type=int, default=None, help="Hypothesis seed (default: random, or fixed by a derandomized profile)"
+    )
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="load the implementation into aiayn's own process, for a debugger (default: a process of its own behind "
+        "the contract, which its code cannot reach aiayn's judge from); the report then says the verdict was not "
+        "isolated",
     )
     p.epilog = (
         "More pytest options go after --, e.g. aiayn check numpy -- -x -v. Exit status: 0 every check passed; 1 a "
@@ -180,6 +187,7 @@ def _check(args: argparse.Namespace) -> int:
                 force=args.force,
                 no_grad=args.no_grad,
                 no_decode=args.no_decode,
+                in_process=args.in_process,
                 extra=extra,
             )
         )
@@ -271,13 +279,19 @@ def _add_replay(p: argparse.ArgumentParser) -> None:
         help="check this implementation instead of the one recorded in the file; needed when the file names a "
         "module:attr (aiayn imports only built-in, zoo and entry-point names on a file's word)",
     )
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="load the implementation into this process, to step into it with a debugger (default: a process of its "
+        "own, where a crash or os._exit fails the check instead of ending the replay)",
+    )
 
 
 def _replay(args: argparse.Namespace) -> int:
     from aiayn.conformance.replay import ReplayError, replay
 
     try:
-        return replay(args.files, args.impl)
+        return replay(args.files, args.impl, in_process=args.in_process)
     except ReplayError as exc:
         raise UsageError(str(exc)) from None
 

@@ -12,8 +12,10 @@ Three sources, tried in this order (``implementations/protocol.py`` documents th
    the implementation's own (every torch built-in and ``torch_kit.TorchAdapter``).
 3. JAX: where they are ``jax.Array``, ``jax.vjp`` of the method.
 
-Anything else, a result that carries no autograd graph (a method run under ``torch.no_grad()`` or detached), and a
-method JAX cannot trace are "not provided", with the reason: counted in the report, never a failure. An argument
+Behind the process boundary (``boundary.py``) autograd runs in the implementation's process, where its autodiff
+state lives, and the gradients come back as handles. Anything else, a result that carries no autograd graph (a
+method run under ``torch.no_grad()`` or detached), and a method JAX cannot trace are "not provided", with the
+reason: counted in the report, never a failure. An argument
 autograd does not reach (a parameter an adapter copies into a module under ``no_grad``) has its gradient "not
 provided" alone, noted in the row. Once the gradients are computed, everything they contain is judged.
 """
@@ -24,6 +26,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from aiayn.conformance.boundary import Native, Remote, autograd
 from aiayn.reference.model import flatten_params
 
 __all__ = ["NotProvided", "SHARED", "own_vjp", "vjp"]
@@ -39,7 +42,7 @@ class NotProvided(Exception):
 
 def _library(natives: Sequence[Any]) -> str | None:
     for value in natives:
-        root = type(value).__module__.split(".", 1)[0]
+        root = value.library if isinstance(value, Native) else type(value).__module__.split(".", 1)[0]
         if root in ("torch", "jax", "jaxlib"):
             return "jax" if root == "jaxlib" else root
     return None
@@ -74,6 +77,14 @@ def vjp(case: Any, names: Sequence[str], natives: Sequence[Any], d_out: Any) -> 
             case.fail(f"{what} returned {type(grads).__name__}, expected a mapping from argument name to gradient")
         return dict(grads)
     library = _library(list(natives) + [d_out])
+    if library is not None and isinstance(case.impl, Remote):  # autograd runs where the autodiff state lives
+        what = f"{'torch.autograd.grad' if library == 'torch' else 'jax.vjp'} of {case.impl.name}.{case.equation}"
+        outcome, got = case.guard(what, autograd, case.impl, library, case.equation, list(names), list(natives), d_out)
+        if outcome == "not provided":
+            raise NotProvided(str(got))
+        if outcome != "gradients" or not isinstance(got, dict):
+            case.fail(str(got))
+        return got
     if library == "torch":
         return _torch(case, names, natives, d_out)
     if library == "jax":

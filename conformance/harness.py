@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.conformance import isolation
+from aiayn.conformance.boundary import Native, ProcessEnded, Remote, call_each
 from aiayn.conformance.numerics import is_representable, precision, ulp
 from aiayn.conformance.results import TestResult
 from aiayn.environment import failure_dir
@@ -283,33 +284,101 @@ class Case:
         """The implementation's native version of a (nested) argument: floats in ``dtype`` (default the case's)."""
         __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         dtype = dtype or self.dtype
-        if isinstance(value, Mapping):
-            return {k: self.native(v, dtype) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self.native(v, dtype) for v in value]
-        if not isinstance(value, np.ndarray):
-            return value
-        target = "bool" if value.dtype == np.bool_ else "int64" if value.dtype.kind in "iu" else dtype
-        what = f"from_numpy(<{value.dtype} {value.shape}>, {target!r})"
-        out = self.guard(what, self.impl.from_numpy, value, target)
-        if out is None or (isinstance(out, _NOT_NATIVE) and not isinstance(out, np.generic)):
-            self.fail(
-                f"{what} returned {_what_it_is(out)}, expected a native array "
-                "(the contract's from_numpy: implementations/protocol.py)"
-            )
-        self._made[id(out)] = (out, value.shape, target)
-        return out
+        leaves: list[np.ndarray] = []
+
+        def collect(v: Any) -> None:
+            if isinstance(v, Mapping):
+                for x in v.values():
+                    collect(x)
+            elif isinstance(v, (list, tuple)):
+                for x in v:
+                    collect(x)
+            elif isinstance(v, np.ndarray):
+                leaves.append(v)
+
+        collect(value)
+        targets = ["bool" if v.dtype == np.bool_ else "int64" if v.dtype.kind in "iu" else dtype for v in leaves]
+        whats = [f"from_numpy(<{v.dtype} {v.shape}>, {t!r})" for v, t in zip(leaves, targets)]
+        made = iter(self._each("from_numpy", whats, [(v, t) for v, t in zip(leaves, targets)]))
+        checked = iter(zip(leaves, targets, whats))
+
+        def rebuilt(v: Any) -> Any:
+            if isinstance(v, Mapping):
+                return {k: rebuilt(x) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return [rebuilt(x) for x in v]
+            if not isinstance(v, np.ndarray):
+                return v
+            out, (array, target, what) = next(made), next(checked)
+            if out is None or (isinstance(out, _NOT_NATIVE) and not isinstance(out, np.generic)):
+                self.fail(
+                    f"{what} returned {_what_it_is(out)}, expected a native array "
+                    "(the contract's from_numpy: implementations/protocol.py)"
+                )
+            self._made[id(out)] = (out, array.shape, target)
+            return out
+
+        return rebuilt(value)
 
     def numpy(self, native: Any, what: str) -> Any:
         """``to_numpy`` of a (nested) native value, checked to be an ndarray (floats come back as float64)."""
         __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
-        if isinstance(native, Mapping):
-            return {k: self.numpy(v, f"{what}[{k!r}]") for k, v in native.items()}
-        if isinstance(native, list):
-            return [self.numpy(v, f"{what}[{i}]") for i, v in enumerate(native)]
-        if native is None or isinstance(native, (int, float, str, bool)):
-            return native
-        arr = self.guard(f"to_numpy({what})", self.impl.to_numpy, native)
+        return self.numpy_all([(what, native)])[0]
+
+    def numpy_all(self, natives: list[tuple[str, Any]]) -> list[Any]:
+        """:meth:`numpy` of each ``(what, native)`` (one exchange across the process boundary for them all)."""
+        __tracebackhide__ = True
+        leaves: list[tuple[str, Any]] = []
+
+        def collect(v: Any, path: str) -> None:
+            if isinstance(v, Mapping):
+                for k, x in v.items():
+                    collect(x, f"{path}[{k!r}]")
+            elif isinstance(v, list):
+                for i, x in enumerate(v):
+                    collect(x, f"{path}[{i}]")
+            elif not (v is None or isinstance(v, (int, float, str, bool))):
+                leaves.append((path, v))
+
+        for what, native in natives:
+            collect(native, what)
+        arrays = iter(self.numpy_each(leaves))
+
+        def rebuilt(v: Any) -> Any:
+            if isinstance(v, Mapping):
+                return {k: rebuilt(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [rebuilt(x) for x in v]
+            if v is None or isinstance(v, (int, float, str, bool)):
+                return v
+            return next(arrays)
+
+        return [rebuilt(native) for _, native in natives]
+
+    def numpy_each(self, natives: list[tuple[str, Any]]) -> list[np.ndarray]:
+        """``to_numpy`` of each ``(what, native)``, each checked as :meth:`numpy` checks (one exchange across the
+        process boundary for them all)."""
+        __tracebackhide__ = True
+        got = self._each("to_numpy", [f"to_numpy({what})" for what, _ in natives], [(n,) for _, n in natives])
+        return [self._checked_array(arr, native, what) for arr, (what, native) in zip(got, natives)]
+
+    def _each(self, method: str, whats: list[str], calls: list[tuple[Any, ...]], what: str = "") -> list[Any]:
+        """The answers of ``method`` to each argument tuple of ``calls`` (described by ``whats``), each call guarded:
+        one exchange for them all where the implementation is in a process of its own (``boundary.py``), the first
+        that raised failing as it would alone; ``what`` describes them all (default: the method and the count)."""
+        __tracebackhide__ = True
+        if len(calls) < 2 or not isinstance(self.impl, Remote):
+            return [self.guard(what, getattr(self.impl, method), *args) for what, args in zip(whats, calls)]
+        what = what or f"{method}(<{len(calls)} calls>)"
+        answers, raised = self.guard(what, call_each, self.impl, method, calls)
+        if len(answers) < len(calls):
+            if raised is None:
+                self.fail(f"{what} gave {len(answers)} answers, expected {len(calls)}")
+            self.guard(whats[len(answers)], _reraise, raised)
+        return answers[: len(calls)]
+
+    def _checked_array(self, arr: Any, native: Any, what: str) -> np.ndarray:
+        __tracebackhide__ = True
         if type(arr) is not np.ndarray:  # a subclass (np.matrix, a masked array) indexes and sums by its own rules
             self.fail(f"to_numpy({what}) returned {_what_it_is(arr)}, expected a numpy.ndarray")
         if arr.dtype.kind not in "fiub":  # object, str, complex arrays would be converted, not read, by float64 casts
@@ -352,6 +421,8 @@ class Case:
             raise UnsupportedInput(f"{what}: {exc}") from None
         except MemoryError:
             self.fail(f"{what} raised MemoryError (inputs: {self.describe_inputs()})")
+        except ProcessEnded as exc:  # os._exit, a signal, a segfault in the implementation's own process
+            raise isolation.ProcessCrashed(self.crash_message(what, str(exc)), exc.cause) from None
         except SystemExit as exc:  # sys.exit() inside the implementation: this check's failure, the run goes on
             self.fail(
                 f"{what} tried to end the process (SystemExit({exc.code!r})); an implementation reports a problem "
@@ -378,6 +449,19 @@ class Case:
             ]
         )
 
+    def crash_message(self, what: str, how: str) -> str:
+        """The failure message of a call during which the implementation's process ended (inputs saved for replay)."""
+        path = self.save()
+        return "\n".join(
+            [
+                f"{self.title}: {what}: {how}",
+                f"  implementation {getattr(self.impl, 'name', '?')} on {getattr(self.impl, 'device', '?')}, "
+                f"dtype {self.dtype}; check {self.check}",
+                f"  inputs: {self.describe_inputs()}",
+                f"  replay: aiayn replay {path}   (in this process: expect the same crash)",
+            ]
+        )
+
     def call(self, method: str, *native_args: Any) -> Any:
         """Call equation ``method`` with native arguments; raise a failure if it raises."""
         __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
@@ -398,9 +482,18 @@ class Case:
         __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         out_dtype = out_dtype or self.dtype
         before = _snapshot(self, native_args)
-        out = self.call(method, *native_args)
-        again = self.call(method, *native_args) if repeat else None
-        after = _snapshot(self, native_args)
+        if repeat and isinstance(self.impl, Remote):  # both calls in one exchange across the process boundary
+            shown = f"{self.impl.name}.{method}({', '.join(_describe_native(a) for a in native_args)})"
+            out, again = self._each(method, [shown, shown], [tuple(native_args)] * 2, f"{shown} (called twice)")
+        else:
+            out = self.call(method, *native_args)
+            again = self.call(method, *native_args) if repeat else None
+        inputs = _natives_in(native_args)
+        # the inputs after the calls and the results in one exchange (one per array, where the results are nested)
+        results = [(f"{method}(...)", out), (f"{method}(...) (second call)", again)][: 2 if repeat else 1]
+        single = all(_is_leaf(r) for _, r in results)
+        arrays = self.numpy_each(inputs + (results if single else []))
+        after = [(path, np.array(a, copy=True)) for (path, _), a in zip(inputs, arrays)]
         for path, (b, a) in _paired(before, after):
             if not _same_bits(a, b):
                 where = _first_index(~_equal_nan(a, b)) if a.shape == b.shape else ()
@@ -408,13 +501,13 @@ class Case:
                     f"{method} modified its input {path} in place"
                     + (f" (first change at index {where})" if where else "")
                 )
-        got = self.numpy(out, f"{method}(...)")
+        got = arrays[len(inputs)] if single else self.numpy(out, f"{method}(...)")
         if not isinstance(got, np.ndarray):
             self.fail(f"{method} returned {type(out).__name__}, expected a native array")
         self._check_native_dtype(out, got, out_dtype, method)
         self._check_device(out, method)
         if again is not None:
-            got2 = self.numpy(again, f"{method}(...) (second call)")
+            got2 = arrays[len(inputs) + 1] if single else self.numpy(again, f"{method}(...) (second call)")
             if got2.shape != got.shape or not _same_bits(got, got2):
                 diff = _first_difference(got, got2)
                 self.fail(f"{method} is not deterministic: two calls with the same inputs differ{diff}")
@@ -884,7 +977,19 @@ def _note_largest(case: Case, ratio: float, where: str, departures: list[str]) -
 
 
 def _snapshot(case: Case, natives: list[Any]) -> list[tuple[str, np.ndarray]]:
-    out: list[tuple[str, np.ndarray]] = []
+    """``(path, array)`` of every native array among ``natives`` (a mapping's and a list's too), copied."""
+    found = _natives_in(natives)
+    return [(path, np.array(a, copy=True)) for (path, _), a in zip(found, case.numpy_each(found))]
+
+
+def _is_leaf(value: Any) -> bool:
+    """A native value by itself: not None, a Python scalar, a mapping or a list (which ``Case.numpy`` walks)."""
+    return not (value is None or isinstance(value, (Mapping, list, int, float, str, bool)))
+
+
+def _natives_in(natives: list[Any]) -> list[tuple[str, Any]]:
+    """``(path, native)`` of every native array among ``natives``, mappings and lists walked."""
+    found: list[tuple[str, Any]] = []
 
     def walk(v: Any, path: str) -> None:
         if isinstance(v, Mapping):
@@ -894,11 +999,16 @@ def _snapshot(case: Case, natives: list[Any]) -> list[tuple[str, np.ndarray]]:
             for i, x in enumerate(v):
                 walk(x, f"{path}[{i}]")
         elif v is not None and not isinstance(v, (int, float, str, bool)):
-            out.append((path, np.array(case.numpy(v, path), copy=True)))
+            found.append((path, v))
 
     for i, v in enumerate(natives):
         walk(v, f"argument {i}")
-    return out
+    return found
+
+
+def _reraise(exc: BaseException) -> None:
+    """Raise what a call made across the process boundary raised (under ``Case.guard``, which names it)."""
+    raise exc
 
 
 def _paired(a: list[tuple[str, np.ndarray]], b: list[tuple[str, np.ndarray]]):
@@ -935,6 +1045,8 @@ def _what_it_is(value: Any) -> str:
     """``None``, or the type of ``value`` with a short repr, for a message about a wrong return value."""
     if value is None:
         return "None"
+    if isinstance(value, Native):  # kept in the implementation's process: its type there
+        return f"{value.type_name} {value}"
     text = repr(value)
     return f"{type(value).__name__} {text[:60] + ' ...' if len(text) > 60 else text}"
 

@@ -55,6 +55,7 @@ from typing import Any
 
 __all__ = [
     "CallTimedOut",
+    "ProcessCrashed",
     "DEFAULT_LIMIT_S",
     "calling",
     "configure",
@@ -73,6 +74,16 @@ DEFAULT_LIMIT_S = 120.0
 class CallTimedOut(BaseException):
     """A call into the implementation did not return within the time limit (in-process mode), or was not made
     because a call of the same method did so earlier in the run (in any mode)."""
+
+
+class ProcessCrashed(BaseException):
+    """The implementation's own process (``boundary.py``) ended during a call: that check's failure, with ``cause``
+    ("exit 0", "killed by SIGSEGV"). A BaseException, like :class:`CallTimedOut`: Hypothesis neither retries nor
+    shrinks the example (each try would start a new process only to end it again)."""
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class _Slot:

@@ -853,14 +853,12 @@ def run_mutants(
     failure, as on a fresh clone.
     """
     specs = [f"aiayn.conformance.mutants:{name}" for name in (MUTANTS if mutants is None else mutants)] + [CONTROL]
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        *pytest_arguments(
-            specs, report=report_dir, workers=workers, profile=profile, extra=["--tb=no", *(extra or [])]
-        ),
-    ]
+    # in the suite's process: the mutants are aiayn's own built-in with one bug each, and the question is whether the
+    # suite catches them, not whether its judge is out of their reach (a process each would cost a start per mutant)
+    arguments = pytest_arguments(
+        specs, report=report_dir, workers=workers, profile=profile, in_process=True, extra=["--tb=no", *(extra or [])]
+    )
+    cmd = [sys.executable, "-m", "pytest", *arguments]
     env = {**os.environ, "AIAYN_FIND_ONLY": "1", "AIAYN_FAILURES": str(report_dir / "failures")}
     return subprocess.run(cmd, cwd=report_dir.parent, env=env, capture_output=True, text=True, check=False)
 

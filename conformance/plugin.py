@@ -111,6 +111,7 @@ class _Run:
     written: list[str] = field(default_factory=list)  # the report files, or what could not be written and where it went
     interrupted: bool = False  # the session ended by SIGINT or SIGTERM (pytest's INTERRUPTED): reports are partial
     config: pytest.Config | None = None  # (the controller's) for the lines printed as failures arrive
+    in_process: bool = False  # --aiayn-in-process: the implementations share this process (the verdict not isolated)
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,6 +190,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "smoke selection (aiayn zoo --quick); the property tests and fixed cases are deselected",
     )
     group.addoption(
+        "--aiayn-in-process",
+        action="store_true",
+        default=False,
+        help="load the implementations into this process (for a debugger) instead of each into a process of its own "
+        "behind the contract (conformance/boundary.py): the report then says that its verdict was not isolated, for "
+        "code in this process can change the judge",
+    )
+    group.addoption(
         "--aiayn-own-session",
         action="store_true",
         default=False,
@@ -215,9 +224,15 @@ def pytest_configure(config: pytest.Config) -> None:
         "be loaded fail it; needs: what of the domain the test needs ('masks:KIND', 'cross-attention', "
         "'batch:1'), so that it is out of scope for an implementation whose declared Scope excludes it",
     )
-    run = _Run(explicit=_explicit_specs(config), device=config.getoption("--aiayn-device"), config=config)
+    run = _Run(
+        explicit=_explicit_specs(config),
+        device=config.getoption("--aiayn-device"),
+        config=config,
+        in_process=bool(config.getoption("--aiayn-in-process")),
+    )
     config.stash[_STATE] = run
     _CURRENT[:] = [run]
+    config.add_cleanup(lambda: _end_processes(run))
     profile = config.getoption("--aiayn-profile") or os.environ.get("AIAYN_PROFILE")
     if profile and profile not in _PROFILES:
         raise pytest.UsageError(
@@ -248,6 +263,14 @@ def pytest_configure(config: pytest.Config) -> None:
                     f"aiayn: {entry.name} ({spec}) does not declare dtype {', '.join(missing)}; "
                     f"it declares {', '.join(entry.impl.dtypes) or 'none'}"
                 )
+
+
+def _end_processes(run: _Run) -> None:
+    """End the processes of the implementations this session loaded (``boundary.py``), once the session is over."""
+    from aiayn.conformance.boundary import close
+
+    for entry in run.loaded.values():
+        close(entry.impl)
 
 
 def _interrupt_on_sigterm(config: pytest.Config) -> None:
@@ -283,7 +306,14 @@ def _load(run: _Run, spec: str, *, explicit: bool) -> Loaded:
     from aiayn.implementations import registry
 
     try:
-        impl = registry.load(spec, device=run.device)
+        if run.in_process:
+            impl = registry.load(spec, device=run.device)
+        else:
+            from aiayn.conformance import boundary
+
+            impl = boundary.load(spec, device=run.device)
+            if run.config is not None and _is_controller(run.config):
+                boundary.close(impl)  # its workers call it; here its declarations are read (a call starts it again)
     except registry.ImplementationNotFound as exc:
         extra = missing_extra(exc)
         if extra is not None:
@@ -634,7 +664,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if not (rep.when == "call" or (rep.when == "setup" and not rep.passed)):
         return rep
     from aiayn.conformance import harness
-    from aiayn.conformance.isolation import CallTimedOut
+    from aiayn.conformance.isolation import CallTimedOut, ProcessCrashed
 
     impl = callspec.params["impl"]
     if impl is None:  # the placeholder of a selection with no implementation for this test: nothing to attribute
@@ -648,6 +678,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     elif rep.failed and call.excinfo is not None and call.excinfo.errisinstance(CallTimedOut):
         # a call past the time limit without workers, or a call not made because its method hung earlier
         reason, crash = str(call.excinfo.value).splitlines()[0], "timeout"
+    elif rep.failed and call.excinfo is not None and call.excinfo.errisinstance(ProcessCrashed):
+        # the implementation's own process ended during a call (conformance/boundary.py)
+        reason, crash = str(call.excinfo.value).splitlines()[0], call.excinfo.value.cause
     elif rep.failed and call.excinfo is not None:  # the failure's first line: what was found, or what broke
         reason = (str(call.excinfo.value).strip().splitlines() or [call.excinfo.typename])[0]
     result = stats.result(
@@ -844,6 +877,12 @@ def _is_worker(config: pytest.Config) -> bool:
     return _worker_input(config) is not None
 
 
+def _is_controller(config: pytest.Config) -> bool:
+    """This process hands the tests to pytest-xdist's workers (``-n N``, N > 0) and runs none itself."""
+    workers = config.getoption("numprocesses", None)
+    return bool(workers) and workers != "0" and not _is_worker(config)
+
+
 def _report_names(run: _Run, specs: list[str]) -> dict[str, str]:
     """spec -> the name its report files carry: the implementation's name, made distinct where two implementations
     of one run share it (the later ones get their spec appended)."""
@@ -1029,6 +1068,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     run = config.stash[_STATE]
     if run.explicit is None:
         return []
+    from aiayn.conformance.boundary import Remote, flushes, isolation
     from aiayn.conformance.strategies import FEW_SHAPES
 
     info = run_info(config)
@@ -1050,4 +1090,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             + ("" if entry.spec == impl.name else f" [{entry.spec}]")
             + (f"; compiles per shape: sizes from {FEW_SHAPES} sets per strategy" if compiles_per_shape(impl) else "")
         )
+        if flushes(impl) or not isinstance(impl, Remote):
+            lines.append(f"    runs {isolation(impl)}")
     return lines

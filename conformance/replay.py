@@ -163,11 +163,14 @@ def _runs_in(path: Path, implementation: Any, spec: str, dtype: str, name: str) 
         )
 
 
-def replay(files: Sequence[str | Path], impl: str | None = None) -> int:
+def replay(files: Sequence[str | Path], impl: str | None = None, *, in_process: bool = False) -> int:
     """Rerun the check saved in each file; print which spec runs, then PASS or the failure. 0 all pass, 1 one
-    fails; ReplayError for a bad file or spec, before anything of that file is imported or run."""
+    fails; ReplayError for a bad file or spec, before anything of that file is imported or run. The implementation
+    runs in a process of its own (``boundary.py``), or in this one with ``in_process`` (for a debugger)."""
+    from aiayn.conformance import boundary
     from aiayn.conformance.checks import load_all
     from aiayn.conformance.harness import CHECKS, ConformanceFailure, register_spec
+    from aiayn.conformance.isolation import CallTimedOut, ProcessCrashed
     from aiayn.environment import missing_extra
     from aiayn.implementations import registry
 
@@ -177,9 +180,10 @@ def replay(files: Sequence[str | Path], impl: str | None = None) -> int:
         path = Path(file)
         recorded, dtype, name, inputs = _read(path)
         spec, origin = _chosen(path, recorded, impl)
-        print(f"replaying {path}: check {name} in {dtype} on implementation {spec!r} ({origin})", flush=True)
+        where = "in this process" if in_process else "in a process of its own"
+        print(f"replaying {path}: check {name} in {dtype} on implementation {spec!r} ({origin}), {where}", flush=True)
         try:
-            implementation = registry.load(spec)
+            implementation = registry.load(spec) if in_process else boundary.load(spec)
         except registry.ImplementationNotFound as exc:
             extra = missing_extra(exc)
             raise ReplayError(
@@ -189,9 +193,11 @@ def replay(files: Sequence[str | Path], impl: str | None = None) -> int:
         register_spec(implementation, spec)
         try:
             CHECKS[name](implementation, dtype, **inputs)
-        except ConformanceFailure as failure:
+        except (ConformanceFailure, ProcessCrashed, CallTimedOut) as failure:
             print(f"FAIL {path}\n{failure}")
             status = 1
         else:
             print(f"PASS {path}: check {name} of {spec} in {dtype}")
+        finally:
+            boundary.close(implementation)
     return status

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance.boundary import Remote, flushes, isolation
 from aiayn.conformance.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
 from aiayn.conformance.equations import BACKWARD, CONTRACT, DECODE, FORWARD, RECORDS, title
 from aiayn.conformance.results import Outcome, Row, Status, TestResult
@@ -191,6 +192,8 @@ def build(entry: Any, results: Iterable[TestResult | Mapping[str, Any]], run: Ma
         },
         "loaded": impl is not None,
         "load_error": entry.error or None,
+        "isolated": isinstance(impl, Remote),
+        "isolation": None if impl is None else isolation(impl),
         "verdict": verdict,
         "failed_rows": failed,
         "inconclusive_rows": inconclusive,
@@ -232,7 +235,9 @@ def as_report(data: Mapping[str, Any]) -> Report:
         },
         lines=_body(data),
         data=_strict_json(dict(data)),
-        verdict=data["verdict"] + (f" ({'; '.join(counts)})" if counts else ""),
+        verdict=data["verdict"]
+        + (f" ({'; '.join(counts)})" if counts else "")
+        + ("" if data.get("isolated", True) or not data["loaded"] else " (not isolated: --in-process)"),
     )
 
 
@@ -257,6 +262,14 @@ def _body(data: Mapping[str, Any]) -> list[str]:
         f"Implementation `{data['spec']}`: {data['version']} on {data['device']}; "
         f"dtypes {', '.join(data['dtypes']) or '-'}; "
         f"declared policies {json.dumps(data['policies'], sort_keys=True)}.",
+        "",
+        f"It ran {data.get('isolation') or 'nowhere (not loaded)'}: "
+        + (
+            "every call crossed into its process as data (`conformance/boundary.py`), and the oracle, the budgets and "
+            "this verdict were computed in aiayn's, out of its reach."
+            if data.get("isolated")
+            else "the verdict is not isolated from the code it judges."
+        ),
         "",
         "Each row: the checks of one equation in one dtype (`aiayn check`). "
         "*Checked*: elements compared with a budget that "
@@ -458,6 +471,8 @@ def summary_lines(entry: Any, results: Iterable[TestResult | Mapping[str, Any]])
                 )
     width = max((len(section(*key)) for key in by_equation), default=10)
     lines = [f"{entry.name} ({entry.spec})" if entry.spec != entry.name else entry.name]
+    if entry.impl is not None and (flushes(entry.impl) or not isinstance(entry.impl, Remote)):
+        lines.append(f"  ran {isolation(entry.impl)}")
     for (equation, direction), cells in by_equation.items():
         parts = []
         for dtype, cell in cells.items():

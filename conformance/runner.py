@@ -48,6 +48,7 @@ def pytest_arguments(
     no_grad: bool = False,
     no_decode: bool = False,
     force: bool = False,
+    in_process: bool = False,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The pytest command line (without ``pytest`` itself) that checks ``specs``."""
@@ -92,6 +93,8 @@ def pytest_arguments(
         args.append("--aiayn-no-grad")
     if no_decode:
         args.append("--aiayn-no-decode")
+    if in_process:
+        args.append("--aiayn-in-process")
     if seed is not None:
         args.append(f"--hypothesis-seed={seed}")
     if workers > 0:

@@ -37,7 +37,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -295,9 +295,10 @@ def _flushing(spec: str, modes: str, where: str) -> ImplementationNotFound:
     )
 
 
-def _probe_child(spec: str, device: str, result: str) -> None:
-    """The probe's child: load ``spec`` (watching every import for the one that turns flushing on), write what
-    happened to ``result``, exit with :data:`_PROBED`."""
+def watch_flushing() -> Callable[[], None]:
+    """Until the returned function is called, remember the first import after which this process flushes subnormals
+    (:func:`flushing_culprit`): for a process that loads an implementation apart from aiayn's (the probe's child, the
+    boundary's child)."""
     import builtins
 
     original = builtins.__import__
@@ -308,7 +309,23 @@ def _probe_child(spec: str, device: str, result: str) -> None:
             _FLUSHED_BY.append(f"the import of {name}")
         return module
 
+    def stop() -> None:
+        if builtins.__import__ is watching:
+            builtins.__import__ = original
+
     builtins.__import__ = watching
+    return stop
+
+
+def flushing_culprit() -> str | None:
+    """The import after which flushing was first seen ("the import of NAME"), where :func:`watch_flushing` watched."""
+    return _FLUSHED_BY[0] if _FLUSHED_BY else None
+
+
+def _probe_child(spec: str, device: str, result: str) -> None:
+    """The probe's child: load ``spec`` (watching every import for the one that turns flushing on), write what
+    happened to ``result``, exit with :data:`_PROBED`."""
+    watch_flushing()
     said: dict[str, Any]
     try:
         load(spec, device=device or None)
@@ -327,7 +344,7 @@ def _probe_child(spec: str, device: str, result: str) -> None:
     sys.exit(_PROBED)
 
 
-def load(spec: str, *, device: str | None = None) -> Implementation:
+def load(spec: str, *, device: str | None = None, refuse_flushing: bool = True) -> Implementation:
     """Return the implementation ``spec`` names, checked against the contract.
 
     ``spec`` is a built-in name (:data:`BUILTINS`), an entry-point name (group
@@ -337,6 +354,8 @@ def load(spec: str, *, device: str | None = None) -> Implementation:
     :class:`ImplementationNotFound` for an unknown name or any failure to import or construct it
     (the underlying error is in the message and chained), and :class:`InvalidImplementation` when
     the object breaks the contract (see :func:`aiayn.implementations.protocol.contract_problems`).
+    ``refuse_flushing=False``: an implementation that turns on flush-to-zero is loaded anyway (in a process of its
+    own, where only its arithmetic flushes: ``conformance/boundary.py``).
     """
     if not isinstance(spec, str) or not spec:
         raise _not_found(repr(spec), "expected a non-empty string")
@@ -347,10 +366,10 @@ def load(spec: str, *, device: str | None = None) -> Implementation:
     before = flushed_subnormals()  # already on (set by something else): not this implementation's doing
     try:
         obj, origin = _resolve(spec)
-        if not before and flushed_subnormals():
+        if refuse_flushing and not before and flushed_subnormals():
             raise _flushing(spec, str(flushed_subnormals()), f"while importing {spec.split(':')[0]}")
         impl = _instantiate(obj, device)
-        if not before and flushed_subnormals():
+        if refuse_flushing and not before and flushed_subnormals():
             raise _flushing(spec, str(flushed_subnormals()), "by its constructor")
     except ImplementationNotFound:
         raise

@@ -33,18 +33,15 @@ def prepare(case: Case, **args: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     native array passed under each name, as a caller would do: fused kernels (PyTorch's inference
     fast path) take a different route when the three are the same tensor.
     """
-    natives: dict[str, Any] = {}
+    first: dict[str, str] = {}  # name -> the first name its array was passed under
     for name, value in args.items():
-        same = next(
-            (
-                other
-                for other, earlier in args.items()
-                if other in natives and earlier is value and isinstance(value, np.ndarray)
-            ),
-            None,
+        first[name] = next(
+            (other for other, earlier in args.items() if earlier is value and isinstance(value, np.ndarray)), name
         )
-        natives[name] = natives[same] if same is not None else case.native(value)
-    seen = {name: case.numpy(natives[name], name) for name in args}
+    distinct = [name for name in args if first[name] == name]
+    made = dict(zip(distinct, case.native([args[name] for name in distinct])))  # one conversion of them all
+    natives = {name: made[first[name]] for name in args}
+    seen = dict(zip(args, case.numpy_all([(name, natives[name]) for name in args])))
     return natives, seen
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from aiayn.conformance.boundary import Remote, from_numpy_then_fill
 from aiayn.conformance.declarations import declaration_problems
 from aiayn.conformance.harness import Case, check, compare
 from aiayn.conformance.numerics import precision, round_to
@@ -95,8 +96,12 @@ def from_numpy_copies_its_input(case: Case, x: np.ndarray) -> None:
     """from_numpy's result owns its values: writing into the NumPy array afterwards changes nothing the
     implementation holds (a tensor that shares the array's memory, at once or lazily, would compute on the edit)."""
     source = np.array(x, dtype=np.float64)  # writable, ours
-    native = case.native(source)
-    source[...] = -7.0  # the edit: every element, after from_numpy returned
+    if isinstance(case.impl, Remote):  # the array it was handed is its own process's copy: the edit is made there
+        what = f"from_numpy(<float64 {x.shape}>, {case.dtype!r}), then the array edited"
+        native = case.guard(what, from_numpy_then_fill, case.impl, source, case.dtype, -7.0)
+    else:
+        native = case.native(source)
+        source[...] = -7.0  # the edit: every element, after from_numpy returned
     seen = case.numpy(native, "from_numpy(x), x edited afterwards")
     compare(
         case,

@@ -394,9 +394,10 @@ _ONE_TEST = "softmax_on_fixed_inputs and axis"  # one fixed case of softmax: one
     [
         (SysExit, 0, "tried to end the process (SystemExit(3))"),
         (SysExit, 1, "tried to end the process (SystemExit(3))"),
-        (OsExitZero, 1, "the worker process ended during os-exit-zero.softmax("),
+        (OsExitZero, 1, "(called twice): the implementation's process ended (exit 0) during softmax"),
+        (OsExitZero, 0, "(called twice): the implementation's process ended (exit 0) during softmax"),
     ],
-    ids=["sys.exit, no workers", "sys.exit, a worker", "os._exit(0), a worker"],
+    ids=["sys.exit, no workers", "sys.exit, a worker", "os._exit(0), a worker", "os._exit(0), no workers"],
 )
 def test_an_implementation_that_ends_the_process_fails_that_check_with_its_replay_file(
     tmp_path: Path, cls: type, workers: int, why: str
