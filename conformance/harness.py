@@ -328,21 +328,7 @@ class Case:
     def numpy_all(self, natives: list[tuple[str, Any]]) -> list[Any]:
         """:meth:`numpy` of each ``(what, native)`` (one exchange across the process boundary for them all)."""
         __tracebackhide__ = True
-        leaves: list[tuple[str, Any]] = []
-
-        def collect(v: Any, path: str) -> None:
-            if isinstance(v, Mapping):
-                for k, x in v.items():
-                    collect(x, f"{path}[{k!r}]")
-            elif isinstance(v, list):
-                for i, x in enumerate(v):
-                    collect(x, f"{path}[{i}]")
-            elif not (v is None or isinstance(v, (int, float, str, bool))):
-                leaves.append((path, v))
-
-        for what, native in natives:
-            collect(native, what)
-        arrays = iter(self.numpy_each(leaves))
+        arrays = iter(self.numpy_each(_leaves_of(natives)))
 
         def rebuilt(v: Any) -> Any:
             if isinstance(v, Mapping):
@@ -988,7 +974,12 @@ def _is_leaf(value: Any) -> bool:
 
 
 def _natives_in(natives: list[Any]) -> list[tuple[str, Any]]:
-    """``(path, native)`` of every native array among ``natives``, mappings and lists walked."""
+    """``(path, native)`` of every native array among the arguments ``natives``, mappings and lists walked."""
+    return _leaves_of([(f"argument {i}", v) for i, v in enumerate(natives)])
+
+
+def _leaves_of(values: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """``(path, native)`` of every native array in each ``(what, value)``, mappings and lists walked."""
     found: list[tuple[str, Any]] = []
 
     def walk(v: Any, path: str) -> None:
@@ -1001,8 +992,8 @@ def _natives_in(natives: list[Any]) -> list[tuple[str, Any]]:
         elif v is not None and not isinstance(v, (int, float, str, bool)):
             found.append((path, v))
 
-    for i, v in enumerate(natives):
-        walk(v, f"argument {i}")
+    for what, v in values:
+        walk(v, what)
     return found
 
 
