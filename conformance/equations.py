@@ -175,6 +175,12 @@ class Equation:
     decode: Decode | None = None
     differentiable: bool = True  # False: no float input to differentiate (sizes, steps, integer targets)
 
+    def model_arguments(self, case: Any, seen: Mapping[str, Any]) -> dict[str, Any]:
+        """The diagnoses' arguments of :attr:`model` (``diagnoses.evaluate``): the arguments as the implementation saw
+        them plus the policies the model takes (``model_policies``, else ``policies``), declared by ``case``'s
+        implementation. The one way every diagnosis builds them."""
+        return {**seen, **(self.model_policies or self.policies)(case)}
+
     def budget_at(self, a: Args, expected: np.ndarray, dtype: str) -> np.ndarray:
         """The comparison threshold in ``dtype`` (or "<dtype>-ftz"), the oracle's share included, floored at 1 ulp."""
         from aiayn.conformance.harness import floored

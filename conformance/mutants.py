@@ -778,6 +778,26 @@ class BeamStopsAtFirstFinished(DecodeMutant):
         return len(scores) >= 1
 
 
+class BeamOverHalvesTable(DecodeMutant):
+    """Beam search over a model whose positional table is laid out [sin | cos] in two halves (tensor2tensor's layout)
+    where §3.5 interleaves them: the cached decoder and the whole model are the paper's, the search is not."""
+
+    name = "mutant-beam-over-halves-table"
+    departure = "sin and cos in two halves"
+    _searching = False
+
+    def beam_search(self, *args, **kwargs):
+        self._searching = True
+        try:
+            return super().beam_search(*args, **kwargs)
+        finally:
+            self._searching = False
+
+    def positional_encoding(self, length, d_model, dtype):
+        pe = super().positional_encoding(length, d_model, dtype)
+        return np.concatenate([pe[:, 0::2], pe[:, 1::2]], axis=1) if self._searching else pe
+
+
 #: The decoding mutants, by class name: each caught by the decoding checks and diagnosed as itself, while the whole
 #: model's forward and backward rows pass (``tests/meta/test_conformance_mutants.py``).
 DECODE_MUTANTS: dict[str, type[DecodeMutant]] = {
@@ -793,6 +813,7 @@ DECODE_MUTANTS: dict[str, type[DecodeMutant]] = {
         BeamPenaltyPower,
         BeamNoPenalty,
         BeamStopsAtFirstFinished,
+        BeamOverHalvesTable,
     )
 }
 

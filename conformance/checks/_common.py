@@ -65,7 +65,7 @@ def agreement(case: Case, **args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarr
     a = {**seen, **r.policies(case)}
     expected = np.asarray(r.oracle(a), dtype=np.float64)
     budget = r.budget_at(a, expected, case.arithmetic)
-    model_args = {**seen, **(r.model_policies or r.policies)(case)}
+    model_args = r.model_arguments(case, seen)
     diagnosed = {**a, **r.diagnosis_policies}
     case.diagnosis = Diagnosis(
         r.name,

@@ -235,16 +235,16 @@ class _Scored:
         if self.ops is not None:
             from aiayn.conformance.equations import record
 
-            a = {
+            seen = {
                 "src": src,
                 "tgt": tgt,
                 "params": self.seen["params"],
                 "num_heads": self.seen["num_heads"],
                 "src_lengths": lengths,
                 "tgt_lengths": None,
-                **record("transformer_forward").policies(self.case),
             }
-            logits = evaluate("transformer_forward", a, self.ops)
+            model = record("transformer_forward").model_arguments(self.case, seen)
+            logits = evaluate("transformer_forward", model, self.ops)
         return logits, beta
 
     def __call__(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:

@@ -56,7 +56,9 @@ def _one_dtype_each() -> list[tuple[str, dict[str, type], str, list[str]]]:
     first_only = {name for name, r in RECORDS.items() if r.first_dtype_only}
     in_float64 = {n: c for n, c in mutants.MUTANTS.items() if c.targets <= first_only}
     shows = {d.name: d.checks for d in DECODING_CATALOGUE}
-    search = {n: c for n, c in mutants.DECODE_MUTANTS.items() if shows[c.departure] == {BEAM_CHECK}}
+    # a departure of the model rather than of decoding (a positional table, diagnoses.CATALOGUE) that only the search
+    # runs over shows in the beam check
+    search = {n: c for n, c in mutants.DECODE_MUTANTS.items() if shows.get(c.departure, {BEAM_CHECK}) == {BEAM_CHECK}}
     decoder = {n: c for n, c in mutants.DECODE_MUTANTS.items() if n not in search}
     rest = {n: c for n, c in mutants.MUTANTS.items() if n not in in_float64 and n not in mutants.DECODE_MUTANTS}
     return [
