@@ -32,6 +32,9 @@ from aiayn.implementations.protocol import DTYPES
 
 SIMULATED = {dtype: f"aiayn.conformance.simulated:{dtype}" for dtype in DTYPES}
 
+# one worker runs this module (make test's --dist loadgroup): the honest run, a minute, is made once
+pytestmark = pytest.mark.xdist_group("budget-coverage")
+
 
 def _suite(tmp_path: Path, specs: list[str], *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     reports = tmp_path / "reports"
