@@ -419,6 +419,8 @@ class Remote:
 
         def handle_of(value: Any) -> Any:
             if isinstance(value, Native):
+                if value._remote is not self:
+                    raise TypeError(f"an argument ({value.type_name}) was made by another implementation's process")
                 if value._generation != generation:
                     raise ProcessEnded(
                         f"an argument ({value.type_name}) was made by an earlier process of the implementation, "

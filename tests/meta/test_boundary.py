@@ -240,7 +240,8 @@ def test_what_the_implementation_raises_crosses_by_type() -> None:
 
 def test_a_handle_of_an_ended_process_is_refused_by_name() -> None:
     """The implementation's process ends (here: the suite ends it, as after a hang); a native array it made, handed
-    back, fails by name, and the next call starts a new process."""
+    back, fails by name, and the next call starts a new process; a native array handed to another implementation's
+    process fails by name too."""
     remote = boundary.load("numpy")
     try:
         x = remote.from_numpy(np.ones((2, 3)), "float64")
@@ -250,5 +251,11 @@ def test_a_handle_of_an_ended_process_is_refused_by_name() -> None:
             remote.softmax(x, -1)
         y = remote.from_numpy(np.zeros((1, 2)), "float64")
         assert np.array_equal(remote.to_numpy(remote.softmax(y, -1)), np.full((1, 2), 0.5))
+        other = boundary.load("numpy")  # a handle means something only to the process that made it
+        try:
+            with pytest.raises(TypeError, match="made by another implementation's process"):
+                other.softmax(y, -1)
+        finally:
+            other._close()
     finally:
         remote._close()
