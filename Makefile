@@ -30,12 +30,15 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $(STAMP)
 
 # AIAYN_REQUIRE_ZOO: the zoo's smoke test fails, rather than narrows, when a zoo library is missing.
+# --aiayn-in-process: this run's own conformance suite checks aiayn's built-ins in its workers' processes (aiayn's own
+# code; the process boundary, conformance/boundary.py, is checked on them by tests/meta/test_boundary.py and on every
+# foreign implementation the tests run through aiayn check).
 # --dist loadgroup: the tests of a module-scoped fixture that takes a minute (an installed wheel, a suite run) are
 # marked xdist_group and run in one worker, so the fixture is built once, not once per worker.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	AIAYN_REQUIRE_ZOO=1 $(THREADS) $(PY) -m pytest -p no:cacheprovider -n 2 --dist loadgroup tests conformance $(PYTEST_ARGS)
+	AIAYN_REQUIRE_ZOO=1 $(THREADS) $(PY) -m pytest -p no:cacheprovider -n 2 --dist loadgroup --aiayn-in-process tests conformance $(PYTEST_ARGS)
 
 # Training runs: NPROC one-thread gloo workers under torchrun (on 2 cores, 2 workers of one thread
 # train ~1.3x faster than one process of two threads).

@@ -88,6 +88,24 @@ def test_a_patch_of_the_judge_fails_under_pytest_pyargs_too(tmp_path: Path) -> N
     assert "failed" in out.splitlines()[-1], out[-3000:]
 
 
+def test_a_built_in_passes_behind_the_boundary_forward_backward_and_decoding(tmp_path: Path) -> None:
+    """The torch built-in through the boundary: its gradients by autograd in its own process, its decoding caches kept
+    there as handles, its beam search's answer by value; every row passes, and the report says it ran isolated."""
+    pytest.importorskip("torch", reason="the torch built-in (make test installs it)")
+    keyword = "multi_head_attention or cached_decoding or reordered_cache or beam_search"
+    proc = aiayn_check(
+        tmp_path, "torch", "--profile=smoke", "--workers=0", "--dtype=float32", "-k", keyword, f"--report={tmp_path}"
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{out[-3000:]}"
+    data = json.loads((tmp_path / "conformance-torch.json").read_text(encoding="utf-8"))
+    rows = {(r["equation"], r["direction"]): r["status"] for r in data["rows"] if r["status"] != "not run"}
+    assert data["isolated"] is True and data["isolation"] == "in a process of its own", data["isolation"]
+    for row in [("multi_head_attention", "forward"), ("multi_head_attention", "backward")]:
+        assert rows.get(row) == "pass", rows
+    assert rows.get(("transformer_forward", "decode")) == "pass", rows
+
+
 def test_an_implementation_that_flushes_subnormals_gets_one_line_and_a_verdict(tmp_path: Path) -> None:
     """FTZ/DAZ set by a library the implementation imports (PyTorch's set_flush_denormal here; a library built with
     -ffast-math does it on load) flushes only the implementation's own process: one line names it and the import, and
