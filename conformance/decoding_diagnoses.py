@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.implementations.decoding import BEAM_POLICY_CHOICES
 from aiayn.reference.attention import multi_head_attention, scaled_dot_product_attention
+from aiayn.reference.decoding import BOUND_NOW, FIRST
 from aiayn.reference.layers import embedding_lookup, feed_forward, layer_norm, output_logits
 from aiayn.reference.model import encoder_layer
 from aiayn.reference.positional import positional_encoding
@@ -32,8 +34,13 @@ class DecodeDeparture:
     checks: frozenset[str]
     flags: Mapping[str, bool] = field(default_factory=dict)
     penalty: Callable[[int, float], float] | None = None
-    stop: str | None = None
+    search: Mapping[str, Any] = field(default_factory=dict)
 
+
+#: What a departure's ``search`` gives for the maximum length: the batch's largest, not the sentence's own.
+BATCH = "the batch's largest"
+#: What a departure's ``search`` gives for a minimum length: each m from 1 up to the maximum length less one.
+ANY = "any"
 
 _STEPS = frozenset({"cached_decoding_equals_the_full_forward", "reordered_cache_equals_the_reordered_prefixes"})
 _REORDER = frozenset({"reordered_cache_equals_the_reordered_prefixes"})
@@ -94,7 +101,46 @@ DECODING_CATALOGUE: tuple[DecodeDeparture, ...] = (
         "beam search stopped at the first finished hypothesis",
         "the search ends when one hypothesis has finished, not when no alive one can still win",
         _BEAM,
-        stop="first",
+        search={"early_stop": FIRST},
+    ),
+    DecodeDeparture(
+        "early stop bounded at the current length, lp(t) instead of lp(maximum length)",
+        "the bound of a declared 'bound' rule taken at the current length (Hugging Face's early_stopping=False): it "
+        "stops before a longer hypothesis can overtake",
+        _BEAM,
+        search={"early_stop": BOUND_NOW},
+    ),
+    DecodeDeparture(
+        "finished hypotheses kept alive and extended after EOS",
+        "the best k candidates kept alive, EOS or not: a finished hypothesis takes a beam slot",
+        _BEAM,
+        search={"keep_eos": True},
+    ),
+    DecodeDeparture(
+        "each hypothesis extended by its own best token only (k greedy searches)",
+        "a top-1 per hypothesis after the first step instead of a top-k over all k * vocab candidates",
+        _BEAM,
+        search={"per_parent": True},
+    ),
+    DecodeDeparture(
+        "one maximum length per batch (the largest) instead of each sentence's own",
+        "every sentence searched to the batch's largest input length + 50, not its own (§6.1)",
+        _BEAM,
+        search={"max_length": BATCH},
+    ),
+    DecodeDeparture(
+        "a minimum length: EOS disabled at the first steps, renormalised without it",
+        "EOS masked before the log-softmax for the first m steps (a default of several inference engines): the "
+        "other tokens' log-probabilities rise by -log(1 - p(EOS))",
+        _BEAM,
+        search={"min_length": ANY, "renormalise": True},
+    ),
+    DecodeDeparture(
+        "a minimum length: EOS disabled at the first steps (log-probability -inf)",
+        "EOS's log-probability set to -inf for the first m steps, after the log-softmax (an option of toolkits: "
+        "fairseq's min_len, Hugging Face's min_length)",
+        _BEAM,
+        search={"min_length": ANY, "renormalise": False},
     ),
 )
 
@@ -266,44 +312,118 @@ class StepDiagnosis:
         return names
 
 
-def beam_departures(
-    search: Callable[..., Any],
-    tokens: Sequence[int],
-    score: float,
-    log_p: float,
-    length: int,
-    alpha: float,
-    bound: float,
-    penalty: float,
-) -> list[str]:
-    """The beam-search bugs that explain an implementation's answer (``tokens``, ``score``), ``log_p`` being the
-    oracle's log-probability of those tokens, ``length`` their |Y|, ``bound`` the error ``log_p`` may carry, and
-    ``penalty`` the divisor §6.1 gives them.
+@dataclass(frozen=True)
+class BeamAnswer:
+    """One sentence's answer of a beam search and what the oracle says of it: the ``tokens`` and ``score`` returned,
+    ``log_p`` the oracle's log P(tokens | source) with the error ``bound`` it may carry, ``length`` |Y| and
+    ``penalty`` §6.1's divisor of them under the declared policies (``declared``), ``eos_log_probs`` the oracle's
+    log P(EOS) at each step along the tokens (teacher-forced), ``max_length`` the sentence's own and ``batch_max``
+    the batch's largest; ``search(**overrides)`` runs the oracle's search (``reference.decoding.beam_search``) with
+    the declared policies and ``overrides``."""
 
-    A departure is named where the score is ``log_p`` over its penalty (within ``bound`` over it) and not over §6.1's;
-    or where the score is §6.1's (``log_p / penalty``: a one-token output has lp = 1 under every penalty) and the
-    tokens are what the oracle's search returns with the departure switched in and not without it
-    (``search(penalty=..., early_stop=...)``). Tokens alone never name a bug: a decoder with another defect returns
-    other tokens too.
+    search: Callable[..., Any]
+    tokens: tuple[int, ...]
+    score: float
+    log_p: float
+    bound: float
+    length: int
+    penalty: float
+    alpha: float
+    declared: Mapping[str, str]
+    eos_log_probs: Sequence[float]
+    max_length: int
+    batch_max: int
+
+    def agrees(self, score: float, penalty: float) -> bool:
+        """The score returned is ``score`` within the error over ``penalty``."""
+        return abs(self.score - score) <= self.bound / penalty
+
+    def paper(self) -> bool:
+        return self.agrees(self.log_p / self.penalty, self.penalty)
+
+
+def _renormalised(a: BeamAnswer, m: int) -> float:
+    """log P of the answer's tokens with EOS disabled and the first ``m`` steps renormalised without it."""
+    return a.log_p - float(np.sum(np.log1p(-np.exp(np.asarray(a.eos_log_probs[:m], dtype=np.float64)))))
+
+
+def _overrides(departure: DecodeDeparture, a: BeamAnswer) -> list[dict[str, Any]]:
+    """The oracle searches that compute ``departure`` for this sentence (one for each minimum length m it may have)."""
+    kw = dict(departure.search)
+    if kw.get("max_length") == BATCH:
+        return [] if a.batch_max == a.max_length else [{**kw, "max_length": a.batch_max}]
+    if kw.get("min_length") == ANY:
+        return [{**kw, "min_length": m} for m in range(1, a.max_length)]
+    return [kw]
+
+
+def policy_alternatives(declared: Mapping[str, str]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """Every other choice of one of §6.1's open policies (``BEAM_POLICY_CHOICES``), and every pair of them."""
+    singles = [
+        {key: value} for key, values in BEAM_POLICY_CHOICES.items() for value in values if value != declared[key]
+    ]
+    pairs = [{**x, **y} for n, x in enumerate(singles) for y in singles[n + 1 :] if not set(x) & set(y)]
+    return singles, pairs
+
+
+def policy_name(choices: Mapping[str, str], declared: Mapping[str, str]) -> str:
+    """How a failure names a search choice the implementation makes but does not declare."""
+    made = ", ".join(f"{k}={v!r}" for k, v in choices.items())
+    was = ", ".join(f"{k}={declared[k]!r}" for k in choices)
+    return f"the search with {made} (declared {was}): declare it in policies['beam_search']"
+
+
+def beam_departures(a: BeamAnswer) -> list[str]:
+    """The beam-search bugs and undeclared search choices that explain an implementation's answer ``a``.
+
+    A penalty departure is named where the score is ``a.log_p`` over its penalty (within ``a.bound`` over it) and not
+    over §6.1's; a renormalised minimum length where the score is the log-probability renormalised over some first m
+    steps. A departure of the search (its ``search`` overrides) is named where the oracle's search with it switched
+    in (and with a penalty named above) returns exactly these tokens and this score, and the declared search does not.
+    Where no departure of the catalogue does, each other choice of §6.1's open policies, then each pair, is tried
+    the same way; one that reproduces the answer is named ("declare it"). Tokens alone never name a bug: a decoder
+    with another defect returns other tokens too, so the score must agree as well.
     """
-    names = []
-    paper = abs(score - log_p / penalty) <= bound / penalty
-    best = None
+    names: list[str] = []
+    paper = a.paper()
+    penalties = [None]
     for departure in DECODING_CATALOGUE:
-        if departure.penalty is None and departure.stop is None:
+        if departure.penalty is None or paper:
             continue
-        if departure.penalty is not None and not paper:
-            divisor = departure.penalty(length, alpha)
-            if abs(score - log_p / divisor) <= bound / divisor:
-                names.append(departure.name)
-            continue
-        if not paper:
-            continue
-        try:
-            best = best or search()
-            variant = search(penalty=departure.penalty, early_stop=departure.stop)
-        except ValueError:
-            continue
-        if tuple(tokens) == variant.best.tokens != best.best.tokens:
+        divisor = departure.penalty(a.length, a.alpha)
+        if a.agrees(a.log_p / divisor, divisor):
             names.append(departure.name)
-    return names
+            penalties = [departure.penalty]
+    renormalised = next(d for d in DECODING_CATALOGUE if d.search.get("renormalise") is True)
+    if not paper and any(
+        a.agrees(_renormalised(a, m) / a.penalty, a.penalty) for m in range(1, min(len(a.tokens), a.max_length))
+    ):
+        names.append(renormalised.name)
+
+    def reproduces(**overrides: Any) -> bool:
+        try:
+            variant = a.search(**overrides).best
+        except ValueError:
+            return False
+        if variant.tokens != a.tokens or not a.agrees(variant.score, variant.penalty):
+            return False
+        return True
+
+    declared = a.search(penalty=penalties[0]).best
+    if declared.tokens == a.tokens and a.agrees(declared.score, declared.penalty):
+        return names  # the declared search (with the penalty named) gives this answer: nothing more to name
+    found = []
+    for departure in DECODING_CATALOGUE:
+        if departure.name in names or (departure.penalty is None and not departure.search):
+            continue
+        if departure.penalty is not None:  # its score is §6.1's (one token: lp = 1 under every penalty)
+            if paper and reproduces(penalty=departure.penalty):
+                found.append(departure.name)
+            continue
+        if any(reproduces(penalty=penalties[0], **kw) for kw in _overrides(departure, a)):
+            found.append(departure.name)
+    for tier in policy_alternatives(a.declared):  # the single choices, then (only where none does) the pairs
+        if found:
+            break
+        found = [policy_name(c, a.declared) for c in tier if reproduces(penalty=penalties[0], **c)]
+    return names + found

@@ -36,7 +36,7 @@ class Fixed:
     needs: tuple[
         str, ...
     ] = ()  # what of the domain it uses (Scope.unmet): out of scope where a declared Scope excludes it
-    direction: str = "forward"  # "backward": a case of the equation's gradients (a cotangent d_out among its args)
+    direction: str = "forward"  # "backward": of the equation's gradients (a cotangent d_out among its args); "decode"
 
     def __str__(self) -> str:  # the test id, and the name a known deviation uses
         return self.label
@@ -401,6 +401,60 @@ def _gradients() -> list[Fixed]:
     ]
 
 
+def _beam_model(seed: int, scale: float, vocab: int = 6) -> tuple[dict[str, Any], np.ndarray]:
+    """A whole model (one layer a stack, d 8, h 2) whose embedding, and so its logits, is ``scale`` times the usual,
+    and two source sentences of 4 ids."""
+    rng = _rng(seed)
+    model = {
+        "embedding": scale * rng.normal(size=(vocab, _D)) / math.sqrt(_D),
+        "encoder": [_encoder_params(rng)],
+        "decoder": [_decoder_params(rng)],
+    }
+    return model, rng.integers(0, vocab, size=(2, 4))
+
+
+def _beam() -> list[Fixed]:
+    """Beam searches where a known bug of the search changes the hypothesis returned, on every run: each input was
+    found among small models by running the oracle's search (``reference.decoding.beam_search``) with §6.1's
+    choices (tensor2tensor's defaults) and with the bug switched in, keeping one where the two differ and every
+    choice of the first is wider than float32's error (``tests/meta/test_fixed_beam.py``: on each, the NumPy
+    built-in passes and the bug's mutant fails, named)."""
+    check = "beam_search_finds_the_oracles_hypothesis"
+    out = []
+    for label, seed, scale, eos, beam, alpha, extra, batch in (
+        (
+            "an EOS among the best candidates early (a finished one kept alive would be extended)",
+            0,
+            1.0,
+            4,
+            4,
+            1.0,
+            2,
+            1,
+        ),
+        ("best continuations sharing a parent (a per-hypothesis top-1 loses them)", 0, 1.0, 4, 2, 0.6, 2, 1),
+        ("a longer hypothesis overtakes after a stop bounded at the current length", 2, 2.0, 2, 1, 2.0, 4, 1),
+        ("two sentences with different maximum lengths (the shorter one's matters)", 0, 1.0, 4, 2, 0.6, 2, 2),
+    ):
+        model, src = _beam_model(seed, scale)
+        lengths = np.array([2, 4]) if batch == 2 else None
+        args = {
+            "src": src[:batch],
+            "params": model,
+            "num_heads": _H,
+            "src_lengths": lengths,
+            "beam": beam,
+            "alpha": alpha,
+            "extra": extra,
+            "bos": 0,
+            "eos": eos,
+        }
+        needs = ("d_ff:2", "bias:attention", "bias:layer_norm", "bias:ffn", f"length:{4 + extra}")
+        needs += ("masks:padding",) if batch == 2 else ()
+        out.append(Fixed("transformer_forward", f"beam: {label}", check, args, needs, direction="decode"))
+    return out
+
+
 #: Every fixed case, in paper order.
 FIXED: tuple[Fixed, ...] = (
     *_softmax(),
@@ -412,9 +466,10 @@ FIXED: tuple[Fixed, ...] = (
     *_training(),
     *_layers(),
     *_gradients(),
+    *_beam(),
 )
 
 
 def cases(equation: str, direction: str = "forward") -> list[Fixed]:
-    """The fixed cases of ``equation`` in ``direction`` ("forward", or "backward": its gradients)."""
+    """The fixed cases of ``equation`` in ``direction`` ("forward", "backward": its gradients, or "decode")."""
     return [c for c in FIXED if c.equation == equation and c.direction == direction]

@@ -778,6 +778,81 @@ class BeamStopsAtFirstFinished(DecodeMutant):
         return len(scores) >= 1
 
 
+class BeamExtendsFinished(DecodeMutant):
+    """The best k candidates stay alive, EOS or not: a finished hypothesis keeps a beam slot and is extended further
+    (a beam narrowed by its own finished hypotheses)."""
+
+    name = "mutant-beam-extends-finished"
+    departure = "finished hypotheses kept alive and extended after EOS"
+
+    def _survivors(self, top, parents, tokens, t, k, eos):
+        return list(range(k))
+
+
+class BeamPerHypothesisBest(DecodeMutant):
+    """After the first step each hypothesis keeps only its own best continuation: k greedy searches, not a top-k over
+    all k * V candidates."""
+
+    name = "mutant-beam-per-hypothesis-best"
+    departure = "each hypothesis extended by its own best token only (k greedy searches)"
+
+    def _survivors(self, top, parents, tokens, t, k, eos):
+        keep = super()._survivors(top, parents, tokens, t, k, eos)
+        if t == 1:
+            return keep
+        own = [j for j in range(len(tokens)) if tokens[j] != eos and np.isfinite(top[j])]
+        return [j for n, j in enumerate(own) if all(parents[o] != parents[j] for o in own[:n])][:k]
+
+
+class BeamBoundAtCurrentLength(DecodeMutant):
+    """The early stop declared "bound" compares with the best alive log-probability over lp(current length), not
+    lp(maximum length): it stops before a longer hypothesis can overtake."""
+
+    name = "mutant-beam-bound-at-current-length"
+    departure = "early stop bounded at the current length, lp(t) instead of lp(maximum length)"
+
+    def _bound_at(self, t, limit):
+        return t
+
+
+class BeamBatchMaxLength(DecodeMutant):
+    """Every sentence searched up to the batch's largest maximum length instead of its own."""
+
+    name = "mutant-beam-batch-max-length"
+    departure = "one maximum length per batch (the largest) instead of each sentence's own"
+
+    def _limits(self, limits):
+        return [max(limits)] * len(limits)
+
+
+class BeamMinLengthRenormalised(DecodeMutant):
+    """EOS disabled for the first two steps before the log-softmax: the step is renormalised without it."""
+
+    name = "mutant-beam-min-length-renormalised"
+    departure = "a minimum length: EOS disabled at the first steps, renormalised without it"
+
+    def _without_eos(self, logp, t, eos):
+        if t > 2:
+            return logp
+        out = logp - np.log1p(-np.exp(logp[:, eos : eos + 1]))
+        out[:, eos] = -np.inf
+        return out
+
+
+class BeamMinLength(DecodeMutant):
+    """EOS's log-probability set to -inf at the first two steps (after the log-softmax: not renormalised)."""
+
+    name = "mutant-beam-min-length"
+    departure = "a minimum length: EOS disabled at the first steps (log-probability -inf)"
+
+    def _without_eos(self, logp, t, eos):
+        if t > 2:
+            return logp
+        out = logp.copy()
+        out[:, eos] = -np.inf
+        return out
+
+
 class BeamOverHalvesTable(DecodeMutant):
     """Beam search over a model whose positional table is laid out [sin | cos] in two halves (tensor2tensor's layout)
     where §3.5 interleaves them: the cached decoder and the whole model are the paper's, the search is not."""
@@ -813,6 +888,12 @@ DECODE_MUTANTS: dict[str, type[DecodeMutant]] = {
         BeamPenaltyPower,
         BeamNoPenalty,
         BeamStopsAtFirstFinished,
+        BeamExtendsFinished,
+        BeamPerHypothesisBest,
+        BeamBoundAtCurrentLength,
+        BeamBatchMaxLength,
+        BeamMinLengthRenormalised,
+        BeamMinLength,
         BeamOverHalvesTable,
     )
 }

@@ -31,7 +31,7 @@ def _on_fixed_inputs(equation: str, direction: str = "forward") -> Callable[...,
             pytest.skip(f"{OUT_OF_SCOPE} of {impl.name} ({scope.describe()}): the case needs {', '.join(unmet)}")
         CHECKS[case.check](impl, dtype, **case.args)
 
-    gradients = "_gradients" if direction == "backward" else ""
+    gradients = {"backward": "_gradients", "decode": "_decoding"}.get(direction, "")
     test.__name__ = test.__qualname__ = f"test_{equation}{gradients}_on_fixed_inputs"
     test.__doc__ = f"{equation}{gradients.replace('_', ' ')} agrees with the oracle on each of its fixed cases."
     return test
@@ -41,3 +41,5 @@ for _equation in EQUATIONS:
     globals()[f"test_{_equation}_on_fixed_inputs"] = _on_fixed_inputs(_equation)
     if F.cases(_equation, "backward"):
         globals()[f"test_{_equation}_gradients_on_fixed_inputs"] = _on_fixed_inputs(_equation, "backward")
+    if F.cases(_equation, "decode"):
+        globals()[f"test_{_equation}_decoding_on_fixed_inputs"] = _on_fixed_inputs(_equation, "decode")

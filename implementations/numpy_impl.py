@@ -592,6 +592,7 @@ class NumpyImplementation(ImplementationBase):
         limits = [int(m) for m in np.asarray(max_lengths).reshape(-1)]
         if len(limits) != b or min(limits, default=1) < 1:
             raise ValueError(f"max_lengths: expected {b} positive ints, got {max_lengths!r}")
+        limits = self._limits(limits)
         extra = 1 if rule["length_counts"] == "bos_eos" else 0
 
         def lp(t: int) -> float:
@@ -614,8 +615,9 @@ class NumpyImplementation(ImplementationBase):
             z = z - z.max(axis=-1, keepdims=True)
             logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
             vocab = logp.shape[-1]
+            logp = self._without_eos(logp, t, eos)
             cand = (alive_logp[..., None] + logp.reshape(b, k, vocab)).reshape(b, k * vocab)
-            order = np.argsort(-cand, axis=-1, kind="stable")[:, : 2 * k]  # (b, 2k): best first, ties lower index
+            order = np.argsort(-cand, axis=-1, kind="stable")  # (b, k * V): best first, ties lower index
             top = np.take_along_axis(cand, order, -1)
             src_beam, tok = order // vocab, order % vocab
             ranked = 2 * k if rule["eos_rank"] == "2k" else k
@@ -629,7 +631,7 @@ class NumpyImplementation(ImplementationBase):
                     if tok[i, j] == eos and np.isfinite(top[i, j]):
                         seq = [*alive_seq[i, src_beam[i, j]].tolist(), eos]
                         finished[i].append((top[i, j] / lp(t), seq, len(finished[i])))
-                keep = [j for j in range(2 * k) if tok[i, j] != eos][:k]
+                keep = self._survivors(top[i], src_beam[i], tok[i], t, k, eos)
                 for slot, j in enumerate(keep):
                     beams[i, slot] = src_beam[i, j]
                     new_logp[i, slot] = top[i, j]
@@ -649,7 +651,11 @@ class NumpyImplementation(ImplementationBase):
                     done[i] = True
                 else:
                     done[i] = self._stops(
-                        rule["early_stop"], [f[0] for f in finished[i]], alive_logp[i, 0], lp(limits[i]), k
+                        rule["early_stop"],
+                        [f[0] for f in finished[i]],
+                        alive_logp[i, 0],
+                        lp(self._bound_at(t, limits[i])),
+                        k,
                     )
             if all(done):
                 break
@@ -796,6 +802,26 @@ class NumpyImplementation(ImplementationBase):
     def _length_penalty(self, length: int, alpha: float) -> float:
         """lp(Y) = ((5 + |Y|) / 6)^alpha, GNMT's (Wu et al. 2016), the penalty §6.1 cites [38]."""
         return ((5.0 + length) / 6.0) ** alpha
+
+    def _limits(self, limits: list[int]) -> list[int]:
+        """The number of tokens each sentence may generate: its own maximum length (§6.1: input length + 50)."""
+        return limits
+
+    def _without_eos(self, logp: np.ndarray, t: int, eos: int) -> np.ndarray:
+        """Step ``t``'s log-probabilities (B * k, V) as the search ranks them: all of them (§6.1 sets no minimum
+        length)."""
+        return logp
+
+    def _survivors(self, top: np.ndarray, parents: np.ndarray, tokens: np.ndarray, t: int, k: int, eos: int) -> list:
+        """Which of a sentence's candidates, ranked best first (values ``top``, from beam ``parents``, extended by
+        ``tokens``; each (k * V,)), stay alive at step ``t``: the best k that do not end in EOS (a finished
+        hypothesis leaves the beam)."""
+        return [j for j in range(len(tokens)) if tokens[j] != eos][:k]
+
+    def _bound_at(self, t: int, limit: int) -> int:
+        """The length whose penalty bounds what an alive hypothesis may still score: the maximum length (lp only grows
+        and log P only falls)."""
+        return limit
 
     def _stops(self, rule: str, scores: list[float], best_alive: float, lp_max: float, k: int) -> bool:
         """Whether a sentence's search ends early (``policies["beam_search"]["early_stop"]``): "full" once k

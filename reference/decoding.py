@@ -101,6 +101,9 @@ EARLY_STOPS = ("bound", "full", "none")
 #: A stopping rule no toolkit declares but a known bug: the search ends at the first finished hypothesis (what the
 #: suite's diagnoses compute to name it; ``conformance/decoding_diagnoses.py``).
 FIRST = "first"
+#: Another: the bound of ``"bound"`` taken at the current length, best alive log P / lp(t) rather than / lp(maximum
+#: length) (Hugging Face's ``early_stopping=False``); it stops earlier and may lose a longer hypothesis that would win.
+BOUND_NOW = "bound_now"
 AT_MAX_LENGTH = ("dropped", "finished")
 LENGTH_COUNTS = ("eos", "bos_eos")
 DEFAULT_ALPHA = 0.6  # §6.1
@@ -324,6 +327,10 @@ def beam_search(
     at_max_length: str = "dropped",
     length_counts: str = "eos",
     penalty: Callable[[int, float], float] | None = None,
+    keep_eos: bool = False,
+    per_parent: bool = False,
+    min_length: int = 0,
+    renormalise: bool = True,
 ) -> BeamResult:
     """§6.1's beam search for one sentence, with GNMT's length penalty; policies as the module docstring says.
 
@@ -333,14 +340,20 @@ def beam_search(
     finish with score log P / lp(|Y|); the best ``beam`` that do not end in EOS stay alive. Accumulation in
     longdouble. Returns :class:`BeamResult`.
 
-    ``penalty(|Y|, alpha)`` replaces GNMT's lp and ``early_stop`` :data:`FIRST` stops at the first finished
-    hypothesis: departures from §6.1, for the suite's diagnoses to compute a known bug and name it.
+    Departures from §6.1, for the suite's diagnoses to compute a known bug and name it: ``penalty(|Y|, alpha)``
+    replaces GNMT's lp; ``early_stop`` :data:`FIRST` stops at the first finished hypothesis, :data:`BOUND_NOW` bounds
+    at the current length; ``keep_eos``: the best k candidates stay alive, EOS or not (a finished hypothesis is
+    extended further); ``per_parent``: after the first step each alive hypothesis keeps only its own best
+    continuation (k greedy searches, not a top-k over all k * vocab candidates); ``min_length`` m: EOS is disabled at
+    steps 1..m, its log-probability set to -inf after the log-softmax (``renormalise`` False) or before it (True: the
+    step's other log-probabilities renormalised without EOS, log p - log(1 - p(EOS))).
     """
     k = positive_int("beam", beam)
     limit = positive_int("max_length", max_length)
     a = _alpha(alpha)
     eos_rank = choice("eos_rank", eos_rank, EOS_RANKS)
-    early_stop = choice("early_stop", early_stop, (*EARLY_STOPS, FIRST))
+    early_stop = choice("early_stop", early_stop, (*EARLY_STOPS, FIRST, BOUND_NOW))
+    m = positive_int("min_length", min_length, minimum=0)
     at_max_length = choice("at_max_length", at_max_length, AT_MAX_LENGTH)
     length_counts = choice("length_counts", length_counts, LENGTH_COUNTS)
     extra = 1 if length_counts == "bos_eos" else 0
@@ -362,6 +375,12 @@ def beam_search(
         vocab = table.shape[1]
         if not 0 <= eos < vocab:
             raise ValueError(f"eos: expected an id below the vocabulary size {vocab}, got {eos}")
+        if t <= m:  # EOS disabled: -inf, the others as they were or renormalised without it
+            table = table.copy()
+            if renormalise:
+                with np.errstate(divide="ignore"):
+                    table -= np.log1p(-np.exp(table[:, eos : eos + 1]))
+            table[:, eos] = -np.inf
         cand = [
             (logp + LD(table[i, v]), i * vocab + v, i, v)
             for i, (_, logp) in enumerate(alive)
@@ -383,7 +402,9 @@ def beam_search(
             decisions.append(
                 Decision(t, "finish", abs(float(c[0] - other[0])), ((t, 1.0), (t, 1.0)), f"EOS after beam {c[2]}")
             )
-        rest = [c for c in cand if c[3] != eos]
+        rest = cand if keep_eos else [c for c in cand if c[3] != eos]
+        if per_parent and t > 1:  # each parent's own best continuation only
+            rest = [c for j, c in enumerate(rest) if all(o[2] != c[2] for o in rest[:j])]
         if len(rest) > k:
             decisions.append(
                 Decision(t, "alive", float(rest[k - 1][0] - rest[k][0]), ((t, 1.0), (t, 1.0)), f"continuation {k}")
@@ -395,14 +416,15 @@ def beam_search(
             break
         if (early_stop == "full" and len(finished) >= k) or (early_stop == FIRST and finished):
             break
-        if early_stop == "bound" and finished:
+        if early_stop in ("bound", BOUND_NOW) and finished:
             lowest = sorted(finished, key=lambda h: -h.score)[:k][-1]  # the k-th best finished score (or the last)
-            bound = float(alive[0][1] / LD(lp(limit)))
+            longest = t if early_stop == BOUND_NOW else limit
+            bound = float(alive[0][1] / LD(lp(longest)))
             # the k-th best of the finished scores moves by at most the largest error of any of them: err(s) / lp(s)
             # is at most err(latest step) / lp(earliest step), err growing and lp growing with the step
             first, last = min(h.step for h in finished), max(h.step for h in finished)
             decisions.append(
-                Decision(t, "stop", abs(lowest.score - bound), ((last, lp(first)), (t, lp(limit))), "early stop")
+                Decision(t, "stop", abs(lowest.score - bound), ((last, lp(first)), (t, lp(longest))), "early stop")
             )
             if lowest.score > bound:
                 break

@@ -16,13 +16,20 @@ provided" (``implementations/protocol.py``, "Decoding").
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from aiayn.conformance import decoding_budgets as DB
 from aiayn.conformance.checks._common import prepare
-from aiayn.conformance.decoding_diagnoses import StepDiagnosis, beam_departures
+from aiayn.conformance.decoding_diagnoses import (
+    BATCH,
+    DECODING_CATALOGUE,
+    BeamAnswer,
+    StepDiagnosis,
+    beam_departures,
+)
 from aiayn.conformance.harness import Case, OverBudget, _matches, check, compare
 from aiayn.conformance.numerics import precision
 from aiayn.implementations.decoding import beam_policies
@@ -225,6 +232,9 @@ class _Scored:
         self.errors: dict[int, float] = {}  # step -> bound on one step's log-probability
         self.sizes: dict[int, float] = {}  # step -> largest |log P| among its finite candidates
         self.logp: dict[tuple[int, ...], float] = {(): 0.0}
+        # prefix -> (log-probabilities (V,), logits (V,), their budget (V,)): the searches a diagnosis runs ask for
+        # the same prefixes again
+        self.rows: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def logits(self, src: np.ndarray, tgt: np.ndarray, lengths: Any) -> tuple[np.ndarray, np.ndarray]:
         """The whole model's logits on (src, tgt) and their budget: the oracle's, or with ``ops`` the diagnoses'
@@ -250,14 +260,20 @@ class _Scored:
     def __call__(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
         src = self.seen["src"][self.row : self.row + 1]
         lengths = None if self.seen["src_lengths"] is None else self.seen["src_lengths"][self.row : self.row + 1]
-        n = len(prefixes)
-        tgt = np.array([[self.bos, *p] for p in prefixes], dtype=np.int64)
-        logits, beta = self.logits(np.repeat(src, n, 0), tgt, None if lengths is None else np.repeat(lengths, n))
-        z = logits[:, -1]  # (n, V)
-        d = z - z.max(axis=-1, keepdims=True)
-        table = d - np.log(np.sum(np.exp(d), axis=-1, keepdims=True))
+        missing = list(dict.fromkeys(tuple(p) for p in prefixes if tuple(p) not in self.rows))
+        if missing:
+            n = len(missing)
+            tgt = np.array([[self.bos, *p] for p in missing], dtype=np.int64)
+            logits, beta = self.logits(np.repeat(src, n, 0), tgt, None if lengths is None else np.repeat(lengths, n))
+            z = logits[:, -1]  # (n, V)
+            d = z - z.max(axis=-1, keepdims=True)
+            table = d - np.log(np.sum(np.exp(d), axis=-1, keepdims=True))
+            for p, row, zr, br in zip(missing, table, z, beta[:, -1]):
+                self.rows[p] = (row, zr, br)
+        rows = [self.rows[tuple(p)] for p in prefixes]
+        table = np.stack([r[0] for r in rows])  # (len(prefixes), V)
         t = len(prefixes[0]) + 1
-        self.errors[t] = DB.step_error(z, beta[:, -1], self.ps)
+        self.errors[t] = DB.step_error(np.stack([r[1] for r in rows]), np.stack([r[2] for r in rows]), self.ps)
         sizes = []
         for p, row in zip(prefixes, table):
             base = self.logp[tuple(p)]
@@ -316,7 +332,7 @@ def beam_search_finds_the_oracles_hypothesis(
     rule = _beam_policies(case)
     ps = [precision(case.arithmetic), precision("float64")]
     for i, item in enumerate(out):
-        tokens, score = _hypothesis(case, item, i, vocab, eos, int(max_lengths[i]))
+        tokens, score = _hypothesis(case, item, i, vocab, eos, int(max_lengths[i]), int(max_lengths.max()))
         scored = _Scored(case, seen, i, bos, ps)
         kw = {
             "eos": eos,
@@ -326,16 +342,25 @@ def beam_search_finds_the_oracles_hypothesis(
             **{key: rule[key] for key in ("eos_rank", "early_stop", "at_max_length", "length_counts")},
         }
         result = D.beam_search(scored, **kw)
-        log_p, bound, penalty = _path(case, scored, seen, i, tokens, alpha, eos, rule, bos)
+        log_p, bound, penalty, eos_lp = _path(case, scored, seen, i, tokens, alpha, eos, rule, bos)
         extra = 1 if rule["length_counts"] == "bos_eos" else 0
         case.diagnosis = _BeamDiagnosis(
             scored,
             kw,
-            tokens,
-            log_p,
-            len(tokens) + extra,
-            bound,
-            penalty,
+            BeamAnswer(
+                _searcher(scored, kw),
+                tuple(tokens),
+                score,
+                log_p,
+                bound,
+                len(tokens) + extra,
+                penalty,
+                alpha,
+                rule,
+                eos_lp,
+                int(max_lengths[i]),
+                int(max_lengths.max()),
+            ),
             lambda ops, i=i, tokens=tokens: _variant_path(case, seen, i, bos, ps, ops, tokens, alpha, eos, rule),
         )
         compare(
@@ -355,8 +380,8 @@ def beam_search_finds_the_oracles_hypothesis(
         if result.undecided(scored.err):
             case.tally(unchecked={TIE: 1})
             continue
-        matched, _ = _matches(case, np.array(score))
         closest = min(result.decisions, key=lambda d: d.slack(scored.err), default=None)
+        matched, _ = _matches(case, np.array(score))
         case.fail(
             f"beam search returned {tokens} for sentence {i}, the oracle's search {list(result.best.tokens)} "
             f"(score {score!r}, the oracle's {result.best.score!r}){matched}; every choice of the oracle's search was "
@@ -367,34 +392,21 @@ def beam_search_finds_the_oracles_hypothesis(
         )
 
 
+def _searcher(scored: _Scored, kw: dict[str, Any]) -> Any:
+    """The oracle's search over ``scored`` with the declared arguments ``kw``, overrides by keyword."""
+    from aiayn.reference import decoding as D
+
+    return lambda **overrides: D.beam_search(scored, **{**kw, **overrides})
+
+
 class _BeamDiagnosis:
     """What ``harness._matches`` needs to name the beam-search bug an answer matches (``decoding_diagnoses``): the
-    oracle's search (its log-probabilities and arguments), the tokens returned, their oracle log-probability, |Y|,
-    the error that log-probability may carry and §6.1's penalty of them; ``variant(ops)``, the same for the model with
-    a departure of the forward pass switched in (:func:`_variant_path`)."""
+    oracle's search (its log-probabilities and arguments ``kw``), the answer and the oracle's reading of it
+    (``decoding_diagnoses.BeamAnswer``); ``variant(ops)``, the same for the model with a departure of the forward
+    pass switched in (:func:`_variant_path`)."""
 
-    def __init__(
-        self,
-        scored: _Scored,
-        kw: dict,
-        tokens: list[int],
-        log_p: float,
-        length: int,
-        bound: float,
-        penalty: float,
-        variant: Any,
-    ) -> None:
-        self.scored, self.kw, self.tokens = scored, kw, tokens
-        self.log_p, self.length, self.bound, self.penalty = log_p, length, bound, penalty
-        self.variant = variant
-
-    def search(self, penalty: Any = None, early_stop: str | None = None, scored: Any = None) -> Any:
-        from aiayn.reference import decoding as D
-
-        return D.beam_search(
-            scored or self.scored,
-            **{**self.kw, "penalty": penalty, "early_stop": early_stop or self.kw["early_stop"]},
-        )
+    def __init__(self, scored: _Scored, kw: dict, answer: BeamAnswer, variant: Any) -> None:
+        self.scored, self.kw, self.answer, self.variant = scored, kw, answer, variant
 
     def explain(self, got: np.ndarray, dtype: str) -> list[str]:
         """The beam-search departures that explain the answer on the oracle's model; where none does, on a model whose
@@ -402,23 +414,25 @@ class _BeamDiagnosis:
         departure named, with the search's own departures on that model."""
         from aiayn.conformance.diagnoses import CATALOGUE
 
-        score, alpha = float(np.asarray(got)), self.kw["alpha"]
-        names = beam_departures(
-            self.search, self.tokens, score, self.log_p, self.length, alpha, self.bound, self.penalty
-        )
+        answer = replace(self.answer, score=float(np.asarray(got)))
+        names = beam_departures(answer)
         if names or "positional" in self.scored.seen["params"]:
             return names
         for departure in CATALOGUE:
             if departure.family != "positional" or departure.numerical or departure.precision:
                 continue
-            scored, log_p, bound, penalty = self.variant(departure.ops)
-
-            def search(penalty: Any = None, early_stop: str | None = None, scored: Any = scored) -> Any:
-                return self.search(penalty, early_stop, scored)
-
+            scored, log_p, bound, penalty, eos_lp = self.variant(departure.ops)
+            there = replace(
+                answer,
+                search=_searcher(scored, self.kw),
+                log_p=log_p,
+                bound=bound,
+                penalty=penalty,
+                eos_log_probs=eos_lp,
+            )
             with np.errstate(all="ignore"):
-                found = beam_departures(search, self.tokens, score, log_p, self.length, alpha, bound, penalty)
-            if found or abs(score - log_p / penalty) <= bound / penalty:
+                found = beam_departures(there)
+            if found or there.paper():
                 names += [departure.name, *found]
         return names
 
@@ -434,11 +448,27 @@ def _variant_path(
     alpha: float,
     eos: int,
     rule: dict[str, str],
-) -> tuple[_Scored, float, float, float]:
+) -> tuple[_Scored, float, float, float, np.ndarray]:
     """Sentence ``i``'s search on the model with ``ops`` (``diagnoses.Ops``), and what :func:`_path` gives of
     ``tokens`` on it."""
     scored = _Scored(case, seen, i, bos, ps, ops)
     return (scored, *_path(case, scored, seen, i, tokens, alpha, eos, rule, bos))
+
+
+#: The departure a hypothesis longer than its sentence's maximum length, within the batch's largest, matches.
+BATCH_MAX = next(d.name for d in DECODING_CATALOGUE if d.search.get("max_length") == BATCH)
+#: The departure a hypothesis that goes on after its EOS matches.
+EXTENDS_FINISHED = next(d.name for d in DECODING_CATALOGUE if d.search.get("keep_eos"))
+
+
+class _Named:
+    """A diagnosis that the check has already computed: the answer breaks a rule that exactly one departure breaks."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def explain(self, got: np.ndarray, dtype: str) -> list[str]:
+        return [self.name]
 
 
 def _is_id(value: Any) -> bool:
@@ -452,7 +482,9 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
-def _hypothesis(case: Case, item: Any, i: int, vocab: int, eos: int, limit: int) -> tuple[list[int], float]:
+def _hypothesis(
+    case: Case, item: Any, i: int, vocab: int, eos: int, limit: int, batch_max: int
+) -> tuple[list[int], float]:
     """One (tokens, score) pair of a beam search's answer, checked against the contract by type before value: the
     tokens a list (or tuple) of integer ids, the score a real number; nothing is converted into a passing answer."""
     if not isinstance(item, (list, tuple)) or len(item) != 2:
@@ -479,6 +511,24 @@ def _hypothesis(case: Case, item: Any, i: int, vocab: int, eos: int, limit: int)
         score = float(score)  # a real number already (checked above): float() only widens a NumPy scalar
     except OverflowError:
         case.fail(f"beam_search's score for sentence {i} is an int beyond the float range: {score!r}")
+    if tokens and all(0 <= t < vocab for t in tokens) and eos in tokens[:-1]:
+        j = tokens.index(eos)  # a hypothesis returned after its EOS: the search extended a finished one
+        case.diagnosis = _Named(EXTENDS_FINISHED)
+        matched, _ = _matches(case, np.array(score))
+        case.fail(
+            f"beam_search's tokens for sentence {i} are {tokens}: the hypothesis ended at EOS ({eos}) at position {j} "
+            f"and was extended by {len(tokens) - j - 1} more token(s): a returned hypothesis never extends a finished "
+            f"one{matched}",
+            kind=OverBudget,
+        )
+    if limit < len(tokens) <= batch_max and all(0 <= t < vocab for t in tokens) and eos not in tokens[:-1]:
+        case.diagnosis = _Named(BATCH_MAX)
+        matched, _ = _matches(case, np.array(score))
+        case.fail(
+            f"beam_search's tokens for sentence {i} are {tokens}: {len(tokens)} ids, more than its maximum length "
+            f"{limit} (input length + extra), within the batch's largest, {batch_max}{matched}",
+            kind=OverBudget,
+        )
     if any(not 0 <= t < vocab for t in tokens) or eos in tokens[:-1] or not tokens or len(tokens) > limit:
         case.fail(
             f"beam_search's tokens for sentence {i} are {tokens}: expected 1 to {limit} ids in [0, {vocab}), "
@@ -497,10 +547,10 @@ def _path(
     eos: int,
     rule: dict[str, str],
     bos: int,
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, np.ndarray]:
     """The oracle's log P(tokens | source) of a hypothesis (teacher-forced log-probabilities summed), the bound on an
-    implementation's (``decoding_budgets.accumulated`` along that path), and its penalty lp(|Y|) (1 where a
-    "dropped" search returns an alive hypothesis because none finished)."""
+    implementation's (``decoding_budgets.accumulated`` along that path), its penalty lp(|Y|) (1 where a
+    "dropped" search returns an alive hypothesis because none finished), and log P(EOS) at each step (T,)."""
     from aiayn.reference import decoding as D
 
     src = seen["src"][i : i + 1]
@@ -515,4 +565,4 @@ def _path(
     raw = tokens[-1] != eos and rule["at_max_length"] == "dropped"
     extra = 1 if rule["length_counts"] == "bos_eos" else 0
     penalty = 1.0 if raw else D.length_penalty(len(tokens) + extra, alpha)
-    return log_p, DB.accumulated(steps, log_p, scored.ps), penalty
+    return log_p, DB.accumulated(steps, log_p, scored.ps), penalty, lp[:, eos]
