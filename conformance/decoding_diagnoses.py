@@ -380,9 +380,10 @@ def beam_departures(a: BeamAnswer) -> list[str]:
     over §6.1's; a renormalised minimum length where the score is the log-probability renormalised over some first m
     steps. A departure of the search (its ``search`` overrides) is named where the oracle's search with it switched
     in (and with a penalty named above) returns exactly these tokens and this score, and the declared search does not.
-    Where no departure of the catalogue does, each other choice of §6.1's open policies, then each pair, is tried
-    the same way; one that reproduces the answer is named ("declare it"). Tokens alone never name a bug: a decoder
-    with another defect returns other tokens too, so the score must agree as well.
+    The searches are tried in tiers, simplest first, and the first tier where any reproduces the answer is named:
+    the catalogue's fixed departures; each other choice of one of §6.1's open policies ("declare it"); a minimum
+    length (a search for each m); each pair of other choices. Tokens alone never name a bug: a decoder with another
+    defect returns other tokens too, so the score must agree as well.
     """
     names: list[str] = []
     paper = a.paper()
@@ -412,18 +413,27 @@ def beam_departures(a: BeamAnswer) -> list[str]:
     declared = a.search(penalty=penalties[0]).best
     if declared.tokens == a.tokens and a.agrees(declared.score, declared.penalty):
         return names  # the declared search (with the penalty named) gives this answer: nothing more to name
-    found = []
+    # tiers, simplest first, the first that reproduces the answer named: the catalogue's fixed departures, one
+    # undeclared choice, a minimum length (one search per m), two undeclared choices
+    singles, pairs = policy_alternatives(a.declared)
+    fixed, ranged = [], []
     for departure in DECODING_CATALOGUE:
         if departure.name in names or (departure.penalty is None and not departure.search):
             continue
         if departure.penalty is not None:  # its score is §6.1's (one token: lp = 1 under every penalty)
-            if paper and reproduces(penalty=departure.penalty):
-                found.append(departure.name)
+            if paper:
+                fixed.append((departure.name, [{"penalty": departure.penalty}]))
             continue
-        if any(reproduces(penalty=penalties[0], **kw) for kw in _overrides(departure, a)):
-            found.append(departure.name)
-    for tier in policy_alternatives(a.declared):  # the single choices, then (only where none does) the pairs
+        tier = ranged if departure.search.get("min_length") == ANY else fixed
+        tier.append((departure.name, [{"penalty": penalties[0], **kw} for kw in _overrides(departure, a)]))
+    found: list[str] = []
+    for tier in (
+        fixed,
+        [(policy_name(c, a.declared), [{"penalty": penalties[0], **c}]) for c in singles],
+        ranged,
+        [(policy_name(c, a.declared), [{"penalty": penalties[0], **c}]) for c in pairs],
+    ):
+        found = [name for name, searches in tier if any(reproduces(**kw) for kw in searches)]
         if found:
             break
-        found = [policy_name(c, a.declared) for c in tier if reproduces(penalty=penalties[0], **c)]
     return names + found

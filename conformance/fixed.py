@@ -417,7 +417,7 @@ def _beam() -> list[Fixed]:
     """Beam searches where a known bug of the search changes the hypothesis returned, on every run: each input was
     found among small models by running the oracle's search (``reference.decoding.beam_search``) with §6.1's
     choices (tensor2tensor's defaults) and with the bug switched in, keeping one where the two differ and every
-    choice of the first is wider than float32's error (``tests/meta/test_fixed_beam.py``: on each, the NumPy
+    choice of the first is wider than float32's error (``tests/meta/test_beam_diagnoses.py``: on each, the NumPy
     built-in passes and the bug's mutant fails, named)."""
     check = "beam_search_finds_the_oracles_hypothesis"
     out = []

@@ -34,7 +34,7 @@ import numpy as np
 from aiayn.conformance import isolation
 from aiayn.conformance.boundary import Native, ProcessEnded, Remote, call_each
 from aiayn.conformance.numerics import is_representable, precision, ulp
-from aiayn.conformance.results import TestResult
+from aiayn.conformance.results import NO_MATCH, TestResult
 from aiayn.environment import failure_dir
 from aiayn.implementations.protocol import Unsupported, flushes_subnormals
 
@@ -116,6 +116,8 @@ class Stats:
     nan_mismatches: int = 0
     largest: dict[str, Any] | None = None
     departures: set[str] = field(default_factory=set)
+    causes: dict[str, int] = field(default_factory=dict)
+    diagnosed: int = 0
     violations: set[str] = field(default_factory=set)
     notes: set[str] = field(default_factory=set)
     files: list[str] = field(default_factory=list)
@@ -134,6 +136,8 @@ class Stats:
             worst=self.worst,
             nan_mismatches=self.nan_mismatches,
             departures=sorted(self.departures | set((self.largest or {}).get("departures") or ())),
+            causes=dict(self.causes),
+            diagnosed=self.diagnosed,
             violations=sorted(self.violations),
             notes=sorted(self.notes),
             largest=None if self.largest is None else {k: v for k, v in self.largest.items() if k != "lines"},
@@ -835,6 +839,10 @@ def _matches(case: Case, got: np.ndarray) -> tuple[str, list[str]]:
         names = case.diagnosis.explain(got, case.dtype)
     except Exception as exc:  # a diagnosis that cannot be computed must not hide the failure itself
         return f" (no diagnosis: {type(exc).__name__}: {exc})", []
+    if stats is not None and not _final_replay():  # every failing example's causes, for the row's counts
+        stats.diagnosed += 1
+        for name in names or [NO_MATCH]:
+            stats.causes[name] = stats.causes.get(name, 0) + 1
     told = ""
     if len(names) > 1 and _shown_example():
         names, told = _disambiguate(case, names)
@@ -938,6 +946,14 @@ def _shown_example() -> bool:
     from hypothesis.control import current_build_context
 
     return not hypothesis.currently_in_test_context() or bool(current_build_context().is_final)
+
+
+def _final_replay() -> bool:
+    """Whether the example running now is Hypothesis's final replay of a failing example it has already run."""
+    import hypothesis
+    from hypothesis.control import current_build_context
+
+    return hypothesis.currently_in_test_context() and bool(current_build_context().is_final)
 
 
 def _note_largest(case: Case, ratio: float, where: str, departures: list[str]) -> None:

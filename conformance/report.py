@@ -28,7 +28,7 @@ import numpy as np
 from aiayn.conformance.boundary import Remote, flushes, isolation
 from aiayn.conformance.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
 from aiayn.conformance.equations import BACKWARD, CONTRACT, DECODE, FORWARD, RECORDS, title
-from aiayn.conformance.results import Outcome, Row, Status, TestResult
+from aiayn.conformance.results import NO_MATCH, Outcome, Row, Status, TestResult
 from aiayn.implementations.protocol import DTYPES, EQUATIONS, flushes_subnormals, scope_of
 from aiayn.kit import Report, Scope, md_table, write_report
 
@@ -112,6 +112,10 @@ def _row(equation: str, dtype: str, results: list[TestResult], impl: Any, direct
     row.headroom = None if worst is None or worst == 0 else 1.0 / worst
     row.largest_failure = max(largest, key=lambda x: x["ratio"]) if largest else None
     row.departures = sorted({d for r in failing for d in r.departures})
+    for r in failing:
+        row.diagnosed += r.diagnosed
+        for cause, n in r.causes.items():
+            row.causes[cause] = row.causes.get(cause, 0) + n
     row.violations = sorted({v for r in failing for v in r.violations})
     row.unnamed_failures = sorted(
         {r.test for r in results if r.outcome is Outcome.FAILED and not r.departures and not r.violations}
@@ -350,10 +354,22 @@ def _fmt_examples(row: Row) -> str:
     return f"{row.examples}" + (f" ({row.unsupported} unsupported)" if row.unsupported else "")
 
 
+def _fmt_matches(row: Row) -> list[str]:
+    """What a row's failures match: the shown examples' departures, then every other cause found across its failing
+    examples, each with how many of them it explains."""
+    counted = sorted(row.causes, key=lambda c: (-row.causes[c], c))
+    names = [*row.departures, *(c for c in counted if c not in row.departures)]
+    out = []
+    for name in names:
+        n = row.causes.get(name)
+        counts = f" ({n} of {row.diagnosed} failing examples)" if n and row.diagnosed else ""
+        out.append(f"{name}{counts}" if name == NO_MATCH else f"matches '{name}'{counts}")
+    return out
+
+
 def _fmt_notes(row: Row) -> str:
     parts = list(row.failed_tests) or list(row.known_deviations)
-    if row.departures:
-        parts.append("matches " + "; ".join(f"'{d}'" for d in row.departures))
+    parts += _fmt_matches(row)
     if row.violations:
         parts.append("breaks " + "; ".join(f"'{v}'" for v in row.violations))
     if row.out_of_scope_tests and row.status is not Status.OUT_OF_SCOPE:
@@ -485,7 +501,7 @@ def summary_lines(entry: Any, results: Iterable[TestResult | Mapping[str, Any]])
             if cell.measure in ("NaN mismatch",) or cell.measure.startswith(("crash", "hang")):
                 notes.append(cell.measure)
             notes += _fmt_tests(cell.failed_tests)
-            notes += [f"matches '{d}'" for d in cell.departures]
+            notes += _fmt_matches(cell)
             notes += [f"breaks '{v}'" for v in cell.violations]
             mine = [r for r in results if r.equation == equation and r.direction == direction and r.dtype == dtype]
             notes += sorted({_without_title(failure_reason(r)) for r in mine if _unnamed(r)})

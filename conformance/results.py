@@ -62,6 +62,10 @@ def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in names}
 
 
+#: How a row counts a failing example whose output no known departure explains.
+NO_MATCH = "no known departure"
+
+
 @dataclass
 class TestResult:
     """What one aiayn test of one implementation in one dtype found (a pytest item's result).
@@ -92,6 +96,8 @@ class TestResult:
     worst: float | None = None
     nan_mismatches: int = 0
     departures: list[str] = field(default_factory=list)
+    causes: dict[str, int] = field(default_factory=dict)  # departure -> failing examples it explains
+    diagnosed: int = 0  # failing examples a diagnosis was computed for
     violations: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     largest: dict[str, Any] | None = None
@@ -145,6 +151,8 @@ class Row:
     measure: str = ""
     largest_failure: dict[str, Any] | None = None
     departures: list[str] = field(default_factory=list)
+    causes: dict[str, int] = field(default_factory=dict)  # each cause found across the failing examples: how many
+    diagnosed: int = 0  # of how many failing examples
     violations: list[str] = field(default_factory=list)
     unnamed_failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
