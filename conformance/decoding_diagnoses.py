@@ -91,6 +91,36 @@ DECODING_CATALOGUE: tuple[DecodeDeparture, ...] = (
         {"keys_scaled": True},
     ),
     DecodeDeparture(
+        "keys and values concatenated in reverse order (new before cached)",
+        "cat([new, past]) instead of cat([past, new]): the causal mask of a chunk then hides the wrong positions",
+        _STEPS,
+        {"reversed": True},
+    ),
+    DecodeDeparture(
+        "a self-attention mask not extended over the cached positions",
+        "the causal mask of the k new tokens (k, k) used after a cache: the cached positions masked out",
+        _STEPS,
+        {"unextended_mask": True},
+    ),
+    DecodeDeparture(
+        "cached keys and values swapped",
+        "the cache's key and value slots exchanged: later steps attend with past values as keys",
+        _STEPS,
+        {"swapped_kv": True},
+    ),
+    DecodeDeparture(
+        "a position skipped for a one-token step (c + 1 instead of c)",
+        "an off-by-one in the position of a single-token step after a cache",
+        _STEPS,
+        {"skip_position": True},
+    ),
+    DecodeDeparture(
+        "a cache reordered in place over its own rows",
+        "row r := row index[r] in place, in order: a row read after it was overwritten (aliasing source and result)",
+        _REORDER,
+        {"aliased_reorder": True},
+    ),
+    DecodeDeparture(
         "length penalty |Y|^alpha instead of ((5 + |Y|) / 6)^alpha",
         "fairseq's and Hugging Face's penalty (sum of log-probabilities / |Y|^alpha), not GNMT's that §6.1 cites",
         _BEAM,
@@ -195,11 +225,15 @@ def cached_logits(
 
     ``a``: the oracle's arguments (``src``, ``params``, ``num_heads``, ``src_lengths``, ``eps``). After a reorder the
     memory is the encoder's output for the reordered sources (as the suite passes it), unless ``stale_memory``.
-    Flags: ``restart`` (positions from 0 at each step), ``top_left`` (the causal mask aligned top-left),
-    ``mask_once`` (the source mask at the first step only), ``stale_memory``, ``not_reordered``, ``keys_no_bias``,
-    ``keys_scaled`` (what the cache keeps of each new key). ``table``: the positions where ``params`` has no learned
-    ones (§3.5's sinusoids; a departing layout, ``diagnoses.CATALOGUE``'s "positional" family, for a model whose
-    positions depart and whose cache may still be right).
+    Flags: ``restart`` (positions from 0 at each step), ``skip_position`` (a one-token step after a cache at position
+    c + 1), ``top_left`` (the causal mask aligned top-left), ``unextended_mask`` (the new tokens' causal mask only,
+    the cached positions hidden), ``mask_once`` (the source mask at the first step only), ``stale_memory``,
+    ``not_reordered``, ``aliased_reorder`` (rows copied in place, in order, reading rows already overwritten),
+    ``keys_no_bias``, ``keys_scaled`` (what the cache keeps of each new key), ``swapped_kv`` (the cache keeps values
+    in the keys' slot and keys in the values'), ``reversed`` (new positions concatenated before the cached ones).
+    ``table``: the positions where ``params`` has no learned ones (§3.5's sinusoids; a departing layout,
+    ``diagnoses.CATALOGUE``'s "positional" family, for a model whose positions depart and whose cache may still be
+    right).
     """
     f = dict(flags or {})
     params, h, eps = a["params"], a["num_heads"], a["eps"]
@@ -212,7 +246,15 @@ def cached_logits(
     for kind, value in ops:
         if kind == "reorder":
             index = np.asarray(value)
-            if not f.get("not_reordered"):
+            if f.get("aliased_reorder"):  # row r := row index[r], in place, in order: a row read after it was written
+                if len(index) != len(src):
+                    raise ValueError("an in-place reorder keeps the batch size")
+                cache = [(k.copy(), v.copy()) for k, v in cache or []]
+                for pair in cache:
+                    for x in pair:
+                        for r, j in enumerate(index):
+                            x[r] = x[j]
+            elif not f.get("not_reordered"):
                 cache = [(k[index], v[index]) for k, v in cache or []]
             lengths = None if lengths is None else np.asarray(lengths)[index]
             if not f.get("stale_memory"):
@@ -221,21 +263,29 @@ def cached_logits(
             continue
         tokens = np.asarray(value)
         k = tokens.shape[1]
-        y = embedding_lookup(tokens, embedding) + _positions(params, 0 if f.get("restart") else c, k, d_model, table)
+        start = 0 if f.get("restart") else c + (1 if f.get("skip_position") and k == 1 and c > 0 else 0)
+        y = embedding_lookup(tokens, embedding) + _positions(params, start, k, d_model, table)
         causal = np.tri(k, c + k, 0 if f.get("top_left") else c, dtype=bool)
+        if f.get("unextended_mask"):
+            causal[:, :c] = False  # the new tokens' own causal mask, not extended: the cached positions hidden
         step_mask = None if (f.get("mask_once") and not first) else mask
         kept = []
         for i, layer in enumerate(params["decoder"]):
             p = layer["self_attn"]
             q, k_new, v_new = (_split(_affine(y, p, w), h) for w in ("q", "k", "v"))
-            keys = k_new if cache is None else np.concatenate((cache[i][0], k_new), axis=-2)
-            values = v_new if cache is None else np.concatenate((cache[i][1], v_new), axis=-2)
+
+            def join(held: np.ndarray, new: np.ndarray) -> np.ndarray:  # (B, h, c, d), (B, h, k, d) -> (B, h, c + k, d)
+                return np.concatenate((new, held) if f.get("reversed") else (held, new), axis=-2)
+
+            keys = k_new if cache is None else join(cache[i][0], k_new)
+            values = v_new if cache is None else join(cache[i][1], v_new)
             store = k_new
             if f.get("keys_no_bias") and p.get("b_k") is not None:
                 store = k_new - _split(np.asarray(p["b_k"])[None, None, :], h)
             if f.get("keys_scaled"):
                 store = store / math.sqrt(k_new.shape[-1])
-            kept.append((store, v_new) if cache is None else (np.concatenate((cache[i][0], store), -2), values))
+            new = (v_new, store) if f.get("swapped_kv") else (store, v_new)  # what the cache keeps, in its slots
+            kept.append(new if cache is None else (join(cache[i][0], new[0]), join(cache[i][1], new[1])))
             heads = scaled_dot_product_attention(q, keys, values, causal)
             attn = _merge(heads) @ np.asarray(p["w_o"]) + (0.0 if p.get("b_o") is None else np.asarray(p["b_o"]))
             x1 = layer_norm(y + attn, layer["norm1"]["gain"], layer["norm1"]["bias"], eps)

@@ -413,6 +413,33 @@ def _beam_model(seed: int, scale: float, vocab: int = 6) -> tuple[dict[str, Any]
     return model, rng.integers(0, vocab, size=(2, 4))
 
 
+def _cache() -> list[Fixed]:
+    """The cached decoder fed a prefill then one token at a time, and a cache of two sentences reordered by a swap
+    (a reorder that reads rows it has already overwritten shows only where a row moves)."""
+    model, src = _beam_model(30, 1.0, vocab=11)
+    tgt = _rng(31).integers(0, 11, size=(2, 5))
+    layer = ("d_ff:2", "bias:attention", "bias:layer_norm", "bias:ffn", "length:5", "masks:padding")
+    base = {"src": src, "params": model, "num_heads": _H, "src_lengths": np.array([4, 2])}
+    return [
+        Fixed(
+            "transformer_forward",
+            "cache: a prefill of 2, then 1, 1, 1",
+            "cached_decoding_equals_the_full_forward",
+            {**base, "tgt": tgt, "chunks": [2, 1, 1, 1]},
+            layer,
+            direction="decode",
+        ),
+        Fixed(
+            "transformer_forward",
+            "cache: 3 positions, rows swapped, then 2 tokens",
+            "reordered_cache_equals_the_reordered_prefixes",
+            {**base, "tgt": tgt[:, :3], "index": np.array([1, 0]), "new": tgt[::-1, 3:]},
+            layer,
+            direction="decode",
+        ),
+    ]
+
+
 def _beam() -> list[Fixed]:
     """Beam searches where a known bug of the search changes the hypothesis returned, on every run: each input was
     found among small models by running the oracle's search (``reference.decoding.beam_search``) with §6.1's
@@ -466,6 +493,7 @@ FIXED: tuple[Fixed, ...] = (
     *_training(),
     *_layers(),
     *_gradients(),
+    *_cache(),
     *_beam(),
 )
 

@@ -748,6 +748,62 @@ class DecodeKeysScaledTwice(DecodeMutant):
         return keys / math.sqrt(keys.shape[-1]), values
 
 
+class DecodeReversedConcat(DecodeMutant):
+    """The new keys and values concatenated before the cached ones (cat([new, past]))."""
+
+    name = "mutant-decode-reversed-concat"
+    departure = "keys and values concatenated in reverse order (new before cached)"
+
+    def _join(self, held, new):
+        return np.concatenate((new, held), axis=-2)
+
+
+class DecodeUnextendedMask(DecodeMutant):
+    """The self-attention mask of the new tokens not extended over the cached positions: those are masked out."""
+
+    name = "mutant-decode-unextended-mask"
+    departure = "a self-attention mask not extended over the cached positions"
+
+    def _step_mask(self, k, c):
+        return np.concatenate((np.zeros((k, c), dtype=bool), np.tri(k, k, 0, dtype=bool)), axis=1)
+
+
+class DecodeSwappedKeyValue(DecodeMutant):
+    """The cache keeps each step's values in the keys' slot and its keys in the values'."""
+
+    name = "mutant-decode-swapped-key-value"
+    departure = "cached keys and values swapped"
+
+    def _cached(self, keys, values, p, h):
+        return values, keys
+
+
+class DecodeSkippedPosition(DecodeMutant):
+    """A one-token step after a cache at position c + 1 (an off-by-one of single-token decoding)."""
+
+    name = "mutant-decode-skipped-position"
+    departure = "a position skipped for a one-token step (c + 1 instead of c)"
+
+    def _embed(self, tokens, embedding, positional, dt, start=0):
+        skip = 1 if start > 0 and np.shape(tokens)[1] == 1 else 0
+        return super()._embed(tokens, embedding, positional, dt, start + skip)
+
+
+class DecodeAliasedReorder(DecodeMutant):
+    """The cache reordered in place over its own rows, row r := row index[r] in order: a row already overwritten is
+    read again (the contract lets reorder_cache update its cache in place, not read what it has overwritten)."""
+
+    name = "mutant-decode-aliased-reorder"
+    departure = "a cache reordered in place over its own rows"
+
+    def reorder_cache(self, cache, index):
+        for pair in cache["self"]:
+            for x in pair:
+                for r, j in enumerate(np.asarray(index)):
+                    x[r] = x[j]
+        return cache
+
+
 class BeamPenaltyPower(DecodeMutant):
     """The length penalty |Y|^alpha (fairseq, Hugging Face) instead of GNMT's ((5 + |Y|) / 6)^alpha."""
 
@@ -885,6 +941,11 @@ DECODE_MUTANTS: dict[str, type[DecodeMutant]] = {
         DecodeCacheNotReordered,
         DecodeKeysWithoutBias,
         DecodeKeysScaledTwice,
+        DecodeReversedConcat,
+        DecodeUnextendedMask,
+        DecodeSwappedKeyValue,
+        DecodeSkippedPosition,
+        DecodeAliasedReorder,
         BeamPenaltyPower,
         BeamNoPenalty,
         BeamStopsAtFirstFinished,

@@ -62,7 +62,7 @@ def _row(equation: str, dtype: str, results: list[TestResult], impl: Any, direct
     deviations = {r.test: r.reason for r in results if r.outcome is Outcome.KNOWN_DEVIATION}
     ran = [r for r in results if r.outcome in (Outcome.PASSED, Outcome.FAILED)]
     out_of_scope = sorted({r.test for r in results if r.outcome is Outcome.SKIPPED and OUT_OF_SCOPE in r.reason})
-    scope = scope_of(impl, equation).describe() if impl is not None and equation != CONTRACT else "full domain"
+    scope = scope_of(impl, equation).describe(direction) if impl is not None and equation != CONTRACT else "full domain"
     if flushes_subnormals(getattr(impl, "policies", None), equation, dtype):  # the budgets assumed FTZ arithmetic
         scope = f"{scope}; subnormals flushed to zero (declared)"
     counted = [r for r in results if r.counted]

@@ -531,13 +531,11 @@ class NumpyImplementation(ImplementationBase):
             p = layer["self_attn"]
             k_new = _split_heads(_affine(y, p["w_k"], p.get("b_k")), h, "w_k")  # (B, h, k, d_k)
             v_new = _split_heads(_affine(y, p["w_v"], p.get("b_v")), h, "w_v")  # (B, h, k, d_v)
-            keys = k_new if held is None else np.concatenate((held[0], k_new), axis=-2)  # (B, h, c + k, d_k)
-            values = v_new if held is None else np.concatenate((held[1], v_new), axis=-2)  # (B, h, c + k, d_v)
+            keys = k_new if held is None else self._join(held[0], k_new)  # (B, h, c + k, d_k)
+            values = v_new if held is None else self._join(held[1], v_new)  # (B, h, c + k, d_v)
             k_kept, v_kept = self._cached(k_new, v_new, p, h)
             layers.append(
-                (k_kept, v_kept)
-                if held is None
-                else (np.concatenate((held[0], k_kept), axis=-2), np.concatenate((held[1], v_kept), axis=-2))
+                (k_kept, v_kept) if held is None else (self._join(held[0], k_kept), self._join(held[1], v_kept))
             )
             q = _split_heads(_affine(y, p["w_q"], p.get("b_q")), h, "w_q")  # (B, h, k, d_k)
             heads = self.scaled_dot_product_attention(q, keys, values, causal)  # (B, h, k, d_v)
@@ -546,6 +544,10 @@ class NumpyImplementation(ImplementationBase):
             b = self._residual_norm(a, cross, layer["norm2"])
             y = self._residual_norm(b, self.feed_forward(b, **layer["ffn"]), layer["norm3"])
         return y @ embedding.T, {"length": c + k, "self": layers}  # (B, k, V)
+
+    def _join(self, held: np.ndarray, new: np.ndarray) -> np.ndarray:
+        """The cached positions then the new ones: (B, h, c, d), (B, h, k, d) -> (B, h, c + k, d)."""
+        return np.concatenate((held, new), axis=-2)
 
     def _step_mask(self, k: int, c: int) -> np.ndarray:
         """The self-attention mask of k new queries after c cached positions: query i (position c + i) sees keys

@@ -232,7 +232,9 @@ class Scope:
       (LayerNorm's additive bias is 0), ``"ffn"`` (b1 = b2 = 0);
     - ``shared_key_value``: multi-head attention's key and value are one array (code whose
       cross-attention takes a single memory tensor, e.g. Hugging Face's ``key_value_states``);
-    - ``note``: anything else a reader must know (what ``Unsupported`` is raised for).
+    - ``note``: anything else a reader must know (what ``Unsupported`` is raised for);
+    - ``note_directions``: the rows the note concerns, of ``"forward"``, ``"backward"`` (gradients) and ``"decode"``
+      (e.g. ``("forward", "backward")`` for a note on target padding, which a decoder fed its own tokens never meets).
     """
 
     self_attention_only: bool = False
@@ -245,10 +247,11 @@ class Scope:
     no_bias: tuple[str, ...] = ()
     shared_key_value: bool = False
     note: str = ""
+    note_directions: tuple[str, ...] = ("forward", "backward", "decode")
 
-    def describe(self) -> str:
+    def describe(self, direction: str | None = None) -> str:
         """One line for the report: ``"full domain"`` or the restrictions, e.g.
-        ``"self-attention only; masks causal"``."""
+        ``"self-attention only; masks causal"``; for a row of ``direction``, the note only where it concerns it."""
         parts = []
         if self.self_attention_only:
             parts.append("self-attention only")
@@ -268,7 +271,7 @@ class Scope:
             parts.append("no " + ", ".join(g.replace("_", " ") for g in self.no_bias) + " biases")
         if self.shared_key_value:
             parts.append("key = value")
-        if self.note:
+        if self.note and (direction is None or direction in self.note_directions):
             parts.append(self.note)
         return "; ".join(parts) or "full domain"
 
@@ -320,6 +323,9 @@ class Scope:
         out += [f"no_bias: {g!r} is not one of {BIAS_GROUPS}" for g in self.no_bias if g not in BIAS_GROUPS]
         if self.dtypes is not None and any(d not in DTYPES for d in self.dtypes):
             out.append(f"dtypes: expected a subset of {DTYPES}, got {self.dtypes!r}")
+        rows = ("forward", "backward", "decode")
+        if not isinstance(self.note_directions, tuple) or any(d not in rows for d in self.note_directions):
+            out.append(f"note_directions: expected a tuple of {rows}, got {self.note_directions!r}")
         return out
 
 

@@ -29,6 +29,7 @@ from aiayn.conformance.decoding_diagnoses import (
     BeamAnswer,
     StepDiagnosis,
     beam_departures,
+    cached_logits,
 )
 from aiayn.conformance.harness import Case, OverBudget, _matches, check, compare
 from aiayn.conformance.numerics import precision
@@ -227,8 +228,11 @@ class _Scored:
     """The oracle's next-token log-probabilities for one sentence, with each step's error bound
     (``decoding_budgets.step_error``) and the largest |log P| of the step's candidates, as the search asks for them."""
 
-    def __init__(self, case: Case, seen: dict[str, Any], row: int, bos: int, ps: list, ops: Any = None) -> None:
+    def __init__(
+        self, case: Case, seen: dict[str, Any], row: int, bos: int, ps: list, ops: Any = None, flags: Any = None
+    ) -> None:
         self.case, self.seen, self.row, self.bos, self.ps, self.ops = case, seen, row, bos, ps, ops
+        self.flags = flags
         self.errors: dict[int, float] = {}  # step -> bound on one step's log-probability
         self.sizes: dict[int, float] = {}  # step -> largest |log P| among its finite candidates
         self.logp: dict[tuple[int, ...], float] = {(): 0.0}
@@ -238,10 +242,17 @@ class _Scored:
 
     def logits(self, src: np.ndarray, tgt: np.ndarray, lengths: Any) -> tuple[np.ndarray, np.ndarray]:
         """The whole model's logits on (src, tgt) and their budget: the oracle's, or with ``ops`` the diagnoses'
-        model with a departure switched in (``diagnoses.Ops``; the budget stays the paper's at the same inputs)."""
+        model with a departure switched in (``diagnoses.Ops``), or with ``flags`` a cached decoder fed one token at a
+        time with a bug switched in (``decoding_diagnoses.cached_logits``); the budget stays the paper's at the same
+        inputs."""
         from aiayn.conformance.diagnoses import evaluate
 
         logits, beta, _ = _forward(self.case, self.seen, src, tgt, lengths)
+        if self.flags is not None:
+            a = {**_oracle_args(self.case, self.seen), "src": src, "src_lengths": lengths}
+            steps = [("step", tgt[:, j : j + 1]) for j in range(tgt.shape[1])]
+            with np.errstate(all="ignore"):
+                logits = cached_logits(a, steps, self.flags)
         if self.ops is not None:
             from aiayn.conformance.equations import record
 
@@ -361,7 +372,9 @@ def beam_search_finds_the_oracles_hypothesis(
                 int(max_lengths[i]),
                 int(max_lengths.max()),
             ),
-            lambda ops, i=i, tokens=tokens: _variant_path(case, seen, i, bos, ps, ops, tokens, alpha, eos, rule),
+            lambda ops, flags=None, i=i, tokens=tokens: _variant_path(
+                case, seen, i, bos, ps, ops, tokens, alpha, eos, rule, flags
+            ),
         )
         compare(
             case,
@@ -409,12 +422,26 @@ class _BeamDiagnosis:
         self.scored, self.kw, self.answer, self.variant = scored, kw, answer, variant
 
     def explain(self, got: np.ndarray, dtype: str) -> list[str]:
-        """The beam-search departures that explain the answer on the oracle's model; where none does, on a model whose
-        positions depart (``diagnoses.CATALOGUE``'s "positional" family, e.g. a declared layout of §3.5's table): that
-        departure named, with the search's own departures on that model."""
+        """What explains the answer: a bug of the cached decoder (``decoding_diagnoses.DECODING_CATALOGUE``'s step
+        bugs that show one token at a time) under which the declared search returns exactly these tokens and this
+        score; else the beam-search departures on the oracle's model; where none does, on a model whose positions
+        depart (``diagnoses.CATALOGUE``'s "positional" family, e.g. a declared layout of §3.5's table): that departure
+        named, with the search's own departures on that model."""
         from aiayn.conformance.diagnoses import CATALOGUE
 
         answer = replace(self.answer, score=float(np.asarray(got)))
+        decoder = []  # a bug of the cached decoder that a beam search feeds one token at a time, the search declared
+        for departure in DECODING_CATALOGUE:
+            if answer.paper():  # the score is the paper model's log P of the tokens: no decoder bug on their path
+                break
+            if departure.flags and _STEP_CHECK in departure.checks and not set(departure.flags) & _CHUNKS_ONLY:
+                scored, log_p, bound, penalty, eos_lp = self.variant(None, departure.flags)
+                there = replace(answer, search=_searcher(scored, self.kw), log_p=log_p, bound=bound, penalty=penalty)
+                best = there.search().best
+                if best.tokens == there.tokens and there.agrees(best.score, best.penalty):
+                    decoder.append(departure.name)
+        if decoder:
+            return decoder
         names = beam_departures(answer)
         if names or "positional" in self.scored.seen["params"]:
             return names
@@ -448,12 +475,18 @@ def _variant_path(
     alpha: float,
     eos: int,
     rule: dict[str, str],
+    flags: Any = None,
 ) -> tuple[_Scored, float, float, float, np.ndarray]:
-    """Sentence ``i``'s search on the model with ``ops`` (``diagnoses.Ops``), and what :func:`_path` gives of
-    ``tokens`` on it."""
-    scored = _Scored(case, seen, i, bos, ps, ops)
+    """Sentence ``i``'s search on the model with ``ops`` (``diagnoses.Ops``) or the cached decoder with ``flags``,
+    and what :func:`_path` gives of ``tokens`` on it."""
+    scored = _Scored(case, seen, i, bos, ps, ops, flags)
     return (scored, *_path(case, scored, seen, i, tokens, alpha, eos, rule, bos))
 
+
+#: The check whose departures are bugs of a cached step, and the flags of those that show only in a chunk of several
+#: tokens (a beam search feeds one at a time).
+_STEP_CHECK = "cached_decoding_equals_the_full_forward"
+_CHUNKS_ONLY = frozenset({"top_left", "reversed"})
 
 #: The departure a hypothesis longer than its sentence's maximum length, within the batch's largest, matches.
 BATCH_MAX = next(d.name for d in DECODING_CATALOGUE if d.search.get("max_length") == BATCH)

@@ -35,7 +35,7 @@ def _case(prefix: str) -> F.Fixed:
 
 
 def test_every_fixed_beam_case_is_built_for_a_bug() -> None:
-    labels = [c.label for c in F.cases("transformer_forward", "decode")]
+    labels = [c.label for c in F.cases("transformer_forward", "decode") if c.label.startswith("beam: ")]
     assert sorted(labels) == sorted(_case(p).label for p in FORCES)
 
 

@@ -64,7 +64,12 @@ def _one_dtype_each() -> list[tuple[str, dict[str, type], str, list[str]]]:
     return [
         ("float32", rest, "smoke", []),
         ("float64", in_float64, "smoke", []),
-        ("float32", decoder, "smoke", ["--aiayn-no-grad", "-k", "cached_decoding or reordered_cache"]),
+        (
+            "float32",
+            decoder,
+            "smoke",
+            ["--aiayn-no-grad", "-k", "cached_decoding or reordered_cache or decoding_on_fixed"],
+        ),
         ("float32", search, "ci", ["--aiayn-no-grad", "-k", f"{BEAM_CHECK} or decoding_on_fixed_inputs"]),
     ]
 

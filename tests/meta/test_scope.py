@@ -206,3 +206,12 @@ def test_code_without_biases_and_with_one_memory_tensor_passes_within_its_scope(
         assert row["scope"] == "no attention, layer norm, ffn biases; key = value"
     fixed = {t for r in data["rows"] if r["equation"] == "layer_norm" for t in r["out_of_scope_tests"]}
     assert any("fixed" in t for t in fixed), "the fixed LayerNorm cases carry biases: out of this scope"
+
+
+def test_a_rows_scope_names_only_the_notes_that_concern_it() -> None:
+    """A note on target padding (forward and gradients) is not printed in the decode row, which never meets it."""
+    scope = Scope(note="target padding unsupported", note_directions=("forward", "backward"))
+    assert scope.describe("forward") == scope.describe("backward") == scope.describe() == "target padding unsupported"
+    assert scope.describe("decode") == "full domain"
+    assert Scope(note="x").describe("decode") == "x"  # a note concerns every row unless said otherwise
+    assert any("note_directions" in p for p in Scope(note_directions=("beam",)).problems())
