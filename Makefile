@@ -35,10 +35,12 @@ $(STAMP): pyproject.toml constraints.txt
 # foreign implementation the tests run through aiayn check).
 # --dist loadgroup: the tests of a module-scoped fixture that takes a minute (an installed wheel, a suite run) are
 # marked xdist_group and run in one worker, so the fixture is built once, not once per worker.
+# AIAYN_PROFILE: the built-ins' own conformance run draws 20 random examples a check ("short"; CI's .ci/run derandomizes
+# the same size with "quick"), within make test's 10 minutes; the false-alarm counts run the full profiles.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	AIAYN_REQUIRE_ZOO=1 $(THREADS) $(PY) -m pytest -p no:cacheprovider -n 2 --dist loadgroup --aiayn-in-process tests conformance $(PYTEST_ARGS)
+	AIAYN_PROFILE=$${AIAYN_PROFILE:-short} AIAYN_REQUIRE_ZOO=1 $(THREADS) $(PY) -m pytest -p no:cacheprovider -n 2 --dist loadgroup --aiayn-in-process tests conformance $(PYTEST_ARGS)
 
 # Training runs: NPROC one-thread gloo workers under torchrun (on 2 cores, 2 workers of one thread
 # train ~1.3x faster than one process of two threads).

@@ -10,8 +10,10 @@ plus one of these:
 - ``thorough``: 1000 examples per test, for a long local run;
 - ``smoke``: 8 examples per test, to see that an installation works end to end;
 - ``quick``: derandomized, 20 examples per test: CI's ``make test`` (``.ci/run``), which runs the suite on every
-  built-in within its 10 minutes; the committed reports are ``ci``'s and the false-alarm counts ``dev``'s and
-  ``thorough``'s.
+  built-in within its 10 minutes;
+- ``short``: random, 20 examples per test: ``make test`` elsewhere (fresh draws every run, the same size as CI's).
+
+The committed reports are ``ci``'s and the false-alarm counts ``dev``'s and ``thorough``'s.
 
 Choose with ``--aiayn-profile NAME`` (``aiayn check --profile NAME``) or ``$AIAYN_PROFILE``.
 Deadlines stay off in every profile: these machines are shared and noisy; a hang is caught by the
@@ -42,6 +44,7 @@ PROFILES: dict[str, tuple[int, bool]] = {
     "thorough": (1000, False),
     "smoke": (8, True),
     "quick": (20, True),
+    "short": (20, False),
 }
 
 _ACTIVE: list[str] = []

@@ -120,7 +120,7 @@ def _copy_checkout(target: Path) -> None:
     (target / "reports").mkdir(exist_ok=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once per worker, whatever other modules' tests run in between
 def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Build the wheel, make a fresh venv with it, write the outside package; return the paths."""
     if shutil.which("git") is None or not (REPO / ".git").exists():

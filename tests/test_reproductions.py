@@ -37,6 +37,9 @@ from aiayn.kit import SIGNATURE_KEY, SIGNATURE_PREFIX
 from aiayn.reproductions.registry import DETERMINISTIC, REPRODUCTIONS, resolve, stored
 from aiayn.reproductions.runner import NOT_MEASURED, run_one, write_index
 
+# the reports regenerated once, in one worker (the fixture takes half a minute)
+pytestmark = pytest.mark.xdist_group("reproductions")
+
 REPO = Path(__file__).resolve().parent.parent
 REPORTS = REPO / "reports"
 PAPER_MD = REPO.parent / "shared" / "PAPER.md"
@@ -64,7 +67,8 @@ def _regenerate(out: Path) -> dict[str, str]:
     return verdicts
 
 
-@pytest.fixture(scope="module")
+# session-scoped, its tests in one worker (xdist_group): built once even where pytest interleaves other modules' tests
+@pytest.fixture(scope="session")
 def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("reports")
     _regenerate(out)

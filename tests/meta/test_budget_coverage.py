@@ -62,7 +62,7 @@ def _suite(tmp_path: Path, specs: list[str], *extra: str) -> tuple[subprocess.Co
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False), reports
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once per worker, whatever other modules' tests run in between
 def honest(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict[str, dict]]:
     tmp = tmp_path_factory.mktemp("honest")
     proc, reports = _suite(tmp, list(SIMULATED.values()))
