@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FIXED", "Fixed", "cases"]
+__all__ = ["FIXED", "Fixed", "beam_model", "cases"]
 
 
 @dataclass(frozen=True)
@@ -401,22 +401,23 @@ def _gradients() -> list[Fixed]:
     ]
 
 
-def _beam_model(seed: int, scale: float, vocab: int = 6) -> tuple[dict[str, Any], np.ndarray]:
-    """A whole model (one layer a stack, d 8, h 2) whose embedding, and so its logits, is ``scale`` times the usual,
-    and two source sentences of 4 ids."""
+def beam_model(seed: int, scale: float, vocab: int = 6) -> tuple[dict[str, Any], np.ndarray, int]:
+    """A whole model (one layer a stack, d 8) whose embedding, and so its logits, is ``scale`` times the usual, two
+    source sentences of 4 ids, and its number of heads (2). The decoding cases are built on these, and the beam
+    inputs drawn near them (``strategies._steered_beam``)."""
     rng = _rng(seed)
     model = {
         "embedding": scale * rng.normal(size=(vocab, _D)) / math.sqrt(_D),
         "encoder": [_encoder_params(rng)],
         "decoder": [_decoder_params(rng)],
     }
-    return model, rng.integers(0, vocab, size=(2, 4))
+    return model, rng.integers(0, vocab, size=(2, 4)), _H
 
 
 def _cache() -> list[Fixed]:
     """The cached decoder fed a prefill then one token at a time, and a cache of two sentences reordered by a swap
     (a reorder that reads rows it has already overwritten shows only where a row moves)."""
-    model, src = _beam_model(30, 1.0, vocab=11)
+    model, src, _ = beam_model(30, 1.0, vocab=11)
     tgt = _rng(31).integers(0, 11, size=(2, 5))
     layer = ("d_ff:2", "bias:attention", "bias:layer_norm", "bias:ffn", "length:5", "masks:padding")
     base = {"src": src, "params": model, "num_heads": _H, "src_lengths": np.array([4, 2])}
@@ -463,7 +464,7 @@ def _beam() -> list[Fixed]:
         ("a longer hypothesis overtakes after a stop bounded at the current length", 2, 2.0, 2, 1, 2.0, 4, 1),
         ("two sentences with different maximum lengths (the shorter one's matters)", 0, 1.0, 4, 2, 0.6, 2, 2),
     ):
-        model, src = _beam_model(seed, scale)
+        model, src, _ = beam_model(seed, scale)
         lengths = np.array([2, 4]) if batch == 2 else None
         args = {
             "src": src[:batch],

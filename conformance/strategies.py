@@ -25,6 +25,7 @@ from hypothesis.extra import numpy as hnp
 
 from aiayn.conformance import budgets as B
 from aiayn.conformance import propagation as PR
+from aiayn.conformance.fixed import beam_model
 from aiayn.conformance.numerics import gamma, precision, round_to
 from aiayn.implementations.protocol import DEFAULT_POLICIES, FULL_SCOPE, Scope, scope_of
 
@@ -849,8 +850,11 @@ def decode_inputs(draw: Any, dtype: str, *, kind: str = "steps", scope: Scope = 
     allowed: what beam search does) and ``new`` (the tokens fed after it, one or two per row). "beam": a search's
     arguments, ``beam``, ``alpha``, ``extra`` (the maximum output length is the source length plus ``extra``: §6.1's
     50 at a size the oracle can follow step by step), ``bos`` and ``eos``, over a small vocabulary where every id,
-    EOS included, is likely enough to be chosen.
+    EOS included, is likely enough to be chosen; half the beam draws (where the scope allows their models) are
+    steered into a situation where a known search bug changes the hypothesis (:func:`_steered_beam`).
     """
+    if kind == "beam" and not scope.unmet(_STEERED_NEEDS) and draw(st.booleans()):
+        return _steered_beam(draw, scope)
     sizes = _Sizes(draw, "decode_inputs")
     params, h, vocab = _model(draw, sizes, dtype, scope, *((4, 7) if kind == "beam" else (2, 11)))
     b = sizes.integers(1, 2) if kind == "beam" else sizes.integers(1, 3)
@@ -895,6 +899,46 @@ def decode_inputs(draw: Any, dtype: str, *, kind: str = "steps", scope: Scope = 
     index = np.array(draw(st.lists(st.integers(0, b - 1), min_size=b, max_size=b)), dtype=np.int64)
     new = draw(hnp.arrays(np.int64, (len(index), draw(st.integers(1, 2))), elements=st.integers(0, vocab - 1)))
     return {**args, "tgt": tgt[:, :prefix], "index": index, "new": new}
+
+
+#: What the steered beam inputs need of a declared scope (the models of ``fixed.beam_model``).
+_STEERED_NEEDS = ("d_ff:2", "bias:attention", "bias:layer_norm", "bias:ffn", "length:8")
+
+#: The situations the steered beam inputs are drawn around: a model of ``fixed.beam_model`` (seed, scale), a beam
+#: width, and the lengths penalty's alpha, extra length, EOS id and batch of two among which each situation arises
+#: (every combination was checked by running the oracle's search with and without the bug switched in).
+_SITUATIONS = (
+    # an EOS among the best candidates early: a finished hypothesis kept alive is extended
+    ((2, 2.0), 4, (1.0, 2.0), (2, 4), (2, 5), (False, True)),
+    # the best continuations share a parent: a per-hypothesis top-1 loses them
+    ((0, 1.0), 2, (0.6, 2.0), (2, 4), (1, 4), (False, True)),
+    # a longer hypothesis overtakes after a stop bounded at the current length
+    ((2, 2.0), 1, (2.0,), (4,), (2, 4), (False, True)),
+    # two sentences whose maximum lengths differ: the shorter one's bounds its search
+    ((0, 2.0), 1, (0.6, 1.0, 2.0), (2, 4), (1, 2, 3, 4, 5), (True,)),
+)
+
+
+def _steered_beam(draw: Any, scope: Scope) -> dict[str, Any]:
+    """A beam search over one of the small peaked models among which the fixed beam cases were found
+    (``fixed.beam_model``), in one of the situations of :data:`_SITUATIONS` where a search bug of
+    ``decoding_diagnoses`` (a finished hypothesis extended, a per-hypothesis top-1, a stop bounded at the current
+    length, a batch's maximum length) changes the hypothesis: the search's arguments are drawn among those where the
+    situation arises, so each bug is reached on many draws, not only on the fixed cases."""
+    (seed, scale), beam, alphas, extras, eoses, batches = draw(st.sampled_from(_SITUATIONS))
+    params, src, h = beam_model(seed, scale)
+    two = "padding" in scope.masks and draw(st.sampled_from(batches))
+    return {
+        "src": src if two else src[:1],
+        "params": params,
+        "num_heads": h,
+        "src_lengths": np.array([2, 4]) if two else None,
+        "beam": beam,
+        "alpha": draw(st.sampled_from(alphas)),
+        "extra": draw(st.sampled_from(extras)),
+        "bos": 0,
+        "eos": draw(st.sampled_from(eoses)),
+    }
 
 
 def _unlikely_first(args: dict[str, Any], bos: int) -> list[int]:
