@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 # AIAYN_REQUIRE_ZOO: the zoo's smoke test fails, rather than narrows, when a zoo library is missing.
 # --aiayn-in-process: this run's own conformance suite checks aiayn's built-ins in its workers' processes (aiayn's own
-# code; the process boundary, conformance/boundary.py, is checked on them by tests/meta/test_boundary.py and on every
+# code; the process boundary, conformance/run/boundary.py, is checked on them by tests/meta/test_boundary.py and on every
 # foreign implementation the tests run through aiayn check).
 # --dist loadgroup: the tests of a module-scoped fixture that takes a minute (an installed wheel, a suite run) are
 # marked xdist_group and run in one worker, so the fixture is built once, not once per worker.

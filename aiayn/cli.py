@@ -70,9 +70,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_check(p: argparse.ArgumentParser) -> None:
-    from aiayn.conformance.isolation import DEFAULT_LIMIT_S
-    from aiayn.conformance.profiles import PROFILES
-    from aiayn.conformance.runner import default_workers
+    from aiayn.conformance.inputs.profiles import PROFILES
+    from aiayn.conformance.run.isolation import DEFAULT_LIMIT_S
+    from aiayn.conformance.run.runner import default_workers
     from aiayn.implementations.protocol import DTYPES
 
     p.add_argument(
@@ -162,7 +162,7 @@ def _add_check(p: argparse.ArgumentParser) -> None:
 def _check(args: argparse.Namespace) -> int:
     import pytest
 
-    from aiayn.conformance.runner import pytest_arguments
+    from aiayn.conformance.run.runner import pytest_arguments
 
     _check_profile(args.profile)
     check_range("--workers", args.workers, least=0)
@@ -196,7 +196,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _check_profile(profile: str) -> None:
     """A profile name that came from ``$AIAYN_PROFILE`` (argparse checks only the names given as --profile)."""
-    from aiayn.conformance.profiles import PROFILES
+    from aiayn.conformance.inputs.profiles import PROFILES
 
     if profile not in PROFILES:
         raise UsageError(f"$AIAYN_PROFILE: {profile!r} is not a profile; expected one of {', '.join(PROFILES)}")
@@ -732,8 +732,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _add_false_alarms(p: argparse.ArgumentParser) -> None:
-    from aiayn.conformance.profiles import PROFILES
-    from aiayn.conformance.runner import default_workers
+    from aiayn.conformance.inputs.profiles import PROFILES
+    from aiayn.conformance.run.runner import default_workers
     from aiayn.implementations.registry import BUILTINS
 
     p.add_argument(
@@ -757,7 +757,7 @@ def _add_false_alarms(p: argparse.ArgumentParser) -> None:
 
 
 def _false_alarms(args: argparse.Namespace) -> int:
-    from aiayn.conformance.false_alarms import StoredUnitError, run
+    from aiayn.conformance.studies.false_alarms import StoredUnitError, run
 
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -801,9 +801,9 @@ def _loadable(specs: Sequence[str]) -> None:
 
 
 def _add_zoo(p: argparse.ArgumentParser) -> None:
-    from aiayn.conformance.isolation import DEFAULT_LIMIT_S
-    from aiayn.conformance.profiles import PROFILES
-    from aiayn.conformance.runner import default_workers
+    from aiayn.conformance.inputs.profiles import PROFILES
+    from aiayn.conformance.run.isolation import DEFAULT_LIMIT_S
+    from aiayn.conformance.run.runner import default_workers
     from aiayn.implementations.zoo import ZOO
 
     p.add_argument(
@@ -832,7 +832,7 @@ def _add_zoo(p: argparse.ArgumentParser) -> None:
 
 
 def _zoo(args: argparse.Namespace) -> int:
-    from aiayn.conformance.zoo import run
+    from aiayn.conformance.studies.zoo import run
     from aiayn.implementations.zoo import ZOO
 
     unknown = [n for n in args.names if n not in ZOO]
@@ -841,7 +841,7 @@ def _zoo(args: argparse.Namespace) -> int:
     check_range("--workers", args.workers, least=0)
     check_range("--timeout", args.timeout, least=0)
     if args.no_run:
-        from aiayn.conformance.zoo import rerender
+        from aiayn.conformance.studies.zoo import rerender
 
         try:
             return rerender(args.names, out=out_dir(args.out))
@@ -879,7 +879,7 @@ def _add_mutants(p: argparse.ArgumentParser) -> None:
 
 
 def _mutants(args: argparse.Namespace) -> int:
-    from aiayn.conformance.mutants import run
+    from aiayn.conformance.studies.mutants import run
 
     check_range("--workers", args.workers, least=0)
     return run(out_dir(args.out), workers=args.workers)

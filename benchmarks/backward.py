@@ -1,6 +1,6 @@
 """The backward of Eq. (1) as a benchmark times it: dQ, dK, dV from a cotangent dO of the output.
 
-An implementation's gradients come from where the conformance suite takes them (``conformance/gradients.py``,
+An implementation's gradients come from where the conformance suite takes them (``conformance/run/gradients.py``,
 documented for authors in ``implementations/protocol.py``), in the same order:
 
 1. its own ``vjp("scaled_dot_product_attention", [q, k, v, mask], d_out)``: the backward is that call (it

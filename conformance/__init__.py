@@ -18,20 +18,22 @@ For every equation an implementation provides, in every dtype it declares, Hypot
 float64 inputs, the implementation's own ``from_numpy`` rounds them to the dtype, and the oracle
 (``aiayn.reference``) runs on exactly those rounded values. The difference must stay within a
 budget derived by forward error analysis for that equation from the actual magnitudes
-(``budgets.py`` for single equations, ``propagation.py`` for the composites); there is no global
+(``budgets/forward.py`` for single equations, ``budgets/composites/forward.py`` for the composites); there is no global
 tolerance. Metamorphic relations (shift invariance, permutations, masked = removed keys, poison
 at masked positions, causality, independence of batch elements and heads, PE's shift matrix, the
 shape of the learning-rate schedule, the minimum of the smoothed loss) and hygiene (inputs
 untouched, declared shape/dtype/device, determinism, no stray NaN) are checked alongside.
 
-Layout: ``test_*.py`` one module per paper section (thin: draw inputs, call a check);
-``checks/`` the checks, registered by name so that a saved failure can be replayed;
-``strategies.py`` the input strategies; ``profiles.py`` the Hypothesis settings of these tests
-(never the user's); ``harness.py`` calling an implementation safely, comparing and failing with a
-replayable message; ``isolation.py`` time limits and crash records; ``numerics.py`` unit
-roundoffs and rounding; ``plugin.py`` the pytest plugin (options, parametrization, exit codes,
-report); ``report.py`` the Markdown/JSON report; ``replay.py`` rerunning a saved failure;
-``mutants.py`` deliberately broken implementations the suite must catch.
+Layout, by the kind of knowledge each folder holds (one file a pass where a pass has its own):
+``test_*.py`` one module per paper section (thin: draw inputs, call a check); ``checks/`` the checks, registered by
+name so that a saved failure can be replayed; ``equations.py`` one record per equation (its oracle, budget, checks
+and departures); ``budgets/`` how far a computed value may be (forward, backward, decoding; ``composites/`` the
+layers' and the model's); ``diagnoses/`` the known departures a failure is matched against; ``inputs/`` strategies,
+fixed inputs and the Hypothesis profiles; ``run/`` calling an implementation (harness, process boundary, time
+limits, gradients, declarations) and the pytest plugin; ``report/`` results, report rows and coverage;
+``studies/`` the suite on implementations with known answers (mutants, an honest low-precision implementation,
+false alarms, PyTorch's tolerances, the zoo); ``numerics.py`` unit roundoffs and rounding; ``replay.py`` rerunning
+a saved failure.
 
 Importing this package imports nothing else (the pytest plugin loads it in every pytest run).
 """
@@ -51,6 +53,7 @@ TEST_MODULES = (
     "test_layers",
     "test_training",
     "test_model",
+    "test_decoding",
     "test_fixed",
 )
 

@@ -4,9 +4,9 @@ Each :class:`Equation` holds what the rest of the suite reads about one equation
 oracle's and the implementation's method name, ``implementations/protocol.py`` ``EQUATIONS``) and
 section title; the implementation method's argument order; the oracle and how the declared
 policies become its arguments; the budget and how the oracle's own share enters it; the diagnoses
-model and the catalogue families that concern it (``diagnoses.py``); whether it is checked in the
-first dtype only; the largest fraction of elements that may go unchecked (``coverage.py``); and the
-default strategy that draws its inputs (``strategies.py``). :func:`aiayn.conformance.checks._common.agreement`
+model and the catalogue families that concern it (``diagnoses/forward.py``); whether it is checked in the
+first dtype only; the largest fraction of elements that may go unchecked (``report/coverage.py``); and the
+default strategy that draws its inputs (``inputs/strategies.py``). :func:`aiayn.conformance.checks._common.agreement`
 is the one recipe that turns a record into a check (prepare the inputs, call the implementation,
 run the oracle, form the budget, set what the diagnoses need).
 
@@ -26,14 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance import backward_budgets as BB
-from aiayn.conformance import backward_propagation as BP
-from aiayn.conformance import budgets as B
-from aiayn.conformance import diagnoses as D
-from aiayn.conformance import propagation as PR
-from aiayn.conformance import strategies as S
-from aiayn.conformance.coverage import DEFAULT_MAX_UNCHECKED
+from aiayn.conformance.budgets import backward as BB
+from aiayn.conformance.budgets import forward as B
+from aiayn.conformance.budgets.composites import backward as BP
+from aiayn.conformance.budgets.composites import forward as PR
+from aiayn.conformance.diagnoses import forward as D
+from aiayn.conformance.inputs import strategies as S
 from aiayn.conformance.numerics import precision
+from aiayn.conformance.report.coverage import DEFAULT_MAX_UNCHECKED
 from aiayn.reference import attention as ref_attention
 from aiayn.reference import layers as ref_layers
 from aiayn.reference import model as ref_model
@@ -61,7 +61,7 @@ _CONTRACT_TITLE = "the plug-in contract (implementations/protocol.py)"
 
 #: The oracle's share of a budget: "added" (the equation's bound at the dtype plus the same bound at
 #: float64, the oracle's own arithmetic) or "propagated" (one first-order bound given both
-#: precisions, ``propagation.py``); either way floored at one ulp (``harness.floored``).
+#: precisions, ``budgets/composites/forward.py``); either way floored at one ulp (``harness.floored``).
 ADDED, PROPAGATED = "added", "propagated"
 
 Args = Mapping[str, Any]
@@ -80,11 +80,12 @@ class Backward:
     """What the suite knows about an equation's backward pass: its VJP for a cotangent of the result.
 
     ``gradients``: the arguments differentiated, by name (the oracle's names; an implementation's gradients are
-    read under the same names, ``conformance/gradients.py``; ``names(a)`` where they depend on the arguments: a
+    read under the same names, ``conformance/run/gradients.py``; ``names(a)`` where they depend on the arguments: a
     composite's parameter paths). ``oracle(a, d_out)``: the exact VJP (the fast tier) by name, ``a`` being the
     forward record's oracle arguments; ``budget(a, d_out, p)``: a bound per gradient at precision ``p``
-    (``conformance/backward_budgets.py``); the oracle's share is the same bound at float64, added, or with
-    ``oracle_share`` "propagated" one first-order bound given both precisions (``conformance/backward_propagation.py``).
+    (``conformance/budgets/backward.py``); the oracle's share is the same bound at float64, added, or with
+    ``oracle_share`` "propagated" one first-order bound given both precisions
+    (``conformance/budgets/composites/backward.py``).
     """
 
     gradients: tuple[str, ...]
@@ -103,7 +104,7 @@ class Backward:
         """Each gradient's comparison threshold in ``dtype``: the bound at the dtype plus the bound at float64 (the
         oracle's; "propagated": one first-order bound given both precisions), floored at 1 ulp of the dtype at the
         expected value."""
-        from aiayn.conformance.harness import floored
+        from aiayn.conformance.run.harness import floored
 
         if self.oracle_share == PROPAGATED:
             both = self.budget(a, d_out, [precision(dtype), precision("float64")])
@@ -125,7 +126,7 @@ class Decode:
     (``implementations/protocol.py``, "Decoding"; absent ones: "not provided"). The cached step's oracle and budget are
     the record's own forward ones restricted to the step's positions (``aiayn.reference.decoding.step_logits``: the
     decoder is causal); the search's oracle is ``aiayn.reference.decoding.beam_search`` with the declared policies,
-    its budget ``decoding_budgets.py`` built on the same forward budget (``checks/decoding.py``).
+    its budget ``budgets/decoding.py`` built on the same forward budget (``checks/decoding.py``).
     """
 
     steps: tuple[str, ...]
@@ -146,7 +147,7 @@ class Equation:
     ``backward``: the equation's backward pass, where it has one (:class:`Backward`); ``decode``: decoding with it,
     where it is the whole model (:class:`Decode`); ``differentiable``: False
     where the equation takes no float input (positional encoding, lrate, label smoothing): no backward to have.
-    ``model``: the diagnoses' model of the equation (``diagnoses.py``), called with the arguments
+    ``model``: the diagnoses' model of the equation (``diagnoses/forward.py``), called with the arguments
     plus ``model_policies(case)``; ``diagnosis_policies``: the values the diagnoses' budget takes
     instead of the declared ones (the widest fully-masked policy, so that every variant is judged
     by one bound). ``departures``: the catalogue families that concern it. ``call``: how to call
@@ -176,14 +177,14 @@ class Equation:
     differentiable: bool = True  # False: no float input to differentiate (sizes, steps, integer targets)
 
     def model_arguments(self, case: Any, seen: Mapping[str, Any]) -> dict[str, Any]:
-        """The diagnoses' arguments of :attr:`model` (``diagnoses.evaluate``): the arguments as the implementation saw
-        them plus the policies the model takes (``model_policies``, else ``policies``), declared by ``case``'s
-        implementation. The one way every diagnosis builds them."""
+        """The diagnoses' arguments of :attr:`model` (``diagnoses.forward.evaluate``): the arguments as the
+        implementation saw them plus the policies the model takes (``model_policies``, else ``policies``), declared by
+        ``case``'s implementation. The one way every diagnosis builds them."""
         return {**seen, **(self.model_policies or self.policies)(case)}
 
     def budget_at(self, a: Args, expected: np.ndarray, dtype: str) -> np.ndarray:
         """The comparison threshold in ``dtype`` (or "<dtype>-ftz"), the oracle's share included, floored at 1 ulp."""
-        from aiayn.conformance.harness import floored
+        from aiayn.conformance.run.harness import floored
 
         if self.oracle_share == PROPAGATED:
             derived = self.budget(a, expected, [precision(dtype), precision("float64")])
@@ -270,7 +271,7 @@ _RECORDS: tuple[Equation, ...] = (
         arguments=("x", "axis"),
         oracle=lambda a: ref_attention.softmax(a["x"], a["axis"]),
         budget=lambda a, e, p: B.softmax(a["x"], a["axis"], p),
-        budget_name="shifted-softmax bound, budgets.softmax",
+        budget_name="shifted-softmax bound, budgets.forward.softmax",
         model=D.softmax,
         departures=frozenset({"softmax", _ALL}),
         strategy=S.softmax_inputs,
@@ -278,7 +279,7 @@ _RECORDS: tuple[Equation, ...] = (
             gradients=("x",),
             oracle=lambda a, g: {"x": ref_attention.softmax_vjp(a["x"], g, a["axis"])},
             budget=lambda a, g, p: BB.softmax(a["x"], g, a["axis"], p),
-            budget_name="softmax VJP bound, backward_budgets.softmax",
+            budget_name="softmax VJP bound, budgets.backward.softmax",
         ),
     ),
     Equation(
@@ -291,7 +292,7 @@ _RECORDS: tuple[Equation, ...] = (
             a["q"], a["k"], a["v"], a["mask"], fully_masked=a["fully_masked"]
         ),
         budget=lambda a, e, p: B.scaled_dot_product_attention(a["q"], a["k"], a["v"], a["mask"], p, a["fully_masked"]),
-        budget_name="Eq. (1) bound, budgets.attention_core",
+        budget_name="Eq. (1) bound, budgets.forward.attention_core",
         model=D.scaled_dot_product_attention,
         diagnosis_policies=_UNIFORM,
         departures=frozenset({"attention", _ALL}),
@@ -309,7 +310,7 @@ _RECORDS: tuple[Equation, ...] = (
             budget=lambda a, g, p: BB.scaled_dot_product_attention(
                 a["q"], a["k"], a["v"], a["mask"], g, p, a["fully_masked"]
             ),
-            budget_name="Eq. (1) VJP bound, backward_budgets.scaled_dot_product_attention",
+            budget_name="Eq. (1) VJP bound, budgets.backward.scaled_dot_product_attention",
         ),
     ),
     Equation(
@@ -324,7 +325,7 @@ _RECORDS: tuple[Equation, ...] = (
         budget=lambda a, e, p: B.multi_head_attention(
             a["query"], a["key"], a["value"], a["params"], a["num_heads"], a["mask"], p, a["fully_masked"]
         ),
-        budget_name="MHA bound, budgets.multi_head_attention",
+        budget_name="MHA bound, budgets.forward.multi_head_attention",
         model=D.multi_head_attention,
         diagnosis_policies=_UNIFORM,
         departures=frozenset({"attention", "heads", _ALL}),
@@ -344,7 +345,7 @@ _RECORDS: tuple[Equation, ...] = (
             budget=lambda a, g, p: BB.multi_head_attention(
                 a["query"], a["key"], a["value"], a["params"], a["num_heads"], a["mask"], g, p, a["fully_masked"]
             ),
-            budget_name="MHA VJP bound, backward_budgets.multi_head_attention",
+            budget_name="MHA VJP bound, budgets.backward.multi_head_attention",
         ),
     ),
     Equation(
@@ -356,7 +357,7 @@ _RECORDS: tuple[Equation, ...] = (
         differentiable=False,
         oracle=lambda a: ref_positional.positional_encoding(a["length"], a["d_model"]),
         budget=lambda a, e, p: B.positional_encoding(a["length"], a["d_model"], p),
-        budget_name="PE argument-growth bound, budgets.positional_encoding",
+        budget_name="PE argument-growth bound, budgets.forward.positional_encoding",
         model=D.positional_encoding,
         departures=frozenset({"positional", _ALL}),
         strategy=S.pe_inputs,
@@ -368,7 +369,7 @@ _RECORDS: tuple[Equation, ...] = (
         arguments=("x", "gain", "bias", "eps"),
         oracle=lambda a: ref_layers.layer_norm(a["x"], a["gain"], a["bias"], a["eps"]),
         budget=lambda a, e, p: B.layer_norm(a["x"], a["gain"], a["bias"], a["eps"], p),
-        budget_name="LayerNorm bound (two-pass/Welford, Chan-Golub-LeVeque), budgets.layer_norm",
+        budget_name="LayerNorm bound (two-pass/Welford, Chan-Golub-LeVeque), budgets.forward.layer_norm",
         model=D.layer_norm,
         departures=frozenset({"layer_norm", "layer_norm_rows", _ALL}),
         strategy=S.layer_norm_inputs,
@@ -378,7 +379,7 @@ _RECORDS: tuple[Equation, ...] = (
                 zip(("x", "gain", "bias"), ref_layers.layer_norm_vjp(a["x"], a["gain"], a["bias"], g, a["eps"]))
             ),
             budget=lambda a, g, p: BB.layer_norm(a["x"], a["gain"], a["bias"], a["eps"], g, p),
-            budget_name="LayerNorm VJP bound, backward_budgets.layer_norm",
+            budget_name="LayerNorm VJP bound, budgets.backward.layer_norm",
         ),
     ),
     Equation(
@@ -388,7 +389,7 @@ _RECORDS: tuple[Equation, ...] = (
         arguments=("x", "w1", "b1", "w2", "b2"),
         oracle=lambda a: ref_layers.feed_forward(a["x"], a["w1"], a["b1"], a["w2"], a["b2"]),
         budget=lambda a, e, p: B.feed_forward(a["x"], a["w1"], a["b1"], a["w2"], a["b2"], p),
-        budget_name="Eq. (2) bound, budgets.feed_forward",
+        budget_name="Eq. (2) bound, budgets.forward.feed_forward",
         model=D.feed_forward,
         departures=frozenset({"ffn", _ALL}),
         strategy=S.ffn_inputs,
@@ -401,7 +402,7 @@ _RECORDS: tuple[Equation, ...] = (
                 )
             ),
             budget=lambda a, g, p: BB.feed_forward(a["x"], a["w1"], a["b1"], a["w2"], a["b2"], g, p),
-            budget_name="Eq. (2) VJP bound (either ReLU branch near 0), backward_budgets.feed_forward",
+            budget_name="Eq. (2) VJP bound (either ReLU branch near 0), budgets.backward.feed_forward",
         ),
     ),
     Equation(
@@ -412,7 +413,7 @@ _RECORDS: tuple[Equation, ...] = (
         call=_lrate_call,
         oracle=lambda a: ref_training.lrate(np.array(a["steps"], dtype=np.int64), a["d_model"], a["warmup_steps"]),
         budget=lambda a, e, p: B.lrate(e, p, np.array(a["steps"], dtype=np.float64), a["d_model"]),
-        budget_name="budgets.lrate",
+        budget_name="budgets.forward.lrate",
         model=D.lrate,
         model_policies=_step_zero,
         departures=frozenset({"lrate", _ALL}),
@@ -430,7 +431,7 @@ _RECORDS: tuple[Equation, ...] = (
             a["targets"], a["vocab_size"], a["eps"], variant=a["variant"], padding_id=a["padding_id"]
         ),
         budget=lambda a, e, p: B.label_smoothing(e, p),
-        budget_name="budgets.label_smoothing",
+        budget_name="budgets.forward.label_smoothing",
         model=D.label_smoothing,
         model_policies=_smoothing_model,
         departures=frozenset({"smoothing", _ALL}),
@@ -448,7 +449,7 @@ _RECORDS: tuple[Equation, ...] = (
             a["logits"], a["targets"], a["eps"], variant=a["variant"], padding_id=a["padding_id"]
         ),
         budget=lambda a, e, p: B.smoothed_cross_entropy(a["logits"], _smoothed_targets(a), p),
-        budget_name="budgets.smoothed_cross_entropy",
+        budget_name="budgets.forward.smoothed_cross_entropy",
         model=D.smoothed_cross_entropy,
         model_policies=_smoothing_model,
         departures=frozenset({"smoothing", _ALL}),
@@ -461,7 +462,7 @@ _RECORDS: tuple[Equation, ...] = (
                 )
             },
             budget=lambda a, g, p: BB.smoothed_cross_entropy(a["logits"], _smoothed_targets(a), g, p),
-            budget_name="cross-entropy VJP bound, backward_budgets.smoothed_cross_entropy",
+            budget_name="cross-entropy VJP bound, budgets.backward.smoothed_cross_entropy",
         ),
     ),
     Equation(
@@ -473,7 +474,7 @@ _RECORDS: tuple[Equation, ...] = (
         oracle=lambda a: ref_model.encoder_layer(a["x"], a["params"], a["num_heads"], a["mask"], eps=a["eps"]),
         budget=lambda a, e, p: PR.encoder_layer(a["x"], a["params"], a["num_heads"], a["mask"], a["eps"], p),
         oracle_share=PROPAGATED,
-        budget_name="first-order bound, propagation.encoder_layer",
+        budget_name="first-order bound, budgets.composites.forward.encoder_layer",
         model=D.encoder_layer,
         model_policies=_layers_model,
         departures=_LAYER_FAMILIES,
@@ -486,7 +487,7 @@ _RECORDS: tuple[Equation, ...] = (
             ),
             budget=lambda a, g, p: BP.encoder_layer(a["x"], a["params"], a["num_heads"], a["mask"], a["eps"], g, p),
             oracle_share=PROPAGATED,
-            budget_name="first-order bound of the VJP, backward_propagation.encoder_layer",
+            budget_name="first-order bound of the VJP, budgets.composites.backward.encoder_layer",
         ),
     ),
     Equation(
@@ -502,7 +503,7 @@ _RECORDS: tuple[Equation, ...] = (
             a["y"], a["memory"], a["params"], a["num_heads"], a["self_mask"], a["memory_mask"], a["eps"], p
         ),
         oracle_share=PROPAGATED,
-        budget_name="first-order bound, propagation.decoder_layer",
+        budget_name="first-order bound, budgets.composites.forward.decoder_layer",
         model=D.decoder_layer,
         model_policies=_layers_model,
         departures=_LAYER_FAMILIES | {"causal"},
@@ -517,7 +518,7 @@ _RECORDS: tuple[Equation, ...] = (
                 a["y"], a["memory"], a["params"], a["num_heads"], a["self_mask"], a["memory_mask"], a["eps"], g, p
             ),
             oracle_share=PROPAGATED,
-            budget_name="first-order bound of the VJP, backward_propagation.decoder_layer",
+            budget_name="first-order bound of the VJP, budgets.composites.backward.decoder_layer",
         ),
     ),
     Equation(
@@ -539,7 +540,7 @@ _RECORDS: tuple[Equation, ...] = (
             a["src"], a["tgt"], a["params"], a["num_heads"], a["src_lengths"], a["tgt_lengths"], a["eps"], p
         ),
         oracle_share=PROPAGATED,
-        budget_name="first-order bound, propagation.transformer_forward",
+        budget_name="first-order bound, budgets.composites.forward.transformer_forward",
         model=D.transformer_forward,
         model_policies=_layers_model,
         departures=_LAYER_FAMILIES | {"causal", "positional", "embedding"},
@@ -561,12 +562,12 @@ _RECORDS: tuple[Equation, ...] = (
                 a["src"], a["tgt"], a["params"], a["num_heads"], a["src_lengths"], a["tgt_lengths"], a["eps"], g, p
             ),
             oracle_share=PROPAGATED,
-            budget_name="first-order bound of the VJP, backward_propagation.transformer_forward",
+            budget_name="first-order bound of the VJP, budgets.composites.backward.transformer_forward",
         ),
         decode=Decode(
             steps=("encode", "decode_step", "reorder_cache"),
             search=("beam_search",),
-            budget_name="the forward budget at the step's positions; decoding_budgets.accumulated for beam scores",
+            budget_name="the forward budget at the step's positions; budgets.decoding.accumulated for beam scores",
         ),
     ),
 )
@@ -592,7 +593,7 @@ def traceability() -> str:
     """The README's table: equation -> section -> oracle -> budget -> backward -> checks -> diagnoses, from the
     records."""
     from aiayn.conformance.checks import load_all
-    from aiayn.conformance.harness import CHECKS
+    from aiayn.conformance.run.harness import CHECKS
     from aiayn.kit import md_table
 
     load_all()

@@ -94,7 +94,7 @@ PRECISIONS: dict[str, Precision] = {
 }
 # The same formats with subnormal results flushed to zero ("<dtype>-ftz"): the budgets of an (equation,
 # dtype) for which an implementation declares FTZ arithmetic (policy "flush_subnormals", harness.Case.arithmetic),
-# and the diagnosis "subnormal results flushed to zero" (conformance/diagnoses.py) for one that does not.
+# and the diagnosis "subnormal results flushed to zero" (conformance/diagnoses/forward.py) for one that does not.
 PRECISIONS.update(
     {f"{name}-ftz": Precision(f"{name}-ftz", q.p, q.emin, q.emax, flush=True) for name, q in list(PRECISIONS.items())}
 )

@@ -62,7 +62,7 @@ _TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 def _read(path: Path) -> tuple[str, str, str, dict]:
-    from aiayn.conformance.harness import CHECKS, load_case
+    from aiayn.conformance.run.harness import CHECKS, load_case
     from aiayn.implementations.protocol import DTYPES
 
     if not path.exists():
@@ -145,7 +145,7 @@ def _chosen(path: Path, recorded: str, impl: str | None) -> tuple[str, str]:
 def _runs_in(path: Path, implementation: Any, spec: str, dtype: str, name: str) -> None:
     """Raise ReplayError unless ``implementation`` declares ``dtype`` for the equation of check ``name``: a file of
     another dtype is a mismatch of file and implementation, not a failure of the implementation."""
-    from aiayn.conformance.harness import CHECKS
+    from aiayn.conformance.run.harness import CHECKS
     from aiayn.implementations.protocol import scope_of
 
     declared = tuple(getattr(implementation, "dtypes", ()) or ())
@@ -166,11 +166,11 @@ def _runs_in(path: Path, implementation: Any, spec: str, dtype: str, name: str) 
 def replay(files: Sequence[str | Path], impl: str | None = None, *, in_process: bool = False) -> int:
     """Rerun the check saved in each file; print which spec runs, then PASS or the failure. 0 all pass, 1 one
     fails; ReplayError for a bad file or spec, before anything of that file is imported or run. The implementation
-    runs in a process of its own (``boundary.py``), or in this one with ``in_process`` (for a debugger)."""
-    from aiayn.conformance import boundary
+    runs in a process of its own (``run/boundary.py``), or in this one with ``in_process`` (for a debugger)."""
     from aiayn.conformance.checks import load_all
-    from aiayn.conformance.harness import CHECKS, ConformanceFailure, register_spec
-    from aiayn.conformance.isolation import CallTimedOut, ProcessCrashed
+    from aiayn.conformance.run import boundary
+    from aiayn.conformance.run.harness import CHECKS, ConformanceFailure, register_spec
+    from aiayn.conformance.run.isolation import CallTimedOut, ProcessCrashed
     from aiayn.environment import missing_extra
     from aiayn.implementations import registry
 

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiayn.conformance import strategies as S
 from aiayn.conformance.checks import attention as A
-from aiayn.conformance.profiles import profile
+from aiayn.conformance.inputs import strategies as S
+from aiayn.conformance.inputs.profiles import profile
 
 # --------------------------------------------------------------------------------------------
 # softmax

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from aiayn.conformance.checks import contract
+from aiayn.conformance.inputs.profiles import profile
 from aiayn.conformance.numerics import precision
-from aiayn.conformance.plugin import LoadFailure
-from aiayn.conformance.profiles import profile
+from aiayn.conformance.run.plugin import LoadFailure
 
 
 @pytest.mark.aiayn_equation("contract", dtypes="first", load_failures=True)

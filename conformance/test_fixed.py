@@ -1,4 +1,5 @@
-"""Every equation on fixed inputs (``fixed.py``): the same registered checks, budgets and report as the drawn ones.
+"""Every equation on fixed inputs (``inputs/fixed.py``): the same registered checks, budgets and report as the drawn
+ones.
 
 One test per equation, parametrized by its fixed cases; a case runs the check it names with its
 saved arguments, so a failure replays like any other (``aiayn replay``). These are the inputs a
@@ -12,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from aiayn.conformance import fixed as F
 from aiayn.conformance.checks import load_all
-from aiayn.conformance.coverage import OUT_OF_SCOPE
-from aiayn.conformance.harness import CHECKS
+from aiayn.conformance.inputs import fixed as F
+from aiayn.conformance.report.coverage import OUT_OF_SCOPE
+from aiayn.conformance.run.harness import CHECKS
 from aiayn.implementations.protocol import EQUATIONS, scope_of
 
 load_all()

@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from aiayn.conformance import strategies as S
 from aiayn.conformance.checks import layers as L
-from aiayn.conformance.profiles import profile
+from aiayn.conformance.inputs import strategies as S
+from aiayn.conformance.inputs.profiles import profile
 
 
 @pytest.mark.aiayn_equation("layer_norm")

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiayn.conformance import strategies as S
 from aiayn.conformance.checks import positional as P
-from aiayn.conformance.profiles import profile
+from aiayn.conformance.inputs import strategies as S
+from aiayn.conformance.inputs.profiles import profile
 
 
 @pytest.mark.aiayn_equation("positional_encoding")

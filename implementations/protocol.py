@@ -36,7 +36,7 @@ Gradients (the backward pass)
 -----------------------------
 The suite also checks an equation's gradients against the oracle's VJP (``aiayn.reference``'s ``*_vjp``), for a
 cotangent of the result. Nothing is required: what an implementation does not give is reported "not provided".
-It gets them, in this order (``conformance/gradients.py``):
+It gets them, in this order (``conformance/run/gradients.py``):
 
 1. from its own method ``vjp(equation, args, d_out)``, if it has one: ``equation`` an equation's name, ``args``
    the native arguments exactly as the equation's method takes them, ``d_out`` a native cotangent of the result's
@@ -51,7 +51,7 @@ It gets them, in this order (``conformance/gradients.py``):
 3. where its arrays are ``jax.Array``, from ``jax.vjp`` of the method.
 
 Gradients are judged like results: the declared dtype, the declared device, and every element within a derived
-budget (``conformance/backward_budgets.py``). ``aiayn check --no-grad`` skips them.
+budget (``conformance/budgets/backward.py``). ``aiayn check --no-grad`` skips them.
 
 Decoding (§3.2.3, §6.1)
 -----------------------
@@ -156,7 +156,7 @@ EQUATIONS: tuple[str, ...] = (
 #:   "safe softmax") or ``"uniform"`` (every key weighs 1/n_k, the row's output is the mean of the
 #:   values: what a *finite* mask value gives, e.g. ``masked_fill(mask == 0, -1e9)`` in the
 #:   Annotated Transformer and many tutorials; a finite mask is a departure elsewhere, see
-#:   ``conformance/diagnoses.py``, but on a fully masked row it is this well-defined choice).
+#:   ``conformance/diagnoses/forward.py``, but on a fully masked row it is this well-defined choice).
 #: - ``"label_smoothing"`` — §5.4 with eps_ls over K classes: ``"K"`` ((1 - eps) * onehot + eps/K;
 #:   Szegedy et al.), ``"K-1"`` (target gets 1 - eps, every other class eps/(K-1); tensor2tensor)
 #:   or ``"K-2"`` (a padding class, ``policies.get("padding_id", 0)``, gets 0 and eps is spread over
@@ -770,7 +770,7 @@ class ImplementationBase:
     #: Optional. The sub-domain supported per equation (``"*"``: every equation), see :class:`Scope`.
     scope: Mapping[str, Scope] = MappingProxyType({})
     #: Optional. Report rows accepted as inconclusive, with the reason: ``"equation"`` or
-    #: ``"equation@dtype"`` -> why (``conformance/coverage.py``). Without it an inconclusive row fails the run.
+    #: ``"equation@dtype"`` -> why (``conformance/report/coverage.py``). Without it an inconclusive row fails the run.
     declared_inconclusive: Mapping[str, str] = MappingProxyType({})
 
     def provides(self) -> frozenset[str]:

@@ -355,7 +355,7 @@ def load(spec: str, *, device: str | None = None, refuse_flushing: bool = True) 
     (the underlying error is in the message and chained), and :class:`InvalidImplementation` when
     the object breaks the contract (see :func:`aiayn.implementations.protocol.contract_problems`).
     ``refuse_flushing=False``: an implementation that turns on flush-to-zero is loaded anyway (in a process of its
-    own, where only its arithmetic flushes: ``conformance/boundary.py``).
+    own, where only its arithmetic flushes: ``conformance/run/boundary.py``).
     """
     if not isinstance(spec, str) or not spec:
         raise _not_found(repr(spec), "expected a non-empty string")

@@ -113,8 +113,8 @@ _WRITTEN_ELSEWHERE = (
     "`conformance-false-alarms-<profile>.md/.json`: `aiayn false-alarms` (the suite on correct implementations over "
     "many seeds; resumable: `false-alarms/<profile>/` holds the units of a count, each stored when it ends, found "
     "again with `--work`);",
-    "`gradient-tolerances.md/.json`: `python -m aiayn.conformance.tolerances reports` (our derived gradient budgets "
-    "beside the tolerance PyTorch's own SDPA tests allow, on the same inputs).",
+    "`gradient-tolerances.md/.json`: `python -m aiayn.conformance.studies.tolerances reports` (our derived gradient "
+    "budgets beside the tolerance PyTorch's own SDPA tests allow, on the same inputs).",
 )
 
 

@@ -1,4 +1,4 @@
-"""The composites' gradient budgets (``conformance/backward_propagation.py``): the derivatives of the backward
+"""The composites' gradient budgets (``conformance/budgets/composites/backward.py``): the derivatives of the backward
 formulas the first-order analysis carries errors through equal central differences of the same formulas; the
 budgets apply (finite) on ordinary draws, bound the gradients PyTorch's autograd computes in float32, float16 and
 bfloat16, and in float32 are far below the error of a gradient that drops the lookups' uses of the tied embedding
@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from aiayn.conformance import backward_propagation as BP
+from aiayn.conformance.budgets.composites import backward as BP
 from aiayn.conformance.numerics import precision
 from aiayn.reference import model as M
 from aiayn.reference.counts import TransformerConfig

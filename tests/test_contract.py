@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aiayn.conformance.declarations import declaration_problems
-from aiayn.conformance.plugin import deviation_names
+from aiayn.conformance.run.declarations import declaration_problems
+from aiayn.conformance.run.plugin import deviation_names
 from aiayn.implementations import protocol, registry
 from aiayn.implementations.protocol import DTYPES, EQUATIONS, POLICY_CHOICES
 

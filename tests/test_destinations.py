@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from aiayn import environment, kit
-from aiayn.conformance import false_alarms
+from aiayn.conformance.studies import false_alarms
 from aiayn.environment import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from aiayn.conformance import false_alarms
+from aiayn.conformance.studies import false_alarms
 
 
 def _unit(exit: int = 0) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""How the suite gets and judges an implementation's gradients (``conformance/gradients.py``,
-``conformance/checks/_common.gradient_agreement``, ``conformance/backward_budgets.py``).
+"""How the suite gets and judges an implementation's gradients (``conformance/run/gradients.py``,
+``conformance/checks/_common.gradient_agreement``, ``conformance/budgets/backward.py``).
 
 - PyTorch autograd: one array passed as q, k and v is one leaf, its gradient the sum over the three uses, compared
   with the sum of the oracle's; a method run under ``torch.no_grad()`` is "not provided", never a failure.
@@ -15,14 +15,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aiayn.conformance import backward_budgets as BB
-from aiayn.conformance import harness
+from aiayn.conformance.budgets import backward as BB
 from aiayn.conformance.checks import attention as A
 from aiayn.conformance.checks import layers as A_layers
 from aiayn.conformance.checks import load_all
 from aiayn.conformance.checks._common import UNDEFINED_GRADIENT
-from aiayn.conformance.harness import ConformanceFailure
 from aiayn.conformance.numerics import precision
+from aiayn.conformance.run import harness
+from aiayn.conformance.run.harness import ConformanceFailure
 from aiayn.implementations import numpy_backward
 from aiayn.implementations.numpy_impl import NumpyImplementation
 from aiayn.reference import attention as ref
@@ -134,7 +134,7 @@ def test_softmax_backward_budget_is_not_relative_to_a_cancelling_result() -> Non
 
 def test_pytorch_tolerance_comparison_runs_and_our_rule_never_fails_the_kernel(tmp_path) -> None:
     pytest.importorskip("torch")
-    from aiayn.conformance import tolerances
+    from aiayn.conformance.studies import tolerances
 
     assert tolerances.main([str(tmp_path)]) == 0
     data = tolerances.measure()

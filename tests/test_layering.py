@@ -147,8 +147,8 @@ def test_imports_follow_the_layering(path: Path) -> None:
 
 def test_the_rules_can_fail() -> None:
     """Forbidden imports are reported; allowed ones are not."""
-    assert _violations("aiayn.reproductions.table2", [(1, "aiayn.conformance.harness")]) == [
-        (1, "aiayn.conformance.harness")
+    assert _violations("aiayn.reproductions.table2", [(1, "aiayn.conformance.run.harness")]) == [
+        (1, "aiayn.conformance.run.harness")
     ]
     assert _violations("aiayn.benchmarks.report", [(2, "aiayn.reproductions.table1")]) == [
         (2, "aiayn.reproductions.table1")
@@ -158,5 +158,5 @@ def test_the_rules_can_fail() -> None:
         (4, "aiayn.reference.layers")
     ]
     assert _violations("aiayn.kit", [(5, "aiayn.cli")]) == [(5, "aiayn.cli")]
-    assert _violations("aiayn.conformance.harness", [(6, "aiayn.kit"), (7, "aiayn.reference.attention")]) == []
+    assert _violations("aiayn.conformance.run.harness", [(6, "aiayn.kit"), (7, "aiayn.reference.attention")]) == []
     assert _violations("aiayn.cli", [(8, "aiayn.reproductions.runner")]) == []

@@ -1,8 +1,8 @@
 """The NumPy built-ins (``numpy``, ``numpy-blocked``) beyond the conformance suite.
 
 The suite itself (``conformance/``, run by ``make test`` for every built-in) checks every equation
-on drawn and on fixed inputs (``conformance/fixed.py``), each against the budget derived for it
-(``conformance/budgets.py``, ``conformance/propagation.py``). Here, through the same registered
+on drawn and on fixed inputs (``conformance/inputs/fixed.py``), each against the budget derived for it
+(``conformance/budgets/forward.py``, ``conformance/budgets/composites/forward.py``). Here, through the same registered
 checks (``CHECKS[name](impl, dtype, **args)``) and so within the same budgets:
 
 - every fixed case with every element checked (none left without a budget that applies), on both
@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aiayn.conformance import fixed as F
 from aiayn.conformance.checks import load_all
 from aiayn.conformance.equations import record
-from aiayn.conformance.harness import CHECKS, Stats, current_stats
+from aiayn.conformance.inputs import fixed as F
+from aiayn.conformance.run.harness import CHECKS, Stats, current_stats
 from aiayn.implementations import numpy_impl
 from aiayn.implementations.numpy_impl import NumpyImplementation, blocked_numpy_implementation
 from aiayn.implementations.protocol import DEFAULT_POLICIES, POLICY_CHOICES

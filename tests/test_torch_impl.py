@@ -1,12 +1,12 @@
 """The PyTorch built-ins (``torch``, ``torch-sdpa``, ``torch-nn``, ``torch-nn-fastpath``) beyond the conformance suite.
 
 The suite itself (``conformance/``, run by ``make test`` for every built-in) checks every equation
-on drawn and on fixed inputs (``conformance/fixed.py``). Here:
+on drawn and on fixed inputs (``conformance/inputs/fixed.py``). Here:
 
 - the float16 and bfloat16 composites of ``torch`` (encoder layer, decoder layer, the whole
   model; computed in float32 inside, as the implementation declares) on the fixed inputs: every
   element checked against its budget, none left unchecked, and within budget;
-- that the checks *can* fail on this backend: the PyTorch mutants (``conformance/mutants.py``) are
+- that the checks *can* fail on this backend: the PyTorch mutants (``conformance/studies/mutants.py``) are
   caught and diagnosed as their departure, and wrong mappings of the canonical weights and
   arguments onto PyTorch's modules are caught, each through the same registered checks on the
   fixed inputs;
@@ -26,10 +26,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the PyTorch built-ins need torch (pip install 'aiayn[torch]')")
 
-from aiayn.conformance import fixed as F  # noqa: E402
 from aiayn.conformance import mutants  # noqa: E402
 from aiayn.conformance.checks import load_all  # noqa: E402
-from aiayn.conformance.harness import CHECKS, ConformanceFailure, Stats, current_stats  # noqa: E402
+from aiayn.conformance.inputs import fixed as F  # noqa: E402
+from aiayn.conformance.run.harness import CHECKS, ConformanceFailure, Stats, current_stats  # noqa: E402
 from aiayn.implementations.torch_impl import TorchImplementation, TorchSDPAImplementation, round_from_float64  # noqa: E402
 from aiayn.implementations.torch_nn import TorchNNFastPath, TorchNNImplementation  # noqa: E402
 
@@ -109,7 +109,7 @@ def test_the_torch_mutants_are_caught_and_diagnosed_as_themselves(name: str, dty
 
 
 # Wrong mappings onto PyTorch's modules and arguments. No departure of the catalogue
-# (``conformance/diagnoses.py``) names them, so they are not mutants: what they show is that the
+# (``conformance/diagnoses/forward.py``) names them, so they are not mutants: what they show is that the
 # fixed cases are sensitive to the mistakes an adapter over PyTorch is likely to make.
 
 

@@ -1,7 +1,7 @@
 """The BLEU reproduction's machinery (reproductions/translation/): data, model, decoding, training.
 
 Expected values come from hand arithmetic, closed forms, the conformance suite's derived
-first-order error bound (conformance/propagation.py), or the other computation path; none from
+first-order error bound (conformance/budgets/composites/forward.py), or the other computation path; none from
 the code under test alone.
 """
 
@@ -164,12 +164,12 @@ def test_cached_decoding_equals_full_recomputation_within_derived_bound() -> Non
     """Step-by-step logits (cached keys/values) vs the teacher-forced forward pass on the same prefix.
 
     Both are float32 evaluations of the same function (Figure 1) from the same float32 weights,
-    differing only in how products are batched and ordered. conformance/propagation.py bounds each
+    differing only in how products are batched and ordered. conformance/budgets/composites/forward.py bounds each
     one's distance to the exact (float64-oracle) logits to first order by B = sum_k |J_k| L_k (its
     local bounds include the oracle's float64 share); by the triangle inequality the two differ by
     at most 2B elementwise.
     """
-    from aiayn.conformance import propagation as PR
+    from aiayn.conformance.budgets.composites import forward as PR
     from aiayn.conformance.numerics import precision
 
     m = _model(seed=3).eval()
@@ -805,9 +805,9 @@ def test_fused_loss_equals_the_checked_equation_and_its_gradient() -> None:
 def test_tiled_attention_equals_the_untiled_model_within_derived_bound() -> None:
     """Tiles of 2 query rows (checkpointed, causal tiles reading only their keys) against the untiled path on
     the same float32 model: both are float32 evaluations of Figure 1, each within B = sum_k |J_k| L_k of the
-    exact logits (conformance/propagation.py's first-order bound), so they differ by at most 2B. The
+    exact logits (conformance/budgets/composites/forward.py's first-order bound), so they differ by at most 2B. The
     backward pass through the checkpointed tiles must run and give finite gradients."""
-    from aiayn.conformance import propagation as PR
+    from aiayn.conformance.budgets.composites import forward as PR
     from aiayn.conformance.numerics import precision
 
     m = _model(seed=6).eval()

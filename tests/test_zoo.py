@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from aiayn.conformance.checks.decoding import AGREEMENT
-from aiayn.conformance.zoo import BUILTIN_ROWS, DECODING, cell, installed
+from aiayn.conformance.studies.zoo import BUILTIN_ROWS, DECODING, cell, installed
 from aiayn.implementations import registry
 from aiayn.implementations.protocol import EQUATIONS, contract_problems
 from aiayn.implementations.zoo import ZOO
@@ -138,7 +138,7 @@ def test_the_zoo_lists_third_party_code_only() -> None:
 
 
 def test_a_builtin_row_is_read_from_its_own_report(tmp_path: Path) -> None:
-    from aiayn.conformance.zoo import _builtin_row
+    from aiayn.conformance.studies.zoo import _builtin_row
 
     name = next(iter(BUILTIN_ROWS))
     missing = _builtin_row(name, tmp_path)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance.harness import Case, Diagnosis, check, compare, current_stats
+from aiayn.conformance.run.harness import Case, Diagnosis, check, compare, current_stats
 from aiayn.implementations.protocol import POLICY_CHOICES
 
 
@@ -52,7 +52,7 @@ def agreement(case: Case, **args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarr
     The arguments are converted by the implementation's ``from_numpy`` and read back (:func:`prepare`), the
     implementation is called with them in its method's order, the oracle runs on exactly what it saw (plus the
     arguments the declared policies give), and the budget is formed at the case's arithmetic with the oracle's
-    share. ``case.diagnosis`` gets what ``diagnoses.explain`` needs if the comparison fails.
+    share. ``case.diagnosis`` gets what ``diagnoses.forward.explain`` needs if the comparison fails.
     """
     from aiayn.conformance.equations import record
 
@@ -106,20 +106,20 @@ def gradient_agreement(
     cotangent ``d_out``: the one recipe of every backward check, read from the record's :class:`Backward`.
 
     The arguments and the cotangent are converted by ``from_numpy`` (the cotangent in the case's dtype, as autograd
-    requires), the gradients come from the implementation (``conformance/gradients.py``; none given: the test is
+    requires), the gradients come from the implementation (``conformance/run/gradients.py``; none given: the test is
     skipped as "not provided"), and the oracle's VJP runs on exactly the rounded inputs and cotangent it saw. An
     array passed under several names has one gradient, the sum over its uses: it is compared with the sum of the
     oracle's, within the sum of the budgets plus the k - 1 additions of k uses (gamma_{k-1} on the magnitudes).
     A gradient the implementation leaves out is noted in the row ("not provided"), never passed. ``diagnoses``, if
-    given, gets each gradient's :class:`~aiayn.conformance.backward_diagnoses.BackwardDiagnosis` (what names a
+    given, gets each gradient's :class:`~aiayn.conformance.diagnoses.backward.BackwardDiagnosis` (what names a
     failure).
     """
     import pytest
 
-    from aiayn.conformance import gradients
-    from aiayn.conformance.backward_diagnoses import BackwardDiagnosis
+    from aiayn.conformance.diagnoses.backward import BackwardDiagnosis
     from aiayn.conformance.equations import record
     from aiayn.conformance.numerics import gamma, precision
+    from aiayn.conformance.run import gradients
     from aiayn.reference.model import flatten_params
 
     r = record(case.equation)
@@ -196,7 +196,7 @@ def _check_gradient_keys(case: Case, grads: Mapping[Any, Any], arguments: set[st
     """Every key of the implementation's gradients is a string that names arguments of the equation (joined by
     ``gradients.SHARED`` for one array passed under several names): a key that names none fails, naming the
     equation's argument names, rather than being passed over."""
-    from aiayn.conformance import gradients
+    from aiayn.conformance.run import gradients
 
     for key in grads:
         if not isinstance(key, str):

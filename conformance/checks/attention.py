@@ -1,7 +1,7 @@
 """Checks for §3.2: softmax, scaled dot-product attention (Eq. (1)), masking (§3.2.3), multi-head attention (§3.2.2).
 
 Agreement checks compare with the oracle (``aiayn.reference.attention``) on the rounded inputs, within
-the budgets of ``conformance/budgets.py``. Property checks compare the implementation with
+the budgets of ``conformance/budgets/forward.py``. Property checks compare the implementation with
 itself on related inputs: two computations of the same exact value may each be off by their own
 budget, so they may differ by the sum of both (``B1 + B2``), and by nothing more.
 """
@@ -19,8 +19,8 @@ from aiayn.conformance.checks._common import (
     policy,
     prepare,
 )
-from aiayn.conformance.harness import Case, check, compare
 from aiayn.conformance.numerics import gamma, is_representable, precision
+from aiayn.conformance.run.harness import Case, check, compare
 
 # --------------------------------------------------------------------------------------------
 # softmax, §3.2.1

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from aiayn.conformance.boundary import Remote, from_numpy_then_fill
-from aiayn.conformance.declarations import declaration_problems
-from aiayn.conformance.harness import Case, check, compare
 from aiayn.conformance.numerics import precision, round_to
-from aiayn.conformance.plugin import deviation_names
+from aiayn.conformance.run.boundary import Remote, from_numpy_then_fill
+from aiayn.conformance.run.declarations import declaration_problems
+from aiayn.conformance.run.harness import Case, check, compare
+from aiayn.conformance.run.plugin import deviation_names
 from aiayn.implementations.protocol import contract_problems
 
 

@@ -2,10 +2,10 @@
 
 The oracle is ``aiayn.reference.decoding``: a step fed after c cached positions must give the whole model's forward
 pass over the prefix at those positions (the decoder is causal), within the whole model's forward budget there
-(``propagation.transformer_forward``; the products have other shapes, so not bit for bit); a beam search must return
-the oracle's best hypothesis on the same rounded model with the policies the implementation declares
+(``budgets.composites.forward.transformer_forward``; the products have other shapes, so not bit for bit); a beam search
+must return the oracle's best hypothesis on the same rounded model with the policies the implementation declares
 (``policies["beam_search"]``), wherever every choice the oracle's search made is wider than the error the
-implementation's scores may carry (``decoding_budgets.py``); where one is not, either hypothesis is right and the
+implementation's scores may carry (``budgets/decoding.py``); where one is not, either hypothesis is right and the
 sentence is counted "not checked". Its score must be the oracle's score of the hypothesis it returned, within that
 error, whatever the search chose.
 
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance import decoding_budgets as DB
+from aiayn.conformance.budgets import decoding as DB
 from aiayn.conformance.checks._common import prepare
-from aiayn.conformance.decoding_diagnoses import (
+from aiayn.conformance.diagnoses.decoding import (
     BATCH,
     DECODING_CATALOGUE,
     BeamAnswer,
@@ -31,8 +31,8 @@ from aiayn.conformance.decoding_diagnoses import (
     beam_departures,
     cached_logits,
 )
-from aiayn.conformance.harness import Case, OverBudget, _matches, check, compare
 from aiayn.conformance.numerics import precision
+from aiayn.conformance.run.harness import Case, OverBudget, _matches, check, compare
 from aiayn.implementations.decoding import beam_policies
 
 #: Why a beam search's hypothesis is not checked where it differs from the oracle's: a choice of the oracle's search
@@ -226,7 +226,7 @@ def _beam_policies(case: Case) -> dict[str, str]:
 
 class _Scored:
     """The oracle's next-token log-probabilities for one sentence, with each step's error bound
-    (``decoding_budgets.step_error``) and the largest |log P| of the step's candidates, as the search asks for them."""
+    (``budgets.decoding.step_error``) and the largest |log P| of the step's candidates, as the search asks for them."""
 
     def __init__(
         self, case: Case, seen: dict[str, Any], row: int, bos: int, ps: list, ops: Any = None, flags: Any = None
@@ -243,9 +243,9 @@ class _Scored:
     def logits(self, src: np.ndarray, tgt: np.ndarray, lengths: Any) -> tuple[np.ndarray, np.ndarray]:
         """The whole model's logits on (src, tgt) and their budget: the oracle's, or with ``ops`` the diagnoses'
         model with a departure switched in (``diagnoses.Ops``), or with ``flags`` a cached decoder fed one token at a
-        time with a bug switched in (``decoding_diagnoses.cached_logits``); the budget stays the paper's at the same
+        time with a bug switched in (``diagnoses.decoding.cached_logits``); the budget stays the paper's at the same
         inputs."""
-        from aiayn.conformance.diagnoses import evaluate
+        from aiayn.conformance.diagnoses.forward import evaluate
 
         logits, beta, _ = _forward(self.case, self.seen, src, tgt, lengths)
         if self.flags is not None:
@@ -295,7 +295,7 @@ class _Scored:
         return table
 
     def err(self, step: int) -> float:
-        """Bound on an accumulated log-probability after ``step`` steps (``decoding_budgets.accumulated``)."""
+        """Bound on an accumulated log-probability after ``step`` steps (``budgets.decoding.accumulated``)."""
         steps = [self.errors[s] for s in range(1, step + 1) if s in self.errors]
         return DB.accumulated(steps, self.sizes.get(step, max(self.sizes.values(), default=0.0)), self.ps)
 
@@ -384,7 +384,7 @@ def beam_search_finds_the_oracles_hypothesis(
             what=f"beam search's score of its hypothesis {tokens} for sentence {i} differs from log P(tokens | source) "
             f"/ lp(|Y|) with lp(|Y|) = ((5 + |Y|) / 6)^{alpha}"
             + (" (unpenalised: no hypothesis finished)" if penalty == 1.0 and tokens[-1] != eos else ""),
-            budget_name="decoding_budgets.accumulated",
+            budget_name="budgets.decoding.accumulated",
             expected_name="the oracle's score of the same tokens",
         )
         if tuple(tokens) == result.best.tokens:
@@ -413,21 +413,21 @@ def _searcher(scored: _Scored, kw: dict[str, Any]) -> Any:
 
 
 class _BeamDiagnosis:
-    """What ``harness._matches`` needs to name the beam-search bug an answer matches (``decoding_diagnoses``): the
+    """What ``harness._matches`` needs to name the beam-search bug an answer matches (``diagnoses.decoding``): the
     oracle's search (its log-probabilities and arguments ``kw``), the answer and the oracle's reading of it
-    (``decoding_diagnoses.BeamAnswer``); ``variant(ops)``, the same for the model with a departure of the forward
+    (``diagnoses.decoding.BeamAnswer``); ``variant(ops)``, the same for the model with a departure of the forward
     pass switched in (:func:`_variant_path`)."""
 
     def __init__(self, scored: _Scored, kw: dict, answer: BeamAnswer, variant: Any) -> None:
         self.scored, self.kw, self.answer, self.variant = scored, kw, answer, variant
 
     def explain(self, got: np.ndarray, dtype: str) -> list[str]:
-        """What explains the answer: a bug of the cached decoder (``decoding_diagnoses.DECODING_CATALOGUE``'s step
+        """What explains the answer: a bug of the cached decoder (``diagnoses.decoding.DECODING_CATALOGUE``'s step
         bugs that show one token at a time) under which the declared search returns exactly these tokens and this
         score; else the beam-search departures on the oracle's model; where none does, on a model whose positions
         depart (``diagnoses.CATALOGUE``'s "positional" family, e.g. a declared layout of §3.5's table): that departure
         named, with the search's own departures on that model."""
-        from aiayn.conformance.diagnoses import CATALOGUE
+        from aiayn.conformance.diagnoses.forward import CATALOGUE
 
         answer = replace(self.answer, score=float(np.asarray(got)))
         decoder = []  # a bug of the cached decoder that a beam search feeds one token at a time, the search declared
@@ -582,7 +582,7 @@ def _path(
     bos: int,
 ) -> tuple[float, float, float, np.ndarray]:
     """The oracle's log P(tokens | source) of a hypothesis (teacher-forced log-probabilities summed), the bound on an
-    implementation's (``decoding_budgets.accumulated`` along that path), its penalty lp(|Y|) (1 where a
+    implementation's (``budgets.decoding.accumulated`` along that path), its penalty lp(|Y|) (1 where a
     "dropped" search returns an alive hypothesis because none finished), and log P(EOS) at each step (T,)."""
     from aiayn.reference import decoding as D
 

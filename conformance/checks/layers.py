@@ -11,8 +11,8 @@ from aiayn.conformance.checks._common import (
     gradient_agreement,
     gradient_check,
 )
-from aiayn.conformance.harness import Case, check, compare
 from aiayn.conformance.numerics import gamma, is_representable, precision
+from aiayn.conformance.run.harness import Case, check, compare
 
 layer_norm = agreement_check("layer_norm")
 layer_norm_gradients = gradient_check("layer_norm")

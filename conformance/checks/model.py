@@ -3,8 +3,8 @@
 The oracle is ``aiayn.reference.model`` with the implementation's declared LayerNorm eps; the weights are
 canonical (``aiayn.reference.model.init_params``), rounded to the dtype like every other input. The
 budgets are first order: each stage's local bound times the condition of the rest of the network
-(``conformance/propagation.py``; for the gradients, the forward and backward stages together,
-``conformance/backward_propagation.py``).
+(``conformance/budgets/composites/forward.py``; for the gradients, the forward and backward stages together,
+``conformance/budgets/composites/backward.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.conformance.checks._common import agreement, agreement_check, gradient_check
-from aiayn.conformance.harness import Case, check, compare
+from aiayn.conformance.run.harness import Case, check, compare
 
 encoder_layer = agreement_check("encoder_layer")
 decoder_layer = agreement_check("decoder_layer")

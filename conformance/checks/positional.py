@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from aiayn.conformance.checks._common import agreement, agreement_check
-from aiayn.conformance.harness import Case, check, compare
 from aiayn.conformance.numerics import gamma, precision
+from aiayn.conformance.run.harness import Case, check, compare
 
 positional_encoding = agreement_check("positional_encoding")
 

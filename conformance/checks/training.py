@@ -8,8 +8,8 @@ import numpy as np
 
 from aiayn.conformance.checks._common import agreement, agreement_check, gradient_check, policy
 from aiayn.conformance.equations import smoothing
-from aiayn.conformance.harness import Case, check, compare, current_stats
 from aiayn.conformance.numerics import gamma
+from aiayn.conformance.run.harness import Case, check, compare, current_stats
 
 U64 = 2.0**-53
 

@@ -4,7 +4,7 @@ Each adapter maps the contract's canonical weights and arguments onto a library'
 module and calls it; it never repairs the library's behaviour. What the library documents and
 does differently from the paper is declared (``known_deviations``, ``policies``, ``scope``)
 with its documentation as the reason; what it does differently without saying so is left for the
-suite to find and name (``conformance/diagnoses.py``). Models are built from configurations with
+suite to find and name (``conformance/diagnoses/forward.py``). Models are built from configurations with
 random weights: nothing is downloaded.
 
 :data:`ZOO` lists them, third-party code only (aiayn's own built-ins, the PyTorch ones included,

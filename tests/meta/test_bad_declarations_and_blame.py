@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aiayn.conformance.declarations import declaration_problems
+from aiayn.conformance.run.declarations import declaration_problems
 from aiayn.implementations.examples.my_attention import MyAttention
 from aiayn.implementations.protocol import Scope, contract_problems
 
@@ -173,7 +173,7 @@ _BAD_DECLARATIONS = [
 def test_a_declaration_that_names_nothing_is_a_contract_problem_with_the_closest_name(
     members: dict[str, Any], problem: str
 ) -> None:
-    from aiayn.conformance.plugin import deviation_names
+    from aiayn.conformance.run.plugin import deviation_names
 
     problems = contract_problems(_declaring(**members)) + declaration_problems(_declaring(**members), deviation_names())
     assert any(p.startswith(problem) for p in problems), problems
@@ -181,7 +181,7 @@ def test_a_declaration_that_names_nothing_is_a_contract_problem_with_the_closest
 
 
 def test_valid_declarations_of_every_form_are_no_problem() -> None:
-    from aiayn.conformance.plugin import deviation_names
+    from aiayn.conformance.run.plugin import deviation_names
 
     impl = _declaring(
         policies={**MyAttention.policies, "label_smoothing": "K-2", "padding_id": 3, "flush_subnormals": {}},
@@ -241,7 +241,7 @@ def test_a_known_deviation_naming_no_test_fails_the_contract_check(tmp_path: Pat
 
 
 def _replay_file(tmp_path: Path, dtype: str, name: str = "case.npz") -> Path:
-    from aiayn.conformance.harness import Case, save_case
+    from aiayn.conformance.run.harness import Case, save_case
     from aiayn.implementations.numpy_impl import NumpyImplementation
 
     case = Case(NumpyImplementation(), dtype, "softmax", "softmax", {"x": np.ones((2, 3)), "axis": -1}, "agreement")
@@ -355,7 +355,7 @@ def test_from_numpy_or_to_numpy_returning_the_wrong_thing_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cls: type, named: str
 ) -> None:
     from aiayn.conformance.checks import load_all
-    from aiayn.conformance.harness import CHECKS, ConformanceFailure
+    from aiayn.conformance.run.harness import CHECKS, ConformanceFailure
 
     monkeypatch.setenv("AIAYN_FAILURES", str(tmp_path))
     load_all()
@@ -374,7 +374,7 @@ def test_sys_exit_in_this_process_fails_the_check_with_its_replay_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from aiayn.conformance.checks import load_all
-    from aiayn.conformance.harness import CHECKS, ConformanceFailure
+    from aiayn.conformance.run.harness import CHECKS, ConformanceFailure
 
     monkeypatch.setenv("AIAYN_FAILURES", str(tmp_path))
     load_all()

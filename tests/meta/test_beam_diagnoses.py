@@ -1,5 +1,5 @@
-"""Beam search's diagnoses end to end. The fixed beam-search inputs (``conformance/fixed.py``, ``_beam``) force the
-beam bugs they were chosen for: on each, the NumPy built-in passes the beam check, and the mutant with the bug fails
+"""Beam search's diagnoses end to end. The fixed beam-search inputs (``conformance/inputs/fixed.py``, ``_beam``) force
+the beam bugs they were chosen for: on each, the NumPy built-in passes the beam check, and the mutant with the bug fails
 it (a failure is raised only where every choice of the oracle's search was wider than the scores' error) and is named
 by its departure. A search with two departures at once has both named in its row, each with the number of failing
 examples it explains."""
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from _aiayn_check import aiayn_check
 
-from aiayn.conformance import fixed as F
-from aiayn.conformance import mutants as M
 from aiayn.conformance.checks import load_all
-from aiayn.conformance.harness import CHECKS
+from aiayn.conformance.inputs import fixed as F
+from aiayn.conformance.run.harness import CHECKS
+from aiayn.conformance.studies import mutants as M
 from aiayn.implementations.numpy_impl import NumpyImplementation
 
 load_all()

@@ -1,4 +1,5 @@
-"""The judge apart from what it judges: the implementation runs in a process of its own (``conformance/boundary.py``).
+"""The judge apart from what it judges: the implementation runs in a process of its own
+(``conformance/run/boundary.py``).
 
 End to end: an implementation whose import replaces aiayn's comparison, or the oracle, with one that accepts its wrong
 softmax still fails (in ``aiayn check`` with and without workers, and in ``pytest --pyargs aiayn.conformance``), where
@@ -24,7 +25,7 @@ import numpy as np
 import pytest
 from _aiayn_check import HERE, aiayn_check
 
-from aiayn.conformance import boundary
+from aiayn.conformance.run import boundary
 from aiayn.implementations.protocol import Scope, Unsupported
 
 # the agreement test of softmax alone ("test_softmax" but none of its property tests "test_softmax_..."): the one the
@@ -42,7 +43,7 @@ _IDENTITY = (
 _PATCHES = {
     # the comparison, told that the implementation's answer is the oracle's: it still counts the elements it compares
     "the comparison": (
-        "import aiayn.conformance.harness as h\n_compare = h.compare\n"
+        "import aiayn.conformance.run.harness as h\n_compare = h.compare\n"
         "h.compare = lambda case, got, expected, budget, **kw: _compare(case, expected, expected, budget, **kw)\n"
     ),
     "the oracle": "import aiayn.reference.attention as a\na.softmax = lambda x, axis=-1: x\n",

@@ -1,11 +1,11 @@
 """Meta-tests of the budgets, dtype by dtype, with implementations whose arithmetic we know exactly.
 
-The budgets (``conformance/budgets.py``, ``conformance/propagation.py``) and the strategies
-(``conformance/strategies.py``) together must
+The budgets (``conformance/budgets/forward.py``, ``conformance/budgets/composites/forward.py``) and the strategies
+(``conformance/inputs/strategies.py``) together must
 
 1. apply: for every equation and dtype, over what the strategies draw, the budget is finite on at
-   least the stated fraction of elements (``conformance/coverage.py``: 99% unless stated);
-2. never raise a false alarm: an honest low-precision implementation (``conformance/simulated.py``:
+   least the stated fraction of elements (``conformance/report/coverage.py``: 99% unless stated);
+2. never raise a false alarm: an honest low-precision implementation (``conformance/studies/simulated.py``:
    every intermediate rounded to the dtype, sums accumulated in the dtype left to right) passes
    every equation in every dtype;
 3. catch a numerical defect: the same implementation with LayerNorm's variance as E[x^2] - E[x]^2
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.conformance.coverage import max_unchecked
+from aiayn.conformance.report.coverage import max_unchecked
 from aiayn.implementations.protocol import DTYPES
 
-SIMULATED = {dtype: f"aiayn.conformance.simulated:{dtype}" for dtype in DTYPES}
+SIMULATED = {dtype: f"aiayn.conformance.studies.simulated:{dtype}" for dtype in DTYPES}
 
 # one worker runs this module (make test's --dist loadgroup): the honest run, a minute, is made once
 pytestmark = pytest.mark.xdist_group("budget-coverage")
@@ -54,7 +54,7 @@ def _suite(tmp_path: Path, specs: list[str], *extra: str) -> tuple[subprocess.Co
         "--tb=short",
         f"--aiayn-report={reports}",
         # in this process: the simulated implementations are aiayn's own NumPy code, and the question is whether the
-        # budgets hold for them, not whether the judge is out of their reach (conformance/boundary.py)
+        # budgets hold for them, not whether the judge is out of their reach (conformance/run/boundary.py)
         "--aiayn-in-process",
         *[f"--impl={s}" for s in specs],
         *extra,
@@ -111,7 +111,7 @@ def test_the_budgets_apply_to_at_least_the_stated_fraction(honest: tuple, dtype:
 
 
 def test_one_pass_variance_in_float16_fails(tmp_path: Path) -> None:
-    proc, reports = _suite(tmp_path, ["aiayn.conformance.simulated:one_pass_float16"], "-k", "layer_norm")
+    proc, reports = _suite(tmp_path, ["aiayn.conformance.studies.simulated:one_pass_float16"], "-k", "layer_norm")
     assert proc.returncode == 1, f"exit {proc.returncode}, expected 1 (a failed check):\n{proc.stdout[-3000:]}"
     data = json.loads((reports / "conformance-simulated-one-pass-variance-float16.json").read_text())
     row = next(r for r in data["rows"] if r["equation"] == "layer_norm")
@@ -121,7 +121,7 @@ def test_one_pass_variance_in_float16_fails(tmp_path: Path) -> None:
 def test_a_finite_masked_score_passes_under_the_uniform_policy(tmp_path: Path) -> None:
     """A fully masked row under "uniform" is the mean of the values, computed with rounding: its budget is a row's, not
     0."""
-    specs = [f"aiayn.conformance.simulated:finite_mask_{dtype}" for dtype in ("float32", "float16", "bfloat16")]
+    specs = [f"aiayn.conformance.studies.simulated:finite_mask_{dtype}" for dtype in ("float32", "float16", "bfloat16")]
     proc, reports = _suite(tmp_path, specs, "-k", "attention")
     assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout[-4000:]}"
     for spec in specs:

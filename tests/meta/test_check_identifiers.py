@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 from aiayn.conformance.checks import load_all
-from aiayn.conformance.harness import CHECKS
+from aiayn.conformance.run.harness import CHECKS
 
 SUITE = Path(__file__).resolve().parents[2] / "conformance"
 

@@ -1,6 +1,6 @@
-"""The composites' strategies keep their budgets applicable in float16 and bfloat16 (conformance/coverage.py).
+"""The composites' strategies keep their budgets applicable in float16 and bfloat16 (conformance/report/coverage.py).
 
-Three conditions (``conformance/strategies.py``): every attention's a-priori score error stays at
+Three conditions (``conformance/inputs/strategies.py``): every attention's a-priori score error stays at
 most ``SCORE_ERROR_CAP`` (``condition_attention``), a layer's input rows keep a spread in the
 half-precision dtypes (``_layer_rows``), and the whole model's drawn weights and tokens leave every
 LayerNorm row of its forward pass one the dtype resolves (``_layer_norms_resolved``: the residual
@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiayn.conformance import budgets as B
-from aiayn.conformance import propagation as PR
-from aiayn.conformance import strategies as S
-from aiayn.conformance.harness import applicable
+from aiayn.conformance.budgets import forward as B
+from aiayn.conformance.budgets.composites import forward as PR
+from aiayn.conformance.inputs import strategies as S
 from aiayn.conformance.numerics import precision, round_to
+from aiayn.conformance.run.harness import applicable
 from aiayn.implementations.protocol import FULL_SCOPE
 
 HALF = ["float16", "bfloat16"]
@@ -121,7 +121,7 @@ def test_score_error_bound_covers_the_worst_inputs_it_admits(dtype: str) -> None
     q, e_q = B._affine(x, seen["w_q"], seen["b_q"], prec)
     k, e_k = B._affine(x, seen["w_k"], seen["b_k"], prec)
     heads = [B._split(a, h) for a in (q, e_q, k, e_k)]
-    actual = float(np.max(B.score_error(*heads, prec)))  # D of budgets.attention_core on these inputs
+    actual = float(np.max(B.score_error(*heads, prec)))  # D of budgets.forward.attention_core on these inputs
     assert actual <= after * (1 + 4 * prec.u), f"a-priori bound {after} below the D of the budget itself, {actual}"
     assert actual > after / 4, f"the extreme inputs reach only {actual} of the a-priori {after}: not the extreme"
     budget = B.multi_head_attention(x, x, x, seen, h, None, prec)

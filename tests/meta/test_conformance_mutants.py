@@ -1,6 +1,6 @@
 """The conformance suite has teeth, and fails well.
 
-1. Every NumPy mutant (``MUTANTS`` of ``conformance/mutants.py``: the NumPy built-in with one
+1. Every NumPy mutant (``MUTANTS`` of ``conformance/studies/mutants.py``: the NumPy built-in with one
    realistic bug, in its forward pass or in its hand-written backward) is caught by ``pytest conformance`` and
    diagnosed as its own departure, and the unbroken NumPy built-in, run alongside as the control, passes; a
    backward mutant passes its forward rows. This runs the suite in a
@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aiayn.conformance import mutants
 from aiayn.conformance.checks import attention as A
 from aiayn.conformance.checks import load_all
-from aiayn.conformance.harness import ConformanceFailure, register_spec
 from aiayn.conformance.replay import replay
+from aiayn.conformance.run.harness import ConformanceFailure, register_spec
+from aiayn.conformance.studies import mutants
 from aiayn.implementations.numpy_impl import NumpyImplementation
 
 load_all()
@@ -46,11 +46,11 @@ def _one_dtype_each() -> list[tuple[str, dict[str, type], str, list[str]]]:
     """The mutants split by the dtype, profile and tests they are run with here: float32 (every equation the NumPy
     built-in declares is checked in it, and its rounding is what shows the cancelling forms: in float64 a one-pass
     variance looks like float32 arithmetic), float64 for those whose equations are checked in the first dtype only
-    (lrate); a decoding mutant on the decoding checks where its bug shows (``decoding_diagnoses``; its forward and
+    (lrate); a decoding mutant on the decoding checks where its bug shows (``diagnoses.decoding``; its forward and
     backward are the built-in's), a beam search's at the derandomized ``ci`` profile (its bugs show only on sentences
     long enough for the length penalty and the stopping rule to decide something, rare among ``smoke``'s 8 simplest
     examples)."""
-    from aiayn.conformance.decoding_diagnoses import DECODING_CATALOGUE
+    from aiayn.conformance.diagnoses.decoding import DECODING_CATALOGUE
     from aiayn.conformance.equations import RECORDS
 
     first_only = {name for name, r in RECORDS.items() if r.first_dtype_only}
@@ -124,7 +124,7 @@ def test_a_failure_message_says_what_where_by_how_much_on_what_and_how_to_replay
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     impl = mutants.NoScale()
-    register_spec(impl, "aiayn.conformance.mutants:NoScale")
+    register_spec(impl, "aiayn.conformance.studies.mutants:NoScale")
     with pytest.raises(ConformanceFailure) as failure:
         A.scaled_dot_product_attention(impl, "float64", **_no_scale_case())
     message = str(failure.value)
@@ -142,7 +142,9 @@ def test_a_failure_message_says_what_where_by_how_much_on_what_and_how_to_replay
     assert ratio > 1e6, f"no scaling is an O(1) error, expected a huge multiple of the budget, got {ratio}"
     path = message.rsplit("replay: aiayn replay ", 1)[1].strip()
     # the file names a module:attr, which replay imports only when the user names it
-    assert replay([path], impl="aiayn.conformance.mutants:NoScale") == 1, "replaying the failure should fail again"
+    assert replay([path], impl="aiayn.conformance.studies.mutants:NoScale") == 1, (
+        "replaying the failure should fail again"
+    )
     assert "disagrees with the oracle" in capsys.readouterr().out
     assert replay([path], impl="numpy") == 0, "the same inputs should pass on the unbroken implementation"
 

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aiayn.conformance import report
-from aiayn.conformance.harness import Case, NaNMismatch, OverBudget, Stats, compare, current_stats
+from aiayn.conformance.report import rows as report
+from aiayn.conformance.run.harness import Case, NaNMismatch, OverBudget, Stats, compare, current_stats
 from aiayn.implementations.numpy_impl import NumpyImplementation
 
 TESTS = Path(__file__).resolve().parent

@@ -1,4 +1,4 @@
-"""Named diagnoses (conformance/diagnoses.py): the catalogue's paper is the oracle, its departures are real, and
+"""Named diagnoses (conformance/diagnoses/forward.py): the catalogue's paper is the oracle, its departures are real, and
 failures name them.
 
 - the catalogue's model with the paper's operations equals the oracle (``aiayn.reference``) on every
@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 
 from aiayn import reference as R
-from aiayn.conformance import diagnoses as D
 from aiayn.conformance.checks import attention as A
 from aiayn.conformance.checks import layers as L
 from aiayn.conformance.checks import model as M
+from aiayn.conformance.diagnoses import forward as D
 from aiayn.conformance.equations import record
-from aiayn.conformance.harness import ConformanceFailure, Stats, current_stats
+from aiayn.conformance.run.harness import ConformanceFailure, Stats, current_stats
 from aiayn.implementations.numpy_impl import NumpyImplementation
 from aiayn.reference import model as RM
 from aiayn.reference import training as RT
@@ -257,7 +257,7 @@ def test_gelu_masked_fill_and_float32_inside_are_named(stats: Stats) -> None:
 
 
 def test_a_pre_norm_encoder_is_named(stats: Stats) -> None:
-    from aiayn.conformance.mutants import PreNormEncoder
+    from aiayn.conformance.studies.mutants import PreNormEncoder
 
     p = _params(1)["encoder"][0]
     message = _message(
@@ -317,7 +317,7 @@ class PreNormInFloat32(NumpyImplementation):
     """A pre-norm encoder layer computed in float32 while float64 is declared: two departures at once."""
 
     def encoder_layer(self, x, params, num_heads, mask=None):  # type: ignore[no-untyped-def]
-        from aiayn.conformance.mutants import PreNormEncoder
+        from aiayn.conformance.studies.mutants import PreNormEncoder
 
         return (
             PreNormEncoder().encoder_layer(x.astype(np.float32), _in_float32(params), num_heads, mask).astype(x.dtype)
@@ -437,7 +437,7 @@ def test_a_crash_in_a_property_check_names_no_statement(stats: Stats) -> None:
 
 
 def test_every_property_check_states_what_it_protects() -> None:
-    from aiayn.conformance.harness import check
+    from aiayn.conformance.run.harness import check
 
     def a_property(case: object) -> None: ...
 
@@ -577,7 +577,7 @@ def test_departures_are_credited_only_from_the_examples_a_failure_message_shows(
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from aiayn.conformance.harness import _shown_example
+    from aiayn.conformance.run.harness import _shown_example
 
     seen: list[bool] = []
 
@@ -596,9 +596,9 @@ def test_departures_are_credited_only_from_the_examples_a_failure_message_shows(
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_an_additive_mask_is_named_on_a_fully_masked_row(stats: Stats, dtype: str) -> None:
     """A fully masked row shifted by -1e4 loses about 12 digits in float64 (4 in float32) to the rounding of s + M;
-    the variant is compared within 4 u (|M| + max|s|) max|v| there (diagnoses._added_mask_rounding), so the
+    the variant is compared within 4 u (|M| + max|s|) max|v| there (diagnoses.forward._added_mask_rounding), so the
     mutant that does exactly that is named on the input that shows it best."""
-    from aiayn.conformance.mutants import AdditiveMask
+    from aiayn.conformance.studies.mutants import AdditiveMask
 
     rng = np.random.default_rng(7)
     q, k, v = rng.normal(size=(4, 8)), rng.normal(size=(6, 8)), rng.normal(size=(6, 5))

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.conformance import diagnoses as D
 from aiayn.conformance.checks import load_all
+from aiayn.conformance.diagnoses import forward as D
 from aiayn.conformance.equations import RECORDS, Equation, traceability
-from aiayn.conformance.harness import CHECKS
+from aiayn.conformance.run.harness import CHECKS
 from aiayn.implementations.protocol import EQUATIONS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aiayn.conformance import false_alarms
+from aiayn.conformance.studies import false_alarms
 
 
 def _fake(calls: list[tuple[str, int]], alarm: tuple[str, int] | None = None):

@@ -1,5 +1,5 @@
 """An implementation that compiles per shape (``compiles_per_shape = True``) is called with a few shapes per strategy,
-not one per example (``conformance/strategies.py``, ``few_shapes``).
+not one per example (``conformance/inputs/strategies.py``, ``few_shapes``).
 
 The same NumPy code, recording its input shapes, runs through the agreement checks of Eq. (1) and LayerNorm at the
 ci profile twice: declared, the strategy behind each check gives at most ``FEW_SHAPES`` distinct shapes (masks of
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from _aiayn_check import aiayn_check
 
-from aiayn.conformance.strategies import FEW_SHAPES
+from aiayn.conformance.inputs.strategies import FEW_SHAPES
 
 HERE = Path(__file__).resolve().parent
 

@@ -20,7 +20,7 @@ from _aiayn_check import aiayn_check
 
 from aiayn.conformance.checks import training as T
 from aiayn.conformance.equations import RECORDS
-from aiayn.conformance.harness import ConformanceFailure, Stats, contract_dtype_name, current_stats, same_device
+from aiayn.conformance.run.harness import ConformanceFailure, Stats, contract_dtype_name, current_stats, same_device
 from aiayn.implementations.numpy_impl import NumpyImplementation
 
 HERE = Path(__file__).resolve().parent

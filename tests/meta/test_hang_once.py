@@ -1,4 +1,4 @@
-"""A hang is paid once per method (``conformance/isolation.py``): once a call of a method has run past the time
+"""A hang is paid once per method (``conformance/run/isolation.py``): once a call of a method has run past the time
 limit, every later call of that method in the run fails at once, naming the first hang and its replay file.
 
 - the method of a call is read from the harness's description of it, and the implementation's spec keys it;
@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from _aiayn_check import aiayn_check
 
-from aiayn.conformance import isolation
-from aiayn.conformance.isolation import CallTimedOut
+from aiayn.conformance.run import isolation
+from aiayn.conformance.run.isolation import CallTimedOut
 
 TESTS = Path(__file__).resolve().parent
 LIMIT_S = 3.0  # the per-call limit of the runs below; the hanging softmax sleeps 30 s (tests/hanging_impl.py)

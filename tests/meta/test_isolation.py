@@ -1,4 +1,4 @@
-"""The worker's record of the call in flight (``conformance/isolation.py``, ``_Slot``): what the controller reads
+"""The worker's record of the call in flight (``conformance/run/isolation.py``, ``_Slot``): what the controller reads
 after a worker died names the equation and the call, so the slot must hold the latest record, stay parseable
 whatever is written to it, and outlive the process that wrote it."""
 
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from aiayn.conformance.isolation import _Slot
+from aiayn.conformance.run.isolation import _Slot
 
 
 def test_the_slot_returns_the_latest_record(tmp_path: Path) -> None:
@@ -43,7 +43,7 @@ def test_the_record_outlives_a_killed_writer(tmp_path: Path) -> None:
     code = (
         "import os, signal, sys\n"
         "from pathlib import Path\n"
-        "from aiayn.conformance.isolation import _Slot\n"
+        "from aiayn.conformance.run.isolation import _Slot\n"
         f"_Slot(Path({str(path)!r})).write({{'equation': 'decoder_layer', 'call': 'multi_head_attention'}})\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )

@@ -28,13 +28,13 @@ from _aiayn_check import HERE, aiayn_check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiayn.conformance import fixed as F
-from aiayn.conformance import strategies as S
 from aiayn.conformance.checks import decoding as C
 from aiayn.conformance.checks import load_all
-from aiayn.conformance.harness import CHECKS, BrokenContract, ConformanceFailure
-from aiayn.conformance.report import _row
-from aiayn.conformance.results import Outcome, Status, TestResult
+from aiayn.conformance.inputs import fixed as F
+from aiayn.conformance.inputs import strategies as S
+from aiayn.conformance.report.results import Outcome, Status, TestResult
+from aiayn.conformance.report.rows import _row
+from aiayn.conformance.run.harness import CHECKS, BrokenContract, ConformanceFailure
 from aiayn.implementations.numpy_impl import NumpyImplementation
 
 load_all()
@@ -89,7 +89,7 @@ class Float32GradientInFloat64(NumpyImplementation):
 
 
 def _sdpa_gradients(impl: Any) -> None:
-    """The fixed backward case of Eq. (1) (``conformance/fixed.py``), in float64."""
+    """The fixed backward case of Eq. (1) (``conformance/inputs/fixed.py``), in float64."""
     (case,) = F.cases("scaled_dot_product_attention", "backward")
     CHECKS[case.check](impl, "float64", **case.args)
 

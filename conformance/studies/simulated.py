@@ -19,7 +19,7 @@ narrow end faithfully:
 
 Native arrays are :class:`Sim` (float64 values that are all dtype values, and the dtype's name);
 masks and ids are NumPy arrays. Instantiate ``Simulated(dtypes)``; the registry names
-``aiayn.conformance.simulated:float16`` (and ``bfloat16``, ``float32``, ``float64``) are
+``aiayn.conformance.studies.simulated:float16`` (and ``bfloat16``, ``float32``, ``float64``) are
 single-dtype instances, so that lrate and label smoothing (checked in the first dtype) are
 computed in that dtype too.
 
@@ -268,7 +268,7 @@ class Simulated(ImplementationBase):
 
     def vjp(self, equation: str, args: Sequence[Any], d_out: Sim) -> dict[str, Sim]:
         """The gradients of ``equation`` for the cotangent ``d_out``, every intermediate rounded to the dtype (the
-        formulas of ``conformance/backward_budgets.py``, each operation once, sums left to right)."""
+        formulas of ``conformance/budgets/backward.py``, each operation once, sums left to right)."""
         backward = getattr(self, f"_{equation}_vjp", None)
         if backward is None:
             raise NotImplementedError(f"no backward pass of {equation} in the simulated implementation")

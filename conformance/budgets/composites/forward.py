@@ -2,7 +2,7 @@
 
 A composite is a chain of equations (multi-head attention, residual sums, LayerNorm, Eq. (2),
 embeddings, the output projection). Chaining the elementwise worst-case bounds of
-``conformance/budgets.py`` stage by stage is rigorous but compounds the worst case at every stage
+``conformance/budgets/forward.py`` stage by stage is rigorous but compounds the worst case at every stage
 (about 10^3 per layer), which makes it vacuous for anything below float64. So the composites use
 the standard first-order forward error analysis instead [H, §1.6; §3.5]:
 
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance import budgets as B
+from aiayn.conformance.budgets import forward as B
 from aiayn.conformance.numerics import Precision, gamma
 
 __all__ = ["decoder_layer", "encoder_layer", "layer_norm_inputs", "transformer_forward"]

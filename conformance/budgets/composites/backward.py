@@ -1,25 +1,25 @@
 """Error budgets for the composites' gradients (an encoder layer, a decoder layer, the whole model): first order.
 
 A composite's backward is the chain rule through its sub-layers' backwards (``reference/model.py``): the forward
-stages first (``propagation.py``), then, from the output back, each sub-layer's VJP (LayerNorm's, Eq. (2)'s,
-multi-head attention's), the residual sums of the cotangents, and for the whole model the tied projection's and the
-embeddings' shares. The bound is the same first-order forward error analysis as the forward's [H, §1.6; §3.5]:
+stages first (``budgets/composites/forward.py``), then, from the output back, each sub-layer's VJP (LayerNorm's, Eq.
+(2)'s, multi-head attention's), the residual sums of the cotangents, and for the whole model the tied projection's and
+the embeddings' shares. The bound is the same first-order forward error analysis as the forward's [H, §1.6; §3.5]:
 
     computed gradient - exact gradient  =  sum_k  J_k l_k  +  O(u^2),
 
 over every stage k of the whole computation, forward and backward: l_k the stage's own rounding error, bounded
-elementwise by that equation's own budget at the stage's exact inputs (``budgets.py`` for a forward stage,
-``backward_budgets.py`` for a backward one: each covers the forward quantities its backward saves or recomputes),
+elementwise by that equation's own budget at the stage's exact inputs (``budgets/forward.py`` for a forward stage,
+``budgets/backward.py`` for a backward one: each covers the forward quantities its backward saves or recomputes),
 and J_k the Jacobian of the rest of the computation with respect to that stage's output. A forward stage's error
 reaches the gradients through every backward stage that reads its value (LayerNorm's x_hat and s, attention's P,
 the FFN's gate and hidden layer): the Jacobians of the backward formulas with respect to their forward inputs are
-written out below (forward-mode derivatives of the VJPs, one column per perturbed element, as ``propagation.py``
-does for the forward). The Jacobians are evaluated at the exact intermediate values; terms of second order in u are
-neglected (the "<~" of [H]).
+written out below (forward-mode derivatives of the VJPs, one column per perturbed element, as
+``budgets/composites/forward.py`` does for the forward). The Jacobians are evaluated at the exact intermediate values;
+terms of second order in u are neglected (the "<~" of [H]).
 
 The one place the first order does not hold is ReLU's gate: a unit whose exact pre-activation lies within the
 computed pre-activation's error of 0 may switch, and its share of the FFN's backward jumps by the whole cotangent.
-The FFN's backward budget allows both branches there (``backward_budgets.feed_forward``), with the pre-activation's
+The FFN's backward budget allows both branches there (``budgets.backward.feed_forward``), with the pre-activation's
 error including what reaches the FFN's input from upstream (its first-order bound at that stage).
 
 The oracle's own error (``reference/model.py``'s fast tier: longdouble throughout) is bounded by the same sum at
@@ -34,9 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance import backward_budgets as BB
-from aiayn.conformance.numerics import Precision, gamma
-from aiayn.conformance.propagation import (
+from aiayn.conformance.budgets import backward as BB
+from aiayn.conformance.budgets.composites.forward import (
     Tangent,
     _decoder,
     _embedding,
@@ -50,6 +49,7 @@ from aiayn.conformance.propagation import (
     causal,
     source_and_target_masks,
 )
+from aiayn.conformance.numerics import Precision, gamma
 
 __all__ = ["decoder_layer", "encoder_layer", "transformer_forward"]
 
@@ -226,8 +226,9 @@ def _mha_back(
 
 
 class _Backward:
-    """Adds the backward stages of a composite to a graph that holds its forward stages (``propagation.py``'s
-    names: "<tag>.z.sum" is a residual sum, "<tag>.z" its LayerNorm, "<tag>.attn" an attention, ...)."""
+    """Adds the backward stages of a composite to a graph that holds its forward stages
+    (``budgets/composites/forward.py``'s names: "<tag>.z.sum" is a residual sum, "<tag>.z" its LayerNorm,
+    "<tag>.attn" an attention, ...)."""
 
     def __init__(self, g: _Graph) -> None:
         self.g = g

@@ -2,7 +2,7 @@
 
 The suite runs as ``pytest --pyargs aiayn.conformance`` with the plugin's options, in pytest-xdist
 worker processes by default (a crash or a hang in the implementation then fails one check, not the
-run; ``isolation.py``), and with a configuration of its own: an empty ini file and the folder that
+run; ``run/isolation.py``), and with a configuration of its own: an empty ini file and the folder that
 holds the suite as the root, so a ``pytest.ini``, ``conftest.py`` or ``addopts`` of the project you run it
 from does not change what is checked, and nothing (no ``.pytest_cache``, no ``.hypothesis``) is
 written into the current directory.
@@ -29,7 +29,7 @@ def default_workers() -> int:
 def _empty_ini() -> Path:
     """An ini file with an empty [pytest] section, so that no project configuration applies. It travels with the
     package (a name pytest never finds on its own), so no shared temporary path can be taken or be a folder."""
-    return Path(__file__).resolve().parent / "isolated.ini"
+    return Path(__file__).resolve().parent.parent / "isolated.ini"
 
 
 def pytest_arguments(
@@ -53,7 +53,7 @@ def pytest_arguments(
 ) -> list[str]:
     """The pytest command line (without ``pytest`` itself) that checks ``specs``."""
     root = (
-        Path(__file__).resolve().parent.parent
+        Path(__file__).resolve().parents[2]
     )  # the folder holding the suite's folder: test ids read conformance/test_*.py
     args = [
         "--pyargs",

@@ -3,7 +3,7 @@
 For each equation of ``aiayn.implementations.protocol.EQUATIONS`` and each dtype the implementation
 declares: the status (pass / fail / inconclusive / known deviation / not provided / not run), the
 examples the checks ran, the elements checked against a budget that applies and those not checked
-(with the reasons; ``coverage.py`` states how many may be), the worst agreement error as a fraction
+(with the reasons; ``report/coverage.py`` states how many may be), the worst agreement error as a fraction
 of its budget among the checked elements, and the headroom (budget / worst error). Where no
 number applies the cell says what happened (contract, NaN mismatch, not measured, crash, hang).
 ``lrate`` and ``label_smoothing`` take no float input, so they are checked in the first (most
@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance.boundary import Remote, flushes, isolation
-from aiayn.conformance.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
 from aiayn.conformance.equations import BACKWARD, CONTRACT, DECODE, FORWARD, RECORDS, title
-from aiayn.conformance.results import NO_MATCH, Outcome, Row, Status, TestResult
+from aiayn.conformance.report.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
+from aiayn.conformance.report.results import NO_MATCH, Outcome, Row, Status, TestResult
+from aiayn.conformance.run.boundary import Remote, flushes, isolation
 from aiayn.implementations.protocol import DTYPES, EQUATIONS, flushes_subnormals, scope_of
 from aiayn.kit import Report, Scope, md_table, write_report
 
@@ -149,7 +149,7 @@ def _measure(
 
 
 def build(entry: Any, results: Iterable[TestResult | Mapping[str, Any]], run: Mapping[str, str]) -> dict[str, Any]:
-    """The report's data for one implementation (``entry`` is a ``aiayn.conformance.plugin.Loaded``)."""
+    """The report's data for one implementation (``entry`` is a ``aiayn.conformance.run.plugin.Loaded``)."""
     results = _typed(results)
     impl = entry.impl
     dtypes = tuple(getattr(impl, "dtypes", ()) or ())
@@ -269,18 +269,20 @@ def _body(data: Mapping[str, Any]) -> list[str]:
         "",
         f"It ran {data.get('isolation') or 'nowhere (not loaded)'}: "
         + (
-            "every call crossed into its process as data (`conformance/boundary.py`), and the oracle, the budgets and "
-            "this verdict were computed in aiayn's, out of its reach."
+            "every call crossed into its process as data (`conformance/run/boundary.py`), and the oracle, the "
+            "budgets and this verdict were computed in aiayn's, out of its reach."
             if data.get("isolated")
             else "the verdict is not isolated from the code it judges."
         ),
         "",
         "Each row: the checks of one equation in one dtype (`aiayn check`). "
         "*Checked*: elements compared with a budget that "
-        "applies (derived per equation in `conformance/budgets.py` and `conformance/propagation.py`), or exactly; "
+        "applies (derived per equation in `conformance/budgets/forward.py` and "
+        "`conformance/budgets/composites/forward.py`), or exactly; "
         "*not checked*: elements whose budget is infinite for those inputs (its hypotheses fail), "
         "counted and never passed. "
-        "A row with more unchecked elements than its stated maximum (`conformance/coverage.py`) is *inconclusive*. "
+        "A row with more unchecked elements than its stated maximum (`conformance/report/coverage.py`) is "
+        "*inconclusive*. "
         "*Worst error / budget*: the largest |implementation - oracle| / budget "
         "among the checked elements of the agreement "
         "checks (1 is the limit); *headroom* is its inverse. Where no number applies the cell says what happened: "

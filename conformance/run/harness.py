@@ -4,7 +4,7 @@ A *check* (see ``conformance/checks/``) is a function ``check(impl, dtype, **arg
 float64/int64/bool NumPy arrays and Python scalars. It converts the arrays with the
 implementation's own ``from_numpy`` (so they are rounded to ``dtype``), reads back exactly what the
 implementation saw (``to_numpy``), runs the oracle on those values, calls the implementation, and
-compares with a derived budget (``conformance/budgets.py``).
+compares with a derived budget (``conformance/budgets/forward.py``).
 
 Everything an implementation can do wrong inside a call — raise, return the wrong shape, a
 non-array, NaN, values not in its dtype, a different answer the second time, modify its input —
@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance import isolation
-from aiayn.conformance.boundary import Native, ProcessEnded, Remote, call_each
 from aiayn.conformance.numerics import is_representable, precision, ulp
-from aiayn.conformance.results import NO_MATCH, TestResult
+from aiayn.conformance.report.results import NO_MATCH, TestResult
+from aiayn.conformance.run import isolation
+from aiayn.conformance.run.boundary import Native, ProcessEnded, Remote, call_each
 from aiayn.environment import failure_dir
 from aiayn.implementations.protocol import Unsupported, flushes_subnormals
 
@@ -171,7 +171,7 @@ def _spec_of(impl: Any) -> str:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """What ``diagnoses.explain`` needs to name the departure a failing agreement check matches.
+    """What ``diagnoses.forward.explain`` needs to name the departure a failing agreement check matches.
 
     ``args``: the oracle's arguments for ``equation`` (the rounded inputs the implementation saw,
     and the declared policies); ``budget_at(dtype, values=None)``: the check's budget computed for a dtype, at the
@@ -183,7 +183,7 @@ class Diagnosis:
     budget_at: Callable[..., np.ndarray]
 
     def explain(self, got: np.ndarray, dtype: str) -> list[str]:
-        from aiayn.conformance.diagnoses import explain
+        from aiayn.conformance.diagnoses.forward import explain
 
         return explain(self.equation, self.args, got, self.budget_at, dtype)
 
@@ -225,7 +225,7 @@ class Case:
     args: dict[str, Any]
     kind: str  # "agreement" (counts towards the report's headroom), "property" or "contract"
     # set by the check's helper: what the diagnoses need if an agreement check fails (a Diagnosis, or a gradient's
-    # backward_diagnoses.BackwardDiagnosis)
+    # diagnoses.backward.BackwardDiagnosis)
     diagnosis: Any = None
     violates: str = ""  # a property check: the statement of the paper its failure breaks (the check's own name for it)
     arithmetic_as: str | None = None  # a property re-checked at another arithmetic (explained_by_arithmetic)
@@ -255,15 +255,15 @@ class Case:
         inputs (the implementation called again), else None.
 
         "float32 inside a float64 claim" (float64 checks) and "subnormal results flushed to zero" (the dtype with
-        subnormals flushed), as ``diagnoses.explain`` names them for agreement checks. The property's own budget is
-        derived from the arithmetic (``case.arithmetic``), so re-checking at another arithmetic is the same theorem
+        subnormals flushed), as ``diagnoses.forward.explain`` names them for agreement checks. The property's own budget
+        is derived from the arithmetic (``case.arithmetic``), so re-checking at another arithmetic is the same theorem
         with another unit roundoff; and every output the property reads must agree with the oracle within that
         arithmetic's budget too (``checks/_common.agreement``), so an algebraic departure small enough to hide in a
         wider budget is not taken for the arithmetic.
         """
         if self.rerun is None or self.arithmetic_as is not None:
             return None
-        from aiayn.conformance.diagnoses import PRECISION_DEPARTURES
+        from aiayn.conformance.diagnoses.forward import PRECISION_DEPARTURES
 
         candidates = [("float32", "float32")] if self.dtype == "float64" else []
         if not self.arithmetic.endswith("-ftz"):
@@ -354,7 +354,7 @@ class Case:
 
     def _each(self, method: str, whats: list[str], calls: list[tuple[Any, ...]], what: str = "") -> list[Any]:
         """The answers of ``method`` to each argument tuple of ``calls`` (described by ``whats``), each call guarded:
-        one exchange for them all where the implementation is in a process of its own (``boundary.py``), the first
+        one exchange for them all where the implementation is in a process of its own (``run/boundary.py``), the first
         that raised failing as it would alone; ``what`` describes them all (default: the method and the count)."""
         __tracebackhide__ = True
         if len(calls) < 2 or not isinstance(self.impl, Remote):
@@ -396,7 +396,7 @@ class Case:
         return arr
 
     def guard(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call into the implementation under the time limit (``isolation.py``); anything it raises becomes this
+        """Call into the implementation under the time limit (``run/isolation.py``); anything it raises becomes this
         check's failure."""
         __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         try:
@@ -697,7 +697,7 @@ def check(
 def total_budget(bound_fn: Callable[[Any], np.ndarray], dtype: str, expected: np.ndarray) -> np.ndarray:
     """The comparison threshold: bound(dtype) + bound(float64) (the oracle's own), floored at 1 ulp.
 
-    See ``conformance/budgets.py`` (module docstring) for why the oracle's share is the float64
+    See ``conformance/budgets/forward.py`` (module docstring) for why the oracle's share is the float64
     bound and why the floor is one ulp of the dtype at the expected value.
     """
     derived = np.asarray(bound_fn(precision(dtype)), dtype=np.float64) + np.asarray(
@@ -713,7 +713,7 @@ def floored(derived: np.ndarray, dtype: str, expected: np.ndarray) -> np.ndarray
 
 
 #: A budget at or above this is not a bound: it came from an infinite one, clamped to 1e300 so that
-#: 0 x bound stays 0 inside a matrix product (``budgets._HUGE``). Every honest budget of the suite
+#: 0 x bound stays 0 inside a matrix product (``budgets.forward._HUGE``). Every honest budget of the suite
 #: is many orders of magnitude below (inputs stay within 1e4, sizes within 64).
 VACUOUS = 1e200
 
@@ -819,7 +819,7 @@ def compare(
 def _diagnose(case: Case, got: np.ndarray) -> str:
     """ "; the output matches 'X'" for the known departures an agreement check's failing output agrees with.
 
-    The departures are those of ``diagnoses.py``. Only agreement checks (an oracle variant is
+    The departures are those of ``diagnoses/forward.py``. Only agreement checks (an oracle variant is
     comparable with the implementation's output). The names go to the test's stats for the report
     only from the examples a failure message shows (Hypothesis's final replay of each distinct
     failure, a fixed input, a replay; and the largest discrepancy the message leads with,
@@ -849,7 +849,7 @@ def _matches(case: Case, got: np.ndarray) -> tuple[str, list[str]]:
     if stats is not None and _shown_example():
         stats.departures.update(names)
     if not names:
-        return "; no known departure matches (conformance/diagnoses.py)", names
+        return "; no known departure matches (conformance/diagnoses/forward.py)", names
     return "; the output matches " + " or ".join(f"'{n}'" for n in names) + told, names
 
 
@@ -863,10 +863,10 @@ def _disambiguate(case: Case, names: list[str]) -> tuple[list[str], str]:
     implementation called on each; and how the message says so.
 
     A candidate survives an input when its variant agrees with the implementation's output there within budget
-    (``diagnoses.agreeing``, each candidate alone). When every candidate would be ruled out, none is (the inputs
+    (``diagnoses.forward.agreeing``, each candidate alone). When every candidate would be ruled out, none is (the inputs
     drawn leave the bug's conditions); when more than one survives, the message says they cannot be told apart.
     """
-    from aiayn.conformance.diagnoses import agreeing
+    from aiayn.conformance.diagnoses.forward import agreeing
 
     survivors = list(names)
     stats = _STATS.get()

@@ -6,7 +6,7 @@ them to the implementation's dtype through its own ``from_numpy``. Sizes stay sm
 suite runs in about a minute on two cores), and edge cases are built, never filtered for:
 near-constant rows, large logits, masked and fully masked rows, -inf scores, exact shifts.
 
-How many examples each test draws is the active aiayn profile's (``conformance/profiles.py``).
+How many examples each test draws is the active aiayn profile's (``conformance/inputs/profiles.py``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from aiayn.conformance import budgets as B
-from aiayn.conformance import propagation as PR
-from aiayn.conformance.fixed import beam_model
+from aiayn.conformance.budgets import forward as B
+from aiayn.conformance.budgets.composites import forward as PR
+from aiayn.conformance.inputs.fixed import beam_model
 from aiayn.conformance.numerics import gamma, precision, round_to
 from aiayn.implementations.protocol import DEFAULT_POLICIES, FULL_SCOPE, Scope, scope_of
 
@@ -156,7 +156,7 @@ def _weights(draw: Any, shape: tuple[int, ...], scale: float) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------
-# conditioning: inputs the dtype can resolve (conformance/coverage.py)
+# conditioning: inputs the dtype can resolve (conformance/report/coverage.py)
 #
 # A budget is a theorem with hypotheses; inputs that break them are counted as not checked.
 # These caps keep drawn inputs inside what a dtype can resolve, so that nearly every element is
@@ -167,7 +167,7 @@ def logit_scale_cap(dtype: str, d_k: int) -> float:
     """The largest scale of q and k (elements in [-scale, scale]) whose scores a dtype resolves.
 
     A computed score q.k / sqrt(d_k) may be off by D ~ gamma_{d_k+4}(u) |q||k| / sqrt(d_k) <=
-    (d_k + 4) u scale^2 sqrt(d_k) (budgets.attention_core); the softmax weights then move by
+    (d_k + 4) u scale^2 sqrt(d_k) (budgets.forward.attention_core); the softmax weights then move by
     up to e^{2D}. Keeping D <= 1/4 keeps the bound informative: scale <= sqrt(1 / (4 (d_k + 4) u sqrt(d_k))).
     Above it (bfloat16 with |scores| of tens) no implementation in the dtype resolves the weights.
     """
@@ -179,7 +179,7 @@ def resolvable_level(dtype: str, d: int, spread: float) -> float:
     """The largest |mean| of a row of length ``d`` with this spread that LayerNorm in ``dtype`` resolves.
 
     The mean of a row at level L is off by ~ (d + 1) u L and the centred values by as much, so
-    sigma's error is ~ 2 (d + 1) u L (budgets.layer_norm, beta); the bound needs it below sigma.
+    sigma's error is ~ 2 (d + 1) u L (budgets.forward.layer_norm, beta); the bound needs it below sigma.
     A row with two elements pinned at +-spread has sigma >= spread sqrt(2 / d); requiring
     2 (d + 1) u L <= sigma / 8 gives L <= spread sqrt(2 / d) / (16 (d + 1) u).
     """
@@ -188,7 +188,7 @@ def resolvable_level(dtype: str, d: int, spread: float) -> float:
 
 
 #: The largest a-priori score error D (see :func:`score_error_bound`) a composite's attention may carry.
-#: The softmax bound (``budgets._softmax_weight_factor``) is finite while R = e^{2D} sum_j p_j rho_j
+#: The softmax bound (``budgets.forward._softmax_weight_factor``) is finite while R = e^{2D} sum_j p_j rho_j
 #: < 1, rho_j ~ expm1(u (gap_j + 2D)). As p_j <= e^{-gap_j}, each term p_j rho_j is at most about
 #: u (2D + 1), so R <~ e^{2D} n_k u (2D + 1): with D <= 1, n_k <= 5 keys (the strategies' lengths)
 #: and bfloat16 (u = 2^-8), 0.43 < 1. Without the cap a layer's self-attention reached D ~ 2 to 3
@@ -197,13 +197,14 @@ SCORE_ERROR_CAP = 1.0
 
 
 def score_error_bound(attn: Mapping[str, Any], radius_q: float, radius_kv: float, num_heads: int, dtype: str) -> float:
-    """A bound on the score error D of ``budgets.attention_core`` in a multi-head attention, for every input it may see.
+    """A bound on the score error D of ``budgets.forward.attention_core`` in a multi-head attention, for every input it
+    may see.
 
     ``radius_q`` and ``radius_kv`` bound the 2-norm of every query and key row. By Cauchy-Schwarz,
     column i of Q = query W^Q + b_Q has |Q_i| <= radius ||W^Q[:, i]||_2 + |b_i| =: Q_i, and its
-    rounding error (``budgets._affine``) at most gamma_{d+2} Q_i + (d + 2) eta =: eQ_i (the same
-    for K). The score error of head j is then at most ``budgets.score_error`` of those magnitudes
-    (the bound of ``budgets.attention_core``, monotone in them); the bound is the largest over the heads.
+    rounding error (``budgets.forward._affine``) at most gamma_{d+2} Q_i + (d + 2) eta =: eQ_i (the same
+    for K). The score error of head j is then at most ``budgets.forward.score_error`` of those magnitudes
+    (the bound of ``budgets.forward.attention_core``, monotone in them); the bound is the largest over the heads.
     """
     u = precision(dtype)
     d = attn["w_q"].shape[0]
@@ -764,7 +765,7 @@ def _layer_norms_resolved(
     this condition: 3 of 12,595 drawn models (Hypothesis seeds 1 to 4) had logits with no bound,
     e.g. the row (0.494, 0.500, 0.497, 0.507) in a first encoder layer (sigma 0.005 at level 0.5;
     the source tokens all equal, so the self-attention's output was one vector, close to const - x
-    at that position). The error bound beta of such a row's computed scale (``budgets.normalized``;
+    at that position). The error bound beta of such a row's computed scale (``budgets.forward.normalized``;
     its mean alone is off by up to gamma_5 x 0.5 ~ 0.01 in bfloat16) exceeds s, so no bound of
     LayerNorm applies and every logit downstream is not checked. A row is resolved when
     beta <= s / 2: LayerNorm's bound holds while beta < s, and the margin 2 keeps its Delta
@@ -922,7 +923,7 @@ _SITUATIONS = (
 def _steered_beam(draw: Any, scope: Scope) -> dict[str, Any]:
     """A beam search over one of the small peaked models among which the fixed beam cases were found
     (``fixed.beam_model``), in one of the situations of :data:`_SITUATIONS` where a search bug of
-    ``decoding_diagnoses`` (a finished hypothesis extended, a per-hypothesis top-1, a stop bounded at the current
+    ``diagnoses.decoding`` (a finished hypothesis extended, a per-hypothesis top-1, a stop bounded at the current
     length, a batch's maximum length) changes the hypothesis: the search's arguments are drawn among those where the
     situation arises, so each bug is reached on many draws, not only on the fixed cases."""
     (seed, scale), beam, alphas, extras, eoses, batches = draw(st.sampled_from(_SITUATIONS))

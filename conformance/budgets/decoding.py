@@ -1,10 +1,10 @@
 """Budgets of decoding (§6.1): how far a beam search's log-probabilities and scores may be from the oracle's.
 
 A cached decode step is checked against the whole model's forward budget at the same positions
-(``propagation.transformer_forward``): a step computes the same function of the same prefix, only with other shapes
-of products, and that bound holds for any order of the sums. What a beam search adds is log-softmax, a running sum
-over steps, and a division by the length penalty. With the logits z of a step within beta (elementwise, the forward
-budget, both the implementation's and the oracle's share) and log-softmax computed in precision u as
+(``budgets.composites.forward.transformer_forward``): a step computes the same function of the same prefix, only with
+other shapes of products, and that bound holds for any order of the sums. What a beam search adds is log-softmax, a
+running sum over steps, and a division by the length penalty. With the logits z of a step within beta (elementwise, the
+forward budget, both the implementation's and the oracle's share) and log-softmax computed in precision u as
 d_v = z_v - max z, lp_v = d_v - log sum_j exp(d_j):
 
 - the exact log-softmax moves by at most |delta z_v| + max_j |delta z_j| <= 2 max beta (its gradient's rows are

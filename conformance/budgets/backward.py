@@ -3,11 +3,11 @@ the exact one, equation by equation.
 
 Each function returns, for every gradient the equation has, an elementwise bound on ``|computed - exact|`` for an
 implementation that evaluates the backward formula in a dtype of precision ``prec``, derived by forward error
-analysis from the magnitudes of the inputs and the cotangent, under the assumptions of ``budgets.py`` (every
+analysis from the magnitudes of the inputs and the cotangent, under the assumptions of ``budgets/forward.py`` (every
 operation within ``prec.op``, exp/log within ``prec.t``, any summation order, [H] = Higham, "Accuracy and Stability
 of Numerical Algorithms", 2nd ed.). The forward quantities a backward reuses (the attention weights P, LayerNorm's
-x_hat and s, the FFN's hidden layer) carry the forward pass's own error bounds (``budgets.py``): an implementation
-may save them from its forward or recompute them, and both are covered.
+x_hat and s, the FFN's hidden layer) carry the forward pass's own error bounds (``budgets/forward.py``): an
+implementation may save them from its forward or recompute them, and both are covered.
 
 Three rules, each the reason a same-dtype baseline or a relative tolerance is the wrong test:
 
@@ -17,7 +17,7 @@ Three rules, each the reason a same-dtype baseline or a relative tolerance is th
   it adds, Sum_j |dS_ij| |k_j| for dQ: a common component of the keys cancels in the value, not in the error.
 - Where a branch (ReLU's gate) may go either way within the forward's error, both branches are allowed there.
 
-Every bound is multiplied by ``SAFETY`` (``budgets.py``). Budgets here are per gradient, by the gradient's name
+Every bound is multiplied by ``SAFETY`` (``budgets/forward.py``). Budgets here are per gradient, by the gradient's name
 (the equation's argument names, ``conformance/equations.py``); the oracle's own share is the same bound at float64
 (the fast tier computes in longdouble and rounds once), added by the record.
 """
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance.budgets import SAFETY, _finite, _softmax64, _times, attention_weights, normalized
-from aiayn.conformance.budgets import softmax as softmax_forward
+from aiayn.conformance.budgets.forward import SAFETY, _finite, _softmax64, _times, attention_weights, normalized
+from aiayn.conformance.budgets.forward import softmax as softmax_forward
 from aiayn.conformance.numerics import Precision, gamma
 
 __all__ = [
@@ -95,7 +95,7 @@ def _softmax_vjp_error(
 
 def softmax(x: np.ndarray, dy: np.ndarray, axis: int, prec: Precision) -> dict[str, np.ndarray]:
     """Bound for softmax's VJP dx = y (.) (dy - Sum(y (.) dy)) along ``axis`` (§3.2.1): :func:`_softmax_vjp_error`
-    with y computed within the forward's shifted-softmax bound (``budgets.softmax``) and the cotangent exact.
+    with y computed within the forward's shifted-softmax bound (``budgets.forward.softmax``) and the cotangent exact.
     A masked entry (-inf) has y = 0 and gets 0; a slice of -inf has no gradient (NaN, compared as such)."""
     z = np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1)
     g = np.abs(np.moveaxis(np.asarray(dy, dtype=np.float64), axis, -1))
@@ -127,8 +127,8 @@ def attention_core_vjp(
     broadcast batch shape (no sum over broadcast dimensions yet).
 
     Derivation. S = Q K^T sigma (sigma = 1/sqrt(d_k)), P = softmax(S) (masked scores -inf), O = P V.
-      P: computed within b_p = P C + eta' (``budgets.attention_weights``: the shifted softmax of scores computed from
-         the perturbed inputs; ``lse_rounding``: also P recomputed from a stored log-sum-exp, as FlashAttention's
+      P: computed within b_p = P C + eta' (``budgets.forward.attention_weights``: the shifted softmax of scores computed
+         from the perturbed inputs; ``lse_rounding``: also P recomputed from a stored log-sum-exp, as FlashAttention's
          backward does; eta' = (n_k + 2) eta on visible keys for underflow).
       dV = P^T dO: Sum_i b_p (|dO_i| + e_out) + P e_out + gamma_{n_q+1} Sum_i (P + b_p)(|dO_i| + e_out).
       dP = dO V^T: with M = (|dO| + e_out)(|V| + e_v)^T, within e_dP = e_out |V|^T + |dO| e_v^T + e_out e_v^T +
@@ -228,15 +228,15 @@ def multi_head_attention(
     """Bounds for the gradients of MultiHead (§3.2.2) given the cotangent dY, by name: query, key, value and every
     parameter given (w_q, ..., b_o).
 
-    Derivation. Q = query W^Q + b^Q within e_Q (``budgets._affine``), likewise K and V; each head's forward within
-    e_H with |H_hat| <= mag_H (``budgets.attention_core``); Y = Concat(H) W^O + b^O; N rows.
+    Derivation. Q = query W^Q + b^Q within e_Q (``budgets.forward._affine``), likewise K and V; each head's forward
+    within e_H with |H_hat| <= mag_H (``budgets.forward.attention_core``); Y = Concat(H) W^O + b^O; N rows.
       dW^O = Concat^T dY: Sum e_H |dY| + gamma_{N+1} Sum mag_H |dY|.  db^O = Sum dY: gamma_{N-1} Sum |dY|.
       dConcat = dY (W^O)^T: within e_dC = gamma_{h d_v + 1} |dY| |W^O|^T.
       Each head: :func:`attention_core_vjp` on Q, K, V with their errors and the cotangent dConcat with e_dC.
       dW^Q = query^T dQ: Sum |query| e_dQ + gamma_{N+1} Sum |query| mag_dQ; db^Q = Sum dQ: Sum e_dQ + gamma_{N-1}
       Sum mag_dQ; dquery = dQ (W^Q)^T: e_dQ |W^Q|^T + gamma_{h d_k + 1} mag_dQ |W^Q|^T; likewise for key and value.
     """
-    from aiayn.conformance.budgets import _affine, _merge, _split, attention_core
+    from aiayn.conformance.budgets.forward import _affine, _merge, _split, attention_core
 
     h = int(num_heads)
     ins = {"query": query, "key": key, "value": value}
@@ -308,7 +308,7 @@ def layer_norm(
     """Bounds for LayerNorm's dx, dgain, dbias given the cotangent dy, by name ("x", "gain", "bias").
 
     Derivation. x_hat = (x - mu) / s over the last axis (length d), s = sqrt(var + eps), y = gain x_hat + bias;
-    x_hat is computed within Delta and s within beta (``budgets.normalized``: two-pass or Welford); N rows.
+    x_hat is computed within Delta and s within beta (``budgets.forward.normalized``: two-pass or Welford); N rows.
       dbias = Sum_rows dy: gamma_{N-1} Sum |dy|.
       dgain = Sum_rows dy (.) x_hat: Sum |dy| Delta + gamma_{N+1} Sum |dy| (|x_hat| + Delta).
       dx = (h - mean(h) - x_hat mean(h (.) x_hat)) / s with h = gain (.) dy (one rounding):
@@ -367,14 +367,14 @@ def feed_forward(
 ) -> dict[str, np.ndarray]:
     """Bounds for the gradients of FFN(x) = max(0, x W1 + b1) W2 + b2 (Eq. (2)) given dy, by name.
 
-    Derivation. z = x W1 + b1 within e_z = gamma_{d_model+2} (|x||W1| + |b1|) (``budgets._affine``), r = relu(z)
+    Derivation. z = x W1 + b1 within e_z = gamma_{d_model+2} (|x||W1| + |b1|) (``budgets.forward._affine``), r = relu(z)
     within e_z; N rows.
       db2 = Sum_rows dy: gamma_{N-1} Sum |dy|.  dW2 = r^T dy: Sum e_z |dy| + gamma_{N+1} Sum (|r| + e_z)|dy|.
       dr = dy W2^T: within e_dr = gamma_{d_model+1} |dy||W2|^T.
       dz = dr (.) [z > 0]: where |z| > e_z the computed gate is the exact one, error e_dr; where |z| <= e_z the gate
         may go either way (ReLU's derivative at 0 is a choice, and z's sign is within its own error): both branches
         are allowed, error |dr| + e_dr. ``x_error`` (a bound on x's own error, where the FFN's input is computed
-        upstream: a composite, ``backward_propagation.py``) widens that margin by |x_error| |W1|.
+        upstream: a composite, ``budgets/composites/backward.py``) widens that margin by |x_error| |W1|.
       db1 = Sum_rows dz; dW1 = x^T dz; dx = dz W1^T: each with the error of dz carried through and the sums'
         gamma (N + 1 or d_ff + 1 terms) on the magnitudes |dz| + e_dz.
     """
@@ -413,8 +413,8 @@ def smoothed_cross_entropy(logits: np.ndarray, q: np.ndarray, d_loss: Any, prec:
     ("logits"), given the cotangent of each position's loss.
 
     Derivation. dz_c = g (p_c Q - q_c), Q = Sum_c q_c (1 on a target row, 0 on a padding row whose smoothed target
-    is all 0); p within the shifted-softmax bound b_p (``budgets.softmax``), q within gamma_4 q
-    (``budgets.label_smoothing``). An implementation may use Q = 1 implicitly (p - q) only where it is 1; the
+    is all 0); p within the shifted-softmax bound b_p (``budgets.forward.softmax``), q within gamma_4 q
+    (``budgets.forward.label_smoothing``). An implementation may use Q = 1 implicitly (p - q) only where it is 1; the
     bound: |g| [b_p Q (1 + gamma_4) + gamma_{K+6} (p Q + q)] (the sum Q, the difference, the product with g and a
     storage), from the magnitudes p Q + q (it cancels at the target class).
     """

@@ -9,7 +9,8 @@ gradient at a time). Departures are computed in float64 from the same formulas a
 change, except those that only show in the dtype's arithmetic (``numerical``: the cancelling LayerNorm form), which
 are computed in the check's dtype.
 
-The forward pass's departures are in ``diagnoses.py``; a gradient whose forward is wrong fails the forward check too.
+The forward pass's departures are in ``diagnoses/forward.py``; a gradient whose forward is wrong fails the forward check
+too.
 """
 
 from __future__ import annotations
@@ -433,9 +434,10 @@ def arithmetic(
 ) -> list[str]:
     """The precision departure ("float32 inside a float64 claim", "subnormal results flushed to zero") under whose
     arithmetic every gradient the implementation gave agrees with the oracle's VJP: the same backward budget, derived
-    for that arithmetic (``Backward.budget_at``); empty when none does. As for the forward (``diagnoses.explain``),
-    the paper's equations computed at another arithmetic are named before any departure of an equation."""
-    from aiayn.conformance.diagnoses import PRECISION_DEPARTURES
+    for that arithmetic (``Backward.budget_at``); empty when none does. As for the forward
+    (``diagnoses.forward.explain``), the paper's equations computed at another arithmetic are named before any departure
+    of an equation."""
+    from aiayn.conformance.diagnoses.forward import PRECISION_DEPARTURES
     from aiayn.conformance.equations import record
 
     backward = record(equation).backward

@@ -77,7 +77,7 @@ class CallTimedOut(BaseException):
 
 
 class ProcessCrashed(BaseException):
-    """The implementation's own process (``boundary.py``) ended during a call: that check's failure, with ``cause``
+    """The implementation's own process (``run/boundary.py``) ended during a call: that check's failure, with ``cause``
     ("exit 0", "killed by SIGSEGV"). A BaseException, like :class:`CallTimedOut`: Hypothesis neither retries nor
     shrinks the example (each try would start a new process only to end it again)."""
 

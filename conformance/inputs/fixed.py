@@ -144,7 +144,7 @@ def _mha() -> list[Fixed]:
     rng = _rng(3)
     d = 16
     # inputs 0.5 N(0, 1) and weights at half the 1/sqrt(fan_in) scale: scores of order 1, which
-    # bfloat16 still resolves (conformance/strategies.py, logit_scale_cap)
+    # bfloat16 still resolves (conformance/inputs/strategies.py, logit_scale_cap)
     x, memory = 0.5 * rng.normal(size=(2, 5, d)), 0.5 * rng.normal(size=(2, 7, d))
     with_b, without_b = _mha_params(rng, d, scale=0.5), _mha_params(rng, d, biases=False, scale=0.5)
     pad = (np.arange(5)[None, :] < np.array([5, 3])[:, None])[:, None, :]  # (2, 1, 5)

@@ -430,7 +430,7 @@ def _d(name: str, note: str, family: str, **ops: Any) -> Departure:
     return Departure(name, note, family, replace(PAPER, **ops), **flags)
 
 
-#: Every departure the suite can name. The project's mutants (``mutants.py``) each carry one of these names.
+#: Every departure the suite can name. The project's mutants (``studies/mutants.py``) each carry one of these names.
 CATALOGUE: tuple[Departure, ...] = (
     _d(
         "no 1/sqrt(d_k) scaling",

@@ -4,7 +4,7 @@ Registered through the ``pytest11`` entry point ``aiayn``, so it is present in e
 of an environment where aiayn is installed, and does nothing there until asked: it adds its
 options and its marker, and acts only on tests marked ``@pytest.mark.aiayn_equation(NAME)`` (the
 suite's own) or when ``--impl`` names an implementation. It never loads or changes a Hypothesis
-profile (``profiles.py``) and imports no array library at import time.
+profile (``inputs/profiles.py``) and imports no array library at import time.
 
 Ways in:
 
@@ -25,10 +25,10 @@ Options:
   is missing is skipped, with a note in the header). A named implementation that cannot be
   loaded, or a ``--dtype`` it does not declare, stops the run with exit 4 (a usage error).
 - ``--dtype DTYPE`` (repeatable): check only these of each implementation's declared dtypes.
-- ``--aiayn-profile NAME``: dev (default), ci, thorough or smoke (``profiles.py``).
+- ``--aiayn-profile NAME``: dev (default), ci, thorough or smoke (``inputs/profiles.py``).
 - ``--aiayn-timeout SECONDS``: the time limit of one call into an implementation (default 120;
   0 = none). In worker processes (``-n N``) a call past it, a segfault or an abort becomes that
-  check's failure and the run goes on (``isolation.py``). A method that hung once is not called
+  check's failure and the run goes on (``run/isolation.py``). A method that hung once is not called
   again in the run: its later calls fail at once, naming the first hang, so a hanging
   implementation adds at most (methods that hang) x (workers, or 1) x limit.
 - ``--aiayn-report DIR``: write ``conformance-<impl>.md`` and ``.json`` there at the end (an implementation none
@@ -56,9 +56,9 @@ from typing import Any
 
 import pytest
 
-from aiayn.conformance.coverage import OUT_OF_SCOPE  # light: the plugin imports no array library
-from aiayn.conformance.profiles import PROFILES  # light: Hypothesis is imported when a test's settings are built
-from aiayn.conformance.results import Outcome, Row, Status, TestResult  # light: the standard library only
+from aiayn.conformance.inputs.profiles import PROFILES  # light: Hypothesis is imported when a test's settings are built
+from aiayn.conformance.report.coverage import OUT_OF_SCOPE  # light: the plugin imports no array library
+from aiayn.conformance.report.results import Outcome, Row, Status, TestResult  # light: the standard library only
 
 #: The dtypes an implementation may declare (the contract's ``DTYPES``; repeated here so that
 #: loading the plugin imports nothing but pytest).
@@ -194,8 +194,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="load the implementations into this process (for a debugger) instead of each into a process of its own "
-        "behind the contract (conformance/boundary.py): the report then says that its verdict was not isolated, for "
-        "code in this process can change the judge",
+        "behind the contract (conformance/run/boundary.py): the report then says that its verdict was not isolated, "
+        "for code in this process can change the judge",
     )
     group.addoption(
         "--aiayn-own-session",
@@ -240,7 +240,7 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     if run.explicit is None and not config.getoption("--aiayn-profile") and run.device is None:
         return  # not asked (yet): nothing is loaded until an aiayn test is collected
-    from aiayn.conformance import profiles
+    from aiayn.conformance.inputs import profiles
 
     profiles.activate(profile)
     if config.getoption("--aiayn-own-session"):
@@ -266,8 +266,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _end_processes(run: _Run) -> None:
-    """End the processes of the implementations this session loaded (``boundary.py``), once the session is over."""
-    from aiayn.conformance.boundary import close
+    """End the processes of the implementations this session loaded (``run/boundary.py``), once the session is over."""
+    from aiayn.conformance.run.boundary import close
 
     for entry in run.loaded.values():
         close(entry.impl)
@@ -301,7 +301,7 @@ def _load(run: _Run, spec: str, *, explicit: bool) -> Loaded:
     """Load ``spec`` once per session (cached)."""
     if spec in run.loaded:
         return run.loaded[spec]
-    from aiayn.conformance import harness
+    from aiayn.conformance.run import harness
     from aiayn.environment import missing_extra
     from aiayn.implementations import registry
 
@@ -309,7 +309,7 @@ def _load(run: _Run, spec: str, *, explicit: bool) -> Loaded:
         if run.in_process:
             impl = registry.load(spec, device=run.device)
         else:
-            from aiayn.conformance import boundary
+            from aiayn.conformance.run import boundary
 
             impl = boundary.load(spec, device=run.device)
             if run.config is not None and _is_controller(run.config):
@@ -369,7 +369,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
     config = metafunc.config
     run = config.stash[_STATE]
-    from aiayn.conformance import profiles
+    from aiayn.conformance.inputs import profiles
 
     profiles.active()  # $AIAYN_PROFILE or dev, unless --aiayn-profile chose already
     from aiayn.conformance.equations import RECORDS
@@ -469,7 +469,7 @@ def deviation_names() -> dict[str, frozenset[str]]:
     the suite a run selects.
     """
     names: dict[str, frozenset[str]] = {}
-    for path in sorted(Path(__file__).resolve().parent.glob("test_*.py")):
+    for path in sorted(Path(__file__).resolve().parent.parent.glob("test_*.py")):
         module = importlib.import_module(f"aiayn.conformance.{path.stem}")
         for attr, fn in vars(module).items():
             if attr.startswith("test_") and callable(fn):
@@ -569,7 +569,7 @@ def _prepare_isolation(config: pytest.Config) -> None:
     run = config.stash[_STATE]
     if run.isolation_ready:
         return
-    from aiayn.conformance import isolation
+    from aiayn.conformance.run import isolation
 
     limit = config.getoption("--aiayn-timeout")
     worker = _worker_input(config)
@@ -585,7 +585,8 @@ def _prepare_isolation(config: pytest.Config) -> None:
 def pytest_runtest_call(item: pytest.Item):
     if not _is_aiayn(item):
         return (yield)
-    from aiayn.conformance import harness, isolation, profiles, strategies
+    from aiayn.conformance.inputs import profiles, strategies
+    from aiayn.conformance.run import harness, isolation
 
     _prepare_isolation(item.config)
 
@@ -629,7 +630,7 @@ _SALT: list[int] = []
 def _shape_salt(config: pytest.Config) -> int:
     """Which few sets of sizes this run draws from (``strategies.few_shapes``): fixed under a derandomized profile,
     the Hypothesis seed's when one is given, else one per run (the same in every worker of an xdist run)."""
-    from aiayn.conformance import profiles
+    from aiayn.conformance.inputs import profiles
 
     if not _SALT:
         seed = config.getoption("hypothesis_seed", None)
@@ -663,8 +664,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return rep
     if not (rep.when == "call" or (rep.when == "setup" and not rep.passed)):
         return rep
-    from aiayn.conformance import harness
-    from aiayn.conformance.isolation import CallTimedOut, ProcessCrashed
+    from aiayn.conformance.run import harness
+    from aiayn.conformance.run.isolation import CallTimedOut, ProcessCrashed
 
     impl = callspec.params["impl"]
     if impl is None:  # the placeholder of a selection with no implementation for this test: nothing to attribute
@@ -679,7 +680,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         # a call past the time limit without workers, or a call not made because its method hung earlier
         reason, crash = str(call.excinfo.value).splitlines()[0], "timeout"
     elif rep.failed and call.excinfo is not None and call.excinfo.errisinstance(ProcessCrashed):
-        # the implementation's own process ended during a call (conformance/boundary.py)
+        # the implementation's own process ended during a call (conformance/run/boundary.py)
         reason, crash = str(call.excinfo.value).splitlines()[0], call.excinfo.value.cause
     elif rep.failed and call.excinfo is not None:  # the failure's first line: what was found, or what broke
         reason = (str(call.excinfo.value).strip().splitlines() or [call.excinfo.typename])[0]
@@ -747,7 +748,7 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
     node = getattr(report, "node", None)
     if node is None or _STATE not in node.config.stash:
         return
-    from aiayn.conformance import isolation
+    from aiayn.conformance.run import isolation
 
     workerinput = node.workerinput
     record = isolation.crash_record(workerinput["testrunuid"], workerinput["workerid"], crashitem)
@@ -786,7 +787,7 @@ def _crash_direction(record: dict[str, Any]) -> str:
 
 def _crash_message(record: dict[str, Any]) -> tuple[str, str | None]:
     from aiayn.conformance.equations import title as equation_title
-    from aiayn.conformance.harness import failure_name
+    from aiayn.conformance.run.harness import failure_name
     from aiayn.environment import failure_dir
 
     title = equation_title(record.get("equation", "?"))
@@ -866,7 +867,7 @@ def _say_failure(run: _Run, result: TestResult) -> None:
     terminal = config.pluginmanager.get_plugin("terminalreporter") if config is not None else None
     if terminal is None or _is_worker(config):
         return
-    from aiayn.conformance.report import failure_reason
+    from aiayn.conformance.report.rows import failure_reason
 
     if getattr(getattr(terminal, "_tw", None), "width_of_current_line", 1):  # after progress characters
         terminal.write("\n")
@@ -902,7 +903,7 @@ def _write_report(
     import tempfile
     import types
 
-    from aiayn.conformance import report
+    from aiayn.conformance.report import rows as report
 
     named = types.SimpleNamespace(
         spec=entry.spec, impl=entry.impl, error=entry.error, skip=entry.skip, name=names.get(entry.spec, entry.name)
@@ -950,7 +951,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
     directory = config.getoption("--aiayn-report")
     if from_run:
-        from aiayn.conformance import report
+        from aiayn.conformance.report import rows as report
 
         names = _report_names(run, [r.spec for r in from_run])
         for spec in dict.fromkeys(r.spec for r in from_run):
@@ -977,7 +978,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if directory and run.explicit is not None:
         _say_unwritten(session, run, Path(directory), {r.spec for r in from_run})
     for uid in run.testrunuids:
-        from aiayn.conformance import isolation
+        from aiayn.conformance.run import isolation
 
         isolation.remove(uid)
 
@@ -1009,7 +1010,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     run = config.stash[_STATE]
     results = run.results
     if results:
-        from aiayn.conformance import report
+        from aiayn.conformance.report import rows as report
 
         terminalreporter.section(
             "aiayn conformance: per equation" + (" (INTERRUPTED: the tests that ended)" if run.interrupted else "")
@@ -1049,7 +1050,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 def run_info(config: pytest.Config) -> dict[str, str]:
     """Profile, seed and examples per test of this run (for the header and the reports' signature)."""
-    from aiayn.conformance import profiles
+    from aiayn.conformance.inputs import profiles
 
     name = profiles.active()
     seed = config.getoption("hypothesis_seed", None)
@@ -1068,8 +1069,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     run = config.stash[_STATE]
     if run.explicit is None:
         return []
-    from aiayn.conformance.boundary import Remote, flushes, isolation
-    from aiayn.conformance.strategies import FEW_SHAPES
+    from aiayn.conformance.inputs.strategies import FEW_SHAPES
+    from aiayn.conformance.run.boundary import Remote, flushes, isolation
 
     info = run_info(config)
     lines = [

@@ -47,8 +47,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from aiayn.conformance.results import Row, Status
-from aiayn.conformance.runner import pytest_arguments
+from aiayn.conformance.report.results import Row, Status
+from aiayn.conformance.run.runner import pytest_arguments
 from aiayn.environment import source_checkout
 from aiayn.kit import Report, Scope, code_hash, code_of, write_json, write_report
 
@@ -121,9 +121,11 @@ def suite_code(spec: str) -> str:
     aiayn is in the unit's key through the files it loads (:func:`loaded_code`)."""
     from aiayn.implementations.registry import BUILTINS
 
-    folder = Path(__file__).resolve().parent
+    folder = Path(__file__).resolve().parent.parent  # the conformance package, its role folders and checks/
     modules = [
-        f"aiayn.conformance.{path.stem}" for path in sorted(folder.glob("*.py")) if path.stem not in _NOT_IN_A_UNIT
+        "aiayn.conformance." + ".".join(path.relative_to(folder).with_suffix("").parts)
+        for path in sorted(folder.rglob("*.py"))
+        if path.stem not in _NOT_IN_A_UNIT
     ]
     target = BUILTINS.get(spec, spec)
     if ":" in target and target.startswith("aiayn."):

@@ -12,14 +12,14 @@ as data, never as code:
   The answers the suite reads as values cross by value (:data:`BY_VALUE`: ``to_numpy``'s array by its bytes,
   ``beam_search``'s pairs, ``lrate``'s number, ``provides()``'s names, ``dtype_name``'s string), so they are judged
   exactly as they came back, with their types.
-- **Gradients by autograd** (``gradients.py``: torch, JAX) are computed in the child, where the autodiff state lives;
-  the gradients cross as handles and are judged like every result.
+- **Gradients by autograd** (``run/gradients.py``: torch, JAX) are computed in the child, where the autodiff state
+lives; the gradients cross as handles and are judged like every result.
 - **What the implementation raises** crosses by type name and message: the built-in exceptions as themselves
   (``NotImplementedError``, ``MemoryError``, ``SystemExit`` ...), the contract's ``Unsupported`` as itself, anything
   else as an exception of the same name.
 - **A child that ends** (``os._exit`` with any code, a signal, a segfault) fails the call in flight with how it ended
   and the last line it printed (:class:`ProcessEnded`); the run goes on and the next call starts a new child (a handle
-  of the old one handed back fails by name). A call interrupted in the parent (the time limit of ``isolation.py``,
+  of the old one handed back fails by name). A call interrupted in the parent (the time limit of ``run/isolation.py``,
   Ctrl-C) ends the child too. The child ends with its parent (``PR_SET_PDEATHSIG`` on Linux, and at its parent's exit).
 - **Its floating-point environment** is read after loading: a library that sets flush-to-zero or denormals-are-zero
   on load (as libraries built with -ffast-math have done) changes the child's arithmetic only, which is judged as it
@@ -337,7 +337,12 @@ class Remote:
         ours, theirs = socket.socketpair()
         handle, log = tempfile.mkstemp(prefix="aiayn-impl-", suffix=".log")
         self._log = Path(log)
-        command = [sys.executable, "-c", "from aiayn.conformance.boundary import serve; serve()", str(theirs.fileno())]
+        command = [
+            sys.executable,
+            "-c",
+            "from aiayn.conformance.run.boundary import serve; serve()",
+            str(theirs.fileno()),
+        ]
         try:
             self._proc = subprocess.Popen(
                 command,
@@ -584,8 +589,9 @@ def call_each(remote: Remote, name: str, calls: list[tuple[Any, ...]]) -> tuple[
 
 
 def autograd(remote: Remote, library: str, equation: str, names: list[str], args: list[Any], d_out: Any) -> Any:
-    """Run ``gradients.py``'s autograd of ``library`` ("torch" or "jax") through ``equation`` in the implementation's
-    process: ``("gradients", {name: Native})``, ``("not provided", why)`` or ``("failed", message)``."""
+    """Run ``run/gradients.py``'s autograd of ``library`` ("torch" or "jax") through ``equation`` in the
+    implementation's process: ``("gradients", {name: Native})``, ``("not provided", why)`` or ``("failed",
+    message)``."""
     request = {"op": "autograd", "library": library, "equation": equation, "names": names, "args": args}
     return remote._request({**request, "d_out": d_out})
 
@@ -728,7 +734,7 @@ def serve() -> None:
         return
     answer({"manifest": tree}, buffers)
 
-    from aiayn.conformance import gradients
+    from aiayn.conformance.run import gradients
 
     while True:
         message = _receive(reader)
@@ -797,7 +803,8 @@ class _Failed(Exception):
 
 
 class _ChildCase:
-    """What ``gradients.py``'s autograd needs of a case, in the child: calls that raise become the check's failure."""
+    """What ``run/gradients.py``'s autograd needs of a case, in the child: calls that raise become the check's
+    failure."""
 
     def __init__(self, impl: Any, equation: str) -> None:
         self.impl, self.equation = impl, equation

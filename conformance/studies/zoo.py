@@ -13,7 +13,7 @@ A cell combines the equation's rows over the dtypes checked:
 - ``pass`` with the smallest headroom (budget / worst error) over the dtypes, or ``pass within
   scope`` with the scope in a footnote;
 - a *named departure*: the check failed, and the names of the catalogued departures
-  (``diagnoses.py``) whose output agrees with the implementation's on the failing inputs, or, for
+  (``diagnoses/forward.py``) whose output agrees with the implementation's on the failing inputs, or, for
   a property check (a relation between calls, no oracle value), the statement of the paper the
   property expresses ("breaks 'a masked key is as if removed (§3.2.3)'");
 - ``known deviation``: a documented behaviour the adapter declares, its reason in a footnote
@@ -41,9 +41,9 @@ from types import MappingProxyType
 from typing import Any
 
 from aiayn.conformance.equations import CONTRACT, record
-from aiayn.conformance.report import paths
-from aiayn.conformance.results import Row, Status
-from aiayn.conformance.runner import pytest_arguments
+from aiayn.conformance.report.results import Row, Status
+from aiayn.conformance.report.rows import paths
+from aiayn.conformance.run.runner import pytest_arguments
 from aiayn.environment import UsageError
 from aiayn.implementations.protocol import EQUATIONS
 from aiayn.implementations.registry import BUILTINS
@@ -400,8 +400,8 @@ def _write(
         "library's cached decoder fed in chunks and reordered, and its beam search, against the oracle's full "
         "forward pass and §6.1's beam search, `conformance/checks/decoding.py`). *pass (Nx)*: every check within its "
         "derived budget, N the smallest headroom; *'name'*: the check failed and the output matches that catalogued "
-        "departure (`conformance/diagnoses.py`, `conformance/backward_diagnoses.py`, "
-        "`conformance/decoding_diagnoses.py`) on the failing inputs; *known deviation*: documented behaviour the "
+        "departure (`conformance/diagnoses/forward.py`, `conformance/diagnoses/backward.py`, "
+        "`conformance/diagnoses/decoding.py`) on the failing inputs; *known deviation*: documented behaviour the "
         "implementation declares (footnotes); *out of scope*, "
         "*not provided*; *UNNAMED*: a failure no departure explains.",
         "",

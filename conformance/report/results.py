@@ -2,7 +2,7 @@
 
 A :class:`TestResult` is written by the plugin for every aiayn test of one implementation in one dtype
 (passed, failed, skipped, a declared known deviation, a crash or a hang); it crosses from an xdist worker to
-the controller as its :meth:`~TestResult.to_dict`. The report (``report.py``) folds the results of one
+the controller as its :meth:`~TestResult.to_dict`. The report (``report/rows.py``) folds the results of one
 equation and dtype into a :class:`Row`, which the JSON report stores as :meth:`~Row.to_dict` and the zoo,
 the mutants and the false-alarm count read back with :meth:`Row.from_dict`. Outcomes and statuses are enums
 (:class:`Outcome`, :class:`Status`); both are strings, so the JSON holds their plain values.
@@ -72,7 +72,7 @@ class TestResult:
 
     ``crash``: "timeout" (a call past the time limit, or a call not made because its method hung before),
     "fatal error: ..." or "exit ..." where the check did not finish; ``replay``: its replay file. The other
-    counts are the test's :class:`aiayn.conformance.harness.Stats`.
+    counts are the test's :class:`aiayn.conformance.run.harness.Stats`.
     """
 
     __test__ = False  # not a pytest test class

@@ -46,7 +46,7 @@ _STEPS = frozenset({"cached_decoding_equals_the_full_forward", "reordered_cache_
 _REORDER = frozenset({"reordered_cache_equals_the_reordered_prefixes"})
 _BEAM = frozenset({"beam_search_finds_the_oracles_hypothesis"})
 
-#: Every decoding bug the suite can name; each decoding mutant (``mutants.py``) carries one of these names.
+#: Every decoding bug the suite can name; each decoding mutant (``studies/mutants.py``) carries one of these names.
 DECODING_CATALOGUE: tuple[DecodeDeparture, ...] = (
     DecodeDeparture(
         "positions restarted at 0 in each decode step",
@@ -303,8 +303,8 @@ def positional_variants(a: Mapping[str, Any], ops: Sequence[tuple[str, Any]]) ->
     a right cache over positions laid out as that departure lays them out. A model whose whole forward departs there
     (a declared layout, e.g. sin and cos in two halves) is named by it in decoding too, and only where the cache adds
     no error of its own."""
-    from aiayn.conformance.diagnoses import CATALOGUE
-    from aiayn.conformance.diagnoses import positional_encoding as departing
+    from aiayn.conformance.diagnoses.forward import CATALOGUE
+    from aiayn.conformance.diagnoses.forward import positional_encoding as departing
 
     if "positional" in a["params"]:
         return []  # learned positions: no table to lay out otherwise
@@ -339,7 +339,7 @@ class StepDiagnosis:
     budget_at: Callable[[str], np.ndarray]
 
     def explain(self, got: np.ndarray, dtype: str) -> list[str]:
-        from aiayn.conformance.diagnoses import PRECISION_DEPARTURES
+        from aiayn.conformance.diagnoses.forward import PRECISION_DEPARTURES
 
         got = np.asarray(got, dtype=np.float64)
         budget = self.budget_at(dtype)

@@ -25,9 +25,9 @@ The implementation's inputs are exact (the oracle runs on the same rounded value
 bound here is the rounding error of one evaluation. Inside multi-head attention the heads see
 projections that already carry rounding errors: :func:`attention_core` accepts such input-error
 bounds ``e_*`` and bounds ``|f_computed(x + dx) - f(x)|`` for every ``|dx| <= e`` [H, §1.6]. The
-composites (layers, the whole model) are bounded in ``conformance/propagation.py``.
+composites (layers, the whole model) are bounded in ``conformance/budgets/composites/forward.py``.
 
-How a budget is used (``conformance/harness.py``): the oracle (``reference/``, fast tier) computes
+How a budget is used (``conformance/run/harness.py``): the oracle (``reference/``, fast tier) computes
 in x87 longdouble and rounds its result to float64; its own error is therefore bounded by the same
 analysis with the float64 precision.
 The comparison threshold is ``bound(prec_dtype) + bound(prec_float64)``, with a floor of one ulp

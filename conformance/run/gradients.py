@@ -12,7 +12,7 @@ Three sources, tried in this order (``implementations/protocol.py`` documents th
    the implementation's own (every torch built-in and ``torch_kit.TorchAdapter``).
 3. JAX: where they are ``jax.Array``, ``jax.vjp`` of the method.
 
-Behind the process boundary (``boundary.py``) autograd runs in the implementation's process, where its autodiff
+Behind the process boundary (``run/boundary.py``) autograd runs in the implementation's process, where its autodiff
 state lives, and the gradients come back as handles. Anything else, a result that carries no autograd graph (a
 method run under ``torch.no_grad()`` or detached), and a method JAX cannot trace are "not provided", with the
 reason: counted in the report, never a failure. An argument
@@ -26,7 +26,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aiayn.conformance.boundary import Native, Remote, autograd
+from aiayn.conformance.run.boundary import Native, Remote, autograd
 from aiayn.reference.model import flatten_params
 
 __all__ = ["NotProvided", "SHARED", "own_vjp", "vjp"]

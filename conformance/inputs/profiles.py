@@ -17,8 +17,8 @@ The committed reports are ``ci``'s and the false-alarm counts ``dev``'s and ``th
 
 Choose with ``--aiayn-profile NAME`` (``aiayn check --profile NAME``) or ``$AIAYN_PROFILE``.
 Deadlines stay off in every profile: these machines are shared and noisy; a hang is caught by the
-per-call time limit instead (``plugin.py``). ``$AIAYN_FIND_ONLY=1`` (set by the mutant runner,
-``mutants.py``) keeps a profile's example generation but skips shrinking and the example
+per-call time limit instead (``run/plugin.py``). ``$AIAYN_FIND_ONLY=1`` (set by the mutant runner,
+``studies/mutants.py``) keeps a profile's example generation but skips shrinking and the example
 database: it only asks whether a failure is found. A check that an implementation declares as a
 known deviation is not shrunk either (:func:`without_shrinking`): its failure is expected.
 

@@ -10,10 +10,10 @@ test, up to 160 in the attn-mask test). That threshold is one number per tensor,
 For ``torch-sdpa`` in float32, float16 and bfloat16, on each input of :func:`cases`, this computes both: PyTorch's
 threshold for dQ, dK, dV (golden and reference from ``torch.nn.functional.scaled_dot_product_attention`` under
 ``sdpa_kernel(SDPBackend.MATH)``, the default fudge factor 5), and our elementwise budgets
-(``backward_budgets.scaled_dot_product_attention``, with the oracle's share) on the rounded inputs. It reports
+(``budgets.backward.scaled_dot_product_attention``, with the oracle's share) on the rounded inputs. It reports
 their ratio per gradient and dtype, and whether each rule passes the implementation on each input: a rule that
-fails correct code is noise. ``python -m aiayn.conformance.tolerances OUT`` writes ``OUT/gradient-tolerances.md``
-and ``.json``.
+fails correct code is noise. ``python -m aiayn.conformance.studies.tolerances OUT`` writes
+``OUT/gradient-tolerances.md`` and ``.json``.
 """
 
 from __future__ import annotations
@@ -76,9 +76,9 @@ def measure(seed: int = 0) -> dict[str, Any]:
     """Both rules on every case and dtype: thresholds, budgets, errors and verdicts (see the module docstring)."""
     import torch
 
-    from aiayn.conformance import gradients
     from aiayn.conformance.equations import record
-    from aiayn.conformance.harness import Case, applicable
+    from aiayn.conformance.run import gradients
+    from aiayn.conformance.run.harness import Case, applicable
     from aiayn.implementations.torch_impl import TorchSDPAImplementation
 
     impl = TorchSDPAImplementation(device="cpu")
@@ -166,11 +166,11 @@ def as_report(data: dict[str, Any]) -> Report:
     )
     report.add(
         "",
-        "Each row: one input, dtype and gradient of `torch-sdpa` on the CPU (`conformance/tolerances.py`). *PyTorch "
-        f"threshold*: max({data['floor']:g}, {data['fudge']:g} x max |golden - reference|), the golden run the math "
-        "backend in float64 and the reference the math backend in the dtype (PyTorch's `check_out_and_grad` with its "
-        'default fudge factor; "(floor)" where the reference error is too small to matter). *Our budget*: the '
-        "elementwise bound of `backward_budgets.scaled_dot_product_attention` plus the oracle's share, median / "
+        "Each row: one input, dtype and gradient of `torch-sdpa` on the CPU (`conformance/studies/tolerances.py`). "
+        f"*PyTorch threshold*: max({data['floor']:g}, {data['fudge']:g} x max |golden - reference|), the golden run "
+        "the math backend in float64 and the reference the math backend in the dtype (PyTorch's `check_out_and_grad` "
+        'with its default fudge factor; "(floor)" where the reference error is too small to matter). *Our budget*: the '
+        "elementwise bound of `budgets/backward.py`'s `scaled_dot_product_attention` plus the oracle's share, median / "
         "largest over the gradient's elements; *ratio*: our budget / PyTorch's threshold, median / largest. "
         "*PyTorch error / threshold* and *ours: worst error / budget*: each rule's verdict on the same gradient "
         "(above 1 fails). PyTorch measures against its float64 math run, we against the oracle's VJP.",
@@ -194,7 +194,9 @@ def as_report(data: dict[str, Any]) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aiayn.conformance.tolerances", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m aiayn.conformance.studies.tolerances", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("out", type=Path, help="folder for gradient-tolerances.md and .json")
     parser.add_argument("--seed", type=int, default=0, help="the inputs' seed (default 0)")
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
 """Deliberately broken implementations: proof that the conformance suite has teeth.
 
 Each mutant is a built-in with one realistic bug, the kind a person writing the paper's equations
-could make, and carries the name of that bug in the catalogue of ``diagnoses.py`` (``departure``),
+could make, and carries the name of that bug in the catalogue of ``diagnoses/forward.py`` (``departure``),
 which the suite must name when it catches it. A mutant provides only the equations its bug lives
 in (``targets``), so the suite runs just the checks that concern it.
 
@@ -13,9 +13,9 @@ in (``targets``), so the suite runs just the checks that concern it.
   does the same and writes the kill table to ``reports/conformance-mutants.md`` and ``.json``.
 - :data:`TORCH_MUTANTS`: the PyTorch built-in with one bug each, built on first use (importing
   this module imports no torch); ``tests/test_torch_impl.py`` runs them through the registered
-  checks on the fixed inputs (``fixed.py``) and requires each to be caught and diagnosed.
+  checks on the fixed inputs (``inputs/fixed.py``) and requires each to be caught and diagnosed.
 
-Check one with ``aiayn check aiayn.conformance.mutants:NoScale`` (or ``:TorchNoScale``).
+Check one with ``aiayn check aiayn.conformance.studies.mutants:NoScale`` (or ``:TorchNoScale``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance.results import Row, Status
-from aiayn.conformance.runner import pytest_arguments
+from aiayn.conformance.report.results import Row, Status
+from aiayn.conformance.run.runner import pytest_arguments
 from aiayn.implementations import numpy_backward as backward
 from aiayn.implementations import numpy_impl as base
 from aiayn.implementations.numpy_impl import NumpyImplementation
@@ -56,7 +56,8 @@ __all__ = [
 
 class Bug:
     """What a mutant declares besides its implementation: ``name``, ``targets`` (the equations it provides),
-    ``departure`` (the bug's name in the catalogue of ``diagnoses.py``) and its docstring's first line (the bug)."""
+    ``departure`` (the bug's name in the catalogue of ``diagnoses/forward.py``) and its docstring's first line (the
+    bug)."""
 
     targets: frozenset[str] = frozenset()
     departure: str = ""
@@ -395,7 +396,7 @@ class EmbeddingNotScaled(Mutant):
         return embedding[tokens] + positions
 
 
-#: Every mutant, by class name (``--impl aiayn.conformance.mutants:<name>``).
+#: Every mutant, by class name (``--impl aiayn.conformance.studies.mutants:<name>``).
 #: The mutants of the forward pass, by class name.
 FORWARD_MUTANTS: dict[str, type[Mutant]] = {
     cls.__name__: cls
@@ -967,7 +968,7 @@ MUTANTS: dict[str, type[Mutant]] = {**FORWARD_MUTANTS, **BACKWARD_MUTANTS, **DEC
 # the PyTorch built-in
 
 #: The mutants of the PyTorch built-in, by class name: attributes of this module built on first access
-#: (``mutants.TorchNoScale``, ``--impl aiayn.conformance.mutants:TorchNoScale``), which imports torch.
+#: (``mutants.TorchNoScale``, ``--impl aiayn.conformance.studies.mutants:TorchNoScale``), which imports torch.
 TORCH_MUTANTS: tuple[str, ...] = ("TorchNoScale",)
 
 
@@ -1015,7 +1016,9 @@ def run_mutants(
     the example database: the question is only whether the freshly generated examples find a
     failure, as on a fresh clone.
     """
-    specs = [f"aiayn.conformance.mutants:{name}" for name in (MUTANTS if mutants is None else mutants)] + [CONTROL]
+    specs = [f"aiayn.conformance.studies.mutants:{name}" for name in (MUTANTS if mutants is None else mutants)] + [
+        CONTROL
+    ]
     # in the suite's process: the mutants are aiayn's own built-in with one bug each, and the question is whether the
     # suite catches them, not whether its judge is out of their reach (a process each would cost a start per mutant)
     arguments = pytest_arguments(
@@ -1072,14 +1075,14 @@ def as_report(table: Mapping[str, Any]) -> Report:
         "",
         f"Control (`{table['control']['impl']}`, unbroken): **{table['control']['verdict']}**.",
         "",
-        "Each mutant is the NumPy built-in with one bug (`conformance/mutants.py`) in its forward pass or in its "
-        "hand-written backward, checked by `pytest conformance` "
+        "Each mutant is the NumPy built-in with one bug (`conformance/studies/mutants.py`) in its forward pass or in "
+        "its hand-written backward, checked by `pytest conformance` "
         f"(Hypothesis profile `{table['hypothesis_profile']}`, no shrinking) on the equations the bug lives in; "
         "the meta-test `tests/meta/test_conformance_mutants.py` repeats this in `make test` with the derandomized "
         "profile `smoke` (the same 8 examples per check every run).",
         "",
-        "*Diagnosed as*: the departures (`conformance/diagnoses.py`; for gradients "
-        "`conformance/backward_diagnoses.py`) whose output the failing agreement checks matched; a mutant is "
+        "*Diagnosed as*: the departures (`conformance/diagnoses/forward.py`; for gradients "
+        "`conformance/diagnoses/backward.py`) whose output the failing agreement checks matched; a mutant is "
         "diagnosed as itself when its own departure is among them.",
         "",
     ]

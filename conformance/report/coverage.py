@@ -1,9 +1,9 @@
 """How much of what the suite draws it can actually check: the stated fractions, and "inconclusive".
 
-A budget (``budgets.py``, ``propagation.py``) is a theorem with hypotheses: where they fail (the
+A budget (``budgets/forward.py``, ``budgets/composites/forward.py``) is a theorem with hypotheses: where they fail (the
 error in LayerNorm's sigma is not below sigma; a softmax whose perturbed scores overflow; a
 composite downstream of such a stage) the bound is infinite, and the element is *not checked*:
-counted, with its reason, in the report, never passed. The strategies (``strategies.py``) are
+counted, with its reason, in the report, never passed. The strategies (``inputs/strategies.py``) are
 conditioned so that this stays rare: inputs are scaled to what the dtype can resolve.
 
 Per equation, its record (``equations.py``, ``Equation.max_unchecked``) states the largest
@@ -12,20 +12,20 @@ which fails the run (exit 1) unless
 the implementation declares it in ``declared_inconclusive`` (``"equation"`` or
 ``"equation@dtype"`` -> why). ``tests/meta/test_budget_coverage.py`` checks the stated fractions
 against the strategies themselves, dtype by dtype, with an implementation that rounds every
-intermediate to the dtype (``conformance/simulated.py``).
+intermediate to the dtype (``conformance/studies/simulated.py``).
 
-The stated fractions (measured with ``conformance/simulated.py`` over the ``thorough`` profile,
+The stated fractions (measured with ``conformance/studies/simulated.py`` over the ``thorough`` profile,
 1000 examples per test, and checked over the ``ci`` profile by the test):
 
 - 1% everywhere: the budgets apply to essentially every element the strategies draw (measured:
   0 unchecked for every equation in every dtype, once the strategies keep LayerNorm rows and
-  attention scores within what the dtype resolves: ``strategies.py``, ``resolvable_level``,
+  attention scores within what the dtype resolves: ``inputs/strategies.py``, ``resolvable_level``,
   ``logit_scale_cap``, and for the composites ``condition_attention`` (each attention's worst-case
   score error at most 1) and ``_layer_rows`` (every input row keeps a spread in float16 and
   bfloat16) and, for the whole model, ``_layer_norms_resolved`` (every LayerNorm row of its forward pass,
   residual sums included, is one the dtype resolves: about 1 drawn bfloat16 model in 1,100 is rejected; before
   it, 3 of 12,595 bfloat16 whole models drawn over seeds 1-4 had logits with no bound). Measured with
-  ``aiayn.conformance.strategies`` over 10,000 draws per composite in float16 and bfloat16 (encoder layer,
+  ``aiayn.conformance.inputs.strategies`` over 10,000 draws per composite in float16 and bfloat16 (encoder layer,
   decoder layer) and 9,264 bfloat16 and 2,104 float16 whole models: 0 elements unchecked
   (``tests/meta/test_conditioning.py`` repeats it on 300 draws). Without those conditions about 1 drawn
   bfloat16 decoder layer in 45 has elements with no bound (3.5% of its outputs).

@@ -1,0 +1,2 @@
+"""The composites' budgets (layers, the whole model): the elementary budgets propagated through their chains, one file a
+pass."""
