@@ -99,7 +99,7 @@ TOOLKITS = {
 EOS_RANKS = ("2k", "k")
 EARLY_STOPS = ("bound", "full", "none")
 #: A stopping rule no toolkit declares but a known bug: the search ends at the first finished hypothesis (what the
-#: suite's diagnoses compute to name it; ``conformance/decoding_diagnoses.py``).
+#: suite's diagnoses compute to name it; ``conformance/diagnoses/decoding.py``).
 FIRST = "first"
 #: Another: the bound of ``"bound"`` taken at the current length, best alive log P / lp(t) rather than / lp(maximum
 #: length) (Hugging Face's ``early_stopping=False``); it stops earlier and may lose a longer hypothesis that would win.
