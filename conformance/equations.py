@@ -14,11 +14,12 @@ A pass of another kind over the same equation (its backward pass, a decode step)
 field of the same record: an oracle, a budget and a call hook of its own, read by the same recipe.
 
 No other module keeps a table keyed by equation names (``tests/meta/test_equation_records.py``
-checks it); the README's traceability table is generated from these records (:func:`traceability`).
+checks it); the README's traceability table is generated from these records (``report/traceability.py``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -32,8 +33,7 @@ from aiayn.conformance.budgets.composites import backward as BP
 from aiayn.conformance.budgets.composites import forward as PR
 from aiayn.conformance.diagnoses import forward as D
 from aiayn.conformance.inputs import strategies as S
-from aiayn.conformance.numerics import precision
-from aiayn.conformance.report.coverage import DEFAULT_MAX_UNCHECKED
+from aiayn.conformance.numerics import floored, precision
 from aiayn.reference import attention as ref_attention
 from aiayn.reference import layers as ref_layers
 from aiayn.reference import model as ref_model
@@ -51,7 +51,6 @@ __all__ = [
     "record",
     "smoothing",
     "title",
-    "traceability",
 ]
 
 
@@ -61,13 +60,21 @@ _CONTRACT_TITLE = "the plug-in contract (implementations/protocol.py)"
 
 #: The oracle's share of a budget: "added" (the equation's bound at the dtype plus the same bound at
 #: float64, the oracle's own arithmetic) or "propagated" (one first-order bound given both
-#: precisions, ``budgets/composites/forward.py``); either way floored at one ulp (``harness.floored``).
+#: precisions, ``budgets/composites/forward.py``); either way floored at one ulp (``numerics.floored``).
 ADDED, PROPAGATED = "added", "propagated"
 
 Args = Mapping[str, Any]
 
+#: The implementation's declared policies, as the records' hooks read them: ``declared[key]`` is the declared value,
+#: validated (an absent or invalid one fails the check that reads it, ``checks/_common.declared``), and
+#: ``declared.get(key, default)`` an optional one.
+Declared = Mapping[str, Any]
 
-def _no_policies(case: Any) -> dict[str, Any]:
+#: The largest fraction of drawn elements that may go unchecked, unless an equation's record states another.
+DEFAULT_MAX_UNCHECKED = 0.01
+
+
+def _no_policies(declared: Declared) -> dict[str, Any]:
     return {}
 
 
@@ -104,8 +111,6 @@ class Backward:
         """Each gradient's comparison threshold in ``dtype``: the bound at the dtype plus the bound at float64 (the
         oracle's; "propagated": one first-order bound given both precisions), floored at 1 ulp of the dtype at the
         expected value."""
-        from aiayn.conformance.run.harness import floored
-
         if self.oracle_share == PROPAGATED:
             both = self.budget(a, d_out, [precision(dtype), precision("float64")])
             here, ours = both, {name: 0.0 for name in both}
@@ -166,8 +171,8 @@ class Equation:
     strategy: Callable[..., Any]
     oracle_share: str = ADDED
     passes_dtype: bool = False
-    policies: Callable[[Any], dict[str, Any]] = _no_policies
-    model_policies: Callable[[Any], dict[str, Any]] | None = None
+    policies: Callable[[Declared], dict[str, Any]] = _no_policies
+    model_policies: Callable[[Declared], dict[str, Any]] | None = None
     diagnosis_policies: Mapping[str, Any] = field(default_factory=dict)
     call: Callable[[Any, Mapping[str, Any], Args], np.ndarray] | None = None
     first_dtype_only: bool = False
@@ -176,16 +181,14 @@ class Equation:
     decode: Decode | None = None
     differentiable: bool = True  # False: no float input to differentiate (sizes, steps, integer targets)
 
-    def model_arguments(self, case: Any, seen: Mapping[str, Any]) -> dict[str, Any]:
+    def model_arguments(self, declared: Declared, seen: Mapping[str, Any]) -> dict[str, Any]:
         """The diagnoses' arguments of :attr:`model` (``diagnoses.forward.evaluate``): the arguments as the
         implementation saw them plus the policies the model takes (``model_policies``, else ``policies``), declared by
         ``case``'s implementation. The one way every diagnosis builds them."""
-        return {**seen, **(self.model_policies or self.policies)(case)}
+        return {**seen, **(self.model_policies or self.policies)(declared)}
 
     def budget_at(self, a: Args, expected: np.ndarray, dtype: str) -> np.ndarray:
         """The comparison threshold in ``dtype`` (or "<dtype>-ftz"), the oracle's share included, floored at 1 ulp."""
-        from aiayn.conformance.run.harness import floored
-
         if self.oracle_share == PROPAGATED:
             derived = self.budget(a, expected, [precision(dtype), precision("float64")])
         else:
@@ -199,49 +202,57 @@ class Equation:
 # how declared policies become arguments
 
 
-def _declared(case: Any, key: str) -> Any:
-    from aiayn.conformance.checks._common import policy
-
-    return policy(case, key)
+def _fully_masked(declared: Declared) -> dict[str, Any]:
+    return {"fully_masked": declared["fully_masked"]}
 
 
-def _fully_masked(case: Any) -> dict[str, Any]:
-    return {"fully_masked": _declared(case, "fully_masked")}
+def _eps(declared: Declared) -> dict[str, Any]:
+    return {"eps": float(declared["layer_norm_eps"])}
 
 
-def _eps(case: Any) -> dict[str, Any]:
-    return {"eps": float(_declared(case, "layer_norm_eps"))}
+def _layers_model(declared: Declared) -> dict[str, Any]:
+    return {**_eps(declared), **_fully_masked(declared)}
 
 
-def _layers_model(case: Any) -> dict[str, Any]:
-    return {**_eps(case), **_fully_masked(case)}
+def _padding_id(declared: Declared) -> int:
+    return int(declared.get("padding_id", 0))
 
 
-def _padding_id(case: Any) -> int:
-    return int(case.impl.policies.get("padding_id", 0))
-
-
-def smoothing(case: Any) -> dict[str, Any]:
+def smoothing(declared: Declared) -> dict[str, Any]:
     """The oracle's label-smoothing arguments for the declared policy: "K" and "K-1" as they are; "K-2" is the
     oracle's "K-1" with a padding class (``policies.get("padding_id", 0)``) that takes no mass, so eps is spread
     over the other K - 2 classes."""
-    declared = _declared(case, "label_smoothing")
-    if declared == "K-2":
-        return {"variant": "K-1", "padding_id": _padding_id(case)}
-    return {"variant": declared, "padding_id": None}
+    variant = declared["label_smoothing"]
+    if variant == "K-2":
+        return {"variant": "K-1", "padding_id": _padding_id(declared)}
+    return {"variant": variant, "padding_id": None}
 
 
-def _smoothing_model(case: Any) -> dict[str, Any]:
-    return {"declared": _declared(case, "label_smoothing"), "padding_id": _padding_id(case)}
+def _smoothing_model(declared: Declared) -> dict[str, Any]:
+    return {"declared": declared["label_smoothing"], "padding_id": _padding_id(declared)}
 
 
-def _step_zero(case: Any) -> dict[str, Any]:
-    return {"step_zero": _declared(case, "step_zero")}
+def _step_zero(declared: Declared) -> dict[str, Any]:
+    return {"step_zero": declared["step_zero"]}
+
+
+def lrate_value(case: Any, step: int, d_model: int, warmup_steps: int) -> float:
+    """One call of the implementation's lrate, twice (determinism), checked to return a Python float (how the lrate
+    record calls it; ``case`` is the check's ``run.harness.Case``)."""
+    first = case.call("lrate", step, d_model, warmup_steps)
+    second = case.call("lrate", step, d_model, warmup_steps)
+    for value in (first, second):
+        if isinstance(value, bool) or not isinstance(value, float):
+            case.fail(
+                f"lrate({step}, {d_model}, {warmup_steps}) returned {type(value).__name__} {value!r}; "
+                "the contract says a Python float"
+            )
+    if not (first == second or (math.isnan(first) and math.isnan(second))):
+        case.fail(f"lrate({step}, {d_model}, {warmup_steps}) is not deterministic: {first!r} then {second!r}")
+    return first
 
 
 def _lrate_call(case: Any, natives: Mapping[str, Any], a: Args) -> np.ndarray:
-    from aiayn.conformance.checks.training import lrate_value
-
     return np.array([lrate_value(case, s, a["d_model"], a["warmup_steps"]) for s in a["steps"]], dtype=np.float64)
 
 
@@ -587,47 +598,3 @@ def record(name: str) -> Equation:
 def title(name: str) -> str:
     """The equation's name in reports and messages, with its place in the paper (also for the contract's row)."""
     return _CONTRACT_TITLE if name == CONTRACT else RECORDS[name].title if name in RECORDS else name
-
-
-def traceability() -> str:
-    """The README's table: equation -> section -> oracle -> budget -> backward -> checks -> diagnoses, from the
-    records."""
-    from aiayn.conformance.checks import load_all
-    from aiayn.conformance.run.harness import CHECKS
-    from aiayn.kit import md_table
-
-    load_all()
-    rows = []
-    for r in _RECORDS:
-        checks = sorted(name for name, fn in CHECKS.items() if getattr(fn, "equation", None) == r.name)
-        names = [d.name for d in D.CATALOGUE if d.family in r.departures]
-        rows.append(
-            [
-                f"`{r.name}`",
-                r.title,
-                f"`aiayn.reference.{_oracle_module(r)}.{r.name}`",
-                f"{r.budget_name} ({r.oracle_share})",
-                f"`{r.name}_vjp`; {r.backward.budget_name}"
-                if r.backward
-                else ("not yet" if r.differentiable else "none (no float input)"),
-                ", ".join(f"`{c}`" for c in checks),
-                f"{len(names)} ({', '.join(sorted(r.departures))})",
-            ]
-        )
-    headers = [
-        "equation",
-        "section",
-        "oracle",
-        "budget (oracle's share)",
-        "backward: oracle VJP; budget",
-        "checks",
-        "departures named (families)",
-    ]
-    return "\n".join(md_table(headers, rows))
-
-
-def _oracle_module(r: Equation) -> str:
-    for module in (ref_attention, ref_positional, ref_layers, ref_training, ref_model):
-        if callable(getattr(module, r.name, None)):
-            return module.__name__.rsplit(".", 1)[-1]
-    raise LookupError(f"no oracle function {r.name!r} in aiayn.reference")

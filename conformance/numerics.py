@@ -36,6 +36,7 @@ __all__ = [
     "PRECISIONS",
     "Precision",
     "TRANSCENDENTAL_ULPS",
+    "floored",
     "gamma",
     "is_representable",
     "precision",
@@ -166,3 +167,10 @@ def _self_check() -> None:
 
 
 _self_check()
+
+
+def floored(derived: np.ndarray, dtype: str, expected: np.ndarray) -> np.ndarray:
+    """A derived threshold (already including the oracle's share) with the floor of one ulp of ``dtype`` at the
+    expected value (``budgets/forward.py``, module docstring, says why)."""
+    floor = ulp(np.where(np.isfinite(expected), expected, 0.0), dtype)
+    return np.maximum(np.broadcast_to(np.asarray(derived, dtype=np.float64), np.shape(expected)), floor)

@@ -168,13 +168,15 @@ def replay(files: Sequence[str | Path], impl: str | None = None, *, in_process: 
     fails; ReplayError for a bad file or spec, before anything of that file is imported or run. The implementation
     runs in a process of its own (``run/boundary.py``), or in this one with ``in_process`` (for a debugger)."""
     from aiayn.conformance.checks import load_all
-    from aiayn.conformance.run import boundary
+    from aiayn.conformance.run import boundary, declarations
     from aiayn.conformance.run.harness import CHECKS, ConformanceFailure, register_spec
     from aiayn.conformance.run.isolation import CallTimedOut, ProcessCrashed
+    from aiayn.conformance.run.plugin import deviation_names
     from aiayn.environment import missing_extra
     from aiayn.implementations import registry
 
     load_all()
+    declarations.tests_from(deviation_names)  # the contract check reads known_deviations' names against them
     status = 0
     for file in files:
         path = Path(file)

@@ -8,8 +8,13 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance.diagnoses.backward import BackwardDiagnosis
+from aiayn.conformance.equations import record
+from aiayn.conformance.numerics import gamma, precision
+from aiayn.conformance.run import gradients
 from aiayn.conformance.run.harness import Case, Diagnosis, check, compare, current_stats
 from aiayn.implementations.protocol import POLICY_CHOICES
+from aiayn.reference.model import flatten_params
 
 
 def policy(case: Case, key: str) -> Any:
@@ -24,6 +29,35 @@ def policy(case: Case, key: str) -> Any:
     if key == "layer_norm_eps" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
         case.fail(f"policies['layer_norm_eps'] = {value!r} is not a positive float")
     return value
+
+
+class _Declared(Mapping[str, Any]):
+    """The declared policies of ``case``'s implementation as the records' hooks read them (``equations.Declared``):
+    each value validated by :func:`policy` when read, so a hook that reads an absent or invalid one fails the check
+    with the reason; ``get`` reads an optional one."""
+
+    def __init__(self, case: Case) -> None:
+        self._case = case
+        raw = getattr(case.impl, "policies", None)
+        self._raw = raw if isinstance(raw, Mapping) else {}
+
+    def __getitem__(self, key: str) -> Any:
+        return policy(self._case, key)
+
+    def __iter__(self) -> Any:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self._raw else default
+
+
+def declared(case: Case) -> Mapping[str, Any]:
+    """The declared policies of ``case``'s implementation, validated as they are read (what the records' policy hooks
+    take)."""
+    return _Declared(case)
 
 
 def prepare(case: Case, **args: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -52,36 +86,53 @@ def agreement(case: Case, **args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarr
     The arguments are converted by the implementation's ``from_numpy`` and read back (:func:`prepare`), the
     implementation is called with them in its method's order, the oracle runs on exactly what it saw (plus the
     arguments the declared policies give), and the budget is formed at the case's arithmetic with the oracle's
-    share. ``case.diagnosis`` gets what ``diagnoses.forward.explain`` needs if the comparison fails.
+    share. ``case.diagnosis`` gets what ``diagnoses.forward.explain`` needs if the comparison fails, and
+    ``case.survivors`` how to rerun this recipe on another input to tell candidate departures apart.
     """
-    from aiayn.conformance.equations import record
-
     r = record(case.equation)
     natives, seen = prepare(case, **{name: args[name] for name in r.arguments})
     if r.call is not None:
         got = r.call(case, natives, seen)
     else:
         got = case.run(r.name, [natives[name] for name in r.arguments] + ([case.dtype] if r.passes_dtype else []))
-    a = {**seen, **r.policies(case)}
+    policies = declared(case)
+    a = {**seen, **r.policies(policies)}
     expected = np.asarray(r.oracle(a), dtype=np.float64)
     budget = r.budget_at(a, expected, case.arithmetic)
-    model_args = r.model_arguments(case, seen)
+    model_args = r.model_arguments(policies, seen)
     diagnosed = {**a, **r.diagnosis_policies}
     case.diagnosis = Diagnosis(
         r.name,
         model_args,
         lambda dtype, values=None: r.budget_at(diagnosed, expected if values is None else values, dtype),
+        r.model,
+        r.departures,
     )
+    if case.direction != "backward":
+        case.survivors = _forward_survivors
     if case.arithmetic_as is not None:  # a property re-checked at another arithmetic: its values must agree there too
         compare(case, got, expected, budget, budget_name=r.budget_name)
     return got, expected, budget
 
 
+def _forward_survivors(probe: Case, names: list[str]) -> list[str] | None:
+    """Which of the candidate departures ``names`` agree with the implementation on ``probe``'s input (the recipe
+    run again there); None where the input tells nothing (no diagnosis was set)."""
+    got, _, _ = agreement(probe, **probe.args)
+    return None if probe.diagnosis is None else probe.diagnosis.agreeing(names, got, probe.dtype)
+
+
+def _backward_survivors(probe: Case, names: list[str]) -> list[str]:
+    """The same for a gradient check: the candidates that agree with every gradient of ``probe``'s input."""
+    diagnoses: dict[str, Any] = {}
+    grads = gradient_agreement(probe, diagnoses=diagnoses, **probe.args)
+    label = next(iter(grads))
+    return [n for n in diagnoses[label].explain(grads[label][0], probe.dtype) if n in names]
+
+
 def agreement_check(equation: str, name: str | None = None) -> Callable[..., None]:
     """Register an agreement check of ``equation``, named ``name`` (default: the equation's name): its result agrees
     with the oracle within the record's budget on every element the budget applies to."""
-    from aiayn.conformance.equations import record
-
     budget_name = record(equation).budget_name
 
     def agrees(case: Case, **args: Any) -> None:
@@ -116,18 +167,12 @@ def gradient_agreement(
     """
     import pytest
 
-    from aiayn.conformance.diagnoses.backward import BackwardDiagnosis
-    from aiayn.conformance.equations import record
-    from aiayn.conformance.numerics import gamma, precision
-    from aiayn.conformance.run import gradients
-    from aiayn.reference.model import flatten_params
-
     r = record(case.equation)
     bw = r.backward
     if bw is None:
         raise ValueError(f"test construction: {case.equation} has no backward record")
     natives, seen = prepare(case, **{name: args[name] for name in r.arguments})
-    a = {**seen, **r.policies(case)}
+    a = {**seen, **r.policies(declared(case))}
     shape = np.shape(r.oracle(a))
     if np.shape(d_out) != shape:
         raise ValueError(f"test construction: the cotangent has shape {np.shape(d_out)}, the result {shape}")
@@ -185,7 +230,9 @@ def gradient_agreement(
         stats.notes.add(f"gradients not provided: {', '.join(missing)}")
     everything = {label: (given_parts[label], got, bound) for label, (got, _, bound) in out.items()}
     if diagnoses is not None:
-        diagnoses.update({label: BackwardDiagnosis(case.equation, a, g, label, everything) for label in out})
+        diagnoses.update({label: BackwardDiagnosis(case.equation, a, g, label, everything, bw) for label in out})
+    if case.direction == "backward":
+        case.survivors = _backward_survivors
     if case.arithmetic_as is not None:  # a property re-checked at another arithmetic: its gradients must agree there
         for label, (got, want, bound) in out.items():
             compare(case, got, want, bound, what=f"the gradient {label} disagrees with the oracle's VJP")
@@ -196,8 +243,6 @@ def _check_gradient_keys(case: Case, grads: Mapping[Any, Any], arguments: set[st
     """Every key of the implementation's gradients is a string that names arguments of the equation (joined by
     ``gradients.SHARED`` for one array passed under several names): a key that names none fails, naming the
     equation's argument names, rather than being passed over."""
-    from aiayn.conformance.run import gradients
-
     for key in grads:
         if not isinstance(key, str):
             case.fail(
@@ -216,8 +261,6 @@ def _check_gradient_keys(case: Case, grads: Mapping[Any, Any], arguments: set[st
 def gradient_check(equation: str, name: str | None = None) -> Callable[..., None]:
     """Register the backward agreement check of ``equation`` (default name ``<equation>_gradients``): every gradient
     the implementation gives agrees with the oracle's VJP within the record's backward budget."""
-    from aiayn.conformance.equations import record
-
     budget_name = record(equation).backward.budget_name  # type: ignore[union-attr]
 
     def agrees(case: Case, d_out: np.ndarray, **args: Any) -> None:

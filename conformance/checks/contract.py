@@ -11,9 +11,8 @@ import numpy as np
 
 from aiayn.conformance.numerics import precision, round_to
 from aiayn.conformance.run.boundary import Remote, from_numpy_then_fill
-from aiayn.conformance.run.declarations import declaration_problems
+from aiayn.conformance.run.declarations import declaration_problems, known_tests
 from aiayn.conformance.run.harness import Case, check, compare
-from aiayn.conformance.run.plugin import deviation_names
 from aiayn.implementations.protocol import contract_problems
 
 
@@ -21,7 +20,7 @@ from aiayn.implementations.protocol import contract_problems
 def declarations_follow_the_contract(case: Case) -> None:
     """name, version, device, dtypes, policies and provides() hold valid values; scope, declared_inconclusive and
     known_deviations name what exists (every known deviation a test of this suite)."""
-    problems = contract_problems(case.impl) + declaration_problems(case.impl, deviation_names())
+    problems = contract_problems(case.impl) + declaration_problems(case.impl, known_tests())
     case.exact_checks()
     if problems:
         case.fail("declarations break the contract: " + "; ".join(problems))

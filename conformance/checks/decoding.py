@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.conformance.budgets import decoding as DB
-from aiayn.conformance.checks._common import prepare
+from aiayn.conformance.checks._common import declared, prepare
 from aiayn.conformance.diagnoses.decoding import (
     BATCH,
     DECODING_CATALOGUE,
@@ -31,6 +31,8 @@ from aiayn.conformance.diagnoses.decoding import (
     beam_departures,
     cached_logits,
 )
+from aiayn.conformance.diagnoses.forward import CATALOGUE, evaluate
+from aiayn.conformance.equations import record
 from aiayn.conformance.numerics import precision
 from aiayn.conformance.run.harness import Case, OverBudget, _matches, check, compare
 from aiayn.implementations.decoding import beam_policies
@@ -49,8 +51,6 @@ def _provided(case: Case, which: str) -> None:
     """Skip as "not provided" unless the implementation has the record's ``which`` methods ("steps", "search")."""
     import pytest
 
-    from aiayn.conformance.equations import record
-
     methods = getattr(record("transformer_forward").decode, which)
     missing = [m for m in methods if not callable(getattr(case.impl, m, None))]
     if missing:  # reported "not provided" in the decode row (report._row), never counted as a pass
@@ -58,10 +58,8 @@ def _provided(case: Case, which: str) -> None:
 
 
 def _oracle_args(case: Case, seen: dict[str, Any]) -> dict[str, Any]:
-    from aiayn.conformance.equations import record
-
     keys = ("src", "params", "num_heads", "src_lengths")
-    return {**{k: seen[k] for k in keys}, **record("transformer_forward").policies(case)}
+    return {**{k: seen[k] for k in keys}, **record("transformer_forward").policies(declared(case))}
 
 
 def _forward(
@@ -69,8 +67,6 @@ def _forward(
 ):
     """The oracle's logits of the whole model on (src, tgt), their budget at the case's arithmetic (or
     ``arithmetic``), and the budget's name."""
-    from aiayn.conformance.equations import record
-
     r = record("transformer_forward")
     a = {
         "src": src,
@@ -79,7 +75,7 @@ def _forward(
         "num_heads": seen["num_heads"],
         "src_lengths": lengths,
         "tgt_lengths": None,
-        **r.policies(case),
+        **r.policies(declared(case)),
     }
     expected = np.asarray(r.oracle(a), dtype=np.float64)
     return expected, r.budget_at(a, expected, arithmetic or case.arithmetic), r.budget_name
@@ -245,8 +241,6 @@ class _Scored:
         model with a departure switched in (``diagnoses.Ops``), or with ``flags`` a cached decoder fed one token at a
         time with a bug switched in (``diagnoses.decoding.cached_logits``); the budget stays the paper's at the same
         inputs."""
-        from aiayn.conformance.diagnoses.forward import evaluate
-
         logits, beta, _ = _forward(self.case, self.seen, src, tgt, lengths)
         if self.flags is not None:
             a = {**_oracle_args(self.case, self.seen), "src": src, "src_lengths": lengths}
@@ -254,8 +248,6 @@ class _Scored:
             with np.errstate(all="ignore"):
                 logits = cached_logits(a, steps, self.flags)
         if self.ops is not None:
-            from aiayn.conformance.equations import record
-
             seen = {
                 "src": src,
                 "tgt": tgt,
@@ -264,8 +256,8 @@ class _Scored:
                 "src_lengths": lengths,
                 "tgt_lengths": None,
             }
-            model = record("transformer_forward").model_arguments(self.case, seen)
-            logits = evaluate("transformer_forward", model, self.ops)
+            r = record("transformer_forward")
+            logits = evaluate(r.model, r.model_arguments(declared(self.case), seen), self.ops)
         return logits, beta
 
     def __call__(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
@@ -427,8 +419,6 @@ class _BeamDiagnosis:
         score; else the beam-search departures on the oracle's model; where none does, on a model whose positions
         depart (``diagnoses.CATALOGUE``'s "positional" family, e.g. a declared layout of §3.5's table): that departure
         named, with the search's own departures on that model."""
-        from aiayn.conformance.diagnoses.forward import CATALOGUE
-
         answer = replace(self.answer, score=float(np.asarray(got)))
         decoder = []  # a bug of the cached decoder that a beam search feeds one token at a time, the search declared
         for departure in DECODING_CATALOGUE:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from aiayn.conformance.checks._common import agreement, agreement_check, gradient_check, policy
-from aiayn.conformance.equations import smoothing
+from aiayn.conformance.checks._common import agreement, agreement_check, declared, gradient_check, policy
+from aiayn.conformance.equations import lrate_value, smoothing
 from aiayn.conformance.numerics import gamma
 from aiayn.conformance.run.harness import Case, check, compare, current_stats
 
@@ -15,21 +13,6 @@ U64 = 2.0**-53
 
 # --------------------------------------------------------------------------------------------
 # the learning rate, §5.3, Eq. (3)
-
-
-def lrate_value(case: Case, step: int, d_model: int, warmup_steps: int) -> float:
-    """One call of lrate, twice (determinism), checked to return a Python float (how the lrate record calls it)."""
-    first = case.call("lrate", step, d_model, warmup_steps)
-    second = case.call("lrate", step, d_model, warmup_steps)
-    for value in (first, second):
-        if isinstance(value, bool) or not isinstance(value, float):
-            case.fail(
-                f"lrate({step}, {d_model}, {warmup_steps}) returned {type(value).__name__} {value!r}; "
-                "the contract says a Python float"
-            )
-    if not (first == second or (math.isnan(first) and math.isnan(second))):
-        case.fail(f"lrate({step}, {d_model}, {warmup_steps}) is not deterministic: {first!r} then {second!r}")
-    return first
 
 
 lrate = agreement_check("lrate")
@@ -148,7 +131,7 @@ def smoothed_targets_sum_to_one(case: Case, targets: np.ndarray, vocab_size: int
     |sum_c q_hat_c - 1| <= sum_c B_c + gamma_K(2^-53) sum_c q_hat_c."""
     got, _, budget = agreement(case, targets=targets, vocab_size=vocab_size, eps=eps)
     bound = np.sum(budget, axis=-1) + float(gamma(vocab_size, U64)) * np.sum(np.abs(got), axis=-1)
-    pad = smoothing(case)["padding_id"]
+    pad = smoothing(declared(case))["padding_id"]
     required = np.ones(got.shape[:-1]) if pad is None else np.where(np.asarray(targets) == pad, 0.0, 1.0)
     compare(
         case,

@@ -408,25 +408,27 @@ def explain(
 @dataclass(frozen=True)
 class BackwardDiagnosis:
     """What ``harness._matches`` needs to name the backward departure a failing gradient matches: the equation, the
-    oracle's arguments ``a`` and cotangent ``g``, the failing gradient's ``label`` and every gradient the
-    implementation gave (see :func:`explain`)."""
+    oracle's arguments ``a`` and cotangent ``g``, the failing gradient's ``label``, every gradient the
+    implementation gave (see :func:`explain`) and the equation's backward record (``equations.Backward``: its VJP and
+    budget, for :func:`arithmetic`)."""
 
     equation: str
     a: Mapping[str, Any]
     g: np.ndarray
     label: str
     gradients: Mapping[str, tuple[list[str], np.ndarray, np.ndarray]]
+    backward: Any
 
     def explain(self, got: np.ndarray, dtype: str) -> list[str]:
         names, _, budget = self.gradients[self.label]
         gradients = {**self.gradients, self.label: (names, got, budget)}
-        return arithmetic(self.equation, self.a, self.g, gradients, dtype) or explain(
+        return arithmetic(self.backward, self.a, self.g, gradients, dtype) or explain(
             self.equation, self.a, self.g, gradients, dtype
         )
 
 
 def arithmetic(
-    equation: str,
+    backward: Any,
     a: Mapping[str, Any],
     g: np.ndarray,
     gradients: Mapping[str, tuple[list[str], np.ndarray, np.ndarray]],
@@ -434,13 +436,12 @@ def arithmetic(
 ) -> list[str]:
     """The precision departure ("float32 inside a float64 claim", "subnormal results flushed to zero") under whose
     arithmetic every gradient the implementation gave agrees with the oracle's VJP: the same backward budget, derived
-    for that arithmetic (``Backward.budget_at``); empty when none does. As for the forward
+    for that arithmetic (``backward``, the equation's ``equations.Backward``: its ``oracle`` and ``budget_at``); empty
+    when none does. As for the forward
     (``diagnoses.forward.explain``), the paper's equations computed at another arithmetic are named before any departure
     of an equation."""
     from aiayn.conformance.diagnoses.forward import PRECISION_DEPARTURES
-    from aiayn.conformance.equations import record
 
-    backward = record(equation).backward
     if backward is None:
         return []
     with np.errstate(all="ignore"):

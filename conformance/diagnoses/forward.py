@@ -386,15 +386,17 @@ def smoothed_cross_entropy(
     return -np.sum(np.where(q == 0, LD(0), q * log_p), axis=-1)
 
 
-def evaluate(equation: str, args: Mapping[str, Any], ops: Ops = PAPER, dtype: str | None = None) -> np.ndarray:
-    """The model's ``equation`` on ``args`` (the oracle's arguments, as :func:`explain` takes them) with ``ops``, as
-    float64."""
-    from aiayn.conformance.equations import record
+#: One of this module's models of an equation (``softmax``, ..., ``transformer_forward``): the oracle's arguments and
+#: ``ops`` (and ``dtype`` where it computes numerically) -> its output. The diagnoses take the model, not the
+#: equation's name: an equation's record (``equations.py``, ``Equation.model``) says which it is.
+Model = Callable[..., np.ndarray]
 
-    fn = record(equation).model
-    extra = {"dtype": dtype} if "dtype" in inspect.signature(fn).parameters else {}
+
+def evaluate(model: Model, args: Mapping[str, Any], ops: Ops = PAPER, dtype: str | None = None) -> np.ndarray:
+    """``model`` on ``args`` (the oracle's arguments, as :func:`explain` takes them) with ``ops``, as float64."""
+    extra = {"dtype": dtype} if "dtype" in inspect.signature(model).parameters else {}
     with np.errstate(all="ignore"):
-        return np.asarray(fn(**args, ops=ops, **extra), dtype=np.float64)
+        return np.asarray(model(**args, ops=ops, **extra), dtype=np.float64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,8 +423,8 @@ class Departure:
     numerical: bool = False
     compute: str | None = None
 
-    def output(self, equation: str, args: Mapping[str, Any], dtype: str) -> np.ndarray:
-        return evaluate(equation, args, self.ops, self.compute or (dtype if self.numerical else None))
+    def output(self, model: Model, args: Mapping[str, Any], dtype: str) -> np.ndarray:
+        return evaluate(model, args, self.ops, self.compute or (dtype if self.numerical else None))
 
 
 def _d(name: str, note: str, family: str, **ops: Any) -> Departure:
@@ -651,7 +653,7 @@ CATALOGUE: tuple[Departure, ...] = (
 
 def agreeing(
     names: list[str],
-    equation: str,
+    model: Model,
     args: Mapping[str, Any],
     got: np.ndarray,
     budget_at: Callable[..., np.ndarray],
@@ -663,7 +665,7 @@ def agreeing(
 
     by_name = {d.name: d for d in CATALOGUE}
     kinds = {name: kind for kind, name in PRECISION_DEPARTURES.items()}
-    undefined = np.isnan(evaluate(equation, args))
+    undefined = np.isnan(evaluate(model, args))
     got = np.asarray(got, dtype=np.float64)
     kept = []
     for name in names:
@@ -673,7 +675,7 @@ def agreeing(
             kept.append(name)  # not a name this can evaluate: never ruled out
             continue
         try:
-            variant = departure.output(equation, args, dtype)
+            variant = departure.output(model, args, dtype)
             if second:
                 target = "float32" if kinds[second] == "float32" else f"{dtype}-ftz"
                 budget = np.asarray(budget_at(target, values=variant), dtype=np.float64)
@@ -684,9 +686,7 @@ def agreeing(
         except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
             continue  # no meaning on these inputs: ruled out here
         u = precision(dtype).u
-        budget = _where_undefined(
-            budget, undefined, got, variant, u, _added_mask_rounding(departure, equation, args, u)
-        )
+        budget = _where_undefined(budget, undefined, got, variant, u, _added_mask_rounding(departure, model, args, u))
         if variant.shape == got.shape and _agrees(got, variant, budget):
             kept.append(name)
     return kept
@@ -697,11 +697,17 @@ PRECISION_DEPARTURES = {d.precision: d.name for d in CATALOGUE if d.precision is
 
 
 def explain(
-    equation: str, args: Mapping[str, Any], got: np.ndarray, budget_at: Callable[[str], np.ndarray], dtype: str
+    model: Model,
+    families: frozenset[str],
+    args: Mapping[str, Any],
+    got: np.ndarray,
+    budget_at: Callable[[str], np.ndarray],
+    dtype: str,
 ) -> list[str]:
     """The names of the departures whose output agrees with ``got`` within budget (empty: no known departure matches).
 
-    ``args``: the oracle's arguments for ``equation`` (as :func:`evaluate` takes them);
+    ``model``: the equation's model here, ``families``: the catalogue families that concern it (its record's
+    ``departures``); ``args``: the oracle's arguments (as :func:`evaluate` takes them);
     ``budget_at(dtype)``: the check's budget computed for a dtype (the check's own for every
     departure, float32's for "float32 inside a float64 claim").
 
@@ -712,13 +718,11 @@ def explain(
     scaling" agree with an output whose subnormal terms were flushed to zero.) A departure of an
     equation is named where no arithmetic explains the output.
     """
-    from aiayn.conformance.equations import record
     from aiayn.conformance.numerics import precision
 
-    families = record(equation).departures
     got = np.asarray(got, dtype=np.float64)
     undefined = np.isnan(
-        evaluate(equation, args)
+        evaluate(model, args)
     )  # the paper's NaN (fully masked rows): the check's budget is a bare floor there
     names, arithmetic = [], []
     for departure in CATALOGUE:
@@ -728,21 +732,19 @@ def explain(
             continue  # an upcast to float32 concerns only the narrower dtypes
         target = f"{dtype}-ftz" if departure.precision == "ftz" else departure.precision or dtype
         try:
-            variant = departure.output(equation, args, dtype)
+            variant = departure.output(model, args, dtype)
             budget = np.asarray(budget_at(target), dtype=np.float64)
         except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
             continue  # this departure has no meaning for these inputs (e.g. a d - 1 of 0)
         u = precision(dtype).u
-        budget = _where_undefined(
-            budget, undefined, got, variant, u, _added_mask_rounding(departure, equation, args, u)
-        )
+        budget = _where_undefined(budget, undefined, got, variant, u, _added_mask_rounding(departure, model, args, u))
         if variant.shape == got.shape and _agrees(got, variant, budget):
             (arithmetic if departure.precision is not None else names).append(departure.name)
-    return arithmetic or names or _pairs(equation, args, got, budget_at, dtype, families, undefined)
+    return arithmetic or names or _pairs(model, args, got, budget_at, dtype, families, undefined)
 
 
 def _pairs(
-    equation: str,
+    model: Model,
     args: Mapping[str, Any],
     got: np.ndarray,
     budget_at: Callable[..., np.ndarray],
@@ -762,7 +764,7 @@ def _pairs(
         if departure.family not in families or departure.precision is not None or departure.compute is not None:
             continue
         try:
-            variant = departure.output(equation, args, dtype)
+            variant = departure.output(model, args, dtype)
         except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
             continue
         if variant.shape != got.shape:
@@ -802,7 +804,7 @@ def _where_undefined(
     return np.where(undefined, np.maximum(budget, relative), budget)
 
 
-def _added_mask_rounding(departure: Departure, equation: str, args: Mapping[str, Any], u: float) -> float:
+def _added_mask_rounding(departure: Departure, model: Model, args: Mapping[str, Any], u: float) -> float:
     """How far code that adds a finite mask value M to the scores (``mask="add:M"``) can be from the variant on a fully
     masked row of Eq. (1), where every score is shifted by M and the paper's output is undefined.
 
@@ -813,7 +815,7 @@ def _added_mask_rounding(departure: Departure, equation: str, args: Mapping[str,
     the variant of "-1e4 added" missed float64 code that does exactly that by 5e-13 (a 1e4 shift costs 12 digits).
     Only Eq. (1), where the scores and values are the check's inputs; 0 elsewhere.
     """
-    if equation != "scaled_dot_product_attention" or not departure.ops.mask.startswith("add:"):
+    if model is not scaled_dot_product_attention or not departure.ops.mask.startswith("add:"):
         return 0.0
     q, k, v = (np.asarray(args[n], dtype=np.float64) for n in ("q", "k", "v"))
     with np.errstate(all="ignore"):

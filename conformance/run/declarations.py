@@ -12,18 +12,36 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from aiayn.implementations.decoding import beam_policies
 from aiayn.implementations.protocol import DTYPES, EQUATIONS, POLICY_CHOICES
 
-__all__ = ["POLICY_KEYS", "declaration_problems"]
+__all__ = ["POLICY_KEYS", "declaration_problems", "known_tests", "tests_from"]
 
 #: Every key of ``policies`` the suite reads: those of ``POLICY_CHOICES``, ``layer_norm_eps``, and the optional
 #: ``padding_id`` (label smoothing "K-2"'s padding class, default 0), ``flush_subnormals`` and ``beam_search`` (the
 #: choices of §6.1's beam search, ``implementations/decoding.py``).
 POLICY_KEYS: tuple[str, ...] = (*POLICY_CHOICES, "layer_norm_eps", "padding_id", "flush_subnormals", "beam_search")
+
+
+#: Where the suite's tests are read from (the pytest plugin registers its reader, ``plugin.deviation_names``, when it
+#: is imported: the tests live above the checks, so a check asks through this hook rather than importing them).
+_TESTS: list[Callable[[], Mapping[str, Collection[str]]]] = []
+
+
+def tests_from(reader: Callable[[], Mapping[str, Collection[str]]]) -> None:
+    """Register ``reader``: the suite's tests by the names ``known_deviations`` use -> their bracketed parameters."""
+    _TESTS[:] = [reader]
+
+
+def known_tests() -> Mapping[str, Collection[str]]:
+    """The suite's tests as the registered reader gives them (what :func:`declaration_problems` checks names
+    against)."""
+    if not _TESTS:
+        raise RuntimeError("the suite's tests are read by the pytest plugin (aiayn.conformance.run.plugin): import it")
+    return _TESTS[0]()
 
 
 def declaration_problems(impl: Any, checks: Mapping[str, Collection[str]] | None = None) -> list[str]:

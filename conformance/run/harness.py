@@ -31,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance.numerics import is_representable, precision, ulp
+from aiayn.conformance.diagnoses.forward import PRECISION_DEPARTURES, agreeing, explain
+from aiayn.conformance.equations import title
+from aiayn.conformance.numerics import floored, is_representable, precision
 from aiayn.conformance.report.results import NO_MATCH, TestResult
 from aiayn.conformance.run import isolation
 from aiayn.conformance.run.boundary import Native, ProcessEnded, Remote, call_each
@@ -175,17 +177,23 @@ class Diagnosis:
 
     ``args``: the oracle's arguments for ``equation`` (the rounded inputs the implementation saw,
     and the declared policies); ``budget_at(dtype, values=None)``: the check's budget computed for a dtype, at the
-    oracle's values or at ``values`` (a departure's own output, for a departure computed at another arithmetic).
+    oracle's values or at ``values`` (a departure's own output, for a departure computed at another arithmetic);
+    ``model`` and ``departures``: the equation's model in the diagnoses and the catalogue families that concern it
+    (its record's).
     """
 
     equation: str
     args: Mapping[str, Any]
     budget_at: Callable[..., np.ndarray]
+    model: Callable[..., np.ndarray]
+    departures: frozenset[str]
 
     def explain(self, got: np.ndarray, dtype: str) -> list[str]:
-        from aiayn.conformance.diagnoses.forward import explain
+        return explain(self.model, self.departures, self.args, got, self.budget_at, dtype)
 
-        return explain(self.equation, self.args, got, self.budget_at, dtype)
+    def agreeing(self, names: list[str], got: np.ndarray, dtype: str) -> list[str]:
+        """Which of ``names`` agree with ``got`` on these inputs, each alone (``diagnoses.forward.agreeing``)."""
+        return agreeing(names, self.model, self.args, got, self.budget_at, dtype)
 
 
 #: The dtype names of the contract (``implementations/protocol.py``: ``DTYPES`` and the index dtypes).
@@ -231,13 +239,14 @@ class Case:
     arithmetic_as: str | None = None  # a property re-checked at another arithmetic (explained_by_arithmetic)
     direction: str = "forward"  # "backward": the check reads the implementation's gradients (gradients.py)
     rerun: Callable[[str], None] | None = field(default=None, repr=False)  # the check again, at an arithmetic
+    # set by the check's recipe: which candidate departures agree with the implementation on another case's input
+    # (the recipe run again there; None: the input tells nothing), to tell candidates apart
+    survivors: Callable[[Case, list[str]], list[str] | None] | None = field(default=None, repr=False)
     # id(native) -> (native, shape, dtype) of what from_numpy made in this case: to_numpy must give that shape back
     _made: dict[int, tuple[Any, tuple[int, ...], str]] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def title(self) -> str:
-        from aiayn.conformance.equations import title
-
         return title(self.equation) + (f", {self.direction}" if self.direction != "forward" else "")
 
     @property
@@ -263,8 +272,6 @@ class Case:
         """
         if self.rerun is None or self.arithmetic_as is not None:
             return None
-        from aiayn.conformance.diagnoses.forward import PRECISION_DEPARTURES
-
         candidates = [("float32", "float32")] if self.dtype == "float64" else []
         if not self.arithmetic.endswith("-ftz"):
             candidates.append(("ftz", f"{self.dtype}-ftz"))
@@ -706,12 +713,6 @@ def total_budget(bound_fn: Callable[[Any], np.ndarray], dtype: str, expected: np
     return floored(derived, dtype, expected)
 
 
-def floored(derived: np.ndarray, dtype: str, expected: np.ndarray) -> np.ndarray:
-    """A derived threshold (already including the oracle's share) with the floor of one ulp of ``dtype``."""
-    floor = ulp(np.where(np.isfinite(expected), expected, 0.0), dtype)
-    return np.maximum(np.broadcast_to(np.asarray(derived, dtype=np.float64), np.shape(expected)), floor)
-
-
 #: A budget at or above this is not a bound: it came from an infinite one, clamped to 1e300 so that
 #: 0 x bound stays 0 inside a matrix product (``budgets.forward._HUGE``). Every honest budget of the suite
 #: is many orders of magnitude below (inputs stay within 1e4, sizes within 64).
@@ -866,8 +867,6 @@ def _disambiguate(case: Case, names: list[str]) -> tuple[list[str], str]:
     (``diagnoses.forward.agreeing``, each candidate alone). When every candidate would be ruled out, none is (the inputs
     drawn leave the bug's conditions); when more than one survives, the message says they cannot be told apart.
     """
-    from aiayn.conformance.diagnoses.forward import agreeing
-
     survivors = list(names)
     stats = _STATS.get()
     largest = stats.largest if stats is not None else None
@@ -879,7 +878,7 @@ def _disambiguate(case: Case, names: list[str]) -> tuple[list[str], str]:
     for _ in range(DISAMBIGUATION_INPUTS):
         if len(survivors) == 1:
             break
-        outcome = _candidates_on_new_input(case, survivors, rng, agreeing)
+        outcome = _candidates_on_new_input(case, survivors, rng)
         if outcome is None:
             continue
         tried += 1
@@ -891,27 +890,18 @@ def _disambiguate(case: Case, names: list[str]) -> tuple[list[str], str]:
     return survivors, f" (not {shown}: ruled out on the test's largest discrepancy or {tried} drawn inputs)"
 
 
-def _candidates_on_new_input(case: Case, names: list[str], rng: np.random.Generator, agreeing: Any) -> list[str] | None:
-    """The candidates that agree with the implementation on one input drawn like the case's; None when the input
-    cannot be used (the implementation refuses it, or breaks its contract there)."""
-    from aiayn.conformance.checks._common import agreement, gradient_agreement
-
+def _candidates_on_new_input(case: Case, names: list[str], rng: np.random.Generator) -> list[str] | None:
+    """The candidates that agree with the implementation on one input drawn like the case's (the check's recipe run
+    there, ``case.survivors``); None when the input cannot be used (the implementation refuses it, or breaks its
+    contract there) or the check set no recipe to rerun."""
+    if case.survivors is None:
+        return None
     args = _redrawn(case.args, rng)
     probe = Case(case.impl, case.dtype, case.check, case.equation, args, "agreement", direction=case.direction)
     scratch = Stats()
     token = _STATS.set(scratch)
     try:
-        if case.direction == "backward":  # every gradient of the new input, each departure against all of them
-            diagnoses: dict[str, Any] = {}
-            grads = gradient_agreement(probe, diagnoses=diagnoses, **args)
-            label = next(iter(grads))
-            return [n for n in diagnoses[label].explain(grads[label][0], case.dtype) if n in names]
-        got, _, _ = agreement(probe, **args)
-        if probe.diagnosis is None:
-            return None
-        return agreeing(
-            names, probe.diagnosis.equation, probe.diagnosis.args, got, probe.diagnosis.budget_at, case.dtype
-        )
+        return case.survivors(probe, names)
     except Exception:  # refused, or the contract broken on it: this input tells nothing
         return None
     finally:

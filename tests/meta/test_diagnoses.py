@@ -131,7 +131,7 @@ PAPER_CASES = _paper_cases()
 
 @pytest.mark.parametrize(("equation", "args", "oracle"), PAPER_CASES, ids=[c[0] for c in PAPER_CASES])
 def test_the_catalogues_paper_is_the_oracle(equation: str, args: dict[str, Any], oracle: Any) -> None:
-    ours, theirs = D.evaluate(equation, args), np.asarray(oracle(), dtype=np.float64)
+    ours, theirs = D.evaluate(record(equation).model, args), np.asarray(oracle(), dtype=np.float64)
     assert np.array_equal(np.isnan(ours), np.isnan(theirs))
     # both compute in longdouble (64-bit significand) and round to float64; their orders of operations
     # differ, so they agree to a few units of longdouble's roundoff times the magnitudes involved
@@ -160,7 +160,8 @@ def test_every_departure_changes_some_output(departure: D.Departure) -> None:
         for fm in ("nan", "zeros"):
             if "fully_masked" in args:
                 args["fully_masked"] = fm
-            paper, variant = D.evaluate(equation, args), departure.output(equation, args, "float32")
+            model = record(equation).model
+            paper, variant = D.evaluate(model, args), departure.output(model, args, "float32")
             if (
                 paper.shape != variant.shape
                 or not np.array_equal(np.isnan(paper), np.isnan(variant))
@@ -524,7 +525,7 @@ def test_an_arithmetic_departure_is_named_before_an_equation_departure_the_input
         "mask": None,
         "fully_masked": "nan",
     }  # the same input, the paper's output, no scale: apart by the flushed term only
-    assert abs(float(D.evaluate("scaled_dot_product_attention", args)[0, 0]) - np.exp(-90.0)) < 1e-3 * np.exp(-90.0)
+    assert abs(float(D.evaluate(D.scaled_dot_product_attention, args)[0, 0]) - np.exp(-90.0)) < 1e-3 * np.exp(-90.0)
 
 
 def test_torch_sdpa_declares_flush_to_zero_only_where_its_flash_kernel_runs() -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from aiayn.conformance.checks import load_all
 from aiayn.conformance.diagnoses import forward as D
-from aiayn.conformance.equations import RECORDS, Equation, traceability
+from aiayn.conformance.equations import RECORDS, Equation
+from aiayn.conformance.report.traceability import traceability
 from aiayn.conformance.run.harness import CHECKS
 from aiayn.implementations.protocol import EQUATIONS
 
@@ -106,5 +107,5 @@ def test_readme_traceability_table_is_generated_from_the_records() -> None:
     shown = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
     assert shown == traceability().strip(), (
         "README.md's traceability table differs from the records; paste the output of "
-        "`python -c 'from aiayn.conformance.equations import traceability; print(traceability())'`"
+        "`python -c 'from aiayn.conformance.report.traceability import traceability; print(traceability())'`"
     )
