@@ -34,7 +34,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 # one worker runs this module (make test's --dist loadgroup): the wheel and its environment are built once
-pytestmark = pytest.mark.xdist_group("installed")
+pytestmark = [pytest.mark.xdist_group("installed"), pytest.mark.slow]  # make test-slow: over a minute
 
 OUTSIDE_IMPL = '''
 """Someone else's implementations, written against the contract only."""

@@ -38,7 +38,7 @@ from aiayn.reproductions.registry import DETERMINISTIC, REPRODUCTIONS, resolve, 
 from aiayn.reproductions.runner import NOT_MEASURED, run_one, write_index
 
 # the reports regenerated once, in one worker (the fixture takes half a minute)
-pytestmark = pytest.mark.xdist_group("reproductions")
+pytestmark = [pytest.mark.xdist_group("reproductions"), pytest.mark.slow]  # make test-slow: over a minute
 
 REPO = Path(__file__).resolve().parent.parent
 REPORTS = REPO / "reports"

@@ -210,6 +210,7 @@ def _logical_lines(source: str) -> int:
     return sum(1 for tok in tokens if tok.type == tokenize.NEWLINE and tok.start[0] not in doc_lines)
 
 
+@pytest.mark.slow  # make test-slow: every zoo library loaded and checked
 def test_zoo_smoke_names_every_failure(tmp_path):
     """`aiayn zoo --quick` at the smoke profile on the installed adapters: a report row each, every failure named,
     exit 0; the built-ins' rows read from their committed reports, none of them checked again."""

@@ -28,6 +28,8 @@ from _aiayn_check import HERE, aiayn_check
 from aiayn.conformance.run import boundary
 from aiayn.implementations.protocol import Scope, Unsupported
 
+pytestmark = pytest.mark.slow  # make test-slow (CI's .ci/run runs it): minutes, not seconds
+
 # the agreement test of softmax alone ("test_softmax" but none of its property tests "test_softmax_..."): the one the
 # patches below target
 _AGREEMENT = "test_softmax and not test_softmax_"

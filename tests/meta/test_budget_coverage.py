@@ -33,7 +33,7 @@ from aiayn.implementations.protocol import DTYPES
 SIMULATED = {dtype: f"aiayn.conformance.studies.simulated:{dtype}" for dtype in DTYPES}
 
 # one worker runs this module (make test's --dist loadgroup): the honest run, a minute, is made once
-pytestmark = pytest.mark.xdist_group("budget-coverage")
+pytestmark = [pytest.mark.xdist_group("budget-coverage"), pytest.mark.slow]  # make test-slow: over a minute
 
 
 def _suite(tmp_path: Path, specs: list[str], *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:

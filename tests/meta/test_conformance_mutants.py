@@ -31,6 +31,8 @@ from aiayn.conformance.run.harness import ConformanceFailure, register_spec
 from aiayn.conformance.studies import mutants
 from aiayn.implementations.numpy_impl import NumpyImplementation
 
+pytestmark = pytest.mark.slow  # make test-slow (CI's .ci/run runs it): minutes, not seconds
+
 load_all()
 
 

@@ -28,6 +28,8 @@ from _aiayn_check import aiayn_check
 from aiayn.conformance.run import isolation
 from aiayn.conformance.run.isolation import CallTimedOut
 
+pytestmark = pytest.mark.slow  # make test-slow (CI's .ci/run runs it): minutes, not seconds
+
 TESTS = Path(__file__).resolve().parent
 LIMIT_S = 3.0  # the per-call limit of the runs below; the hanging softmax sleeps 30 s (tests/hanging_impl.py)
 SELECTION = "(test_softmax or test_layer_norm) and not gradient"  # 10 checks that reach softmax, 8 that do not
