@@ -32,6 +32,7 @@ from aiayn.conformance.budgets import forward as B
 from aiayn.conformance.budgets.composites import backward as BP
 from aiayn.conformance.budgets.composites import forward as PR
 from aiayn.conformance.diagnoses import forward as D
+from aiayn.conformance.directions import BACKWARD, DECODE
 from aiayn.conformance.inputs import strategies as S
 from aiayn.conformance.numerics import floored, precision
 from aiayn.reference import attention as ref_attention
@@ -76,10 +77,6 @@ DEFAULT_MAX_UNCHECKED = 0.01
 
 def _no_policies(declared: Declared) -> dict[str, Any]:
     return {}
-
-
-#: The report's name of a backward row's and a decoding row's direction (a forward row's is "forward").
-BACKWARD, DECODE, FORWARD = "backward", "decode", "forward"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiayn.conformance.checks import attention as A
+from aiayn.conformance.directions import BACKWARD
 from aiayn.conformance.inputs import strategies as S
 from aiayn.conformance.inputs.profiles import profile
 
@@ -167,7 +168,7 @@ def test_multi_head_attention_heads_are_independent(impl: Any, dtype: str, data:
 # the backward pass: gradients against the oracle's VJP
 
 
-@pytest.mark.aiayn_equation("softmax", direction="backward")
+@pytest.mark.aiayn_equation("softmax", direction=BACKWARD)
 @profile(0.5)
 @given(data=st.data())
 def test_softmax_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
@@ -176,7 +177,7 @@ def test_softmax_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
     A.softmax_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(args["x"].shape)))
 
 
-@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward")
+@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction=BACKWARD)
 @profile(0.5)
 @given(data=st.data())
 def test_scaled_dot_product_attention_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
@@ -189,7 +190,7 @@ def test_scaled_dot_product_attention_gradients(impl: Any, dtype: str, data: st.
     A.scaled_dot_product_attention_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(shape)))
 
 
-@pytest.mark.aiayn_equation("multi_head_attention", direction="backward")
+@pytest.mark.aiayn_equation("multi_head_attention", direction=BACKWARD)
 @profile(0.5)
 @given(data=st.data())
 def test_multi_head_attention_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
@@ -199,7 +200,7 @@ def test_multi_head_attention_gradients(impl: Any, dtype: str, data: st.DataObje
     A.multi_head_attention_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(shape)))
 
 
-@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward", needs=("masks:padding",))
+@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction=BACKWARD, needs=("masks:padding",))
 @profile(0.25)
 @given(data=st.data())
 def test_attention_masked_keys_receive_no_gradient(impl: Any, dtype: str, data: st.DataObject) -> None:
@@ -211,7 +212,7 @@ def test_attention_masked_keys_receive_no_gradient(impl: Any, dtype: str, data: 
     )
 
 
-@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward", needs=("masks:random",))
+@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction=BACKWARD, needs=("masks:random",))
 @profile(0.25)
 @given(data=st.data())
 def test_attention_key_gradients_sum_to_zero(impl: Any, dtype: str, data: st.DataObject) -> None:
@@ -221,7 +222,7 @@ def test_attention_key_gradients_sum_to_zero(impl: Any, dtype: str, data: st.Dat
     A.attention_key_gradients_sum_to_zero(impl, dtype, **args, d_out=data.draw(S.cotangent(shape)))
 
 
-@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward", needs=("masks:causal",))
+@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction=BACKWARD, needs=("masks:causal",))
 @profile(0.25)
 @given(data=st.data())
 def test_causal_gradient_reaches_no_later_key(impl: Any, dtype: str, data: st.DataObject) -> None:
@@ -232,7 +233,7 @@ def test_causal_gradient_reaches_no_later_key(impl: Any, dtype: str, data: st.Da
     )
 
 
-@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction="backward", needs=("batch:1",))
+@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction=BACKWARD, needs=("batch:1",))
 @profile(0.25)
 @given(data=st.data())
 def test_attention_gradients_stay_in_their_batch_element(impl: Any, dtype: str, data: st.DataObject) -> None:

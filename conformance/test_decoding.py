@@ -10,11 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiayn.conformance.checks import decoding as C
+from aiayn.conformance.directions import DECODE
 from aiayn.conformance.inputs import strategies as S
 from aiayn.conformance.inputs.profiles import profile
 
 
-@pytest.mark.aiayn_equation("transformer_forward", direction="decode")
+@pytest.mark.aiayn_equation("transformer_forward", direction=DECODE)
 @profile(0.5)
 @given(data=st.data())
 def test_cached_decoding_equals_the_full_forward(impl: Any, dtype: str, data: st.DataObject) -> None:
@@ -23,7 +24,7 @@ def test_cached_decoding_equals_the_full_forward(impl: Any, dtype: str, data: st
     )
 
 
-@pytest.mark.aiayn_equation("transformer_forward", direction="decode")
+@pytest.mark.aiayn_equation("transformer_forward", direction=DECODE)
 @profile(0.25)
 @given(data=st.data())
 def test_reordered_cache_equals_the_reordered_prefixes(impl: Any, dtype: str, data: st.DataObject) -> None:
@@ -32,7 +33,7 @@ def test_reordered_cache_equals_the_reordered_prefixes(impl: Any, dtype: str, da
     )
 
 
-@pytest.mark.aiayn_equation("transformer_forward", direction="decode")
+@pytest.mark.aiayn_equation("transformer_forward", direction=DECODE)
 @profile(0.25)
 @given(data=st.data())
 def test_beam_search_finds_the_oracles_hypothesis(impl: Any, dtype: str, data: st.DataObject) -> None:

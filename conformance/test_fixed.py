@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from aiayn.conformance.checks import load_all
+from aiayn.conformance.directions import BACKWARD, DECODE, FORWARD
 from aiayn.conformance.inputs import fixed as F
 from aiayn.conformance.report.coverage import OUT_OF_SCOPE
 from aiayn.conformance.run.harness import CHECKS
@@ -22,7 +23,7 @@ from aiayn.implementations.protocol import EQUATIONS, scope_of
 load_all()
 
 
-def _on_fixed_inputs(equation: str, direction: str = "forward") -> Callable[..., None]:
+def _on_fixed_inputs(equation: str, direction: str = FORWARD) -> Callable[..., None]:
     @pytest.mark.aiayn_equation(equation, direction=direction)
     @pytest.mark.parametrize("case", F.cases(equation, direction), ids=str)
     def test(impl: Any, dtype: str, case: F.Fixed) -> None:
@@ -32,7 +33,7 @@ def _on_fixed_inputs(equation: str, direction: str = "forward") -> Callable[...,
             pytest.skip(f"{OUT_OF_SCOPE} of {impl.name} ({scope.describe()}): the case needs {', '.join(unmet)}")
         CHECKS[case.check](impl, dtype, **case.args)
 
-    gradients = {"backward": "_gradients", "decode": "_decoding"}.get(direction, "")
+    gradients = {BACKWARD: "_gradients", DECODE: "_decoding"}.get(direction, "")
     test.__name__ = test.__qualname__ = f"test_{equation}{gradients}_on_fixed_inputs"
     test.__doc__ = f"{equation}{gradients.replace('_', ' ')} agrees with the oracle on each of its fixed cases."
     return test
@@ -40,7 +41,7 @@ def _on_fixed_inputs(equation: str, direction: str = "forward") -> Callable[...,
 
 for _equation in EQUATIONS:
     globals()[f"test_{_equation}_on_fixed_inputs"] = _on_fixed_inputs(_equation)
-    if F.cases(_equation, "backward"):
-        globals()[f"test_{_equation}_gradients_on_fixed_inputs"] = _on_fixed_inputs(_equation, "backward")
-    if F.cases(_equation, "decode"):
-        globals()[f"test_{_equation}_decoding_on_fixed_inputs"] = _on_fixed_inputs(_equation, "decode")
+    if F.cases(_equation, BACKWARD):
+        globals()[f"test_{_equation}_gradients_on_fixed_inputs"] = _on_fixed_inputs(_equation, BACKWARD)
+    if F.cases(_equation, DECODE):
+        globals()[f"test_{_equation}_decoding_on_fixed_inputs"] = _on_fixed_inputs(_equation, DECODE)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from aiayn.conformance.checks import layers as L
+from aiayn.conformance.directions import BACKWARD
 from aiayn.conformance.inputs import strategies as S
 from aiayn.conformance.inputs.profiles import profile
 
@@ -51,7 +52,7 @@ def test_feed_forward(impl: Any, dtype: str, data: st.DataObject) -> None:
 # the backward pass: gradients against the oracle's VJP
 
 
-@pytest.mark.aiayn_equation("layer_norm", direction="backward")
+@pytest.mark.aiayn_equation("layer_norm", direction=BACKWARD)
 @profile(0.5)
 @given(data=st.data())
 def test_layer_norm_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
@@ -59,7 +60,7 @@ def test_layer_norm_gradients(impl: Any, dtype: str, data: st.DataObject) -> Non
     L.layer_norm_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(args["x"].shape)))
 
 
-@pytest.mark.aiayn_equation("feed_forward", direction="backward")
+@pytest.mark.aiayn_equation("feed_forward", direction=BACKWARD)
 @profile(0.5)
 @given(data=st.data())
 def test_feed_forward_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
@@ -68,7 +69,7 @@ def test_feed_forward_gradients(impl: Any, dtype: str, data: st.DataObject) -> N
     L.feed_forward_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(shape)))
 
 
-@pytest.mark.aiayn_equation("layer_norm", direction="backward")
+@pytest.mark.aiayn_equation("layer_norm", direction=BACKWARD)
 @profile(0.25)
 @given(data=st.data())
 def test_layer_norm_input_gradient_sums_to_zero(impl: Any, dtype: str, data: st.DataObject) -> None:
@@ -76,7 +77,7 @@ def test_layer_norm_input_gradient_sums_to_zero(impl: Any, dtype: str, data: st.
     L.layer_norm_input_gradient_sums_to_zero(impl, dtype, **args, d_out=data.draw(S.cotangent(args["x"].shape)))
 
 
-@pytest.mark.aiayn_equation("layer_norm", direction="backward", needs=("batchdims:1",))
+@pytest.mark.aiayn_equation("layer_norm", direction=BACKWARD, needs=("batchdims:1",))
 @profile(0.25)
 @given(data=st.data())
 def test_layer_norm_one_element_rows_have_no_gradient(impl: Any, dtype: str, data: st.DataObject) -> None:

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiayn.conformance.checks import model as M
+from aiayn.conformance.directions import BACKWARD
 from aiayn.conformance.inputs import strategies as S
 from aiayn.conformance.inputs.profiles import profile
 from aiayn.reference import model as ref_model
@@ -71,7 +72,7 @@ def test_transformer_batch_elements_are_independent(impl: Any, dtype: str, data:
 # carries every stage's error through the rest of the forward and backward computation, a second or so a call)
 
 
-@pytest.mark.aiayn_equation("encoder_layer", direction="backward")
+@pytest.mark.aiayn_equation("encoder_layer", direction=BACKWARD)
 @profile(0.125)
 @given(data=st.data())
 def test_encoder_layer_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
@@ -80,7 +81,7 @@ def test_encoder_layer_gradients(impl: Any, dtype: str, data: st.DataObject) -> 
     M.encoder_layer_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(shape)))
 
 
-@pytest.mark.aiayn_equation("decoder_layer", direction="backward")
+@pytest.mark.aiayn_equation("decoder_layer", direction=BACKWARD)
 @profile(0.125)
 @given(data=st.data())
 def test_decoder_layer_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
@@ -89,7 +90,7 @@ def test_decoder_layer_gradients(impl: Any, dtype: str, data: st.DataObject) -> 
     M.decoder_layer_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(shape)))
 
 
-@pytest.mark.aiayn_equation("transformer_forward", direction="backward")
+@pytest.mark.aiayn_equation("transformer_forward", direction=BACKWARD)
 @profile(0.125)
 @given(data=st.data())
 def test_transformer_forward_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:

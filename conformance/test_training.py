@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiayn.conformance.checks import training as T
+from aiayn.conformance.directions import BACKWARD
 from aiayn.conformance.inputs import strategies as S
 from aiayn.conformance.inputs.profiles import profile
 
@@ -72,7 +73,7 @@ def test_smoothed_cross_entropy_is_minimised_at_the_target_with_value_its_entrop
     )
 
 
-@pytest.mark.aiayn_equation("smoothed_cross_entropy", direction="backward")
+@pytest.mark.aiayn_equation("smoothed_cross_entropy", direction=BACKWARD)
 @profile(0.5)
 @given(data=st.data())
 def test_smoothed_cross_entropy_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:

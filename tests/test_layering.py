@@ -196,7 +196,13 @@ def test_the_rules_can_fail() -> None:
 #: the records (``equations``) never reach up into the harness or the checks, and the diagnoses never into the
 #: records. An entry names a module, or a package and everything in it; the test modules are ``test_*``.
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("aiayn.conformance", "aiayn.conformance.numerics", "aiayn.conformance.report", "aiayn.conformance.run"),
+    (
+        "aiayn.conformance",
+        "aiayn.conformance.directions",
+        "aiayn.conformance.numerics",
+        "aiayn.conformance.report",
+        "aiayn.conformance.run",
+    ),
     ("aiayn.conformance.budgets",),
     ("aiayn.conformance.diagnoses",),
     ("aiayn.conformance.inputs",),

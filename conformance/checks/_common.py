@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.conformance.diagnoses.backward import BackwardDiagnosis
+from aiayn.conformance.directions import BACKWARD
 from aiayn.conformance.equations import record
 from aiayn.conformance.numerics import gamma, precision
 from aiayn.conformance.run import gradients
@@ -108,7 +109,7 @@ def agreement(case: Case, **args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarr
         r.model,
         r.departures,
     )
-    if case.direction != "backward":
+    if case.direction != BACKWARD:
         case.survivors = _forward_survivors
     if case.arithmetic_as is not None:  # a property re-checked at another arithmetic: its values must agree there too
         compare(case, got, expected, budget, budget_name=r.budget_name)
@@ -231,7 +232,7 @@ def gradient_agreement(
     everything = {label: (given_parts[label], got, bound) for label, (got, _, bound) in out.items()}
     if diagnoses is not None:
         diagnoses.update({label: BackwardDiagnosis(case.equation, a, g, label, everything, bw) for label in out})
-    if case.direction == "backward":
+    if case.direction == BACKWARD:
         case.survivors = _backward_survivors
     if case.arithmetic_as is not None:  # a property re-checked at another arithmetic: its gradients must agree there
         for label, (got, want, bound) in out.items():
@@ -280,7 +281,7 @@ def gradient_check(equation: str, name: str | None = None) -> Callable[..., None
 
     agrees.__name__ = agrees.__qualname__ = name or f"{equation}_gradients"
     agrees.__doc__ = f"{equation}'s gradients agree with the oracle's VJP within {budget_name}."
-    return check(equation, direction="backward")(agrees)
+    return check(equation, direction=BACKWARD)(agrees)
 
 
 def exactly_zero(case: Case, got: np.ndarray, what: str, where: str = "exact") -> None:

@@ -19,6 +19,7 @@ from aiayn.conformance.checks._common import (
     policy,
     prepare,
 )
+from aiayn.conformance.directions import BACKWARD
 from aiayn.conformance.numerics import gamma, is_representable, precision
 from aiayn.conformance.run.harness import Case, check, compare
 
@@ -262,7 +263,7 @@ def attention_batch_elements_are_independent(
     "scaled_dot_product_attention",
     kind="property",
     violates="a masked key is as if removed (§3.2.3): it receives no gradient, and what it holds changes none",
-    direction="backward",
+    direction=BACKWARD,
 )
 def attention_masked_keys_receive_no_gradient(
     case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray, d_out: np.ndarray
@@ -315,7 +316,7 @@ def attention_masked_keys_receive_no_gradient(
     "scaled_dot_product_attention",
     kind="property",
     violates="each row of softmax weights sums to 1 (§3.2.1): Sum_j dK_j = 0 and Sum_j dV_j = Sum_i dO_i",
-    direction="backward",
+    direction=BACKWARD,
 )
 def attention_key_gradients_sum_to_zero(
     case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, d_out: np.ndarray
@@ -361,7 +362,7 @@ def attention_key_gradients_sum_to_zero(
     "scaled_dot_product_attention",
     kind="property",
     violates="with the causal mask, position i sees only positions j <= i (§3.2.3): no gradient reaches later keys",
-    direction="backward",
+    direction=BACKWARD,
 )
 def causal_gradient_reaches_no_later_key(
     case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, row: int, d_out: np.ndarray
@@ -382,7 +383,7 @@ def causal_gradient_reaches_no_later_key(
     "scaled_dot_product_attention",
     kind="property",
     violates="batch elements are computed independently: no gradient crosses between them",
-    direction="backward",
+    direction=BACKWARD,
 )
 def attention_gradients_stay_in_their_batch_element(
     case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, index: int, d_out: np.ndarray

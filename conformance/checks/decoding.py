@@ -32,6 +32,7 @@ from aiayn.conformance.diagnoses.decoding import (
     cached_logits,
 )
 from aiayn.conformance.diagnoses.forward import CATALOGUE, evaluate
+from aiayn.conformance.directions import DECODE
 from aiayn.conformance.equations import record
 from aiayn.conformance.numerics import precision
 from aiayn.conformance.run.harness import Case, OverBudget, _matches, check, compare
@@ -99,7 +100,7 @@ def _step(case: Case, tokens: Any, memory: Any, params: Any, h: int, cache: Any,
     return got, out[1]
 
 
-@check("transformer_forward", direction="decode")
+@check("transformer_forward", direction=DECODE)
 def cached_decoding_equals_the_full_forward(
     case: Case,
     src: np.ndarray,
@@ -148,7 +149,7 @@ def cached_decoding_equals_the_full_forward(
     )
 
 
-@check("transformer_forward", direction="decode")
+@check("transformer_forward", direction=DECODE)
 def reordered_cache_equals_the_reordered_prefixes(
     case: Case,
     src: np.ndarray,
@@ -292,7 +293,7 @@ class _Scored:
         return DB.accumulated(steps, self.sizes.get(step, max(self.sizes.values(), default=0.0)), self.ps)
 
 
-@check("transformer_forward", direction="decode")
+@check("transformer_forward", direction=DECODE)
 def beam_search_finds_the_oracles_hypothesis(
     case: Case,
     src: np.ndarray,

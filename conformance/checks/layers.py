@@ -11,6 +11,7 @@ from aiayn.conformance.checks._common import (
     gradient_agreement,
     gradient_check,
 )
+from aiayn.conformance.directions import BACKWARD
 from aiayn.conformance.numerics import gamma, is_representable, precision
 from aiayn.conformance.run.harness import Case, check, compare
 
@@ -45,7 +46,7 @@ def layer_norm_unchanged_by_shifting_its_input(
     "layer_norm",
     kind="property",
     violates="LayerNorm subtracts the row's mean (§3.1): its input gradient sums to 0 over the row",
-    direction="backward",
+    direction=BACKWARD,
 )
 def layer_norm_input_gradient_sums_to_zero(
     case: Case, x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, d_out: np.ndarray
@@ -72,7 +73,7 @@ def layer_norm_input_gradient_sums_to_zero(
     "layer_norm",
     kind="property",
     violates="LayerNorm of a one-element row is its bias (§3.1: x - mean is exactly 0): no gradient reaches x or gain",
-    direction="backward",
+    direction=BACKWARD,
 )
 def layer_norm_one_element_rows_have_no_gradient(
     case: Case, x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, d_out: np.ndarray

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance.directions import BACKWARD, DECODE, FORWARD
+
 __all__ = ["FIXED", "Fixed", "beam_model", "cases"]
 
 
@@ -36,7 +38,7 @@ class Fixed:
     needs: tuple[
         str, ...
     ] = ()  # what of the domain it uses (Scope.unmet): out of scope where a declared Scope excludes it
-    direction: str = "forward"  # "backward": of the equation's gradients (a cotangent d_out among its args); "decode"
+    direction: str = FORWARD  # BACKWARD: of the equation's gradients (a cotangent d_out among its args); DECODE
 
     def __str__(self) -> str:  # the test id, and the name a known deviation uses
         return self.label
@@ -348,7 +350,7 @@ def _gradients() -> list[Fixed]:
                 "d_out": np.abs(rng.normal(size=(3, 6))) + 1.0,
             },
             ("batchdims:1",),
-            "backward",
+            BACKWARD,
         ),
         Fixed(
             attention,
@@ -356,7 +358,7 @@ def _gradients() -> list[Fixed]:
             "scaled_dot_product_attention_gradients",
             {"q": q, "k": k, "v": v, "mask": mask, "d_out": 2.0 + rng.normal(size=(2, 3, 3))},
             ("cross-attention", "masks:padding", "masks:random", "batchdims:1"),
-            "backward",
+            BACKWARD,
         ),
         Fixed(
             "multi_head_attention",
@@ -372,7 +374,7 @@ def _gradients() -> list[Fixed]:
                 "d_out": 1.0 + rng.normal(size=(2, 4, 8)),
             },
             ("masks:padding", "batchdims:1", "bias:attention"),
-            "backward",
+            BACKWARD,
         ),
         Fixed(
             "layer_norm",
@@ -380,7 +382,7 @@ def _gradients() -> list[Fixed]:
             "layer_norm_gradients",
             {"x": x_ln, **_norm(rng, 8), "eps": 1e-5, "d_out": 1.0 + rng.normal(size=(3, 8))},
             ("batchdims:1",),
-            "backward",
+            BACKWARD,
         ),
         Fixed(
             "feed_forward",
@@ -388,7 +390,7 @@ def _gradients() -> list[Fixed]:
             "feed_forward_gradients",
             {"x": x_ffn, **ffn, "d_out": rng.normal(size=(4, 6)) - 1.0},
             ("batchdims:1",),
-            "backward",
+            BACKWARD,
         ),
         Fixed(
             "smoothed_cross_entropy",
@@ -396,7 +398,7 @@ def _gradients() -> list[Fixed]:
             "smoothed_cross_entropy_gradients",
             {"logits": logits, "targets": rng.integers(0, 9, size=(2, 3)), "eps": 0.1, "d_out": np.ones((2, 3))},
             (),
-            "backward",
+            BACKWARD,
         ),
     ]
 
@@ -428,7 +430,7 @@ def _cache() -> list[Fixed]:
             "cached_decoding_equals_the_full_forward",
             {**base, "tgt": tgt, "chunks": [2, 1, 1, 1]},
             layer,
-            direction="decode",
+            direction=DECODE,
         ),
         Fixed(
             "transformer_forward",
@@ -436,7 +438,7 @@ def _cache() -> list[Fixed]:
             "reordered_cache_equals_the_reordered_prefixes",
             {**base, "tgt": tgt[:, :3], "index": np.array([1, 0]), "new": tgt[::-1, 3:]},
             layer,
-            direction="decode",
+            direction=DECODE,
         ),
     ]
 
@@ -479,7 +481,7 @@ def _beam() -> list[Fixed]:
         }
         needs = ("d_ff:2", "bias:attention", "bias:layer_norm", "bias:ffn", f"length:{4 + extra}")
         needs += ("masks:padding",) if batch == 2 else ()
-        out.append(Fixed("transformer_forward", f"beam: {label}", check, args, needs, direction="decode"))
+        out.append(Fixed("transformer_forward", f"beam: {label}", check, args, needs, direction=DECODE))
     return out
 
 
@@ -499,6 +501,6 @@ FIXED: tuple[Fixed, ...] = (
 )
 
 
-def cases(equation: str, direction: str = "forward") -> list[Fixed]:
+def cases(equation: str, direction: str = FORWARD) -> list[Fixed]:
     """The fixed cases of ``equation`` in ``direction`` ("forward", "backward": its gradients, or "decode")."""
     return [c for c in FIXED if c.equation == equation and c.direction == direction]

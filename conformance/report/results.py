@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
+from aiayn.conformance.directions import FORWARD
+
 __all__ = ["Outcome", "Row", "Status", "TestResult"]
 
 
@@ -82,7 +84,7 @@ class TestResult:
     dtype: str
     test: str
     outcome: Outcome
-    direction: str = "forward"  # "backward": a test of the implementation's gradients
+    direction: str = FORWARD  # BACKWARD: a test of the implementation's gradients
     nodeid: str = ""
     reason: str = ""
     crash: str = ""
@@ -134,7 +136,7 @@ class Row:
     section: str
     dtype: str
     status: Status
-    direction: str = "forward"  # "backward": the row of the equation's gradients
+    direction: str = FORWARD  # BACKWARD: the row of the equation's gradients
     scope: str = ""
     examples: int = 0
     unsupported: int = 0

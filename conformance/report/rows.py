@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance.equations import BACKWARD, CONTRACT, DECODE, FORWARD, RECORDS, title
+from aiayn.conformance.directions import BACKWARD, DECODE, FORWARD
+from aiayn.conformance.equations import CONTRACT, RECORDS, title
 from aiayn.conformance.report.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
 from aiayn.conformance.report.results import NO_MATCH, Outcome, Row, Status, TestResult
 from aiayn.conformance.run.boundary import Remote, flushes, isolation

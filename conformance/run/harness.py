@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.conformance.diagnoses.forward import PRECISION_DEPARTURES, agreeing, explain
+from aiayn.conformance.directions import FORWARD
 from aiayn.conformance.equations import title
 from aiayn.conformance.numerics import floored, is_representable, precision
 from aiayn.conformance.report.results import NO_MATCH, TestResult
@@ -237,7 +238,7 @@ class Case:
     diagnosis: Any = None
     violates: str = ""  # a property check: the statement of the paper its failure breaks (the check's own name for it)
     arithmetic_as: str | None = None  # a property re-checked at another arithmetic (explained_by_arithmetic)
-    direction: str = "forward"  # "backward": the check reads the implementation's gradients (gradients.py)
+    direction: str = FORWARD  # BACKWARD: the check reads the implementation's gradients (gradients.py)
     rerun: Callable[[str], None] | None = field(default=None, repr=False)  # the check again, at an arithmetic
     # set by the check's recipe: which candidate departures agree with the implementation on another case's input
     # (the recipe run again there; None: the input tells nothing), to tell candidates apart
@@ -247,7 +248,7 @@ class Case:
 
     @property
     def title(self) -> str:
-        return title(self.equation) + (f", {self.direction}" if self.direction != "forward" else "")
+        return title(self.equation) + (f", {self.direction}" if self.direction != FORWARD else "")
 
     @property
     def arithmetic(self) -> str:
@@ -639,7 +640,7 @@ class Case:
 
 
 def check(
-    equation: str, kind: str = "agreement", violates: str = "", direction: str = "forward"
+    equation: str, kind: str = "agreement", violates: str = "", direction: str = FORWARD
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register a check function ``fn(case, **args)`` of ``equation`` as ``check(impl, dtype, **args)``.
 

@@ -56,6 +56,7 @@ from typing import Any
 
 import pytest
 
+from aiayn.conformance.directions import BACKWARD, DECODE, DIRECTIONS, FORWARD  # light: enum only
 from aiayn.conformance.inputs.profiles import PROFILES  # light: Hypothesis is imported when a test's settings are built
 from aiayn.conformance.report.coverage import OUT_OF_SCOPE  # light: the plugin imports no array library
 from aiayn.conformance.report.results import Outcome, Row, Status, TestResult  # light: the standard library only
@@ -538,9 +539,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.getoption("--aiayn-agreement-only"):
         _agreement_only(config, items)
     if config.getoption("--aiayn-no-grad"):
-        _deselect_direction(config, items, "backward")
+        _deselect_direction(config, items, BACKWARD)
     if config.getoption("--aiayn-no-decode"):
-        _deselect_direction(config, items, "decode")
+        _deselect_direction(config, items, DECODE)
     for item in items:
         if not _is_aiayn(item):
             continue
@@ -604,7 +605,7 @@ def pytest_runtest_call(item: pytest.Item):
             "spec": _spec_of(params.get("impl"), item.config) or "-",
             "dtype": params.get("dtype", "-"),
             "test": getattr(item, "originalname", item.name),
-            "direction": item.get_closest_marker(_MARK).kwargs.get("direction", "forward"),
+            "direction": item.get_closest_marker(_MARK).kwargs.get("direction", FORWARD),
         }
     )
     token = harness.current_stats().set(stats)
@@ -690,7 +691,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     result = stats.result(
         spec=_spec_of(impl, item.config) or getattr(impl, "spec", "-"),
         equation=marker.args[0],
-        direction=marker.kwargs.get("direction", "forward"),
+        direction=marker.kwargs.get("direction", FORWARD),
         dtype=callspec.params.get("dtype", "-"),
         test=getattr(item, "originalname", item.name),
         nodeid=item.nodeid,
@@ -780,12 +781,10 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
 def _crash_direction(record: dict[str, Any]) -> str:
     """The direction of the test a worker died in, as its record names it (``pytest_runtest_call`` writes it before
     the test starts): a hang in ``beam_search`` is a failure of the decode row, not of the forward one."""
-    from aiayn.conformance.equations import BACKWARD, DECODE, FORWARD
-
     direction = record.get("direction")
     # a record without one was written by no test of this run's plugin (pytest_runtest_call writes every record):
     # the crash stays a failure, filed under the equation's forward row, the row every equation has
-    return direction if direction in (BACKWARD, DECODE, FORWARD) else FORWARD
+    return direction if direction in DIRECTIONS else FORWARD
 
 
 def _crash_message(record: dict[str, Any]) -> tuple[str, str | None]:

@@ -40,6 +40,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from aiayn.conformance.directions import BACKWARD, DECODE, FORWARD
 from aiayn.conformance.equations import CONTRACT, record
 from aiayn.conformance.report.results import Row, Status
 from aiayn.conformance.report.rows import paths
@@ -204,9 +205,9 @@ def summarise(name: str, data: Mapping[str, Any] | None, library: str, what: str
     if data is None:
         return {**row, "verdict": "library not installed", "version": None, "dtypes": [], "cells": {}}
     rows = [Row.from_dict(r) for r in data["rows"]]
-    cells = {eq: cell([r for r in rows if r.equation == eq and r.direction == "forward"]) for eq in EQUATIONS}
-    cells[GRADIENTS] = cell([r for r in rows if r.direction == "backward"])
-    cells[DECODING] = cell([r for r in rows if r.direction == "decode"])
+    cells = {eq: cell([r for r in rows if r.equation == eq and r.direction == FORWARD]) for eq in EQUATIONS}
+    cells[GRADIENTS] = cell([r for r in rows if r.direction == BACKWARD])
+    cells[DECODING] = cell([r for r in rows if r.direction == DECODE])
     contract = [r for r in rows if r.equation == CONTRACT]
     if contract and contract[0].status is Status.FAIL:
         cells["contract"] = {
