@@ -310,8 +310,8 @@ class Scope:
         out = [f"masks: {m!r} is not one of {MASK_KINDS}" for m in self.masks if m not in MASK_KINDS]
         if not self.masks:
             out.append("masks: expected at least one mask kind")
-        if self.layer_norm_eps is not None and not self.layer_norm_eps > 0:
-            out.append(f"layer_norm_eps: expected a positive float, got {self.layer_norm_eps!r}")
+        if self.layer_norm_eps is not None and policy_problem("layer_norm_eps", self.layer_norm_eps):
+            out.append(f"layer_norm_eps: {policy_problem('layer_norm_eps', self.layer_norm_eps)}")
         if self.batch_dims is not None and (
             not self.batch_dims or any(not isinstance(b, int) or b < 0 for b in self.batch_dims)
         ):
@@ -686,6 +686,16 @@ def flushes_subnormals(policies: Any, equation: str, dtype: str) -> bool:
     return _is_names(names) and equation in names
 
 
+def policy_problem(key: str, value: Any) -> str | None:
+    """What is wrong with ``value`` as the declared policy ``key`` (one of ``POLICY_CHOICES``, or ``layer_norm_eps``:
+    a positive float), or None: the one validation of a policy value, wherever it is read."""
+    if key in POLICY_CHOICES and value not in POLICY_CHOICES[key]:
+        return f"expected one of {POLICY_CHOICES[key]}, got {value!r}"
+    if key == "layer_norm_eps" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        return f"expected a positive float, got {value!r}"
+    return None
+
+
 def _policy_problems(policies: Any) -> list[str]:
     if not isinstance(policies, Mapping):
         return [f"policies: expected a mapping with keys {sorted(DEFAULT_POLICIES)}, got {policies!r}"]
@@ -693,12 +703,10 @@ def _policy_problems(policies: Any) -> list[str]:
     missing = sorted(set(DEFAULT_POLICIES) - set(policies))
     if missing:
         problems.append(f"policies: missing key(s) {missing}; every implementation declares {sorted(DEFAULT_POLICIES)}")
-    for key, allowed in POLICY_CHOICES.items():
-        if key in policies and policies[key] not in allowed:
-            problems.append(f"policies[{key!r}]: expected one of {allowed}, got {policies[key]!r}")
-    eps = policies.get("layer_norm_eps")
-    if "layer_norm_eps" in policies and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0):
-        problems.append(f"policies['layer_norm_eps']: expected a positive float, got {eps!r}")
+    for key in (*POLICY_CHOICES, "layer_norm_eps"):
+        problem = policy_problem(key, policies[key]) if key in policies else None
+        if problem:
+            problems.append(f"policies[{key!r}]: {problem}")
     flushed = policies.get("flush_subnormals", {})
     if not isinstance(flushed, Mapping) or not all(
         dtype in DTYPES and _is_names(names) and set(names) <= set(EQUATIONS) for dtype, names in flushed.items()

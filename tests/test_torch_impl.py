@@ -26,10 +26,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the PyTorch built-ins need torch (pip install 'aiayn[torch]')")
 
-from aiayn.conformance import mutants  # noqa: E402
 from aiayn.conformance.checks import load_all  # noqa: E402
 from aiayn.conformance.inputs import fixed as F  # noqa: E402
 from aiayn.conformance.run.harness import CHECKS, ConformanceFailure, Stats, current_stats  # noqa: E402
+from aiayn.conformance.studies import mutants  # noqa: E402
 from aiayn.implementations.torch_impl import TorchImplementation, TorchSDPAImplementation, round_from_float64  # noqa: E402
 from aiayn.implementations.torch_nn import TorchNNFastPath, TorchNNImplementation  # noqa: E402
 

@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance.budgets._heads import merge as _merge
+from aiayn.conformance.budgets._heads import split as _split
 from aiayn.conformance.numerics import Precision, gamma
 
 __all__ = [
@@ -284,18 +286,6 @@ def _affine(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, prec: Precision)
     value = np.matmul(x, w) + (0.0 if b is None else b)
     m = w.shape[0]
     return value, gamma(m + 2, prec.op) * (np.matmul(np.abs(x), np.abs(w)) + ab) + (m + 2) * prec.eta
-
-
-def _split(x: np.ndarray, h: int) -> np.ndarray:
-    """(..., n, h*d) -> (..., h, n, d), head i = columns i*d:(i+1)*d (the canonical layout)."""
-    *batch, n, width = x.shape
-    return np.swapaxes(x.reshape(*batch, n, h, width // h), -2, -3)
-
-
-def _merge(x: np.ndarray) -> np.ndarray:
-    """(..., h, n, d) -> (..., n, h*d)."""
-    *batch, h, n, d = x.shape
-    return np.swapaxes(x, -2, -3).reshape(*batch, n, h * d)
 
 
 def multi_head_attention(

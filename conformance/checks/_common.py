@@ -14,7 +14,7 @@ from aiayn.conformance.equations import record
 from aiayn.conformance.numerics import gamma, precision
 from aiayn.conformance.run import gradients
 from aiayn.conformance.run.harness import Case, Diagnosis, check, compare, current_stats
-from aiayn.implementations.protocol import POLICY_CHOICES
+from aiayn.implementations.protocol import policy_problem
 from aiayn.reference.model import flatten_params
 
 
@@ -25,10 +25,9 @@ def policy(case: Case, key: str) -> Any:
         value = policies[key]  # type: ignore[index]
     except Exception:
         case.fail(f"policies has no {key!r} entry (declared policies: {policies!r})")
-    if key in POLICY_CHOICES and value not in POLICY_CHOICES[key]:
-        case.fail(f"policies[{key!r}] = {value!r} is not one of {POLICY_CHOICES[key]}")
-    if key == "layer_norm_eps" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-        case.fail(f"policies['layer_norm_eps'] = {value!r} is not a positive float")
+    problem = policy_problem(key, value)
+    if problem:
+        case.fail(f"policies[{key!r}]: {problem}")
     return value
 
 

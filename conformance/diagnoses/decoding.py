@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance.budgets._heads import affine
+from aiayn.conformance.budgets._heads import merge as _merge
+from aiayn.conformance.budgets._heads import split as _split
 from aiayn.implementations.decoding import BEAM_POLICY_CHOICES
 from aiayn.reference.attention import multi_head_attention, scaled_dot_product_attention
 from aiayn.reference.decoding import BOUND_NOW, FIRST
@@ -179,18 +182,9 @@ DECODING_CATALOGUE: tuple[DecodeDeparture, ...] = (
 # a cached decoder of the oracle's sub-layers, with a bug switched in
 
 
-def _split(x: np.ndarray, h: int) -> np.ndarray:  # (B, n, h*d) -> (B, h, n, d)
-    return np.swapaxes(x.reshape(x.shape[:-1] + (h, x.shape[-1] // h)), -2, -3)
-
-
-def _merge(x: np.ndarray) -> np.ndarray:  # (B, h, n, d) -> (B, n, h*d)
-    x = np.swapaxes(x, -2, -3)
-    return x.reshape(x.shape[:-2] + (x.shape[-2] * x.shape[-1],))
-
-
 def _affine(x: np.ndarray, p: Mapping[str, Any], w: str) -> np.ndarray:
     b = p.get(f"b_{w}")
-    return x @ np.asarray(p[f"w_{w}"]) + (0.0 if b is None else np.asarray(b))
+    return affine(x, np.asarray(p[f"w_{w}"]), None if b is None else np.asarray(b))
 
 
 #: A table of positions (length, d_model) -> (length, d_model): §3.5's sinusoids, or a layout of them that departs.

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance.budgets._heads import affine, merge, split
+
 __all__ = ["CATALOGUE", "PRECISION_DEPARTURES", "Departure", "Ops", "PAPER", "agreeing", "evaluate", "explain"]
 
 LD = np.longdouble
@@ -133,19 +135,15 @@ def _split(x: np.ndarray, h: int, layout: str) -> np.ndarray:
     *batch, n, width = x.shape
     if layout == "strided":
         return np.moveaxis(x.reshape(*batch, n, width // h, h), -1, -3)
-    return np.swapaxes(x.reshape(*batch, n, h, width // h), -2, -3)
+    return split(x, h)
 
 
 def _merge(x: np.ndarray, layout: str) -> np.ndarray:
-    if layout == "reversed":
-        x = x[..., ::-1, :, :]
-    *batch, h, n, d = x.shape
-    return np.swapaxes(x, -2, -3).reshape(*batch, n, h * d)
+    return merge(x[..., ::-1, :, :] if layout == "reversed" else x)
 
 
 def _affine(x: np.ndarray, w: Any, b: Any) -> np.ndarray:
-    out = np.matmul(x, np.asarray(w, dtype=LD))
-    return out if b is None else out + np.asarray(b, dtype=LD)
+    return affine(x, np.asarray(w, dtype=LD), None if b is None else np.asarray(b, dtype=LD))
 
 
 def multi_head_attention(

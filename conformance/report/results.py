@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from aiayn.conformance.directions import FORWARD
+from aiayn.conformance.directions import FORWARD, Direction
 
 __all__ = ["Outcome", "Row", "Status", "TestResult"]
 
@@ -106,6 +106,7 @@ class TestResult:
 
     def __post_init__(self) -> None:
         self.outcome = Outcome(self.outcome)
+        self.direction = Direction(self.direction).value  # a plain str: results cross to the controller as data
 
     @property
     def counted(self) -> bool:
@@ -164,6 +165,7 @@ class Row:
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
+        self.direction = Direction(self.direction).value
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

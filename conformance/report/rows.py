@@ -55,8 +55,8 @@ def section(equation: str, direction: str = FORWARD) -> str:
 def _row(equation: str, dtype: str, results: list[TestResult], impl: Any, direction: str = FORWARD) -> Row:
     """Summarise the test results of one (equation, dtype, direction): what ran, what was checked, what was not, the
     verdict."""
-    row = Row(equation, section(equation, direction), dtype if equation != CONTRACT else "all", Status.NOT_RUN)
-    row.direction = direction
+    shown = dtype if equation != CONTRACT else "all"
+    row = Row(equation, section(equation, direction), shown, Status.NOT_RUN, direction)
     if not results:
         return row
     failed = sorted({r.test for r in results if r.outcome is Outcome.FAILED})

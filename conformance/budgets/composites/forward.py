@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 
 from aiayn.conformance.budgets import forward as B
+from aiayn.conformance.budgets._heads import merge as _merge
+from aiayn.conformance.budgets._heads import split as _split
 from aiayn.conformance.numerics import Precision, gamma
 
 __all__ = ["decoder_layer", "encoder_layer", "layer_norm_inputs", "transformer_forward"]
@@ -135,16 +137,6 @@ def _zero(t: Tangent, like: np.ndarray) -> np.ndarray:
 
 # --------------------------------------------------------------------------------------------
 # the stages in float64 with their Jacobian-vector products
-
-
-def _split(x: np.ndarray, h: int) -> np.ndarray:
-    *batch, n, width = x.shape
-    return np.swapaxes(x.reshape(*batch, n, h, width // h), -2, -3)
-
-
-def _merge(x: np.ndarray) -> np.ndarray:
-    *batch, h, n, d = x.shape
-    return np.swapaxes(x, -2, -3).reshape(*batch, n, h * d)
 
 
 def _softmax_masked(s: np.ndarray, visible: np.ndarray) -> np.ndarray:
