@@ -35,7 +35,7 @@ from aiayn.conformance.diagnoses.forward import CATALOGUE, evaluate
 from aiayn.conformance.directions import DECODE
 from aiayn.conformance.equations import record
 from aiayn.conformance.numerics import precision
-from aiayn.conformance.run.harness import Case, OverBudget, _matches, check, compare
+from aiayn.conformance.run.harness import Case, OverBudget, check, compare, matches
 from aiayn.implementations.decoding import beam_policies
 
 #: Why a beam search's hypothesis is not checked where it differs from the oracle's: a choice of the oracle's search
@@ -48,19 +48,30 @@ TIE = "beam search: a choice within the scores' error (tie-aware: either hypothe
 AGREEMENT = ("cached_decoding_equals_the_full_forward", "beam_search_finds_the_oracles_hypothesis")
 
 
+#: The record decoding is checked against: the whole model's (its oracle, budget, policies and diagnoses' model).
+_MODEL = record("transformer_forward")
+
+
 def _provided(case: Case, which: str) -> None:
     """Skip as "not provided" unless the implementation has the record's ``which`` methods ("steps", "search")."""
     import pytest
 
-    methods = getattr(record("transformer_forward").decode, which)
+    methods = getattr(_MODEL.decode, which)
     missing = [m for m in methods if not callable(getattr(case.impl, m, None))]
     if missing:  # reported "not provided" in the decode row (report._row), never counted as a pass
         pytest.skip(f"not provided: {getattr(case.impl, 'name', case.impl)} has no {', '.join(missing)}")
 
 
+def _arguments(seen: dict[str, Any], src: np.ndarray, tgt: np.ndarray | None, lengths: Any) -> dict[str, Any]:
+    """The whole model's arguments (its record's ``arguments``) on (src, tgt) with the model the implementation saw:
+    a decoder's target is the tokens it generated, never padded. ``tgt`` None: the encoder's side only (a cached
+    decoder is fed its target step by step)."""
+    a = {"src": src, "tgt": tgt, "params": seen["params"], "num_heads": seen["num_heads"], "src_lengths": lengths}
+    return {**a, "tgt_lengths": None} if tgt is not None else a
+
+
 def _oracle_args(case: Case, seen: dict[str, Any]) -> dict[str, Any]:
-    keys = ("src", "params", "num_heads", "src_lengths")
-    return {**{k: seen[k] for k in keys}, **record("transformer_forward").policies(declared(case))}
+    return {**_arguments(seen, seen["src"], None, seen["src_lengths"]), **_MODEL.policies(declared(case))}
 
 
 def _forward(
@@ -68,16 +79,8 @@ def _forward(
 ):
     """The oracle's logits of the whole model on (src, tgt), their budget at the case's arithmetic (or
     ``arithmetic``), and the budget's name."""
-    r = record("transformer_forward")
-    a = {
-        "src": src,
-        "tgt": tgt,
-        "params": seen["params"],
-        "num_heads": seen["num_heads"],
-        "src_lengths": lengths,
-        "tgt_lengths": None,
-        **r.policies(declared(case)),
-    }
+    r = _MODEL
+    a = {**_arguments(seen, src, tgt, lengths), **r.policies(declared(case))}
     expected = np.asarray(r.oracle(a), dtype=np.float64)
     return expected, r.budget_at(a, expected, arithmetic or case.arithmetic), r.budget_name
 
@@ -249,16 +252,8 @@ class _Scored:
             with np.errstate(all="ignore"):
                 logits = cached_logits(a, steps, self.flags)
         if self.ops is not None:
-            seen = {
-                "src": src,
-                "tgt": tgt,
-                "params": self.seen["params"],
-                "num_heads": self.seen["num_heads"],
-                "src_lengths": lengths,
-                "tgt_lengths": None,
-            }
-            r = record("transformer_forward")
-            logits = evaluate(r.model, r.model_arguments(declared(self.case), seen), self.ops)
+            seen = _arguments(self.seen, src, tgt, lengths)
+            logits = evaluate(_MODEL.model, _MODEL.model_arguments(declared(self.case), seen), self.ops)
         return logits, beta
 
     def __call__(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
@@ -387,7 +382,7 @@ def beam_search_finds_the_oracles_hypothesis(
             case.tally(unchecked={TIE: 1})
             continue
         closest = min(result.decisions, key=lambda d: d.slack(scored.err), default=None)
-        matched, _ = _matches(case, np.array(score))
+        matched, _ = matches(case, np.array(score))
         case.fail(
             f"beam search returned {tokens} for sentence {i}, the oracle's search {list(result.best.tokens)} "
             f"(score {score!r}, the oracle's {result.best.score!r}){matched}; every choice of the oracle's search was "
@@ -406,7 +401,7 @@ def _searcher(scored: _Scored, kw: dict[str, Any]) -> Any:
 
 
 class _BeamDiagnosis:
-    """What ``harness._matches`` needs to name the beam-search bug an answer matches (``diagnoses.decoding``): the
+    """What ``harness.matches`` needs to name the beam-search bug an answer matches (``diagnoses.decoding``): the
     oracle's search (its log-probabilities and arguments ``kw``), the answer and the oracle's reading of it
     (``diagnoses.decoding.BeamAnswer``); ``variant(ops)``, the same for the model with a departure of the forward
     pass switched in (:func:`_variant_path`)."""
@@ -538,7 +533,7 @@ def _hypothesis(
     if tokens and all(0 <= t < vocab for t in tokens) and eos in tokens[:-1]:
         j = tokens.index(eos)  # a hypothesis returned after its EOS: the search extended a finished one
         case.diagnosis = _Named(EXTENDS_FINISHED)
-        matched, _ = _matches(case, np.array(score))
+        matched, _ = matches(case, np.array(score))
         case.fail(
             f"beam_search's tokens for sentence {i} are {tokens}: the hypothesis ended at EOS ({eos}) at position {j} "
             f"and was extended by {len(tokens) - j - 1} more token(s): a returned hypothesis never extends a finished "
@@ -547,7 +542,7 @@ def _hypothesis(
         )
     if limit < len(tokens) <= batch_max and all(0 <= t < vocab for t in tokens) and eos not in tokens[:-1]:
         case.diagnosis = _Named(BATCH_MAX)
-        matched, _ = _matches(case, np.array(score))
+        matched, _ = matches(case, np.array(score))
         case.fail(
             f"beam_search's tokens for sentence {i} are {tokens}: {len(tokens)} ids, more than its maximum length "
             f"{limit} (input length + extra), within the batch's largest, {batch_max}{matched}",

@@ -812,7 +812,7 @@ def compare(
             + f"; {over} of {int(np.sum(usable))} checked elements over budget"
             + (f" ({skipped} not checked: {reason})" if skipped else ""),
         ]
-        matched, names = _matches(case, got)
+        matched, names = matches(case, got)
         _note_largest(case, r, where, names)
         case.fail(f"{what}{matched}", details, kind=OverBudget, ratio=r)
     return r
@@ -829,11 +829,12 @@ def _diagnose(case: Case, got: np.ndarray) -> str:
     so large that softmax is one-hot either way match "no 1/sqrt(d_k) scaling"), and the report
     must not name what no shown example and replay file supports.
     """
-    return _matches(case, got)[0]
+    return matches(case, got)[0]
 
 
-def _matches(case: Case, got: np.ndarray) -> tuple[str, list[str]]:
-    """:func:`_diagnose`'s text and the departure names behind it (credited to the report from a shown example)."""
+def matches(case: Case, got: np.ndarray) -> tuple[str, list[str]]:
+    """:func:`_diagnose`'s text and the departure names behind it (credited to the report from a shown example): what
+    names a failing agreement, for the harness's comparison and for a check that compares on its own (beam search)."""
     if case.kind != "agreement" or case.diagnosis is None:
         return "", []  # a property check names what it breaks itself (Case.fail)
     stats = _STATS.get()
