@@ -17,7 +17,7 @@ from typing import Any
 
 from aiayn.conformance.directions import FORWARD, Direction
 
-__all__ = ["Outcome", "Row", "Status", "TestResult"]
+__all__ = ["Counts", "Outcome", "Row", "Status", "TestResult"]
 
 
 class Outcome(str, Enum):
@@ -68,13 +68,47 @@ def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 NO_MATCH = "no known departure"
 
 
+@dataclass(kw_only=True)
+class Counts:
+    """What the checks of one test counted, for its report row (the harness accumulates them, ``run.harness.Stats``;
+    a :class:`TestResult` carries them).
+
+    ``examples``: check calls (one per Hypothesis example or fixed case); ``unsupported``: examples the
+    implementation refused (``Unsupported``), with ``unsupported_why``. ``checked``: elements compared against a
+    budget that applies (or exactly: NaN patterns, contract checks). ``unchecked``: elements whose budget is infinite
+    or undefined, by reason: never counted as passed. ``exact``: elements of checks with zero tolerance (the
+    contract, exact policies). ``worst``: the largest error / budget among checked elements of the agreement checks
+    (None when none was checked). ``nan_mismatches``: examples that failed on a NaN pattern. ``departures``: the
+    known departures the failures match; ``causes``: each cause found across the failing examples with the number it
+    explains, of ``diagnosed`` failing examples a diagnosis was computed for. ``violations``: the paper's statements
+    a property check found broken. ``notes``: what a passing check accepted that the report should say (e.g. a
+    refusal by an exception other than ValueError). ``largest``: the largest over-budget discrepancy (ratio, where,
+    inputs, replay file), which leads the failure message.
+    """
+
+    examples: int = 0
+    unsupported: int = 0
+    unsupported_why: str = ""
+    checked: int = 0
+    unchecked: dict[str, int] = field(default_factory=dict)
+    exact: int = 0
+    worst: float | None = None
+    nan_mismatches: int = 0
+    departures: list[str] = field(default_factory=list)
+    causes: dict[str, int] = field(default_factory=dict)
+    diagnosed: int = 0
+    violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    largest: dict[str, Any] | None = None
+
+
 @dataclass
-class TestResult:
-    """What one aiayn test of one implementation in one dtype found (a pytest item's result).
+class TestResult(Counts):
+    """What one aiayn test of one implementation in one dtype found (a pytest item's result): who and what, then
+    its :class:`Counts` (keyword-only).
 
     ``crash``: "timeout" (a call past the time limit, or a call not made because its method hung before),
-    "fatal error: ..." or "exit ..." where the check did not finish; ``replay``: its replay file. The other
-    counts are the test's :class:`aiayn.conformance.run.harness.Stats`.
+    "fatal error: ..." or "exit ..." where the check did not finish; ``replay``: its replay file.
     """
 
     __test__ = False  # not a pytest test class
@@ -89,20 +123,6 @@ class TestResult:
     reason: str = ""
     crash: str = ""
     replay: str | None = None
-    examples: int = 0
-    unsupported: int = 0
-    unsupported_why: str = ""
-    checked: int = 0
-    unchecked: dict[str, int] = field(default_factory=dict)
-    exact: int = 0
-    worst: float | None = None
-    nan_mismatches: int = 0
-    departures: list[str] = field(default_factory=list)
-    causes: dict[str, int] = field(default_factory=dict)  # departure -> failing examples it explains
-    diagnosed: int = 0  # failing examples a diagnosis was computed for
-    violations: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    largest: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.outcome = Outcome(self.outcome)

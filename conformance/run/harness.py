@@ -16,6 +16,7 @@ the input shapes and dtypes, and a replay command; the failing inputs are saved 
 from __future__ import annotations
 
 import contextvars
+import copy
 import functools
 import hashlib
 import json
@@ -25,7 +26,7 @@ import warnings
 import zipfile
 import zlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from aiayn.conformance.diagnoses.forward import PRECISION_DEPARTURES, agreeing, 
 from aiayn.conformance.directions import FORWARD
 from aiayn.conformance.equations import title
 from aiayn.conformance.numerics import floored, is_representable, precision
-from aiayn.conformance.report.results import NO_MATCH, TestResult
+from aiayn.conformance.report.results import NO_MATCH, Counts, TestResult
 from aiayn.conformance.run import isolation
 from aiayn.conformance.run.boundary import Native, ProcessEnded, Remote, call_each
 from aiayn.environment import failure_dir
@@ -94,33 +95,13 @@ class UnsupportedInput(Exception):
 # statistics for the report (collected per test by the plugin, plugin.py)
 
 
-@dataclass
-class Stats:
-    """What the checks of one test saw, for its report row.
+@dataclass(kw_only=True)
+class Stats(Counts):
+    """What the checks of one test saw, for its report row: its :class:`~aiayn.conformance.report.results.Counts`,
+    accumulated (the named departures, violations and notes as sets), and ``files``, the replay files written.
+    ``largest`` also keeps the lines that lead the failure message of the shrunk example."""
 
-        ``examples``: check calls (one per Hypothesis example or fixed case). ``checked``: elements
-        compared against a budget that applies (or exactly: NaN patterns, contract checks).
-        ``unchecked``: elements whose budget is infinite or undefined, by reason: never counted as
-        passed. ``worst``: the largest error / budget among checked elements of the agreement checks
-        (None when none was checked). ``exact``: elements of checks with zero tolerance (the contract,
-        exact policies). ``nan_mismatches``: examples that failed on a NaN pattern. ``largest``: the
-        largest over-budget discrepancy found in this test (ratio, where, inputs, replay file), which
-        leads the failure message of the shrunk example. ``notes``: what a passing check accepted that the
-    report should say (e.g. a refusal by an exception other than ValueError). ``files``: replay files written.
-    """
-
-    examples: int = 0
-    unsupported: int = 0
-    unsupported_why: str = ""
-    checked: int = 0
-    unchecked: dict[str, int] = field(default_factory=dict)
-    exact: int = 0
-    worst: float | None = None
-    nan_mismatches: int = 0
-    largest: dict[str, Any] | None = None
     departures: set[str] = field(default_factory=set)
-    causes: dict[str, int] = field(default_factory=dict)
-    diagnosed: int = 0
     violations: set[str] = field(default_factory=set)
     notes: set[str] = field(default_factory=set)
     files: list[str] = field(default_factory=list)
@@ -128,22 +109,16 @@ class Stats:
     def result(self, **identity: Any) -> TestResult:
         """The test's typed result: ``identity`` (spec, equation, dtype, test, outcome, nodeid, reason, crash)
         and what its checks saw."""
+        counts = {f.name: copy.copy(getattr(self, f.name)) for f in fields(Counts)}
         return TestResult(
             **identity,
-            examples=self.examples,
-            unsupported=self.unsupported,
-            unsupported_why=self.unsupported_why,
-            checked=self.checked,
-            unchecked=dict(self.unchecked),
-            exact=self.exact,
-            worst=self.worst,
-            nan_mismatches=self.nan_mismatches,
-            departures=sorted(self.departures | set((self.largest or {}).get("departures") or ())),
-            causes=dict(self.causes),
-            diagnosed=self.diagnosed,
-            violations=sorted(self.violations),
-            notes=sorted(self.notes),
-            largest=None if self.largest is None else {k: v for k, v in self.largest.items() if k != "lines"},
+            **{
+                **counts,
+                "departures": sorted(self.departures | set((self.largest or {}).get("departures") or ())),
+                "violations": sorted(self.violations),
+                "notes": sorted(self.notes),
+                "largest": None if self.largest is None else {k: v for k, v in self.largest.items() if k != "lines"},
+            },
         )
 
 
