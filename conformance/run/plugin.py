@@ -113,6 +113,7 @@ class _Run:
     interrupted: bool = False  # the session ended by SIGINT or SIGTERM (pytest's INTERRUPTED): reports are partial
     config: pytest.Config | None = None  # (the controller's) for the lines printed as failures arrive
     in_process: bool = False  # --aiayn-in-process: the implementations share this process (the verdict not isolated)
+    shape_salt: int | None = None  # which few sets of sizes this run draws from (_shape_salt), once chosen
 
 
 # --------------------------------------------------------------------------------------------
@@ -628,26 +629,24 @@ def compiles_per_shape(impl: Any) -> bool:
     return getattr(impl, "compiles_per_shape", False) is True
 
 
-_SALT: list[int] = []
-
-
 def _shape_salt(config: pytest.Config) -> int:
     """Which few sets of sizes this run draws from (``strategies.few_shapes``): fixed under a derandomized profile,
     the Hypothesis seed's when one is given, else one per run (the same in every worker of an xdist run)."""
     from aiayn.conformance.inputs import profiles
 
-    if not _SALT:
+    run = config.stash[_STATE]
+    if run.shape_salt is None:
         seed = config.getoption("hypothesis_seed", None)
         worker = _worker_input(config)
         if profiles.PROFILES[profiles.active()][1]:
-            _SALT.append(0)
+            run.shape_salt = 0
         elif seed is not None:
-            _SALT.append(zlib.crc32(str(seed).encode()))
+            run.shape_salt = zlib.crc32(str(seed).encode())
         elif worker and worker.get("testrunuid"):
-            _SALT.append(zlib.crc32(str(worker["testrunuid"]).encode()))
+            run.shape_salt = zlib.crc32(str(worker["testrunuid"]).encode())
         else:
-            _SALT.append(int.from_bytes(os.urandom(4), "little"))
-    return _SALT[0]
+            run.shape_salt = int.from_bytes(os.urandom(4), "little")
+    return run.shape_salt
 
 
 def _spec_of(impl: Any, config: pytest.Config) -> str | None:
@@ -849,7 +848,8 @@ def _main_thread_frames(dump: str) -> list[str]:
     return mine[0][1:] if mine else []
 
 
-#: The run of the session in progress (pytest_runtest_logreport is not given the config).
+#: The session's _Run, also under config.stash (pytest_runtest_logreport is not given the config): the one place the
+#: plugin keeps what a run knows, besides the per-item stash keys (_STATS, _DECLARED).
 _CURRENT: list[_Run] = []
 
 
