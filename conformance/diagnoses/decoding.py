@@ -197,11 +197,16 @@ def _positions(params: Mapping[str, Any], start: int, n: int, d_model: int, tabl
     return table(start + n, d_model)[start:]
 
 
+def _source_mask(n_src: int, lengths: Any) -> np.ndarray | None:
+    """The source padding mask (B, 1, n_src) of ``lengths``, or None."""
+    return None if lengths is None else np.arange(n_src)[None, None, :] < np.asarray(lengths)[:, None, None]
+
+
 def _memory(a: Mapping[str, Any], src: np.ndarray, lengths: Any, table: Table) -> tuple[np.ndarray, np.ndarray | None]:
     """The encoder's output and the source padding mask (B, 1, n_src) or None."""
     params, h, eps = a["params"], a["num_heads"], a["eps"]
     d_model = np.asarray(params["embedding"]).shape[1]
-    mask = None if lengths is None else np.arange(src.shape[1])[None, None, :] < np.asarray(lengths)[:, None, None]
+    mask = _source_mask(src.shape[1], lengths)
     x = embedding_lookup(src, params["embedding"]) + _positions(params, 0, src.shape[1], d_model, table)
     for layer in params["encoder"]:
         x = encoder_layer(x, layer, h, mask, eps=eps)
@@ -218,7 +223,8 @@ def cached_logits(
     index)``), run by a cached decoder of the oracle's sub-layers in float64 with the bug ``flags`` switched in.
 
     ``a``: the oracle's arguments (``src``, ``params``, ``num_heads``, ``src_lengths``, ``eps``). After a reorder the
-    memory is the encoder's output for the reordered sources (as the suite passes it), unless ``stale_memory``.
+    memory is the encoder's output for the reordered sources (as the suite passes it), unless ``stale_memory`` (the
+    first step's memory kept, read under the padding mask of the reordered lengths each step is passed).
     Flags: ``restart`` (positions from 0 at each step), ``skip_position`` (a one-token step after a cache at position
     c + 1), ``top_left`` (the causal mask aligned top-left), ``unextended_mask`` (the new tokens' causal mask only,
     the cached positions hidden), ``mask_once`` (the source mask at the first step only), ``stale_memory``,
@@ -251,7 +257,9 @@ def cached_logits(
             elif not f.get("not_reordered"):
                 cache = [(k[index], v[index]) for k, v in cache or []]
             lengths = None if lengths is None else np.asarray(lengths)[index]
-            if not f.get("stale_memory"):
+            if f.get("stale_memory"):  # the first step's memory kept; the padding mask of the lengths passed now
+                mask = _source_mask(src.shape[1], lengths)
+            else:
                 memory, mask = _memory(a, src[index], lengths, table)
             out = []
             continue
