@@ -517,6 +517,13 @@ class SlowSoftmax(NumpyImplementation):
         return super().softmax(x, axis)
 
 
+def _default_signals() -> None:
+    """In the child, before it runs: SIGINT and SIGTERM as a shell starts a command (an ignored signal stays ignored
+    across exec, and a process of the test run may have left one ignored: the run would then never see it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(  # each signal once and each mode once: in workers (xdist's controller) and in-process
     ("sig", "workers"), [(signal.SIGTERM, 2), (signal.SIGINT, 0)], ids=["SIGTERM-workers", "SIGINT-in-process"]
 )
@@ -530,7 +537,15 @@ def test_an_interrupted_run_writes_no_report_under_the_main_name(tmp_path: Path,
     env |= {"AIAYN_TEST_MARKER": str(marker), "TMPDIR": str(temp), "AIAYN_FAILURES": str(tmp_path / "failures")}
     command = [sys.executable, "-m", "aiayn", "check", "test_untrusted_plugins:SlowSoftmax", f"--workers={workers}"]
     command += ["--profile=dev", "--dtype=float64", f"--report={tmp_path}", "-k", "softmax and not gradients"]
-    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_default_signals,
+    )
     try:
         deadline = time.monotonic() + 240
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
