@@ -1078,7 +1078,7 @@ def as_report(table: Mapping[str, Any]) -> Report:
         "Each mutant is the NumPy built-in with one bug (`conformance/studies/mutants.py`) in its forward pass or in "
         "its hand-written backward, checked by `pytest conformance` "
         f"(Hypothesis profile `{table['hypothesis_profile']}`, no shrinking) on the equations the bug lives in; "
-        "the meta-test `tests/meta/test_conformance_mutants.py` repeats this in `make test` with the derandomized "
+        "the meta-test `tests/meta/test_conformance_mutants.py` repeats this in `make test-slow` with the derandomized "
         "profile `smoke` (the same 8 examples per check every run).",
         "",
         "*Diagnosed as*: the departures (`conformance/diagnoses/forward.py`; for gradients "
