@@ -123,12 +123,12 @@ def _under(prefix: str, grads: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 # --------------------------------------------------------------------------------------------
 # the fast tier against the exact one
 
-# The fast tier computes every stage in longdouble (u = 2^-64) and rounds once to float64 (half an ulp). To first
-# order its error is sum_k |J_k| l_k over the stages (propagation.py's analysis): some 40 stages per layer, each with
-# a local error of a few u times the magnitudes it combines (at most 16 terms here), carried by a downstream
+# The fast tier computes every stage in longdouble (u = 2^-64) and rounds once to float64 (half an ulp). To first order
+# its error is sum_k |J_k| l_k over the stages (budgets/composites/forward.py's analysis): some 40 stages per layer,
+# each with a local error of a few u times the magnitudes it combines (at most 16 terms here), carried by a downstream
 # condition of order 10 for these O(1) draws. 2^-52 = 4096 u of the largest gradient of the call covers that with a
-# margin of 10 or more (measured: about 15 u); a wrong formula misses by O(1). The scale is the call's largest
-# gradient, not each element's: a gradient that is exactly 0 (b_k's, sum_j dK_j = 0) is rounding noise in both.
+# margin of 10 or more (measured: about 15 u); a wrong formula misses by O(1). The scale is the call's largest gradient,
+# not each element's: a gradient that is exactly 0 (b_k's, sum_j dK_j = 0) is rounding noise in both.
 FAST_BOUND = 2.0**-52
 
 

@@ -92,7 +92,7 @@ class UnsupportedInput(Exception):
 
 
 # --------------------------------------------------------------------------------------------
-# statistics for the report (collected per test by the plugin, plugin.py)
+# statistics for the report (collected per test by the plugin, run/plugin.py)
 
 
 @dataclass(kw_only=True)
