@@ -1,5 +1,6 @@
 """Decoding (§3.2.3, §6.1) against ``aiayn.reference.decoding``: the cached decoder fed in chunks, a cache reordered
-by beam indices, and beam search with GNMT's length penalty (few examples each: every one runs the whole model)."""
+by beam indices, and beam search with GNMT's length penalty (few examples each: every one runs the whole model; an
+implementation without the methods is skipped as "not provided" before anything is drawn)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from aiayn.conformance.inputs.profiles import profile
 @profile(0.5)
 @given(data=st.data())
 def test_cached_decoding_equals_the_full_forward(impl: Any, dtype: str, data: st.DataObject) -> None:
+    C.provided(impl, "steps")
     C.cached_decoding_equals_the_full_forward(
         impl, dtype, **data.draw(S.decode_inputs(dtype, scope=S.scope(impl, "transformer_forward")))
     )
@@ -28,6 +30,7 @@ def test_cached_decoding_equals_the_full_forward(impl: Any, dtype: str, data: st
 @profile(0.25)
 @given(data=st.data())
 def test_reordered_cache_equals_the_reordered_prefixes(impl: Any, dtype: str, data: st.DataObject) -> None:
+    C.provided(impl, "steps")
     C.reordered_cache_equals_the_reordered_prefixes(
         impl, dtype, **data.draw(S.decode_inputs(dtype, kind="reorder", scope=S.scope(impl, "transformer_forward")))
     )
@@ -37,6 +40,7 @@ def test_reordered_cache_equals_the_reordered_prefixes(impl: Any, dtype: str, da
 @profile(0.25)
 @given(data=st.data())
 def test_beam_search_finds_the_oracles_hypothesis(impl: Any, dtype: str, data: st.DataObject) -> None:
+    C.provided(impl, "search")
     C.beam_search_finds_the_oracles_hypothesis(
         impl, dtype, **data.draw(S.decode_inputs(dtype, kind="beam", scope=S.scope(impl, "transformer_forward")))
     )

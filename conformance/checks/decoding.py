@@ -52,14 +52,19 @@ AGREEMENT = ("cached_decoding_equals_the_full_forward", "beam_search_finds_the_o
 _MODEL = record("transformer_forward")
 
 
-def _provided(case: Case, which: str) -> None:
-    """Skip as "not provided" unless the implementation has the record's ``which`` methods ("steps", "search")."""
+def provided(impl: Any, which: str) -> None:
+    """Skip as "not provided" unless ``impl`` has the record's ``which`` methods ("steps", "search"): the tests call
+    it before they draw, the checks again (a replayed check)."""
     import pytest
 
     methods = getattr(_MODEL.decode, which)
-    missing = [m for m in methods if not callable(getattr(case.impl, m, None))]
+    missing = [m for m in methods if not callable(getattr(impl, m, None))]
     if missing:  # reported "not provided" in the decode row (report._row), never counted as a pass
-        pytest.skip(f"not provided: {getattr(case.impl, 'name', case.impl)} has no {', '.join(missing)}")
+        pytest.skip(f"not provided: {getattr(impl, 'name', impl)} has no {', '.join(missing)}")
+
+
+def _provided(case: Case, which: str) -> None:
+    provided(case.impl, which)
 
 
 def _arguments(seen: dict[str, Any], src: np.ndarray, tgt: np.ndarray | None, lengths: Any) -> dict[str, Any]:
