@@ -380,7 +380,7 @@ def beam_search(
             if renormalise:
                 with np.errstate(divide="ignore"):
                     table -= np.log1p(-np.exp(table[:, eos : eos + 1]))
-            table[:, eos] = -np.inf
+            table[:, eos] = -np.inf  # the departure a diagnosis computes to name it; §6.1's search has m = 0
         cand = [
             (logp + LD(table[i, v]), i * vocab + v, i, v)
             for i, (_, logp) in enumerate(alive)

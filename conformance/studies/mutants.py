@@ -892,7 +892,7 @@ class BeamMinLengthRenormalised(DecodeMutant):
         if t > 2:
             return logp
         out = logp - np.log1p(-np.exp(logp[:, eos : eos + 1]))
-        out[:, eos] = -np.inf
+        out[:, eos] = -np.inf  # the bug this mutant carries (EOS unreachable at steps 1-2): the suite must catch it
         return out
 
 
@@ -906,7 +906,7 @@ class BeamMinLength(DecodeMutant):
         if t > 2:
             return logp
         out = logp.copy()
-        out[:, eos] = -np.inf
+        out[:, eos] = -np.inf  # the bug this mutant carries (EOS unreachable at steps 1-2): the suite must catch it
         return out
 
 
