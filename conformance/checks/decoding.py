@@ -63,10 +63,6 @@ def provided(impl: Any, which: str) -> None:
         pytest.skip(f"not provided: {getattr(impl, 'name', impl)} has no {', '.join(missing)}")
 
 
-def _provided(case: Case, which: str) -> None:
-    provided(case.impl, which)
-
-
 def _arguments(seen: dict[str, Any], src: np.ndarray, tgt: np.ndarray | None, lengths: Any) -> dict[str, Any]:
     """The whole model's arguments (its record's ``arguments``) on (src, tgt) with the model the implementation saw:
     a decoder's target is the tokens it generated, never padded. ``tgt`` None: the encoder's side only (a cached
@@ -120,7 +116,7 @@ def cached_decoding_equals_the_full_forward(
 ) -> None:
     """Feeding the target to ``decode_step`` in ``chunks`` (one at a time, a prefill then one at a time, any split)
     gives the whole model's logits at every position, within its forward budget."""
-    _provided(case, "steps")
+    provided(case.impl, "steps")
     if sum(chunks) != tgt.shape[1]:
         raise ValueError(f"test construction: chunks {chunks} do not sum to the target length {tgt.shape[1]}")
     natives, seen = prepare(case, src=src, tgt=tgt, params=params, num_heads=num_heads, src_lengths=src_lengths)
@@ -170,7 +166,7 @@ def reordered_cache_equals_the_reordered_prefixes(
 ) -> None:
     """A cache of the prefixes ``tgt``, reordered to rows ``index`` (repeats allowed) and fed ``new`` tokens, gives
     the whole model's logits for the reordered prefixes followed by those tokens."""
-    _provided(case, "steps")
+    provided(case.impl, "steps")
     natives, seen = prepare(case, src=src, tgt=tgt, params=params, num_heads=num_heads, src_lengths=src_lengths)
     memory = case.call("encode", natives["src"], natives["params"], num_heads, natives["src_lengths"])
     b, s = tgt.shape
@@ -310,7 +306,7 @@ def beam_search_finds_the_oracles_hypothesis(
     no choice of the search was within the scores' error), and its score is the oracle's score of what it returned."""
     from aiayn.reference import decoding as D
 
-    _provided(case, "search")
+    provided(case.impl, "search")
     natives, seen = prepare(case, src=src, params=params, num_heads=num_heads, src_lengths=src_lengths)
     b, n_src = src.shape
     vocab = params["embedding"].shape[0]
