@@ -57,6 +57,9 @@ class _Op:
     inputs: tuple[str, ...]
     jvp: Callable[..., tuple[Tangent, ...]]  # jvp(*input values, *input tangents) -> a tangent per output
     local: Callable[[Precision], tuple[np.ndarray, ...]]  # elementwise bounds on this stage's own rounding errors
+    # vjp(*output cotangents) -> a cotangent per input (None: zero), each with a leading axis of rows; None where the
+    # stage has no transpose written, and the graph is then bounded in forward mode
+    vjp: Callable[..., tuple[Tangent, ...]] | None = None
 
 
 class _Graph:
@@ -70,7 +73,7 @@ class _Graph:
     def source(self, name: str, value: np.ndarray, local: Callable[[Precision], np.ndarray]) -> None:
         """A stage with no upstream stage (an embedding): only a local error."""
         self.values[name] = value
-        self.ops.append(_Op((name,), (), lambda: (None,), lambda p: (local(p),)))
+        self.ops.append(_Op((name,), (), lambda: (None,), lambda p: (local(p),), lambda c: ()))
 
     def stage(
         self,
@@ -79,9 +82,10 @@ class _Graph:
         value: np.ndarray,
         jvp: Callable[..., np.ndarray],
         local: Callable[[Precision], np.ndarray],
+        vjp: Callable[[np.ndarray], tuple[Tangent, ...]] | None = None,
     ) -> np.ndarray:
         self.values[name] = value
-        self.ops.append(_Op((name,), tuple(inputs), lambda *a: (jvp(*a),), lambda p: (local(p),)))
+        self.ops.append(_Op((name,), tuple(inputs), lambda *a: (jvp(*a),), lambda p: (local(p),), vjp))
         return value
 
     def stages(
@@ -101,24 +105,62 @@ class _Graph:
         return self.bounds([output], precisions)[output]
 
     def bounds(self, outputs: Sequence[str], precisions: Sequence[Precision]) -> dict[str, np.ndarray]:
-        """sum_k |J_k| L_k at each of ``outputs``, with L_k summed over ``precisions``: each stage output's local
-        error, one column per element, carried forward through every later stage that reads it."""
-        totals = {name: np.zeros_like(self.values[name]) for name in outputs}
-        last = max(i for i, op in enumerate(self.ops) if set(op.outs) & set(totals))
-        read = {name for op in self.ops[: last + 1] for name in op.inputs}
-        for index, op in enumerate(self.ops[: last + 1]):
-            locals_ = [sum(parts) for parts in zip(*(op.local(p) for p in precisions))]
-            for out, local in zip(op.outs, locals_):
+        """sum_k |J_k| L_k at each of ``outputs``, with L_k summed over ``precisions``.
+
+        Where every stage up to the outputs has its transpose (``vjp``), the Jacobians come in reverse mode: one row
+        per element of an output, carried back through the stages, |J_k| read at each stage; the cost grows with
+        the output's size, not with the sum of every stage's (forward mode, one column per element of each stage,
+        carried forward). Both give the same sum (``tests/test_forward_propagation.py``)."""
+        last = max(i for i, op in enumerate(self.ops) if set(op.outs) & set(outputs))
+        ops = self.ops[: last + 1]
+        locals_ = []  # per stage: its outputs' local bounds
+        for op in ops:
+            found = []
+            for local in (sum(parts) for parts in zip(*(op.local(p) for p in precisions))):
                 # NaN (an overflowed bound, inf - inf) is no bound, as inf: clamped to 1e300 so that 0 x bound stays 0
                 # in the Jacobian products; every element it reaches is at or above harness.VACUOUS: not checked
-                local = np.minimum(np.where(np.isnan(local), np.inf, local), 1e300)
+                found.append(np.minimum(np.where(np.isnan(local), np.inf, local), 1e300))
+            locals_.append(found)
+        if all(op.vjp is not None for op in ops):
+            totals = {name: self._reverse(ops, locals_, name) for name in outputs}
+        else:
+            totals = self._forward(ops, locals_, outputs)
+        return {name: total * B.SAFETY for name, total in totals.items()}
+
+    def _reverse(self, ops: Sequence[_Op], locals_: Sequence[Sequence[np.ndarray]], output: str) -> np.ndarray:
+        """sum_k |J_k| L_k at ``output``: its rows of every J_k, carried back from the identity at ``output``."""
+        value = self.values[output]
+        m = value.size
+        cotangents: dict[str, np.ndarray] = {output: np.eye(m).reshape(m, *value.shape)}  # (m, *stage shape) each
+        total = np.zeros(m)
+        for op, locs in zip(reversed(ops), reversed(locals_)):
+            outs = [cotangents.pop(name, None) for name in op.outs]
+            if all(c is None for c in outs):
+                continue
+            for c, local in zip(outs, locs):
+                if c is not None and np.any(local):
+                    total += np.abs(c).reshape(m, -1) @ local.reshape(-1)
+            for name, c in zip(op.inputs, op.vjp(*outs)):  # type: ignore[misc]
+                if c is not None:
+                    cotangents[name] = cotangents[name] + c if name in cotangents else c
+        return total.reshape(value.shape)
+
+    def _forward(
+        self, ops: Sequence[_Op], locals_: Sequence[Sequence[np.ndarray]], outputs: Sequence[str]
+    ) -> dict[str, np.ndarray]:
+        """sum_k |J_k| L_k at each of ``outputs``: each stage output's local error, one column per element, carried
+        forward through every later stage that reads it."""
+        totals = {name: np.zeros_like(self.values[name]) for name in outputs}
+        read = {name for op in ops for name in op.inputs}
+        for index, op in enumerate(ops):
+            for out, local in zip(op.outs, locals_[index]):
                 if out in totals:
                     totals[out] = totals[out] + local
                 if out not in read or not np.any(local):
                     continue
                 n = local.size
                 tangents: dict[str, Tangent] = {out: (np.eye(n) * local.reshape(-1)).reshape(n, *local.shape)}
-                for later in self.ops[index + 1 : last + 1]:
+                for later in ops[index + 1 :]:
                     ins = [tangents.get(name) for name in later.inputs]
                     if all(t is None for t in ins):
                         continue
@@ -128,7 +170,7 @@ class _Graph:
                 for name in totals:
                     if name != out and tangents.get(name) is not None:
                         totals[name] = totals[name] + np.sum(np.abs(tangents[name]), axis=0)
-        return {name: total * B.SAFETY for name, total in totals.items()}
+        return totals
 
 
 def _zero(t: Tangent, like: np.ndarray) -> np.ndarray:
@@ -147,17 +189,11 @@ def _softmax_masked(s: np.ndarray, visible: np.ndarray) -> np.ndarray:
 
 
 def _mha(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    params: Mapping[str, np.ndarray],
-    h: int,
-    mask: np.ndarray | None,
-    dq: Tangent = None,
-    dk: Tangent = None,
-    dv: Tangent = None,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """(value, tangent) of MultiHead (§3.2.2); the tangent of head i: dP V + P dV with dP = P o (dS - sum P dS)."""
+    query: np.ndarray, key: np.ndarray, value: np.ndarray, params: Mapping[str, np.ndarray], h: int, mask: Any
+) -> tuple[np.ndarray, Callable[..., np.ndarray], Callable[[np.ndarray], tuple[np.ndarray, ...]]]:
+    """MultiHead (§3.2.2) at these inputs, its tangent map and that map's transpose (the heads' Q, K, V and
+    weights P kept for both). Tangent of head i: dP V + P dV with dP = P o (dS - sum P dS), dS = (dQ K^T + Q dK^T) /
+    sqrt(d_k) at visible keys; the transpose runs the same products backwards (P o (G - sum P G) is its own)."""
 
     def proj(x: np.ndarray, w: str, b: str) -> np.ndarray:
         return x @ params[w] + (params[b] if params.get(b) is not None else 0.0)
@@ -174,38 +210,61 @@ def _mha(
     )
     p = _softmax_masked(s, visible)
     out = _merge(p @ v) @ params["w_o"] + (params["b_o"] if params.get("b_o") is not None else 0.0)
-    if dq is None and dk is None and dv is None:
-        return out, None
-    tq = _split(_zero(dq, query) @ params["w_q"], h)
-    tk = _split(_zero(dk, key) @ params["w_k"], h)
-    tv = _split(_zero(dv, value) @ params["w_v"], h)
-    ds = np.where(visible, (tq @ np.swapaxes(k, -1, -2) + q @ np.swapaxes(tk, -1, -2)) / root, 0.0)
-    dp = p * (ds - np.sum(p * ds, axis=-1, keepdims=True))
-    return out, _merge(dp @ v + p @ tv) @ params["w_o"]
+
+    def tangent(dq: Tangent, dk: Tangent, dv: Tangent) -> np.ndarray:
+        tq = _split(_zero(dq, query) @ params["w_q"], h)
+        tk = _split(_zero(dk, key) @ params["w_k"], h)
+        tv = _split(_zero(dv, value) @ params["w_v"], h)
+        ds = np.where(visible, (tq @ np.swapaxes(k, -1, -2) + q @ np.swapaxes(tk, -1, -2)) / root, 0.0)
+        dp = p * (ds - np.sum(p * ds, axis=-1, keepdims=True))
+        return _merge(dp @ v + p @ tv) @ params["w_o"]
+
+    def transpose(c: np.ndarray) -> tuple[np.ndarray, ...]:  # c: (rows, ..., n_q, d_model)
+        g = _split(c @ params["w_o"].T, h)  # (rows, ..., h, n_q, d_v)
+        gp = g @ np.swapaxes(v, -1, -2)
+        gs = np.where(visible, p * (gp - np.sum(p * gp, axis=-1, keepdims=True)), 0.0) / root
+        gq, gk, gv = gs @ k, np.swapaxes(gs, -1, -2) @ q, np.swapaxes(p, -1, -2) @ g
+        return _merge(gq) @ params["w_q"].T, _merge(gk) @ params["w_k"].T, _merge(gv) @ params["w_v"].T
+
+    return out, tangent, transpose
 
 
 def _layer_norm(
-    x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float, dx: Tangent = None
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """(value, tangent) of LayerNorm: d x_hat = (dc - x_hat (x_hat . dc) / d) / s, dc = dx - mean(dx)."""
+    x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float
+) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], tuple[np.ndarray]]]:
+    """LayerNorm at x, its tangent map d x_hat = (dc - x_hat mean(x_hat dc)) / s with dc = dx - mean(dx), and that
+    map's transpose (the same two projections in the other order)."""
     c = x - np.mean(x, axis=-1, keepdims=True)
     s = np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps)
     xh = c / s
-    out = xh * gain + bias
-    if dx is None:
-        return out, None
-    dc = dx - np.mean(dx, axis=-1, keepdims=True)
-    d_xh = (dc - xh * np.mean(xh * dc, axis=-1, keepdims=True)) / s
-    return out, d_xh * gain
+
+    def tangent(dx: np.ndarray) -> np.ndarray:
+        dc = dx - np.mean(dx, axis=-1, keepdims=True)
+        d_xh = (dc - xh * np.mean(xh * dc, axis=-1, keepdims=True)) / s
+        return d_xh * gain
+
+    def transpose(cot: np.ndarray) -> tuple[np.ndarray]:
+        g = cot * gain
+        u = (g - xh * np.mean(xh * g, axis=-1, keepdims=True)) / s
+        return (u - np.mean(u, axis=-1, keepdims=True),)
+
+    return xh * gain + bias, tangent, transpose
 
 
-def _ffn(x: np.ndarray, ffn: Mapping[str, np.ndarray], dx: Tangent = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """(value, tangent) of Eq. (2); ReLU's derivative taken at the exact pre-activation."""
+def _ffn(
+    x: np.ndarray, ffn: Mapping[str, np.ndarray]
+) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], tuple[np.ndarray]]]:
+    """Eq. (2) at x, its tangent map and that map's transpose; ReLU's derivative taken at the exact pre-activation."""
     hidden = x @ ffn["w1"] + ffn["b1"]
-    out = np.maximum(hidden, 0.0) @ ffn["w2"] + ffn["b2"]
-    if dx is None:
-        return out, None
-    return out, ((dx @ ffn["w1"]) * (hidden > 0)) @ ffn["w2"]
+    active = hidden > 0
+
+    def tangent(dx: np.ndarray) -> np.ndarray:
+        return ((dx @ ffn["w1"]) * active) @ ffn["w2"]
+
+    def transpose(c: np.ndarray) -> tuple[np.ndarray]:
+        return (((c @ ffn["w2"].T) * active) @ ffn["w1"].T,)
+
+    return np.maximum(hidden, 0.0) @ ffn["w2"] + ffn["b2"], tangent, transpose
 
 
 # --------------------------------------------------------------------------------------------
@@ -215,15 +274,15 @@ def _ffn(x: np.ndarray, ffn: Mapping[str, np.ndarray], dx: Tangent = None) -> tu
 def _add_mha(
     g: _Graph, name: str, q: str, k: str, v: str, params: Mapping[str, np.ndarray], h: int, mask: np.ndarray | None
 ) -> None:
-    vals = g.values
-    value, _ = _mha(vals[q], vals[k], vals[v], params, h, mask)
-    qv, kv, vv = vals[q], vals[k], vals[v]
+    qv, kv, vv = g.values[q], g.values[k], g.values[v]
+    value, tangent, transpose = _mha(qv, kv, vv, params, h, mask)
     g.stage(
         name,
         (q, k, v),
         value,
-        lambda a, b, c, ta, tb, tc: _mha(a, b, c, params, h, mask, ta, tb, tc)[1],
+        lambda a, b, c, ta, tb, tc: tangent(ta, tb, tc),
         lambda p: B.multi_head_attention(qv, kv, vv, params, h, mask, p),
+        transpose,
     )
 
 
@@ -231,27 +290,36 @@ def _add_residual_norm(g: _Graph, name: str, x: str, sub: str, norm: Mapping[str
     """LayerNorm(x + Sublayer(x)) (§3.1) as two stages: the sum (one rounding) and the LayerNorm."""
     r = g.values[x] + g.values[sub]
     g.stage(
-        f"{name}.sum", (x, sub), r, lambda a, b, ta, tb: _zero(ta, a) + _zero(tb, b), lambda p: p.op * np.abs(r) + p.eta
+        f"{name}.sum",
+        (x, sub),
+        r,
+        lambda a, b, ta, tb: _zero(ta, a) + _zero(tb, b),
+        lambda p: p.op * np.abs(r) + p.eta,
+        lambda c: (c, c),
     )
     gain, bias = norm["gain"], norm["bias"]
     g.norm_inputs.append(f"{name}.sum")
+    value, tangent, transpose = _layer_norm(r, gain, bias, eps)
     g.stage(
         name,
         (f"{name}.sum",),
-        _layer_norm(r, gain, bias, eps)[0],
-        lambda a, ta: _layer_norm(a, gain, bias, eps, ta)[1],
+        value,
+        lambda a, ta: tangent(ta),
         lambda p: B.layer_norm(r, gain, bias, eps, p),
+        transpose,
     )
 
 
 def _add_ffn(g: _Graph, name: str, x: str, ffn: Mapping[str, np.ndarray]) -> None:
     xv = g.values[x]
+    value, tangent, transpose = _ffn(xv, ffn)
     g.stage(
         name,
         (x,),
-        _ffn(xv, ffn)[0],
-        lambda a, ta: _ffn(a, ffn, ta)[1],
+        value,
+        lambda a, ta: tangent(ta),
         lambda p: B.feed_forward(xv, ffn["w1"], ffn["b1"], ffn["w2"], ffn["b2"], p),
+        transpose,
     )
 
 
@@ -384,6 +452,7 @@ def _forward_graph(
         yv @ emb.T,
         lambda a, ta: ta @ emb.T,
         lambda p: gamma(d + 1, p.op) * (np.abs(yv) @ np.abs(emb).T) + (d + 1) * p.eta,
+        lambda c: (c @ emb,),
     )
     return g
 
