@@ -529,6 +529,17 @@ def _deselect_direction(config: pytest.Config, items: list[pytest.Item], directi
 
 
 @pytest.hookimpl(trylast=True)
+def _longest_first(items: list[pytest.Item]) -> None:
+    """The suite's modules in the reverse of their order (whole-model checks, then layers, then single equations),
+    other tests after them: xdist hands tests out in this order, so the longest go first and the workers end
+    together rather than one waiting on the other's last whole-model check. Every worker sorts alike (xdist needs
+    one order); a run without workers keeps the paper's order."""
+    from aiayn.conformance import TEST_MODULES
+
+    rank = {name: i for i, name in enumerate(reversed(TEST_MODULES))}
+    items.sort(key=lambda item: rank.get(getattr(item.module, "__name__", "").rpartition(".")[2], len(rank)))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A failure the implementation declares in ``known_deviations`` is expected, strictly.
 
@@ -543,6 +554,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _deselect_direction(config, items, BACKWARD)
     if config.getoption("--aiayn-no-decode"):
         _deselect_direction(config, items, DECODE)
+    if _is_worker(config):
+        _longest_first(items)
     for item in items:
         if not _is_aiayn(item):
             continue
