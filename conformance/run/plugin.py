@@ -528,7 +528,6 @@ def _deselect_direction(config: pytest.Config, items: list[pytest.Item], directi
         items[:] = [i for i in items if i not in set(dropped)]
 
 
-@pytest.hookimpl(trylast=True)
 def _longest_first(items: list[pytest.Item]) -> None:
     """The suite's modules in the reverse of their order (whole-model checks, then layers, then single equations),
     other tests after them: xdist hands tests out in this order, so the longest go first and the workers end
@@ -540,6 +539,7 @@ def _longest_first(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(getattr(item.module, "__name__", "").rpartition(".")[2], len(rank)))
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A failure the implementation declares in ``known_deviations`` is expected, strictly.
 
