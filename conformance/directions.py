@@ -1,5 +1,5 @@
 """The directions a check of an equation runs in, named once (a report has one row per equation, dtype and
-direction).
+direction), and the checks of decoding, named once (a fixed case, a departure and the record say which they concern).
 
 A :class:`Direction` is a ``str`` (its value), so that results cross between processes and into the reports' JSON
 as the plain names they always had, and compare equal to them.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["BACKWARD", "DECODE", "DIRECTIONS", "Direction", "FORWARD"]
+__all__ = ["BACKWARD", "BEAM_SEARCH", "CACHED_STEPS", "DECODE", "DIRECTIONS", "Direction", "FORWARD", "REORDERED_CACHE"]
 
 
 class Direction(str, Enum):
@@ -27,3 +27,10 @@ FORWARD, BACKWARD, DECODE = Direction.FORWARD, Direction.BACKWARD, Direction.DEC
 
 #: Every direction, in the order of a report's rows.
 DIRECTIONS: tuple[Direction, ...] = tuple(Direction)
+
+#: The decoding checks (``checks/decoding.py``; the test of each is ``test_<name>``, ``test_decoding.py``): the cached
+#: decoder fed in chunks against the full forward pass, a reordered cache against the reordered prefixes, and beam
+#: search against §6.1's.
+CACHED_STEPS = "cached_decoding_equals_the_full_forward"
+REORDERED_CACHE = "reordered_cache_equals_the_reordered_prefixes"
+BEAM_SEARCH = "beam_search_finds_the_oracles_hypothesis"

@@ -32,10 +32,11 @@ from aiayn.conformance.budgets import forward as B
 from aiayn.conformance.budgets.composites import backward as BP
 from aiayn.conformance.budgets.composites import forward as PR
 from aiayn.conformance.diagnoses import forward as D
-from aiayn.conformance.directions import BACKWARD, DECODE
+from aiayn.conformance.directions import BACKWARD, BEAM_SEARCH, CACHED_STEPS, DECODE
 from aiayn.conformance.inputs import strategies as S
 from aiayn.conformance.numerics import floored, precision
 from aiayn.reference import attention as ref_attention
+from aiayn.reference import decoding as ref_decoding
 from aiayn.reference import layers as ref_layers
 from aiayn.reference import model as ref_model
 from aiayn.reference import positional as ref_positional
@@ -127,13 +128,18 @@ class Decode:
     ``steps``: the implementation's methods of cached decoding, ``search``: of beam search
     (``implementations/protocol.py``, "Decoding"; absent ones: "not provided"). The cached step's oracle and budget are
     the record's own forward ones restricted to the step's positions (``aiayn.reference.decoding.step_logits``: the
-    decoder is causal); the search's oracle is ``aiayn.reference.decoding.beam_search`` with the declared policies,
-    its budget ``budgets/decoding.py`` built on the same forward budget (``checks/decoding.py``).
+    decoder is causal); the search's oracle is ``search_oracle`` (over a scorer of prefixes, with the declared
+    policies) and its length penalty ``length_penalty``, its budget ``budgets/decoding.py`` built on the same forward
+    budget (``checks/decoding.py``). ``agreement``: the decoding checks that compare with the oracle directly (what
+    ``--aiayn-agreement-only`` keeps of decoding).
     """
 
     steps: tuple[str, ...]
     search: tuple[str, ...]
     budget_name: str
+    search_oracle: Callable[..., Any]
+    length_penalty: Callable[[int, float], float]
+    agreement: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -576,6 +582,9 @@ _RECORDS: tuple[Equation, ...] = (
             steps=("encode", "decode_step", "reorder_cache"),
             search=("beam_search",),
             budget_name="the forward budget at the step's positions; budgets.decoding.accumulated for beam scores",
+            search_oracle=ref_decoding.beam_search,
+            length_penalty=ref_decoding.length_penalty,
+            agreement=(CACHED_STEPS, BEAM_SEARCH),
         ),
     ),
 )

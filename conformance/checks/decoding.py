@@ -32,7 +32,7 @@ from aiayn.conformance.diagnoses.decoding import (
     cached_logits,
 )
 from aiayn.conformance.diagnoses.forward import CATALOGUE, evaluate
-from aiayn.conformance.directions import DECODE
+from aiayn.conformance.directions import CACHED_STEPS, DECODE
 from aiayn.conformance.equations import record
 from aiayn.conformance.numerics import precision
 from aiayn.conformance.run.harness import Case, OverBudget, check, compare, matches
@@ -42,11 +42,6 @@ from aiayn.implementations.decoding import beam_policies
 #: (which candidates stay alive, which finish, when it stops, which is best) was within the error the two sets of
 #: scores may carry, so the implementation's own rounding may take it the other way.
 TIE = "beam search: a choice within the scores' error (tie-aware: either hypothesis is right)"
-
-#: The decoding checks that compare with the oracle directly (``--aiayn-agreement-only`` keeps them): the cached
-#: decoder against the full forward pass, beam search against §6.1's.
-AGREEMENT = ("cached_decoding_equals_the_full_forward", "beam_search_finds_the_oracles_hypothesis")
-
 
 #: The record decoding is checked against: the whole model's (its oracle, budget, policies and diagnoses' model).
 _MODEL = record("transformer_forward")
@@ -304,8 +299,6 @@ def beam_search_finds_the_oracles_hypothesis(
 ) -> None:
     """Each sentence's hypothesis is the oracle's beam search's on the same model with the declared policies (where
     no choice of the search was within the scores' error), and its score is the oracle's score of what it returned."""
-    from aiayn.reference import decoding as D
-
     provided(case.impl, "search")
     natives, seen = prepare(case, src=src, params=params, num_heads=num_heads, src_lengths=src_lengths)
     b, n_src = src.shape
@@ -341,7 +334,7 @@ def beam_search_finds_the_oracles_hypothesis(
             "alpha": alpha,
             **{key: rule[key] for key in ("eos_rank", "early_stop", "at_max_length", "length_counts")},
         }
-        result = D.beam_search(scored, **kw)
+        result = _MODEL.decode.search_oracle(scored, **kw)
         log_p, bound, penalty, eos_lp = _path(case, scored, seen, i, tokens, alpha, eos, rule, bos)
         extra = 1 if rule["length_counts"] == "bos_eos" else 0
         case.diagnosis = _BeamDiagnosis(
@@ -396,9 +389,7 @@ def beam_search_finds_the_oracles_hypothesis(
 
 def _searcher(scored: _Scored, kw: dict[str, Any]) -> Any:
     """The oracle's search over ``scored`` with the declared arguments ``kw``, overrides by keyword."""
-    from aiayn.reference import decoding as D
-
-    return lambda **overrides: D.beam_search(scored, **{**kw, **overrides})
+    return lambda **overrides: _MODEL.decode.search_oracle(scored, **{**kw, **overrides})
 
 
 class _BeamDiagnosis:
@@ -472,7 +463,7 @@ def _variant_path(
 
 #: The check whose departures are bugs of a cached step, and the flags of those that show only in a chunk of several
 #: tokens (a beam search feeds one at a time).
-_STEP_CHECK = "cached_decoding_equals_the_full_forward"
+_STEP_CHECK = CACHED_STEPS
 _CHUNKS_ONLY = frozenset({"top_left", "reversed"})
 
 #: The departure a hypothesis longer than its sentence's maximum length, within the batch's largest, matches.
@@ -571,8 +562,6 @@ def _path(
     """The oracle's log P(tokens | source) of a hypothesis (teacher-forced log-probabilities summed), the bound on an
     implementation's (``budgets.decoding.accumulated`` along that path), its penalty lp(|Y|) (1 where a
     "dropped" search returns an alive hypothesis because none finished), and log P(EOS) at each step (T,)."""
-    from aiayn.reference import decoding as D
-
     src = seen["src"][i : i + 1]
     lengths = None if seen["src_lengths"] is None else seen["src_lengths"][i : i + 1]
     tgt = np.array([[bos, *tokens[:-1]]], dtype=np.int64)
@@ -584,5 +573,5 @@ def _path(
     steps = [DB.step_error(z[t : t + 1], beta[0, t : t + 1], scored.ps) for t in range(len(tokens))]
     raw = tokens[-1] != eos and rule["at_max_length"] == "dropped"
     extra = 1 if rule["length_counts"] == "bos_eos" else 0
-    penalty = 1.0 if raw else D.length_penalty(len(tokens) + extra, alpha)
+    penalty = 1.0 if raw else _MODEL.decode.length_penalty(len(tokens) + extra, alpha)
     return log_p, DB.accumulated(steps, log_p, scored.ps), penalty, lp[:, eos]

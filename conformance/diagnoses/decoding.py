@@ -19,6 +19,7 @@ import numpy as np
 from aiayn.conformance.budgets._heads import affine
 from aiayn.conformance.budgets._heads import merge as _merge
 from aiayn.conformance.budgets._heads import split as _split
+from aiayn.conformance.directions import BEAM_SEARCH, CACHED_STEPS, REORDERED_CACHE
 from aiayn.implementations.decoding import BEAM_POLICY_CHOICES
 from aiayn.reference.attention import multi_head_attention, scaled_dot_product_attention
 from aiayn.reference.decoding import BOUND_NOW, FIRST
@@ -45,9 +46,9 @@ BATCH = "the batch's largest"
 #: What a departure's ``search`` gives for a minimum length: each m from 1 up to the maximum length less one.
 ANY = "any"
 
-_STEPS = frozenset({"cached_decoding_equals_the_full_forward", "reordered_cache_equals_the_reordered_prefixes"})
-_REORDER = frozenset({"reordered_cache_equals_the_reordered_prefixes"})
-_BEAM = frozenset({"beam_search_finds_the_oracles_hypothesis"})
+_STEPS = frozenset({CACHED_STEPS, REORDERED_CACHE})
+_REORDER = frozenset({REORDERED_CACHE})
+_BEAM = frozenset({BEAM_SEARCH})
 
 #: Every decoding bug the suite can name; each decoding mutant (``studies/mutants.py``) carries one of these names.
 DECODING_CATALOGUE: tuple[DecodeDeparture, ...] = (

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance.directions import BACKWARD, DECODE, FORWARD
+from aiayn.conformance.directions import BACKWARD, BEAM_SEARCH, CACHED_STEPS, DECODE, FORWARD, REORDERED_CACHE
 
 __all__ = ["FIXED", "Fixed", "beam_model", "cases"]
 
@@ -427,7 +427,7 @@ def _cache() -> list[Fixed]:
         Fixed(
             "transformer_forward",
             "cache: a prefill of 2, then 1, 1, 1",
-            "cached_decoding_equals_the_full_forward",
+            CACHED_STEPS,
             {**base, "tgt": tgt, "chunks": [2, 1, 1, 1]},
             layer,
             direction=DECODE,
@@ -435,7 +435,7 @@ def _cache() -> list[Fixed]:
         Fixed(
             "transformer_forward",
             "cache: 3 positions, rows swapped, then 2 tokens",
-            "reordered_cache_equals_the_reordered_prefixes",
+            REORDERED_CACHE,
             {**base, "tgt": tgt[:, :3], "index": np.array([1, 0]), "new": tgt[::-1, 3:]},
             layer,
             direction=DECODE,
@@ -449,7 +449,7 @@ def _beam() -> list[Fixed]:
     choices (tensor2tensor's defaults) and with the bug switched in, keeping one where the two differ and every
     choice of the first is wider than float32's error (``tests/meta/test_beam_diagnoses.py``: on each, the NumPy
     built-in passes and the bug's mutant fails, named)."""
-    check = "beam_search_finds_the_oracles_hypothesis"
+    check = BEAM_SEARCH
     out = []
     for label, seed, scale, eos, beam, alpha, extra, batch in (
         (

@@ -502,11 +502,12 @@ def _is_aiayn(item: pytest.Item) -> bool:
 
 def _agreement_only(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``--aiayn-agreement-only``: keep the aiayn tests named test_<equation>, decoding's agreement tests
-    (``checks/decoding.py``, ``AGREEMENT``) and the contract's; deselect the rest of the suite."""
-    from aiayn.conformance.checks.decoding import AGREEMENT
+    (their records' ``decode.agreement``) and the contract's; deselect the rest of the suite."""
+    from aiayn.conformance.equations import RECORDS
     from aiayn.implementations.protocol import EQUATIONS
 
-    keep = {f"test_{e}" for e in EQUATIONS} | {f"test_{c}" for c in AGREEMENT}
+    agreement = {c for r in RECORDS.values() if r.decode is not None for c in r.decode.agreement}
+    keep = {f"test_{e}" for e in EQUATIONS} | {f"test_{c}" for c in agreement}
     dropped = [
         i
         for i in items
