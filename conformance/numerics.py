@@ -36,6 +36,7 @@ __all__ = [
     "PRECISIONS",
     "Precision",
     "TRANSCENDENTAL_ULPS",
+    "first_index",
     "floored",
     "gamma",
     "is_representable",
@@ -174,3 +175,9 @@ def floored(derived: np.ndarray, dtype: str, expected: np.ndarray) -> np.ndarray
     expected value (``budgets/forward.py``, module docstring, says why)."""
     floor = ulp(np.where(np.isfinite(expected), expected, 0.0), dtype)
     return np.maximum(np.broadcast_to(np.asarray(derived, dtype=np.float64), np.shape(expected)), floor)
+
+
+def first_index(mask: np.ndarray) -> tuple[int, ...]:
+    """The index of the first True of ``mask`` in C order (a 0-d mask gives ())."""
+    flat = np.flatnonzero(np.asarray(mask).reshape(-1))
+    return tuple(int(j) for j in np.unravel_index(int(flat[0]), np.shape(mask))) if flat.size else ()

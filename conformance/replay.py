@@ -5,7 +5,7 @@ else ``~/.cache/aiayn/failures``) and prints the replay command. The file names 
 implementation (as given to ``--impl``), the dtype and the check; ``--impl`` overrides the
 implementation (e.g. to try a fix under another name).
 
-A replay file is data. Every field is checked by type before use (``harness.load_case``, then the check's name,
+A replay file is data. Every field is checked by type before use (``failures.load_case``, then the check's name,
 the dtype and each argument the check's signature types here), and the implementation it names is imported only
 when it is a name aiayn knows (a built-in, a zoo adapter, or an installed package's entry point): a ``module:attr``
 named by a file is refused, with the command that runs it once you have read it (``--impl module:attr``), because
@@ -44,7 +44,7 @@ def _is_number(value: Any) -> bool:
 
 #: The argument types a check's signature names (as written in its annotation) -> (test, what is expected). An
 #: argument whose annotation is not here (``Any``, the ``**args`` of an agreement check) is checked only as
-#: ``harness.load_case`` checks every argument.
+#: ``failures.load_case`` checks every argument.
 _TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "np.ndarray": (lambda v: isinstance(v, np.ndarray), "an array"),
     "np.ndarray | None": (lambda v: v is None or isinstance(v, np.ndarray), "an array or null"),
@@ -62,7 +62,8 @@ _TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 def _read(path: Path) -> tuple[str, str, str, dict]:
-    from aiayn.conformance.run.harness import CHECKS, load_case
+    from aiayn.conformance.run.failures import load_case
+    from aiayn.conformance.run.harness import CHECKS
     from aiayn.implementations.protocol import DTYPES
 
     if not path.exists():
@@ -169,7 +170,8 @@ def replay(files: Sequence[str | Path], impl: str | None = None, *, in_process: 
     runs in a process of its own (``run/boundary.py``), or in this one with ``in_process`` (for a debugger)."""
     from aiayn.conformance.checks import load_all
     from aiayn.conformance.run import boundary, declarations
-    from aiayn.conformance.run.harness import CHECKS, ConformanceFailure, register_spec
+    from aiayn.conformance.run.failures import register_spec
+    from aiayn.conformance.run.harness import CHECKS, ConformanceFailure
     from aiayn.conformance.run.isolation import CallTimedOut, ProcessCrashed
     from aiayn.conformance.run.plugin import deviation_names
     from aiayn.environment import missing_extra

@@ -24,7 +24,7 @@ _X = {"__array__": "args/x"}
 
 
 def _replay_file(path: Path, meta: Any, **arrays: Any) -> Path:
-    """An .npz written as ``harness.save_case`` writes one (``__meta__`` a JSON string, arrays by path), or crafted."""
+    """An .npz written as ``failures.save_case`` writes one (``__meta__`` a JSON string, arrays by path), or crafted."""
     arrays = {"args|x": np.ones((2, 3)), **arrays}
     with open(path, "wb") as handle:
         np.savez(handle, __meta__=np.array(meta if isinstance(meta, str) else json.dumps(meta)), **arrays)

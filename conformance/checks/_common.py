@@ -13,7 +13,8 @@ from aiayn.conformance.directions import BACKWARD
 from aiayn.conformance.equations import record
 from aiayn.conformance.numerics import gamma, precision
 from aiayn.conformance.run import gradients
-from aiayn.conformance.run.harness import Case, Diagnosis, check, compare, current_stats
+from aiayn.conformance.run.comparison import compare
+from aiayn.conformance.run.harness import Case, Diagnosis, check, current_stats
 from aiayn.implementations.protocol import policy_problem
 from aiayn.reference.model import flatten_params
 

@@ -21,7 +21,8 @@ from aiayn.conformance.checks._common import (
 )
 from aiayn.conformance.directions import BACKWARD
 from aiayn.conformance.numerics import gamma, is_representable, precision
-from aiayn.conformance.run.harness import Case, check, compare
+from aiayn.conformance.run.comparison import compare
+from aiayn.conformance.run.harness import Case, check
 
 # --------------------------------------------------------------------------------------------
 # softmax, §3.2.1

@@ -11,8 +11,9 @@ import numpy as np
 
 from aiayn.conformance.numerics import precision, round_to
 from aiayn.conformance.run.boundary import Remote, from_numpy_then_fill
+from aiayn.conformance.run.comparison import compare
 from aiayn.conformance.run.declarations import declaration_problems, known_tests
-from aiayn.conformance.run.harness import Case, check, compare
+from aiayn.conformance.run.harness import Case, check
 from aiayn.implementations.protocol import contract_problems
 
 

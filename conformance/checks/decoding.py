@@ -35,7 +35,8 @@ from aiayn.conformance.diagnoses.forward import CATALOGUE, evaluate
 from aiayn.conformance.directions import CACHED_STEPS, DECODE
 from aiayn.conformance.equations import record
 from aiayn.conformance.numerics import precision
-from aiayn.conformance.run.harness import Case, OverBudget, check, compare, matches
+from aiayn.conformance.run.comparison import compare, matches
+from aiayn.conformance.run.harness import Case, OverBudget, check
 from aiayn.implementations.decoding import beam_policies
 
 #: Why a beam search's hypothesis is not checked where it differs from the oracle's: a choice of the oracle's search
@@ -393,7 +394,7 @@ def _searcher(scored: _Scored, kw: dict[str, Any]) -> Any:
 
 
 class _BeamDiagnosis:
-    """What ``harness.matches`` needs to name the beam-search bug an answer matches (``diagnoses.decoding``): the
+    """What ``comparison.matches`` needs to name the beam-search bug an answer matches (``diagnoses.decoding``): the
     oracle's search (its log-probabilities and arguments ``kw``), the answer and the oracle's reading of it
     (``diagnoses.decoding.BeamAnswer``); ``variant(ops)``, the same for the model with a departure of the forward
     pass switched in (:func:`_variant_path`)."""

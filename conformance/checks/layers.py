@@ -13,7 +13,8 @@ from aiayn.conformance.checks._common import (
 )
 from aiayn.conformance.directions import BACKWARD
 from aiayn.conformance.numerics import gamma, is_representable, precision
-from aiayn.conformance.run.harness import Case, check, compare
+from aiayn.conformance.run.comparison import compare
+from aiayn.conformance.run.harness import Case, check
 
 layer_norm = agreement_check("layer_norm")
 layer_norm_gradients = gradient_check("layer_norm")

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from aiayn.conformance.checks._common import agreement, agreement_check, gradient_check
-from aiayn.conformance.run.harness import Case, check, compare
+from aiayn.conformance.run.comparison import compare
+from aiayn.conformance.run.harness import Case, check
 
 encoder_layer = agreement_check("encoder_layer")
 decoder_layer = agreement_check("decoder_layer")

@@ -6,7 +6,8 @@ import numpy as np
 
 from aiayn.conformance.checks._common import agreement, agreement_check
 from aiayn.conformance.numerics import gamma, precision
-from aiayn.conformance.run.harness import Case, check, compare
+from aiayn.conformance.run.comparison import compare
+from aiayn.conformance.run.harness import Case, check
 
 positional_encoding = agreement_check("positional_encoding")
 

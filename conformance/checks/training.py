@@ -7,7 +7,8 @@ import numpy as np
 from aiayn.conformance.checks._common import agreement, agreement_check, declared, gradient_check, policy
 from aiayn.conformance.equations import lrate_value, smoothing
 from aiayn.conformance.numerics import gamma
-from aiayn.conformance.run.harness import Case, check, compare, current_stats
+from aiayn.conformance.run.comparison import compare
+from aiayn.conformance.run.harness import Case, check, current_stats
 
 U64 = 2.0**-53
 

@@ -407,7 +407,7 @@ def explain(
 
 @dataclass(frozen=True)
 class BackwardDiagnosis:
-    """What ``harness.matches`` needs to name the backward departure a failing gradient matches: the equation, the
+    """What ``comparison.matches`` needs to name the backward departure a failing gradient matches: the equation, the
     oracle's arguments ``a`` and cotangent ``g``, the failing gradient's ``label``, every gradient the
     implementation gave (see :func:`explain`) and the equation's backward record (``equations.Backward``: its VJP and
     budget, for :func:`arithmetic`)."""

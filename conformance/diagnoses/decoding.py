@@ -331,7 +331,7 @@ def _agrees(got: np.ndarray, variant: np.ndarray, budget: np.ndarray) -> bool:
 
 @dataclass(frozen=True)
 class StepDiagnosis:
-    """What ``harness.matches`` needs to name the bug a failing cached-decoding check matches: the check's name, the
+    """What ``comparison.matches`` needs to name the bug a failing cached-decoding check matches: the check's name, the
     oracle's arguments, the decoder's ``ops`` as the check ran them, and the check's budget at an arithmetic
     (``budget_at(dtype)``), the expected logits."""
 

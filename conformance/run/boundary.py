@@ -12,7 +12,7 @@ as data, never as code:
   The answers the suite reads as values cross by value (:data:`BY_VALUE`: ``to_numpy``'s array by its bytes,
   ``beam_search``'s pairs, ``lrate``'s number, ``provides()``'s names, ``dtype_name``'s string), so they are judged
   exactly as they came back, with their types.
-- **Gradients by autograd** (``run/gradients.py``: torch, JAX) are computed in the child, where the autodiff state
+- **Gradients by autograd** (``run/autodiff.py``: torch, JAX) are computed in the child, where the autodiff state
 lives; the gradients cross as handles and are judged like every result.
 - **What the implementation raises** crosses by type name and message: the built-in exceptions as themselves
   (``NotImplementedError``, ``MemoryError``, ``SystemExit`` ...), the contract's ``Unsupported`` as itself, anything
@@ -24,8 +24,8 @@ lives; the gradients cross as handles and are judged like every result.
 - **Its floating-point environment** is read after loading: a library that sets flush-to-zero or denormals-are-zero
   on load (as libraries built with -ffast-math have done) changes the child's arithmetic only, which is judged as it
   is; :func:`flushes` says so in one line, which the report carries.
-- **The judged code cannot reach the judge**: a module whose import replaces ``harness.compare`` or an oracle function
-  replaces the child's copy, which judges nothing.
+- **The judged code cannot reach the judge**: a module whose import replaces ``comparison.compare`` or an oracle
+  function replaces the child's copy, which judges nothing.
 
 ``aiayn check --in-process`` (``pytest --aiayn-in-process``) loads the implementation into aiayn's own process
 instead, for a debugger; the report then says that its verdict was not isolated.
@@ -589,7 +589,7 @@ def call_each(remote: Remote, name: str, calls: list[tuple[Any, ...]]) -> tuple[
 
 
 def autograd(remote: Remote, library: str, equation: str, names: list[str], args: list[Any], d_out: Any) -> Any:
-    """Run ``run/gradients.py``'s autograd of ``library`` ("torch" or "jax") through ``equation`` in the
+    """Run ``run/autodiff.py``'s autograd of ``library`` ("torch" or "jax") through ``equation`` in the
     implementation's process: ``("gradients", {name: Native})``, ``("not provided", why)`` or ``("failed",
     message)``."""
     request = {"op": "autograd", "library": library, "equation": equation, "names": names, "args": args}
@@ -734,7 +734,7 @@ def serve() -> None:
         return
     answer({"manifest": tree}, buffers)
 
-    from aiayn.conformance.run import gradients
+    from aiayn.conformance.run import autodiff
 
     while True:
         message = _receive(reader)
@@ -756,7 +756,7 @@ def serve() -> None:
             elif request["op"] == "map":
                 reply = _mapped(impl, request["name"], request["calls"], buffers, keep)
             else:
-                reply = {"autograd": _encode(_autograd(gradients, impl, request), buffers, keep, by_value=False)}
+                reply = {"autograd": _encode(_autograd(autodiff, impl, request), buffers, keep, by_value=False)}
         except KeyError as exc:
             if isinstance(exc.args[0] if exc.args else None, int):
                 reply = {"raised": {"type": "LookupError", "builtin": True, "message": "a handle of an ended call"}}
@@ -803,7 +803,7 @@ class _Failed(Exception):
 
 
 class _ChildCase:
-    """What ``run/gradients.py``'s autograd needs of a case, in the child: calls that raise become the check's
+    """What ``run/autodiff.py`` needs of a case, in the child: calls that raise become the check's
     failure."""
 
     def __init__(self, impl: Any, equation: str) -> None:
@@ -824,12 +824,12 @@ class _ChildCase:
         raise _Failed(message)
 
 
-def _autograd(gradients: Any, impl: Any, request: dict[str, Any]) -> list[Any]:
+def _autograd(autodiff: Any, impl: Any, request: dict[str, Any]) -> list[Any]:
     case = _ChildCase(impl, request["equation"])
-    run = {"torch": gradients._torch, "jax": gradients._jax}[request["library"]]
+    run = {"torch": autodiff.torch_vjp, "jax": autodiff.jax_vjp}[request["library"]]
     try:
         return ["gradients", run(case, request["names"], request["args"], request["d_out"])]
-    except gradients.NotProvided as exc:
+    except autodiff.NotProvided as exc:
         return ["not provided", str(exc)]
     except _Failed as exc:
         return ["failed", str(exc)]

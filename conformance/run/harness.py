@@ -1,10 +1,11 @@
-"""How a check talks to an implementation, compares with the oracle, and reports a failure.
+"""How a check talks to an implementation and reports a failure.
 
 A *check* (see ``conformance/checks/``) is a function ``check(impl, dtype, **args)`` of plain
 float64/int64/bool NumPy arrays and Python scalars. It converts the arrays with the
 implementation's own ``from_numpy`` (so they are rounded to ``dtype``), reads back exactly what the
 implementation saw (``to_numpy``), runs the oracle on those values, calls the implementation, and
-compares with a derived budget (``conformance/budgets/forward.py``).
+compares with a derived budget (``conformance/budgets/forward.py``) through ``run/comparison.py``, which also names
+the departure a failing output matches. A failure's inputs become a replay file (``run/failures.py``).
 
 Everything an implementation can do wrong inside a call — raise, return the wrong shape, a
 non-array, NaN, values not in its dtype, a different answer the second time, modify its input —
@@ -18,13 +19,8 @@ from __future__ import annotations
 import contextvars
 import copy
 import functools
-import hashlib
-import json
-import os
 import re
 import warnings
-import zipfile
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -35,11 +31,11 @@ import numpy as np
 from aiayn.conformance.diagnoses.forward import PRECISION_DEPARTURES, agreeing, explain
 from aiayn.conformance.directions import FORWARD
 from aiayn.conformance.equations import title
-from aiayn.conformance.numerics import floored, is_representable, precision
-from aiayn.conformance.report.results import NO_MATCH, Counts, TestResult
+from aiayn.conformance.numerics import first_index, is_representable
+from aiayn.conformance.report.results import Counts, TestResult
 from aiayn.conformance.run import isolation
 from aiayn.conformance.run.boundary import Native, ProcessEnded, Remote, call_each
-from aiayn.environment import failure_dir
+from aiayn.conformance.run.failures import save, save_case
 from aiayn.implementations.protocol import Unsupported, flushes_subnormals
 
 __all__ = [
@@ -51,19 +47,11 @@ __all__ = [
     "OverBudget",
     "Stats",
     "check",
-    "compare",
     "current_stats",
-    "failure_name",
-    "load_case",
-    "register_spec",
-    "save_case",
 ]
 
 #: name -> the registered check (a function ``(impl, dtype, **args)``); filled by ``aiayn.conformance.checks``.
 CHECKS: dict[str, Callable[..., None]] = {}
-
-#: id(impl) -> the spec it was loaded from (``--impl``), so that a replay file can load it again.
-_SPECS: dict[int, str] = {}
 
 
 class ConformanceFailure(AssertionError):
@@ -128,19 +116,6 @@ _STATS: contextvars.ContextVar[Stats | None] = contextvars.ContextVar("aiayn_sta
 def current_stats() -> contextvars.ContextVar[Stats | None]:
     """The context variable the conftest sets to a fresh :class:`Stats` around each test."""
     return _STATS
-
-
-def register_spec(impl: Any, spec: str) -> None:
-    """Remember how ``impl`` was loaded, for the replay command of its failures."""
-    _SPECS[id(impl)] = spec
-
-
-def _spec_of(impl: Any) -> str:
-    spec = _SPECS.get(id(impl))
-    if spec is None:
-        name = getattr(impl, "name", "")
-        spec = name if isinstance(name, str) and name else f"{type(impl).__module__}:{type(impl).__qualname__}"
-    return spec
 
 
 # --------------------------------------------------------------------------------------------
@@ -469,7 +444,7 @@ class Case:
         after = [(path, np.array(a, copy=True)) for (path, _), a in zip(inputs, arrays)]
         for path, (b, a) in _paired(before, after):
             if not _same_bits(a, b):
-                where = _first_index(~_equal_nan(a, b)) if a.shape == b.shape else ()
+                where = first_index(~_equal_nan(a, b)) if a.shape == b.shape else ()
                 self.fail(
                     f"{method} modified its input {path} in place"
                     + (f" (first change at index {where})" if where else "")
@@ -497,7 +472,7 @@ class Case:
         if got.dtype.kind == "f":
             bad = ~is_representable(got, dtype)
             if np.any(bad):
-                where = _first_index(bad)
+                where = first_index(bad)
                 self.fail(
                     f"{method} returned values that are not {dtype} numbers (e.g. {got[where]!r} at {where}): "
                     f"the result was not rounded to the declared dtype"
@@ -527,7 +502,7 @@ class Case:
     def save(self) -> Path:
         """Write this case's inputs as a replay file (one file per distinct input) and remember it in the test's
         stats."""
-        path = _save(self)
+        path = save(self)
         stats = _STATS.get()
         if stats is not None and str(path) not in stats.files:
             stats.files.append(str(path))
@@ -674,274 +649,6 @@ def check(
 
 
 # --------------------------------------------------------------------------------------------
-# comparison
-
-
-def total_budget(bound_fn: Callable[[Any], np.ndarray], dtype: str, expected: np.ndarray) -> np.ndarray:
-    """The comparison threshold: bound(dtype) + bound(float64) (the oracle's own), floored at 1 ulp.
-
-    See ``conformance/budgets/forward.py`` (module docstring) for why the oracle's share is the float64
-    bound and why the floor is one ulp of the dtype at the expected value.
-    """
-    derived = np.asarray(bound_fn(precision(dtype)), dtype=np.float64) + np.asarray(
-        bound_fn(precision("float64")), dtype=np.float64
-    )
-    return floored(derived, dtype, expected)
-
-
-#: A budget at or above this is not a bound: it came from an infinite one, clamped to 1e300 so that
-#: 0 x bound stays 0 inside a matrix product (``budgets.forward._HUGE``). Every honest budget of the suite
-#: is many orders of magnitude below (inputs stay within 1e4, sizes within 64).
-VACUOUS = 1e200
-
-
-def applicable(budget: np.ndarray) -> np.ndarray:
-    """Elementwise: is the budget a bound that applies (finite, not NaN, below :data:`VACUOUS`)?"""
-    b = np.asarray(budget, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        return np.isfinite(b) & (b < VACUOUS)
-
-
-def _first_index(mask: np.ndarray) -> tuple[int, ...]:
-    """The index of the first True of ``mask`` in C order (a 0-d mask gives ())."""
-    flat = np.flatnonzero(np.asarray(mask).reshape(-1))
-    return tuple(int(j) for j in np.unravel_index(int(flat[0]), np.shape(mask))) if flat.size else ()
-
-
-def compare(
-    case: Case,
-    got: np.ndarray,
-    expected: np.ndarray,
-    budget: np.ndarray,
-    *,
-    what: str = "disagrees with the oracle",
-    budget_name: str = "",
-    expected_name: str = "the oracle",
-    not_applicable: str = "",
-    undefined: tuple[np.ndarray, str] | None = None,
-) -> float | None:
-    """Fail unless |got - expected| <= budget on every element whose budget applies; return the worst ratio.
-
-    - NaN must appear exactly where ``expected`` is NaN (a fully masked row's declared policy);
-      those elements are checked exactly.
-    - An element whose budget is infinite, NaN or vacuous (:func:`applicable`) is *not checked*:
-      it is counted, with the reason (``not_applicable``, else the budget's name), and never
-      passes or fails on a number that means nothing.
-    - Every other element is checked: the ratio |got - expected| / budget must be at most 1.
-    - ``undefined``: (mask, reason): elements where the exact value is undefined and no value is required (a
-      gradient that depends on a NaN output): not checked, counted under ``reason``.
-    Works on 0-d and empty results. Returns the worst ratio among checked elements (None if none).
-    """
-    __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
-    got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
-    if got.shape != expected.shape:
-        case.fail(f"{what}: result has shape {got.shape}, expected {expected.shape}")
-    if undefined is not None:
-        free = np.broadcast_to(undefined[0], expected.shape)
-        case.tally(unchecked={undefined[1]: int(np.sum(free))})
-        got, expected = np.where(free, 0.0, got), np.where(free, 0.0, expected)
-    nan_got, nan_exp = np.isnan(got), np.isnan(expected)
-    policy = (
-        getattr(case.impl, "policies", {}).get("fully_masked")
-        if isinstance(getattr(case.impl, "policies", None), Mapping)
-        else None
-    )
-    extra, missing = nan_got & ~nan_exp, nan_exp & ~nan_got
-    if np.any(extra) or np.any(missing):
-        stats = _STATS.get()
-        if stats is not None:
-            stats.nan_mismatches += 1
-        matched = _diagnose(case, got)
-        if np.any(extra):
-            i = _first_index(extra)
-            case.fail(
-                f"{what}{matched}: NaN at index {i}, where {expected_name} gives {float(expected[i])!r} "
-                f"({int(np.sum(extra))} unexpected NaN in all; declared fully_masked policy {policy!r})",
-                kind=NaNMismatch,
-            )
-        i = _first_index(missing)
-        case.fail(
-            f"{what}{matched}: {float(got[i])!r} at index {i}, where {expected_name} gives NaN (the declared policy's "
-            f"result for a fully masked row; policy {policy!r})",
-            kind=NaNMismatch,
-        )
-    budget = np.broadcast_to(np.asarray(budget, dtype=np.float64), expected.shape)
-    usable = applicable(budget) & ~nan_exp
-    skipped = int(np.sum(~applicable(budget) & ~nan_exp))
-    reason = not_applicable or f"{budget_name or 'the budget'}: infinite or undefined for these inputs"
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        err = np.where(nan_exp | (got == expected), 0.0, np.abs(got - expected))  # equal infinities: no error
-        err = np.where(np.isnan(err), np.inf, err)  # inf against -inf
-        ratio = np.where(usable, np.where(err == 0, 0.0, err / np.where(usable, budget, 1.0)), 0.0)
-    worst_at = _first_index(ratio == np.max(ratio)) if ratio.size and np.any(usable) else None
-    r = float(ratio[worst_at]) if worst_at is not None else None
-    case.tally(checked=int(np.sum(usable)) + int(np.sum(nan_exp)), unchecked={reason: skipped}, ratio=r)
-    if r is not None and r > 1.0:
-        i = worst_at
-        where = f"index {i}: got {float(got[i])!r}, {expected_name} gives {float(expected[i])!r}"
-        over = int(np.sum(ratio > 1))
-        details = [
-            f"  worst element at {where}",
-            f"  error {err[i]:.3e} = {r:.3g} x budget {budget[i]:.3e}"
-            + (f" ({budget_name})" if budget_name else "")
-            + f"; {over} of {int(np.sum(usable))} checked elements over budget"
-            + (f" ({skipped} not checked: {reason})" if skipped else ""),
-        ]
-        matched, names = matches(case, got)
-        _note_largest(case, r, where, names)
-        case.fail(f"{what}{matched}", details, kind=OverBudget, ratio=r)
-    return r
-
-
-def _diagnose(case: Case, got: np.ndarray) -> str:
-    """ "; the output matches 'X'" for the known departures an agreement check's failing output agrees with.
-
-    The departures are those of ``diagnoses/forward.py``. Only agreement checks (an oracle variant is
-    comparable with the implementation's output). The names go to the test's stats for the report
-    only from the examples a failure message shows (Hypothesis's final replay of each distinct
-    failure, a fixed input, a replay; and the largest discrepancy the message leads with,
-    :func:`_note_largest`): an example met on the way can match a departure by coincidence (scores
-    so large that softmax is one-hot either way match "no 1/sqrt(d_k) scaling"), and the report
-    must not name what no shown example and replay file supports.
-    """
-    return matches(case, got)[0]
-
-
-def matches(case: Case, got: np.ndarray) -> tuple[str, list[str]]:
-    """:func:`_diagnose`'s text and the departure names behind it (credited to the report from a shown example): what
-    names a failing agreement, for the harness's comparison and for a check that compares on its own (beam search)."""
-    if case.kind != "agreement" or case.diagnosis is None:
-        return "", []  # a property check names what it breaks itself (Case.fail)
-    stats = _STATS.get()
-    try:
-        names = case.diagnosis.explain(got, case.dtype)
-    except Exception as exc:  # a diagnosis that cannot be computed must not hide the failure itself
-        return f" (no diagnosis: {type(exc).__name__}: {exc})", []
-    if stats is not None and not _final_replay():  # every failing example's causes, for the row's counts
-        stats.diagnosed += 1
-        for name in names or [NO_MATCH]:
-            stats.causes[name] = stats.causes.get(name, 0) + 1
-    told = ""
-    if len(names) > 1 and _shown_example():
-        names, told = _disambiguate(case, names)
-    if stats is not None and _shown_example():
-        stats.departures.update(names)
-    if not names:
-        return "; no known departure matches (conformance/diagnoses/forward.py)", names
-    return "; the output matches " + " or ".join(f"'{n}'" for n in names) + told, names
-
-
-#: Inputs drawn to tell candidate departures apart when a failing example cannot.
-DISAMBIGUATION_INPUTS = 3
-
-
-def _disambiguate(case: Case, names: list[str]) -> tuple[list[str], str]:
-    """Candidates that survive the largest-discrepancy example of the test and :data:`DISAMBIGUATION_INPUTS` inputs
-    drawn for the purpose (the failing example's shapes, masks, ids and sizes; its float arrays redrawn), with the
-    implementation called on each; and how the message says so.
-
-    A candidate survives an input when its variant agrees with the implementation's output there within budget
-    (``diagnoses.forward.agreeing``, each candidate alone). When every candidate would be ruled out, none is (the inputs
-    drawn leave the bug's conditions); when more than one survives, the message says they cannot be told apart.
-    """
-    survivors = list(names)
-    stats = _STATS.get()
-    largest = stats.largest if stats is not None else None
-    if largest and largest.get("departures"):
-        kept = [n for n in survivors if n in largest["departures"]]
-        survivors = kept or survivors
-    rng = np.random.default_rng(zlib.crc32(f"{case.check}:{case.dtype}".encode()))
-    tried = 0
-    for _ in range(DISAMBIGUATION_INPUTS):
-        if len(survivors) == 1:
-            break
-        outcome = _candidates_on_new_input(case, survivors, rng)
-        if outcome is None:
-            continue
-        tried += 1
-        survivors = outcome or survivors
-    ruled_out = [n for n in names if n not in survivors]
-    if len(survivors) > 1:
-        return survivors, f" (cannot be told apart on these inputs and {tried} drawn to separate them)"
-    shown = ", ".join(f"'{n}'" for n in ruled_out)
-    return survivors, f" (not {shown}: ruled out on the test's largest discrepancy or {tried} drawn inputs)"
-
-
-def _candidates_on_new_input(case: Case, names: list[str], rng: np.random.Generator) -> list[str] | None:
-    """The candidates that agree with the implementation on one input drawn like the case's (the check's recipe run
-    there, ``case.survivors``); None when the input cannot be used (the implementation refuses it, or breaks its
-    contract there) or the check set no recipe to rerun."""
-    if case.survivors is None:
-        return None
-    args = _redrawn(case.args, rng)
-    probe = Case(case.impl, case.dtype, case.check, case.equation, args, "agreement", direction=case.direction)
-    scratch = Stats()
-    token = _STATS.set(scratch)
-    try:
-        return case.survivors(probe, names)
-    except Exception:  # refused, or the contract broken on it: this input tells nothing
-        return None
-    finally:
-        _STATS.reset(token)
-        for path in scratch.files:
-            Path(path).unlink(missing_ok=True)
-
-
-def _redrawn(value: Any, rng: np.random.Generator, memo: dict[int, Any] | None = None) -> Any:
-    """``value`` with every float array redrawn (normal, at half the array's own scale, at least 1/2; non-finite
-    entries such as -inf scores kept); masks, ids, shapes and scalars kept, and one array passed under two names
-    (self-attention) still one array."""
-    memo = {} if memo is None else memo
-    if id(value) in memo:
-        return memo[id(value)]
-    if isinstance(value, Mapping):
-        out: Any = {k: _redrawn(v, rng, memo) for k, v in value.items()}
-    elif isinstance(value, np.ndarray) and value.dtype.kind == "f":
-        finite = value[np.isfinite(value)]
-        scale = max(1.0, float(np.max(np.abs(finite)))) if finite.size else 1.0
-        out = np.where(np.isfinite(value), rng.standard_normal(value.shape) * scale / 2, value)
-    else:
-        out = value
-    memo[id(value)] = out
-    return out
-
-
-def _shown_example() -> bool:
-    """Whether the example running now is one a failure message shows: not inside a Hypothesis search, or
-    its final replay of a failing example (``BuildContext.is_final``)."""
-    import hypothesis
-    from hypothesis.control import current_build_context
-
-    return not hypothesis.currently_in_test_context() or bool(current_build_context().is_final)
-
-
-def _final_replay() -> bool:
-    """Whether the example running now is Hypothesis's final replay of a failing example it has already run."""
-    import hypothesis
-    from hypothesis.control import current_build_context
-
-    return hypothesis.currently_in_test_context() and bool(current_build_context().is_final)
-
-
-def _note_largest(case: Case, ratio: float, where: str, departures: list[str]) -> None:
-    """Keep the largest over-budget discrepancy of this test (with its own replay file and the departures its output
-    matches) for the failure message, which leads with it; the report credits those departures too (Stats.result)."""
-    stats = _STATS.get()
-    if stats is None or (stats.largest is not None and stats.largest["ratio"] >= ratio):
-        return
-    if len(departures) > 1 and case.kind == "agreement" and case.diagnosis is not None:
-        departures, _ = _disambiguate(case, departures)  # credited to the report: told apart as a shown example is
-    stats.largest = {
-        "ratio": ratio,
-        "where": where,
-        "inputs": case.describe_inputs(),
-        "replay": str(case.save()),
-        "check": case.check,
-        "departures": list(departures),
-    }
-
-
-# --------------------------------------------------------------------------------------------
 # helpers: snapshots, descriptions, saving and loading
 
 
@@ -1007,7 +714,7 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
     if a.shape != b.shape:
         return f" (shapes {a.shape} and {b.shape})"
-    i = _first_index(~(_equal_nan(a, b) & (np.signbit(a) == np.signbit(b))))
+    i = first_index(~(_equal_nan(a, b) & (np.signbit(a) == np.signbit(b))))
     return f" (first at index {i}: {a[i]!r} then {b[i]!r})"
 
 
@@ -1049,149 +756,3 @@ def _describe_args(args: Mapping[str, Any], dtype: str) -> str:
 
     text = "; ".join(f"{k} {one(v)}" for k, v in args.items())
     return text if len(text) < 600 else text[:600] + " ..."
-
-
-def _encode(value: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
-    """JSON for the arguments, arrays put into ``arrays`` by path; one array under several names is stored once."""
-    if isinstance(value, np.ndarray):
-        for existing, array in arrays.items():
-            if array is value:
-                return {"__array__": existing}
-        arrays[path] = value
-        return {"__array__": path}
-    if isinstance(value, Mapping):
-        return {"__dict__": {str(k): _encode(v, f"{path}/{k}", arrays) for k, v in value.items()}}
-    if isinstance(value, (list, tuple)):
-        return {"__list__": [_encode(v, f"{path}/{i}", arrays) for i, v in enumerate(value)]}
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def _decode(value: Any, arrays: Mapping[str, np.ndarray]) -> Any:
-    """The arguments back from :func:`_encode` (an array stored once comes back as one object under each name)."""
-    if isinstance(value, dict):
-        if "__array__" in value:
-            return arrays[value["__array__"]]
-        if "__dict__" in value:
-            return {k: _decode(v, arrays) for k, v in value["__dict__"].items()}
-        if "__list__" in value:
-            return [_decode(v, arrays) for v in value["__list__"]]
-    return value
-
-
-def failure_name(impl_name: str, check_name: str, dtype: str) -> str:
-    """The file name of a failure's inputs: ``<impl>-<check>-<dtype>.npz`` with unsafe characters replaced."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{impl_name}-{check_name}-{dtype}") + ".npz"
-
-
-def _save(case: Case) -> Path:
-    """Write the case's raw inputs to ``<failure_dir>/<impl>-<check>-<dtype>-<digest>.npz`` and return the path.
-
-    One file per distinct input (``digest``: the first 10 hex digits of the SHA-256 of the saved
-    inputs), so two failures of one test never share a file; the plugin deletes the files of
-    intermediate examples that no failure message names. The folder is
-    ``aiayn.environment.failure_dir()`` (``$AIAYN_FAILURES``, else aiayn's cache folder), never the
-    current directory.
-    """
-    arrays: dict[str, np.ndarray] = {}
-    encoded = json.dumps(_encode(case.args, "args", arrays), sort_keys=True, default=str)
-    digest = hashlib.sha256(_spec_of(case.impl).encode() + b"\0" + encoded.encode())  # two implementations of one
-    # name in one run never share a file
-    for key in sorted(arrays):
-        digest.update(
-            key.encode()
-            + str(arrays[key].dtype).encode()
-            + str(arrays[key].shape).encode()
-            + np.ascontiguousarray(arrays[key]).tobytes()
-        )
-    name = (
-        failure_name(getattr(case.impl, "name", "impl"), case.check, case.dtype).removesuffix(".npz")
-        + f"-{digest.hexdigest()[:10]}.npz"
-    )
-    return save_case(case, failure_dir() / name)
-
-
-def save_case(case: Case, path: Path) -> Path:
-    """Write the case's raw inputs (and which implementation, dtype and check) to ``path`` as a replay file."""
-    arrays: dict[str, np.ndarray] = {}
-    meta = {
-        "impl": _spec_of(case.impl),
-        "dtype": case.dtype,
-        "check": case.check,
-        "args": _encode(case.args, "args", arrays),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as handle:
-        np.savez(handle, __meta__=np.array(json.dumps(meta)), **{k.replace("/", "|"): v for k, v in arrays.items()})
-    return path
-
-
-def load_case(path: str | os.PathLike[str]) -> tuple[str, str, str, dict[str, Any]]:
-    """Read a failure file: (implementation spec, dtype, check name, raw arguments).
-
-    The file is data, checked field by field before any of it is used. Raises ``ValueError`` naming what is wrong
-    with a file that is not one :func:`save_case` wrote: not an .npz archive; no ``__meta__`` entry, or one that is
-    not a JSON string; a ``__meta__`` that is not an object; a field ``impl``, ``dtype`` or ``check`` that is not a
-    non-empty string; an ``args`` that is not an object of arguments; an argument (named by its path, e.g.
-    ``args/params/w_q``) that is not null, a boolean, a number, a string, or an ``__array__``, ``__dict__`` or
-    ``__list__`` object as :func:`_encode` writes them; an array that is not of booleans or numbers, or that an
-    argument names and the file does not hold.
-    """
-    if not zipfile.is_zipfile(path):
-        raise ValueError("not an .npz archive")
-    with np.load(path, allow_pickle=False) as data:
-        if "__meta__" not in data.files:
-            raise ValueError("the archive has no __meta__ entry")
-        raw = data["__meta__"]
-        if raw.shape != () or raw.dtype.kind != "U":
-            raise ValueError(f"its __meta__ is not a JSON string but a {raw.dtype} array of shape {raw.shape}")
-        try:
-            meta = json.loads(str(raw))
-        except (ValueError, RecursionError) as exc:
-            raise ValueError(f"its __meta__ is not JSON ({' '.join(str(exc).split())[:120]})") from None
-        arrays = {}
-        for key in data.files:
-            if key == "__meta__":
-                continue
-            try:
-                array = data[key]
-            except ValueError:  # an object array: numpy refuses it without pickle, and so does the suite
-                raise ValueError(f"its entry {key!r} is not an array of booleans or numbers") from None
-            if array.dtype.kind not in "biuf":
-                raise ValueError(f"its entry {key!r} is a {array.dtype} array, not one of booleans or numbers")
-            arrays[key.replace("|", "/")] = array
-    if not isinstance(meta, dict):
-        raise ValueError(f"its __meta__ is not a JSON object but {type(meta).__name__} {str(meta)[:80]!r}")
-    missing = [k for k in ("impl", "dtype", "check") if k not in meta]
-    if missing:
-        raise ValueError(f"its __meta__ lacks the string field(s) {', '.join(missing)}")
-    for key in ("impl", "dtype", "check"):
-        if type(meta[key]) is not str or not meta[key]:
-            raise ValueError(
-                f"its __meta__ field {key!r} is {type(meta[key]).__name__} {repr(meta[key])[:80]}, "
-                "expected a non-empty string"
-            )
-    if not (isinstance(meta.get("args"), dict) and set(meta["args"]) == {"__dict__"}):
-        raise ValueError("its __meta__ field 'args' is not an object of arguments ({'__dict__': {...}})")
-    pending: list[tuple[str, Any, int]] = [("args", meta["args"], 0)]  # (path, encoded value, depth)
-    while pending:
-        where, value, depth = pending.pop()
-        if value is None or type(value) in (bool, int, float, str):
-            continue
-        tag, inner = next(iter(value.items())) if isinstance(value, dict) and len(value) == 1 else (None, None)
-        if depth > 64:
-            raise ValueError(f"its __meta__ field {where!r} is nested deeper than the suite writes")
-        if tag == "__array__" and type(inner) is str:
-            if inner not in arrays:
-                raise ValueError(f"its __meta__ field {where!r} names array {inner!r}, which the file does not hold")
-        elif tag == "__dict__" and isinstance(inner, dict):
-            pending += [(f"{where}/{k}", v, depth + 1) for k, v in inner.items()]
-        elif tag == "__list__" and isinstance(inner, list):
-            pending += [(f"{where}/{i}", v, depth + 1) for i, v in enumerate(inner)]
-        else:
-            raise ValueError(
-                f"its __meta__ field {where!r} is {type(value).__name__} {json.dumps(value)[:60]}, not a value the "
-                "suite writes (null, a boolean, a number, a string, or an __array__, __dict__ or __list__ object)"
-            )
-    return meta["impl"], meta["dtype"], meta["check"], _decode(meta["args"], arrays)

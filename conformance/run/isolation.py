@@ -186,7 +186,7 @@ def _write(record: dict[str, Any]) -> None:
 def calling(case: Any, what: str, save: Callable[[Any, Path], Path]) -> Iterator[None]:
     """Run one call into the implementation under the time limit, recorded first when in a worker.
 
-    ``save(case, path)`` writes the case's inputs as a replay file (``harness.save_case``). A call
+    ``save(case, path)`` writes the case's inputs as a replay file (``failures.save_case``). A call
     of a method that already hung in this run is not made: it raises :class:`CallTimedOut` at once.
     """
     __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness

@@ -306,7 +306,7 @@ def _load(run: _Run, spec: str, *, explicit: bool) -> Loaded:
     """Load ``spec`` once per session (cached)."""
     if spec in run.loaded:
         return run.loaded[spec]
-    from aiayn.conformance.run import harness
+    from aiayn.conformance.run import failures
     from aiayn.environment import missing_extra
     from aiayn.implementations import registry
 
@@ -326,7 +326,7 @@ def _load(run: _Run, spec: str, *, explicit: bool) -> Loaded:
         else:
             entry = Loaded(spec, error=str(exc))
     else:
-        harness.register_spec(impl, spec)
+        failures.register_spec(impl, spec)
         entry = Loaded(spec, impl=impl)
     run.loaded[spec] = entry
     return entry
@@ -802,7 +802,7 @@ def _crash_direction(record: dict[str, Any]) -> str:
 
 def _crash_message(record: dict[str, Any]) -> tuple[str, str | None]:
     from aiayn.conformance.equations import title as equation_title
-    from aiayn.conformance.run.harness import failure_name
+    from aiayn.conformance.run.failures import failure_name
     from aiayn.environment import failure_dir
 
     title = equation_title(record.get("equation", "?"))

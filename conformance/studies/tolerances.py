@@ -78,7 +78,8 @@ def measure(seed: int = 0) -> dict[str, Any]:
 
     from aiayn.conformance.equations import record
     from aiayn.conformance.run import gradients
-    from aiayn.conformance.run.harness import Case, applicable
+    from aiayn.conformance.run.comparison import applicable
+    from aiayn.conformance.run.harness import Case
     from aiayn.implementations.torch_impl import TorchSDPAImplementation
 
     impl = TorchSDPAImplementation(device="cpu")

@@ -241,7 +241,8 @@ def test_a_known_deviation_naming_no_test_fails_the_contract_check(tmp_path: Pat
 
 
 def _replay_file(tmp_path: Path, dtype: str, name: str = "case.npz") -> Path:
-    from aiayn.conformance.run.harness import Case, save_case
+    from aiayn.conformance.run.failures import save_case
+    from aiayn.conformance.run.harness import Case
     from aiayn.implementations.numpy_impl import NumpyImplementation
 
     case = Case(NumpyImplementation(), dtype, "softmax", "softmax", {"x": np.ones((2, 3)), "axis": -1}, "agreement")

@@ -22,7 +22,7 @@ from aiayn.conformance.budgets import forward as B
 from aiayn.conformance.budgets.composites import forward as PR
 from aiayn.conformance.inputs import strategies as S
 from aiayn.conformance.numerics import precision, round_to
-from aiayn.conformance.run.harness import applicable
+from aiayn.conformance.run.comparison import applicable
 from aiayn.implementations.protocol import FULL_SCOPE
 
 HALF = ["float16", "bfloat16"]

@@ -27,7 +27,8 @@ import pytest
 from aiayn.conformance.checks import attention as A
 from aiayn.conformance.checks import load_all
 from aiayn.conformance.replay import replay
-from aiayn.conformance.run.harness import ConformanceFailure, register_spec
+from aiayn.conformance.run.failures import register_spec
+from aiayn.conformance.run.harness import ConformanceFailure
 from aiayn.conformance.studies import mutants
 from aiayn.implementations.numpy_impl import NumpyImplementation
 

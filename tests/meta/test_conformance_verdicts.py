@@ -1,6 +1,6 @@
 """Verdicts that can always fail: no pass on a bound that does not apply, honest report cells, one replay per failure.
 
-- ``harness.compare`` never turns an infinite, NaN or vacuous budget into a pass: such elements
+- ``comparison.compare`` never turns an infinite, NaN or vacuous budget into a pass: such elements
   are counted as not checked (with the reason), and nothing else about them is claimed;
 - 0-d and empty results are compared without crashing;
 - a report row with more unchecked elements than stated is "inconclusive" and fails the run,
@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 
 from aiayn.conformance.report import rows as report
-from aiayn.conformance.run.harness import Case, NaNMismatch, OverBudget, Stats, compare, current_stats
+from aiayn.conformance.run.comparison import compare
+from aiayn.conformance.run.harness import Case, NaNMismatch, OverBudget, Stats, current_stats
 from aiayn.implementations.numpy_impl import NumpyImplementation
 
 TESTS = Path(__file__).resolve().parent

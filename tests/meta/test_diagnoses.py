@@ -578,7 +578,7 @@ def test_departures_are_credited_only_from_the_examples_a_failure_message_shows(
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from aiayn.conformance.run.harness import _shown_example
+    from aiayn.conformance.run.comparison import _shown_example
 
     seen: list[bool] = []
 

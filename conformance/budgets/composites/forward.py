@@ -118,7 +118,7 @@ class _Graph:
             found = []
             for local in (sum(parts) for parts in zip(*(op.local(p) for p in precisions))):
                 # NaN (an overflowed bound, inf - inf) is no bound, as inf: clamped to 1e300 so that 0 x bound stays 0
-                # in the Jacobian products; every element it reaches is at or above harness.VACUOUS: not checked
+                # in the Jacobian products; every element it reaches is at or above comparison.VACUOUS: not checked
                 found.append(np.minimum(np.where(np.isnan(local), np.inf, local), 1e300))
             locals_.append(found)
         if all(op.vjp is not None for op in ops):
