@@ -236,7 +236,7 @@ def pytest_configure(config: pytest.Config) -> None:
         in_process=bool(config.getoption("--aiayn-in-process")),
     )
     config.stash[_STATE] = run
-    _CURRENT[:] = [run]
+    config.pluginmanager.register(_Results(run), "aiayn-results")
     config.add_cleanup(lambda: _end_processes(run))
     profile = config.getoption("--aiayn-profile") or os.environ.get("AIAYN_PROFILE")
     if profile and profile not in _PROFILES:
@@ -862,19 +862,22 @@ def _main_thread_frames(dump: str) -> list[str]:
     return mine[0][1:] if mine else []
 
 
-#: The session's _Run, also under config.stash (pytest_runtest_logreport is not given the config): the one place the
-#: plugin keeps what a run knows, besides the per-item stash keys (_STATS, _DECLARED).
-_CURRENT: list[_Run] = []
+class _Results:
+    """Collects the session's results into its :class:`_Run` as each test's report arrives (from this process or,
+    under xdist, from a worker): registered as a plugin of its own at configure, because pytest hands
+    ``pytest_runtest_logreport`` the report alone."""
 
+    def __init__(self, run: _Run) -> None:
+        self.run = run
 
-@pytest.hookimpl(trylast=True)  # after the terminal reporter's progress character
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    for key, value in report.user_properties:
-        if key == "aiayn" and isinstance(value, dict) and _CURRENT:
-            result = TestResult.from_dict(value)
-            _CURRENT[0].results.append(result)
-            if result.outcome is Outcome.FAILED:
-                _say_failure(_CURRENT[0], result)
+    @pytest.hookimpl(trylast=True)  # after the terminal reporter's progress character
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for key, value in report.user_properties:
+            if key == "aiayn" and isinstance(value, dict):
+                result = TestResult.from_dict(value)
+                self.run.results.append(result)
+                if result.outcome is Outcome.FAILED:
+                    _say_failure(self.run, result)
 
 
 def _say_failure(run: _Run, result: TestResult) -> None:
