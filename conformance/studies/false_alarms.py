@@ -442,9 +442,20 @@ def run(
     return the number of seeds with an alarm. ``one`` replaces the unit runner (tests)."""
     from aiayn.environment import cache_dir
 
-    one = one or _one
     work = Path(work) if work is not None else cache_dir() / "false-alarms" / profile
     codes = {spec: suite_code(spec) for spec in specs}
+    done, reused = _units(one or _one, specs, seeds, profile, workers, work, codes)
+    runs = _runs(specs, seeds, done)
+    rep = _report(specs, seeds, profile, workers, work, codes, done, runs, reused)
+    write_report(out, rep, force=force)
+    return rep.data["alarmed_runs"]
+
+
+def _units(
+    one: Any, specs: Sequence[str], seeds: Sequence[int], profile: str, workers: int, work: Path, codes: dict
+) -> tuple[dict[tuple[int, str], tuple[dict[str, Any], str | None]], int]:
+    """Each (seed, implementation) unit: stored by an earlier call for the same key, else run now (and stored where it
+    finished); (unit -> (its result, why it did not finish or None), how many were stored)."""
     units = [(seed, spec) for seed in seeds for spec in specs]
     stored = {unit: _read_unit(_unit_path(work, *unit)) for unit in units}  # every stored file checked before any run
     now = _CurrentKey()
@@ -474,6 +485,11 @@ def run(
         else:
             print(f"{head}: did not finish, {why}; not stored (a later call runs it again)", flush=True)
         done[(seed, spec)] = (result, why)
+    return done, reused
+
+
+def _runs(specs: Sequence[str], seeds: Sequence[int], done: dict) -> list[dict[str, Any]]:
+    """One run per seed: its units over every implementation, joined (time summed, the first exit other than 0)."""
     runs = []
     for seed in seeds:
         parts = [done[(seed, spec)][0] for spec in specs]
@@ -493,6 +509,21 @@ def run(
                 "summary": "; ".join(f"{r['spec']}: {r['summary']}" for r in parts),
             }
         )
+    return runs
+
+
+def _report(
+    specs: Sequence[str],
+    seeds: Sequence[int],
+    profile: str,
+    workers: int,
+    work: Path,
+    codes: dict,
+    done: dict,
+    runs: list[dict[str, Any]],
+    reused: int,
+) -> Report:
+    """The report of the runs: the verdict (runs with an alarm), the table, failed tests, what each key covers."""
     alarmed = sum(1 for r in runs if r["exit"] != 0 or r["alarms"] or r["did_not_finish"])
     unfinished = sum(len(r["did_not_finish"]) for r in runs)
     total = sum(r["seconds"] for r in runs)
@@ -516,8 +547,8 @@ def run(
         "inconclusive row, or a run that did not end with exit 0 (a unit that did not finish, killed by a signal or "
         "ended by pytest with an exit other than 0 or 1, is such a run, and is not stored).",
         "",
-        f"Units (seed x implementation): {len(units)}, of which {reused} were stored by an earlier call for the same "
-        f"key (`{work}`); code hashes: {', '.join(f'{s} {c}' for s, c in codes.items())}; the files and "
+        f"Units (seed x implementation): {len(seeds) * len(specs)}, of which {reused} were stored by an earlier call "
+        f"for the same key (`{work}`); code hashes: {', '.join(f'{s} {c}' for s, c in codes.items())}; the files and "
         "distributions each key covers are listed below.",
         "",
     )
@@ -575,8 +606,7 @@ def run(
         size=float(len(seeds) * len(specs)),
         full=len(seeds) >= FULL_SEEDS.get(profile, 20),
     )
-    write_report(out, rep, force=force)
-    return alarmed
+    return rep
 
 
 def _covered(
