@@ -27,7 +27,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -51,12 +51,16 @@ class Ops:
     softmax_last_axis: bool = False
     softmax_length_one: bool = False  # True: 1 over a length-1 axis, whatever the input (NaN and +-inf included)
     heads: str = "blocks"  # blocks | strided | reversed
-    pe: str = "interleaved"  # interleaved | swapped | halves | exponent_i | from_one | base_1000
+    pe: str = "interleaved"  # the layout of sin and cos: interleaved | swapped | halves ([sin | cos])
+    pe_spacing: str = "2i/d"  # the frequencies' exponent: 2i/d (§3.5) | i/d | t2t: i/max(d/2 - 1, 1) (tensor2tensor)
+    pe_base: float = 10000.0
+    pe_start: int = 0  # the first position's index
     layer_norm: str = "biased"  # biased | unbiased | eps_std | unbiased_eps_std | one_pass | scale_shift
     activation: str = "relu"  # relu | none | gelu | bias_after_relu
     ffn_sublayer: str = "none"  # none | residual | pre_norm:<eps> (x + FFN(LayerNorm(x))) | post_norm:<eps>
     residual: str = "post"  # post | pre
     embed_scale: bool = True
+    final_norm: str = "none"  # none | encoder | decoder | both: a LayerNorm (gain 1, bias 0) after the stack
     causal_offset: int = 0
     lrate_shift: int = 0
     smoothing: str | None = None  # None: the declared policy; else K | K-1 | K-2 | none
@@ -167,10 +171,16 @@ def multi_head_attention(
 
 
 def positional_encoding(length: int, d_model: int, ops: Ops = PAPER) -> np.ndarray:
-    pos = np.arange(length, dtype=LD)[:, None] + (1 if ops.pe == "from_one" else 0)  # (length, 1)
-    i = np.arange(0, d_model, 2, dtype=LD)  # 2i
-    exponent = (i / 2 if ops.pe == "exponent_i" else i) / LD(d_model)
-    theta = pos * np.power(LD(1000.0 if ops.pe == "base_1000" else 10000.0), -exponent)  # (length, d/2)
+    """§3.5's table; ``ops.pe_spacing`` "t2t" with ``ops.pe`` "halves" is tensor2tensor's ``get_timing_signal_1d``
+    (frequencies 10000^(-i / max(d/2 - 1, 1)), its guard against d/2 = 1 included, [sin | cos])."""
+    pos = np.arange(length, dtype=LD)[:, None] + ops.pe_start  # (length, 1)
+    i = np.arange(0, d_model, 2, dtype=LD) / 2  # the pair index i
+    exponent = {
+        "2i/d": 2 * i / LD(d_model),
+        "i/d": i / LD(d_model),
+        "t2t": i / LD(max(d_model // 2 - 1, 1)),
+    }[ops.pe_spacing]
+    theta = pos * np.power(LD(ops.pe_base), -exponent)  # (length, d/2)
     pe = np.empty((length, d_model), dtype=LD)
     if ops.pe == "halves":
         pe[:, : d_model // 2], pe[:, d_model // 2 :] = np.sin(theta), np.cos(theta)
@@ -335,12 +345,17 @@ def transformer_forward(
     tgt_mask = _causal(n_tgt, ops)
     if tgt_lengths is not None:
         tgt_mask = tgt_mask & (np.arange(n_tgt)[None, :] < np.asarray(tgt_lengths)[:, None])[:, None, :]
+    ones, zeros = np.ones(d, dtype=LD), np.zeros(d, dtype=LD)
     x = embed(np.asarray(src))
     for layer in params["encoder"]:
         x = encoder_layer(x, layer, num_heads, src_mask, eps, fully_masked, ops)
+    if ops.final_norm in ("encoder", "both"):
+        x = layer_norm(x, ones, zeros, eps, ops)
     y = embed(np.asarray(tgt))
     for layer in params["decoder"]:
         y = decoder_layer(y, x, layer, num_heads, tgt_mask, src_mask, eps, fully_masked, ops)
+    if ops.final_norm in ("decoder", "both"):
+        y = layer_norm(y, ones, zeros, eps, ops)
     return np.matmul(y, emb.T)
 
 
@@ -523,17 +538,32 @@ CATALOGUE: tuple[Departure, ...] = (
         pe="halves",
     ),
     _d(
+        "frequencies 10000^(-i/(d/2-1)) (tensor2tensor's spacing)",
+        "the pair index i over d/2 - 1 timescales (at least 1) instead of 2i/d_model: the highest frequency pair "
+        "reaches 1/10000 exactly",
+        "positional",
+        pe_spacing="t2t",
+    ),
+    _d(
+        "tensor2tensor's timing signal (get_timing_signal_1d)",
+        "[sin | cos] halves with frequencies 10000^(-i/(d/2-1)): the table tensor2tensor and the engines that "
+        "load its models compute",
+        "positional",
+        pe="halves",
+        pe_spacing="t2t",
+    ),
+    _d(
         "exponent i/d_model instead of 2i/d_model",
         "the dimension index used for the pair index",
         "positional",
-        pe="exponent_i",
+        pe_spacing="i/d",
     ),
-    _d("positions counted from 1", "§3.5 counts pos from 0", "positional", pe="from_one"),
+    _d("positions counted from 1", "§3.5 counts pos from 0 (OpenNMT-tf counts from 1)", "positional", pe_start=1),
     _d(
         "positional base 1000 instead of 10000",
         "§3.5's wavelengths go up to 10000 * 2 pi",
         "positional",
-        pe="base_1000",
+        pe_base=1000.0,
     ),
     _d(
         "eps added to the std",
@@ -600,6 +630,27 @@ CATALOGUE: tuple[Departure, ...] = (
         embed_scale=False,
     ),
     _d(
+        "a final LayerNorm after the encoder stack",
+        "gain 1, bias 0 (an untrained one): pre-norm stacks (fairseq's encoder_normalize_before, tensor2tensor) norm "
+        "the stack's output; §3.1's post-norm layers end in their own LayerNorm",
+        "final_norm",
+        final_norm="encoder",
+    ),
+    _d(
+        "a final LayerNorm after the decoder stack",
+        "gain 1, bias 0 (an untrained one): pre-norm decoders (fairseq's decoder_normalize_before) norm the stack's "
+        "output before the projection",
+        "final_norm",
+        final_norm="decoder",
+    ),
+    _d(
+        "a final LayerNorm after each stack",
+        "gain 1, bias 0 (untrained ones): PyTorch's nn.Transformer builds encoder_norm and decoder_norm whether its "
+        "layers are post-norm or not",
+        "final_norm",
+        final_norm="both",
+    ),
+    _d(
         "causal mask off by one (position i sees i + 1)",
         "§3.2.3 allows j <= i",
         "causal",
@@ -627,6 +678,13 @@ CATALOGUE: tuple[Departure, ...] = (
         "budget whose underflow unit is 2^emin, the smallest normal, instead of the subnormal spacing",
         "arithmetic",
         precision="ftz",
+    ),
+    _d(
+        "float32 inside a float64 claim, subnormal results flushed to zero",
+        "both at once (float32 code on an FTZ/DAZ machine while declaring float64): agrees with the paper within "
+        "float32's budget whose underflow unit is float32's smallest normal; named only where neither alone agrees",
+        "arithmetic",
+        precision="float32-ftz",
     ),
     _d(
         "LayerNorm as x r + (beta - mean r), r = gain / sqrt(var + eps)",
@@ -661,17 +719,18 @@ def agreeing(
     these inputs, each judged alone (no precedence between them): the candidates an input cannot rule out."""
     from aiayn.conformance.numerics import precision
 
-    by_name = {d.name: d for d in CATALOGUE}
     kinds = {name: kind for kind, name in PRECISION_DEPARTURES.items()}
     undefined = np.isnan(evaluate(model, args))
     got = np.asarray(got, dtype=np.float64)
     kept = []
     for name in names:
-        first, _, second = name.partition(" + ")
-        departure = by_name.get(first)
-        if departure is None or (second and second not in kinds):
+        parts = _parts(name)
+        if parts is None:
             kept.append(name)  # not a name this can evaluate: never ruled out
             continue
+        departure, second = parts[0], parts[1].name if len(parts) > 1 and parts[1].precision is not None else ""
+        if len(parts) > 1 and not second:
+            departure = _together(parts[0], parts[1])
         try:
             variant = departure.output(model, args, dtype)
             if second:
@@ -685,7 +744,11 @@ def agreeing(
             continue  # no meaning on these inputs: ruled out here
         u = precision(dtype).u
         budget = _where_undefined(budget, undefined, got, variant, u, _added_mask_rounding(departure, model, args, u))
-        if variant.shape == got.shape and _agrees(got, variant, budget):
+        if variant.shape != got.shape:
+            continue
+        if _agrees(got, variant, budget) or (
+            not second and _structural(departure) and _agrees_at_own_values(got, variant, budget_at, dtype, undefined)
+        ):
             kept.append(name)
     return kept
 
@@ -722,7 +785,8 @@ def explain(
     undefined = np.isnan(
         evaluate(model, args)
     )  # the paper's NaN (fully masked rows): the check's budget is a bare floor there
-    names, arithmetic = [], []
+    names, arithmetic, closer = [], [], []
+    paper = evaluate(model, args)
     for departure in CATALOGUE:
         if departure.family not in families or (departure.precision not in (None, "ftz") and dtype != "float64"):
             continue
@@ -737,8 +801,126 @@ def explain(
         u = precision(dtype).u
         budget = _where_undefined(budget, undefined, got, variant, u, _added_mask_rounding(departure, model, args, u))
         if variant.shape == got.shape and _agrees(got, variant, budget):
+            if departure.precision == "float32-ftz" and arithmetic:
+                continue  # float32 alone, or the flush alone, explains it: the smaller claim
             (arithmetic if departure.precision is not None else names).append(departure.name)
-    return arithmetic or names or _pairs(model, args, got, budget_at, dtype, families, undefined)
+        elif _structural(departure) and variant.shape == got.shape:  # alone at its own values, or in a pair
+            ratio = _distance(got, variant) / max(_distance(got, paper), np.finfo(np.float64).tiny)
+            closer.append((-_explained(got, variant, budget), ratio, departure, variant))
+    return (
+        arithmetic
+        or names
+        or _at_own_values(got, budget_at, dtype, closer, undefined)
+        or _pairs(model, args, got, budget_at, dtype, families, undefined)
+        or _structural_pairs(model, args, got, budget_at, dtype, closer, undefined)
+    )
+
+
+def _at_own_values(
+    got: np.ndarray,
+    budget_at: Callable[..., np.ndarray],
+    dtype: str,
+    closer: list[tuple[float, float, Departure, np.ndarray]],
+    undefined: np.ndarray,
+) -> list[str]:
+    """The structural departures that agree within the check's budget evaluated at the departure's own output (its
+    floors at its own values: a table whose first row is sin(1) where the paper's is sin(0) = 0), where none agreed
+    within the budget at the paper's values."""
+    return [d.name for *_, d, variant in closer if _agrees_at_own_values(got, variant, budget_at, dtype, undefined)]
+
+
+def _agrees_at_own_values(
+    got: np.ndarray, variant: np.ndarray, budget_at: Callable[..., np.ndarray], dtype: str, undefined: np.ndarray
+) -> bool:
+    """``got`` within the check's budget evaluated at ``variant`` (a structural departure's own output)."""
+    from aiayn.conformance.numerics import precision
+
+    try:
+        budget = np.asarray(budget_at(dtype, values=variant), dtype=np.float64)
+    except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
+        return False
+    return _agrees(got, variant, _where_undefined(budget, undefined, got, variant, precision(dtype).u))
+
+
+#: How many structural departures (none agreeing alone) are tried in pairs: those that explain the most elements of
+#: the implementation's output within budget, then those that bring it closest (root-mean-square): two structural
+#: departures at once (a final LayerNorm and another positional table) each move the output part of the way. 8 keep
+#: the pairs at 28 evaluations of the model, and every pair of a family of up to 8 (the positional tables).
+PAIRED_CANDIDATES = 8
+
+
+def _structural(departure: Departure) -> bool:
+    """A departure of the equation itself (not of arithmetic, not computed in a dtype): one that can pair with
+    another such."""
+    return departure.precision is None and departure.compute is None and not departure.numerical
+
+
+def _changes(ops: Ops) -> dict[str, Any]:
+    """The fields in which ``ops`` departs from the paper's."""
+    return {f.name: getattr(ops, f.name) for f in fields(Ops) if getattr(ops, f.name) != getattr(PAPER, f.name)}
+
+
+def _together(a: Departure, b: Departure) -> Departure:
+    """Both departures at once (their changes are of different fields), named "A + B"."""
+    return Departure(f"{a.name} + {b.name}", f"{a.note}; {b.note}", a.family, replace(a.ops, **_changes(b.ops)))
+
+
+def _parts(name: str) -> list[Departure] | None:
+    """The departures a name given by :func:`explain` stands for: one, or the two of a pair "A + B" (a name may
+    itself contain " + "); None where it names none."""
+    by_name = {d.name: d for d in CATALOGUE}
+    if name in by_name:
+        return [by_name[name]]
+    for first, departure in by_name.items():
+        rest = name[len(first) + 3 :]
+        if name.startswith(f"{first} + ") and rest in by_name:
+            return [departure, by_name[rest]]
+    return None
+
+
+def _explained(got: np.ndarray, values: np.ndarray, budget: np.ndarray) -> float:
+    """The fraction of the output's elements that ``values`` give within ``budget``."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        close = (np.abs(got - values) <= np.broadcast_to(budget, got.shape)) | (got == values)
+        return float(np.mean(close | (np.isnan(got) & np.isnan(values)))) if got.size else 0.0
+
+
+def _distance(got: np.ndarray, values: np.ndarray) -> float:
+    """The root-mean-square difference over the elements where both are numbers."""
+    live = ~(np.isnan(got) | np.isnan(values))
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(live, np.asarray(got, dtype=np.float64) - np.asarray(values, dtype=np.float64), 0.0)
+        return float(np.sqrt(np.mean(diff * diff))) if np.any(live) else np.inf
+
+
+def _structural_pairs(
+    model: Model,
+    args: Mapping[str, Any],
+    got: np.ndarray,
+    budget_at: Callable[..., np.ndarray],
+    dtype: str,
+    closer: list[tuple[float, float, Departure, np.ndarray]],
+    undefined: np.ndarray,
+) -> list[str]:
+    """Two structural departures at once, among the :data:`PAIRED_CANDIDATES` (``closer``: each with minus the
+    fraction of elements it explains and its distance ratio to the paper's), each pair of changes to different
+    fields; named "A + B" (catalogue order) where the pair agrees within the check's budget at the pair's output."""
+    ranked = [c[2] for c in sorted(closer, key=lambda c: (c[0], c[1]))[:PAIRED_CANDIDATES]]
+    order = {d.name: i for i, d in enumerate(CATALOGUE)}
+    ranked.sort(key=lambda d: order[d.name])
+    names = []
+    for i, a in enumerate(ranked):
+        for b in ranked[i + 1 :]:
+            if set(_changes(a.ops)) & set(_changes(b.ops)):
+                continue  # two choices of one field: not both at once
+            pair = _together(a, b)
+            try:
+                variant = pair.output(model, args, dtype)
+            except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
+                continue
+            if variant.shape == got.shape and _agrees_at_own_values(got, variant, budget_at, dtype, undefined):
+                names.append(pair.name)
+    return names
 
 
 def _pairs(

@@ -25,6 +25,7 @@ from aiayn import reference as R
 from aiayn.conformance.checks import attention as A
 from aiayn.conformance.checks import layers as L
 from aiayn.conformance.checks import model as M
+from aiayn.conformance.checks import positional as P
 from aiayn.conformance.diagnoses import forward as D
 from aiayn.conformance.equations import record
 from aiayn.conformance.run.harness import ConformanceFailure, Stats, current_stats
@@ -607,3 +608,150 @@ def test_an_additive_mask_is_named_on_a_fully_masked_row(stats: Stats, dtype: st
     mask[2] = False  # a fully masked row: the paper's output is NaN there (declared policy "nan")
     message = _message(A.scaled_dot_product_attention, AdditiveMask(), dtype, q=q, k=k, v=v, mask=mask)
     assert "'finite mask value -1e4 added to the scores'" in message, message
+
+
+# --------------------------------------------------------------------------------------------
+# tables and stacks as shipped libraries build them
+
+
+def _timing_signal(length: int, d_model: int, start: int = 0, halves: bool = True) -> np.ndarray:
+    """tensor2tensor's get_timing_signal_1d, written from its definition: d/2 timescales 1 .. 10^4 spaced
+    geometrically over max(d/2 - 1, 1) steps, angle pos / timescale_i, [sin | cos] (or interleaved)."""
+    n = d_model // 2
+    inv = np.exp(np.arange(n) * -(np.log(1e4) / max(n - 1, 1)))  # (d/2,)
+    angle = (np.arange(length)[:, None] + start) * inv[None, :]  # (length, d/2)
+    if halves:
+        return np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+    table = np.empty((length, d_model))
+    table[:, 0::2], table[:, 1::2] = np.sin(angle), np.cos(angle)
+    return table
+
+
+class TimingSignal(NumpyImplementation):
+    """tensor2tensor's table (start 0), its spacing in the paper's interleaved layout, or its table from position 1
+    (an engine that counts positions from 1)."""
+
+    def __init__(self, start: int = 0, halves: bool = True) -> None:
+        super().__init__()
+        self.start, self.halves = start, halves
+
+    def positional_encoding(self, length, d_model, dtype):  # type: ignore[no-untyped-def]
+        return _timing_signal(length, d_model, self.start, self.halves).astype(np.dtype(dtype))
+
+
+class FinalNorms(NumpyImplementation):
+    """A whole model with a LayerNorm (gain 1, bias 0, eps 1e-6) after each stack, as PyTorch's nn.Transformer
+    builds; with ``table`` its positional table is another's."""
+
+    def __init__(self, stacks: tuple[str, ...] = ("encoder", "decoder"), table: Any = None) -> None:
+        super().__init__()
+        self.stacks, self.table = stacks, table
+
+    def positional_encoding(self, length, d_model, dtype):  # type: ignore[no-untyped-def]
+        if self.table is None:
+            return super().positional_encoding(length, d_model, dtype)
+        return self.table.positional_encoding(length, d_model, dtype)
+
+    def _final(self, x: np.ndarray, stack: str) -> np.ndarray:
+        d = x.shape[-1]
+        return self.layer_norm(x, np.ones(d, x.dtype), np.zeros(d, x.dtype), 1e-6) if stack in self.stacks else x
+
+    def transformer_forward(self, src_tokens, tgt_tokens, params, num_heads, src_lengths=None, tgt_lengths=None):  # type: ignore[no-untyped-def]
+        dt = params["embedding"].dtype
+        n_src, n_tgt = src_tokens.shape[1], tgt_tokens.shape[1]
+        src_mask = None if src_lengths is None else (np.arange(n_src)[None, :] < src_lengths[:, None])[:, None, :]
+        tgt_mask = np.tri(n_tgt, n_tgt, dtype=bool)
+        if tgt_lengths is not None:
+            tgt_mask = tgt_mask & (np.arange(n_tgt)[None, :] < tgt_lengths[:, None])[:, None, :]
+        x = self._embed(src_tokens, params["embedding"], None, dt)
+        for layer in params["encoder"]:
+            x = self.encoder_layer(x, layer, num_heads, src_mask)
+        x = self._final(x, "encoder")
+        y = self._embed(tgt_tokens, params["embedding"], None, dt)
+        for layer in params["decoder"]:
+            y = self.decoder_layer(y, x, layer, num_heads, tgt_mask, src_mask)
+        return self._final(y, "decoder") @ params["embedding"].T
+
+
+def _whole_model_message(impl: Any, dtype: str) -> str:
+    p = _params(1, d=8, h=2, vocab=11)
+    src, tgt = RNG.integers(0, 11, size=(2, 5)), RNG.integers(0, 11, size=(2, 4))
+    return _message(
+        M.transformer_forward,
+        impl,
+        dtype,
+        src=src,
+        tgt=tgt,
+        params=p,
+        num_heads=2,
+        src_lengths=np.array([5, 3]),
+        tgt_lengths=None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("impl", "name"),
+    [
+        (TimingSignal(halves=False), "frequencies 10000^(-i/(d/2-1)) (tensor2tensor's spacing)"),
+        (TimingSignal(), "tensor2tensor's timing signal (get_timing_signal_1d)"),
+        (TimingSignal(start=1), "tensor2tensor's timing signal (get_timing_signal_1d) + positions counted from 1"),
+    ],
+    ids=["spacing", "timing signal", "timing signal from 1"],
+)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_tensor2tensors_tables_are_named(stats: Stats, impl: Any, name: str, dtype: str) -> None:
+    """Each table on the positional-encoding row (the third as a pair of structural departures), and each inside
+    a whole model."""
+    message = _message(P.positional_encoding, impl, dtype, length=12, d_model=16)
+    assert f"'{name}'" in message, message
+    message = _whole_model_message(FinalNorms(stacks=(), table=impl), dtype)
+    assert f"'{name}'" in message, message
+
+
+@pytest.mark.parametrize(
+    ("stacks", "name"),
+    [
+        (("encoder",), "a final LayerNorm after the encoder stack"),
+        (("decoder",), "a final LayerNorm after the decoder stack"),
+        (("encoder", "decoder"), "a final LayerNorm after each stack"),
+    ],
+)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_final_layer_norms_are_named(stats: Stats, stacks: tuple[str, ...], name: str, dtype: str) -> None:
+    message = _whole_model_message(FinalNorms(stacks), dtype)
+    assert f"'{name}'" in message, message
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_final_norms_and_tensor2tensors_table_are_named_together(stats: Stats, dtype: str) -> None:
+    """Two structural departures at once: neither alone agrees, the pair does."""
+    message = _whole_model_message(FinalNorms(table=TimingSignal()), dtype)
+    pair = "'tensor2tensor's timing signal (get_timing_signal_1d) + a final LayerNorm after each stack'"
+    assert pair in message, message
+
+
+def test_the_paper_is_named_by_no_new_family(stats: Stats) -> None:
+    """The paper's whole model and table pass the checks these names come from: nothing to name."""
+    p = _params(1, d=8, h=2, vocab=11)
+    src, tgt = RNG.integers(0, 11, size=(2, 5)), RNG.integers(0, 11, size=(2, 4))
+    M.transformer_forward(
+        NumpyImplementation(), "float64", src=src, tgt=tgt, params=p, num_heads=2, src_lengths=None, tgt_lengths=None
+    )
+    P.positional_encoding(NumpyImplementation(), "float64", length=12, d_model=16)
+    assert not stats.departures, stats.departures
+
+
+class Float32Flushed(NumpyImplementation):
+    """A float64 softmax computed in float32 code on a machine that flushes subnormal results to zero."""
+
+    def softmax(self, x, axis=-1):  # type: ignore[no-untyped-def]
+        y = super().softmax(x.astype(np.float32), axis)
+        return np.where(np.abs(y) < np.finfo(np.float32).tiny, np.float32(0), y).astype(x.dtype)
+
+
+def test_float32_and_flushed_subnormals_together_are_named(stats: Stats) -> None:
+    """Weights of e^-95 (subnormal in float32) flushed, the others rounded to float32: neither arithmetic alone
+    explains the row, both together do."""
+    x = np.array([[0.0, -95.0, 0.3, 1.7], [2.0, 0.5, -96.0, 0.1]])
+    message = _message(A.softmax, Float32Flushed(), "float64", x=x, axis=-1)
+    assert "'float32 inside a float64 claim, subnormal results flushed to zero'" in message, message
