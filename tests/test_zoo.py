@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.conformance.checks.decoding import AGREEMENT
+from aiayn.conformance.equations import record
 from aiayn.conformance.studies.zoo import BUILTIN_ROWS, DECODING, cell, installed
 from aiayn.implementations import registry
 from aiayn.implementations.protocol import EQUATIONS, contract_problems
@@ -267,7 +267,8 @@ def test_zoo_smoke_names_every_failure(tmp_path):
     if present == list(ZOO):
         assert len(libraries) >= 6, f"the zoo covers {sorted(libraries)}: at least 6 libraries beyond PyTorch"
     assert (tmp_path / "zoo.md").exists() and (tmp_path / "zoo.png").exists()
-    agreement = {f"test_{e}" for e in EQUATIONS} | {f"test_{c}" for c in AGREEMENT}
+    decode = record("transformer_forward").decode
+    agreement = {f"test_{e}" for e in EQUATIONS} | {f"test_{c}" for c in decode.agreement}
     for name in present:  # --quick: each equation's agreement test, decoding's (and the contract) only
         report = json.loads((tmp_path / "zoo" / f"conformance-{name}.json").read_text(encoding="utf-8"))
         ran = {t for r in report["rows"] if r["equation"] != "contract" for t in r["tests"]}
