@@ -183,6 +183,9 @@ class Equation:
     backward: Backward | None = None
     decode: Decode | None = None
     differentiable: bool = True  # False: no float input to differentiate (sizes, steps, integer targets)
+    # (mask broadcastable to the result, why) for the elements of a result no caller defines (the logits at padded
+    # target positions): not compared, counted as not checked; from the raw arguments; None: every element compared
+    undefined: Callable[[Args], tuple[np.ndarray, str] | None] | None = None
 
     def model_arguments(self, declared: Declared, seen: Mapping[str, Any]) -> dict[str, Any]:
         """The diagnoses' arguments of :attr:`model` (``diagnoses.forward.evaluate``): the arguments as the
@@ -203,6 +206,24 @@ class Equation:
 
 # --------------------------------------------------------------------------------------------
 # how declared policies become arguments
+
+
+#: Why the logits at a padded target position are not compared: a query there sees only the keys before the padding
+#: (the oracle computes a number), but no decoder defines that position (an incremental one never feeds it) and no
+#: loss or search reads it.
+PADDED_TARGET = "a padded target position: no decoder defines its logits, nothing reads them"
+
+#: Reasons of elements no caller defines (a record's ``undefined``): shown as not checked, but outside the stated
+#: largest unchecked fraction (``report/coverage.py``), which concerns elements the suite could not judge.
+UNDEFINED_REASONS = frozenset({PADDED_TARGET})
+
+
+def _padded_targets(a: Args) -> tuple[np.ndarray, str] | None:
+    """(B, n_tgt, 1): True at the target positions at or after each sentence's ``tgt_lengths``."""
+    if a.get("tgt_lengths") is None:
+        return None
+    n_tgt = np.shape(a["tgt"])[-1]
+    return (np.arange(n_tgt)[None, :] >= np.asarray(a["tgt_lengths"])[:, None])[:, :, None], PADDED_TARGET
 
 
 def _fully_masked(declared: Declared) -> dict[str, Any]:
@@ -559,6 +580,7 @@ _RECORDS: tuple[Equation, ...] = (
         model_policies=_layers_model,
         departures=_LAYER_FAMILIES | {"causal", "positional", "embedding", "final_norm"},
         strategy=S.forward_inputs,
+        undefined=_padded_targets,
         backward=Backward(
             gradients=(),
             names=_parameter_paths,

@@ -598,7 +598,9 @@ class CompleteImplementation(Implementation, Protocol):
 
         Masks from lengths (int64 (B,), optional; None = no padding): encoder self-attention and
         encoder-decoder attention see source keys j < src_lengths[b]; decoder self-attention is
-        causal and sees target keys j < tgt_lengths[b].
+        causal and sees target keys j < tgt_lengths[b]. The logits at padded target positions
+        (i >= tgt_lengths[b]) are not compared (no decoder defines them, nothing reads them): an
+        implementation may return anything there; they are counted as not checked.
         """
         ...
 

@@ -136,9 +136,11 @@ def agreement_check(equation: str, name: str | None = None) -> Callable[..., Non
     with the oracle within the record's budget on every element the budget applies to."""
     budget_name = record(equation).budget_name
 
+    undefined = record(equation).undefined
+
     def agrees(case: Case, **args: Any) -> None:
         got, expected, budget = agreement(case, **args)
-        compare(case, got, expected, budget, budget_name=budget_name)
+        compare(case, got, expected, budget, budget_name=budget_name, undefined=undefined and undefined(args))
 
     agrees.__name__ = agrees.__qualname__ = name or equation
     agrees.__doc__ = f"{equation} agrees with the oracle within {budget_name}."

@@ -26,12 +26,20 @@ from typing import Any
 import numpy as np
 
 from aiayn.conformance.directions import BACKWARD, DECODE, FORWARD
-from aiayn.conformance.equations import CONTRACT, RECORDS, title
+from aiayn.conformance.equations import CONTRACT, RECORDS, UNDEFINED_REASONS, title
 from aiayn.conformance.report.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
 from aiayn.conformance.report.results import NO_MATCH, Outcome, Row, Status, TestResult
 from aiayn.conformance.run.boundary import Remote, flushes, isolation
 from aiayn.implementations.protocol import DTYPES, EQUATIONS, flushes_subnormals, scope_of
 from aiayn.kit import Report, Scope, md_table, write_report
+
+
+def _unjudged(row: Row) -> float:
+    """The fraction of the row's elements the suite could not judge: not checked, less those no caller defines
+    (``equations.UNDEFINED_REASONS``: counted, shown, never a reason for "inconclusive")."""
+    undefined = sum(n for why, n in row.not_checked_reasons.items() if why in UNDEFINED_REASONS)
+    total = row.checked + row.not_checked - undefined
+    return (row.not_checked - undefined) / total if total > 0 else 0.0
 
 
 def _typed(results: Iterable[TestResult | Mapping[str, Any]]) -> list[TestResult]:
@@ -89,7 +97,7 @@ def _row(equation: str, dtype: str, results: list[TestResult], impl: Any, direct
         row.status = Status.FAIL
     elif counted and row.examples and row.unsupported / row.examples > MAX_UNSUPPORTED:
         row.status = inconclusive
-    elif counted and row.fraction_checked is not None and 1 - row.fraction_checked > row.max_unchecked:
+    elif counted and _unjudged(row) > row.max_unchecked:
         row.status = inconclusive
     elif deviations:
         row.status = Status.KNOWN_DEVIATION

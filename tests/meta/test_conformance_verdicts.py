@@ -241,3 +241,57 @@ def test_two_distinct_failures_get_their_own_messages_and_replay_files(tmp_path:
     assert lead and all("the output matches 'unbiased variance, eps added to the std'" in line for line in lead), lead
     assert row["largest_failure"]["departures"] == ["unbiased variance, eps added to the std"], row["largest_failure"]
     assert "unbiased variance, eps added to the std" in row["departures"], row
+
+
+class PaddedGarbage(NumpyImplementation):
+    """A whole model that writes 1e6 into the logits at padded target positions (an incremental decoder's
+    adapter fills what it never computes)."""
+
+    def transformer_forward(self, src_tokens, tgt_tokens, params, num_heads, src_lengths=None, tgt_lengths=None):  # type: ignore[no-untyped-def]
+        out = super().transformer_forward(src_tokens, tgt_tokens, params, num_heads, src_lengths, tgt_lengths)
+        if tgt_lengths is not None:
+            out[np.arange(out.shape[1])[None, :] >= tgt_lengths[:, None]] = 1e6
+        return out
+
+
+def test_logits_at_padded_target_positions_are_not_compared_and_are_counted(stats: Stats) -> None:
+    """The whole model's agreement and its batch property pass the stand-in; its padded positions are counted as
+    not checked, with the reason; a wrong logit at a real position still fails."""
+    import types
+
+    from aiayn.conformance.checks import model as M
+    from aiayn.conformance.equations import PADDED_TARGET
+    from aiayn.reference import model as RM
+
+    cfg = types.SimpleNamespace(n_layers=1, d_model=4, d_ff=8, num_heads=2, d_k=2, d_v=2)
+    params = RM.init_params(cfg, 7, np.random.default_rng(3), biases=True)
+    src, tgt = np.array([[1, 2, 3], [4, 5, 6]]), np.array([[0, 1, 2], [2, 3, 4]])
+    args = {"src": src, "tgt": tgt, "params": params, "num_heads": 2, "src_lengths": np.array([3, 2])}
+    M.transformer_forward(PaddedGarbage(), "float64", **args, tgt_lengths=np.array([3, 1]))
+    assert stats.unchecked == {PADDED_TARGET: 2 * 7}, stats.unchecked  # sentence 2's positions 1 and 2, V = 7 each
+    M.transformer_batch_elements_are_independent(
+        PaddedGarbage(), "float64", **args, tgt_lengths=np.array([3, 1]), index=1
+    )
+
+    class AlsoWrongInside(PaddedGarbage):
+        def transformer_forward(self, *a, **k):  # type: ignore[no-untyped-def]
+            out = super().transformer_forward(*a, **k)
+            out[1, 0, 0] += 1e-3
+            return out
+
+    with pytest.raises(OverBudget):
+        M.transformer_forward(AlsoWrongInside(), "float64", **args, tgt_lengths=np.array([3, 1]))
+
+
+def test_elements_no_caller_defines_are_shown_but_do_not_make_a_row_inconclusive() -> None:
+    """10% of a whole model's logits at padded target positions: counted as not checked, the row passes; the same
+    10% for any other reason is inconclusive."""
+    from aiayn.conformance.equations import PADDED_TARGET
+
+    impl = NumpyImplementation()
+    padded = [r | {"equation": "transformer_forward", "test": "test_transformer_forward"} for r in _results()]
+    padded = [r | {"unchecked": {PADDED_TARGET: 10}} for r in padded]
+    row = _row(report.build(_Entry(impl), padded, {}), "transformer_forward")
+    assert row["status"] == "pass" and row["not_checked"] == 10 and row["fraction_checked"] == 0.9, row
+    other = [r | {"unchecked": {"why": 10}} for r in padded]
+    assert _row(report.build(_Entry(impl), other, {}), "transformer_forward")["status"] == "inconclusive"
