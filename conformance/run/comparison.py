@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance.equations import RECORDS
 from aiayn.conformance.numerics import first_index, floored, precision
 from aiayn.conformance.report.results import NO_MATCH
 from aiayn.conformance.run.harness import Case, NaNMismatch, OverBudget, Stats, current_stats
@@ -80,28 +81,24 @@ def compare(
         case.tally(unchecked={undefined[1]: int(np.sum(free))})
         got, expected = np.where(free, 0.0, got), np.where(free, 0.0, expected)
     nan_got, nan_exp = np.isnan(got), np.isnan(expected)
-    policy = (
-        getattr(case.impl, "policies", {}).get("fully_masked")
-        if isinstance(getattr(case.impl, "policies", None), Mapping)
-        else None
-    )
     extra, missing = nan_got & ~nan_exp, nan_exp & ~nan_got
     if np.any(extra) or np.any(missing):
         stats = _STATS.get()
         if stats is not None:
             stats.nan_mismatches += 1
         matched = _diagnose(case, got)
+        policy = _masked_row_policy(case)
         if np.any(extra):
             i = first_index(extra)
             case.fail(
                 f"{what}{matched}: NaN at index {i}, where {expected_name} gives {float(expected[i])!r} "
-                f"({int(np.sum(extra))} unexpected NaN in all; declared fully_masked policy {policy!r})",
+                f"({int(np.sum(extra))} unexpected NaN in all{policy and f'; declared {policy}'})",
                 kind=NaNMismatch,
             )
         i = first_index(missing)
         case.fail(
-            f"{what}{matched}: {float(got[i])!r} at index {i}, where {expected_name} gives NaN (the declared policy's "
-            f"result for a fully masked row; policy {policy!r})",
+            f"{what}{matched}: {float(got[i])!r} at index {i}, where {expected_name} gives NaN"
+            + (f" (the declared policy's result for a fully masked row; {policy})" if policy else ""),
             kind=NaNMismatch,
         )
     budget = np.broadcast_to(np.asarray(budget, dtype=np.float64), expected.shape)
@@ -130,6 +127,16 @@ def compare(
         _note_largest(case, r, where, names)
         case.fail(f"{what}{matched}", details, kind=OverBudget, ratio=r)
     return r
+
+
+def _masked_row_policy(case: Case) -> str:
+    """ "fully_masked policy 'X'" for an equation with attention (a NaN may be a fully masked row's), else ""."""
+
+    r = RECORDS.get(case.equation)
+    if r is None or "attention" not in r.departures:
+        return ""
+    policies = getattr(case.impl, "policies", None)
+    return f"fully_masked policy {policies.get('fully_masked') if isinstance(policies, Mapping) else None!r}"
 
 
 def _diagnose(case: Case, got: np.ndarray) -> str:

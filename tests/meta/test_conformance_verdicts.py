@@ -295,3 +295,27 @@ def test_elements_no_caller_defines_are_shown_but_do_not_make_a_row_inconclusive
     assert row["status"] == "pass" and row["not_checked"] == 10 and row["fraction_checked"] == 0.9, row
     other = [r | {"unchecked": {"why": 10}} for r in padded]
     assert _row(report.build(_Entry(impl), other, {}), "transformer_forward")["status"] == "inconclusive"
+
+
+def test_a_nan_in_an_equation_without_attention_names_no_attention_policy(stats: Stats) -> None:
+    """A positional table with NaN (an engine's timescale 0/0 at d_model = 2): the message says where, and names
+    no fully_masked policy (an attention's); a NaN in attention's output still names it."""
+    from aiayn.conformance.checks import attention as A
+    from aiayn.conformance.checks import positional as P
+
+    class NaNTable(NumpyImplementation):
+        def positional_encoding(self, length, d_model, dtype):  # type: ignore[no-untyped-def]
+            return np.full((length, d_model), np.nan, dtype=np.dtype(dtype))
+
+    with pytest.raises(NaNMismatch) as failure:
+        P.positional_encoding(NaNTable(), "float64", length=3, d_model=2)
+    assert "NaN at index (0, 0)" in str(failure.value) and "fully_masked" not in str(failure.value), failure.value
+
+    class NaNAttention(NumpyImplementation):
+        def scaled_dot_product_attention(self, q, k, v, mask=None):  # type: ignore[no-untyped-def]
+            return np.full((*q.shape[:-1], v.shape[-1]), np.nan, dtype=q.dtype)
+
+    q = np.ones((1, 2, 2))
+    with pytest.raises(NaNMismatch) as failure:
+        A.scaled_dot_product_attention(NaNAttention(), "float64", q=q, k=q, v=q, mask=None)
+    assert "declared fully_masked policy" in str(failure.value), failure.value
