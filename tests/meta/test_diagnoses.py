@@ -342,14 +342,14 @@ def test_a_pre_norm_layer_computed_in_float32_is_named_as_the_pair(stats: Stats)
 
 
 def test_a_property_failure_explained_by_float32_arithmetic_says_so(stats: Stats) -> None:
-    """The float32 table agrees with the paper within float32's budget ("float32 inside a float64 claim"), and its
-    shift property holds at float32's arithmetic: the property failure names the arithmetic, not the layout."""
+    """The float32 table agrees with the paper within float32's budget ("float32 inside a float64 claim"), and §3.5's
+    own shift M_k holds at float32's arithmetic: the property failure names the arithmetic, not the layout."""
     from aiayn.conformance.checks import positional as P
 
     named = _message(P.positional_encoding, PositionsInFloat32(), "float64", length=40, d_model=16)
     assert "'float32 inside a float64 claim'" in named, named
     shift = _message(
-        P.positional_encoding_shift_is_a_linear_map, PositionsInFloat32(), "float64", length=40, d_model=16, offset=7
+        P.positional_encoding_pairs_rotate_by_k, PositionsInFloat32(), "float64", length=40, d_model=16, offset=7
     )
     assert "the output matches 'float32 inside a float64 claim'" in shift, shift
     assert "this breaks what the paper states" not in shift, shift
@@ -755,3 +755,25 @@ def test_float32_and_flushed_subnormals_together_are_named(stats: Stats) -> None
     x = np.array([[0.0, -95.0, 0.3, 1.7], [2.0, 0.5, -96.0, 0.1]])
     message = _message(A.softmax, Float32Flushed(), "float64", x=x, axis=-1)
     assert "'float32 inside a float64 claim, subnormal results flushed to zero'" in message, message
+
+
+class BentTable(NumpyImplementation):
+    """§3.5's table with one column replaced by (pos / length)^2: no linear map shifts it."""
+
+    def positional_encoding(self, length, d_model, dtype):  # type: ignore[no-untyped-def]
+        table = super().positional_encoding(length, d_model, dtype).copy()
+        table[:, 1] = (np.arange(length) / max(length, 1)) ** 2
+        return table
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_the_shift_property_is_the_papers_and_the_layout_is_checked_apart(stats: Stats, dtype: str) -> None:
+    """tensor2tensor's table (another layout and spacing) has a linear shift map: the shift property holds and
+    the layout check names what it breaks; a table with a non-sinusoid column has none: the shift property fails."""
+    args = {"length": 40, "d_model": 8, "offset": 3}
+    P.positional_encoding_shift_is_a_linear_map(TimingSignal(start=1), dtype, **args)
+    assert stats.checked >= 1, stats
+    message = _message(P.positional_encoding_pairs_rotate_by_k, TimingSignal(start=1), dtype, **args)
+    assert "§3.5's layout" in message, message
+    message = _message(P.positional_encoding_shift_is_a_linear_map, BentTable(), dtype, **args)
+    assert "no linear map takes PE(pos) to PE(pos + 3)" in message, message
