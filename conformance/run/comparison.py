@@ -174,7 +174,9 @@ def matches(case: Case, got: np.ndarray) -> tuple[str, list[str]]:
         stats.departures.update(names)
     if not names:
         return "; no known departure matches (conformance/diagnoses/forward.py)", names
-    return "; the output matches " + " or ".join(f"'{n}'" for n in names) + told, names
+    if len(names) > 1:  # a budget wide enough for several: candidates, not a match
+        return "; candidates, not told apart" + told + ": " + ", ".join(f"'{n}'" for n in names), names
+    return f"; the output matches '{names[0]}'" + told, names
 
 
 #: Inputs drawn to tell candidate departures apart when a failing example cannot.
@@ -208,7 +210,7 @@ def _disambiguate(case: Case, names: list[str]) -> tuple[list[str], str]:
         survivors = outcome or survivors
     ruled_out = [n for n in names if n not in survivors]
     if len(survivors) > 1:
-        return survivors, f" (cannot be told apart on these inputs and {tried} drawn to separate them)"
+        return survivors, f" on these inputs and {tried} drawn to separate them"
     shown = ", ".join(f"'{n}'" for n in ruled_out)
     return survivors, f" (not {shown}: ruled out on the test's largest discrepancy or {tried} drawn inputs)"
 

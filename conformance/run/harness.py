@@ -550,10 +550,17 @@ class Case:
         lines = [f"{self.title}: {problem}"]
         largest = None if stats is None else stats.largest
         if largest is not None and largest["replay"] != str(path) and (ratio is None or largest["ratio"] > ratio):
-            matches = " or ".join(f"'{n}'" for n in largest.get("departures") or [])
+            names = [f"'{n}'" for n in largest.get("departures") or []]
+            matched = (
+                f", the output matches {names[0]}"
+                if len(names) == 1
+                else f", candidates not told apart: {', '.join(names)}"
+                if names
+                else ""
+            )
             lines += [
                 f"  largest discrepancy found for this check: {largest['ratio']:.3g} x budget, {largest['where']}"
-                + (f", the output matches {matches}" if matches else "")
+                + matched
                 + f"; inputs {largest['inputs']}; replay: aiayn replay {largest['replay']}",
                 "  the smallest failing example Hypothesis found:",
             ]

@@ -360,12 +360,13 @@ def test_candidates_an_example_cannot_tell_apart_are_narrowed_on_drawn_inputs(st
     """q = k = 0 and equal value rows: a masked_fill of -1e9, an added -1e4 and an ignored mask all give the failing
     output (the mean, on the fully masked row). Values redrawn at the same shapes and mask separate the ignored mask
     (the partly masked row) and the added -1e4 (a fully masked row of unequal scores); the two left agree wherever
-    scores stay far below 1e9, and the message says they cannot be told apart."""
+    scores stay far below 1e9, and the message lists them as candidates not told apart, never as a match."""
     q, k, v = np.zeros((2, 2)), np.zeros((3, 2)), np.ones((3, 2))
     mask = np.array([[True, False, True], [False, False, False]])
     message = _message(A.scaled_dot_product_attention, MaskedFill(), "float64", q=q, k=k, v=v, mask=mask)
     head = message.splitlines()[0]
-    assert "'masked scores set to -1e9 (masked_fill)'" in head and "cannot be told apart" in head, head
+    assert "'masked scores set to -1e9 (masked_fill)'" in head and "candidates, not told apart" in head, head
+    assert "matches" not in head, head
     assert "'mask ignored'" not in head and "'finite mask value -1e4 added to the scores'" not in head, head
     assert stats.departures == {
         "masked scores set to -1e9 (masked_fill)",
