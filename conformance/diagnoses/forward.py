@@ -804,15 +804,14 @@ def explain(
             if departure.precision == "float32-ftz" and arithmetic:
                 continue  # float32 alone, or the flush alone, explains it: the smaller claim
             (arithmetic if departure.precision is not None else names).append(departure.name)
-        elif _structural(departure) and variant.shape == got.shape:  # alone at its own values, or in a pair
-            ratio = _distance(got, variant) / max(_distance(got, paper), np.finfo(np.float64).tiny)
-            closer.append((-_explained(got, variant, budget), ratio, departure, variant))
+        elif _structural(departure) and variant.shape == got.shape and not _agrees(paper, variant, budget):
+            closer.append((departure, variant))  # it changes these inputs' output: alone at its own values, or paired
     return (
         arithmetic
         or names
         or _at_own_values(got, budget_at, dtype, closer, undefined)
         or _pairs(model, args, got, budget_at, dtype, families, undefined)
-        or _structural_pairs(model, args, got, budget_at, dtype, closer, undefined)
+        or _structural_pairs(model, args, got, paper, budget_at, dtype, closer, undefined)
     )
 
 
@@ -820,13 +819,13 @@ def _at_own_values(
     got: np.ndarray,
     budget_at: Callable[..., np.ndarray],
     dtype: str,
-    closer: list[tuple[float, float, Departure, np.ndarray]],
+    closer: list[tuple[Departure, np.ndarray]],
     undefined: np.ndarray,
 ) -> list[str]:
     """The structural departures that agree within the check's budget evaluated at the departure's own output (its
     floors at its own values: a table whose first row is sin(1) where the paper's is sin(0) = 0), where none agreed
     within the budget at the paper's values."""
-    return [d.name for *_, d, variant in closer if _agrees_at_own_values(got, variant, budget_at, dtype, undefined)]
+    return [d.name for d, variant in closer if _agrees_at_own_values(got, variant, budget_at, dtype, undefined)]
 
 
 def _agrees_at_own_values(
@@ -842,11 +841,13 @@ def _agrees_at_own_values(
     return _agrees(got, variant, _where_undefined(budget, undefined, got, variant, precision(dtype).u))
 
 
-#: How many structural departures (none agreeing alone) are tried in pairs: those that explain the most elements of
-#: the implementation's output within budget, then those that bring it closest (root-mean-square): two structural
-#: departures at once (a final LayerNorm and another positional table) each move the output part of the way. 8 keep
-#: the pairs at 28 evaluations of the model, and every pair of a family of up to 8 (the positional tables).
-PAIRED_CANDIDATES = 8
+#: Pairs of structural departures (none agreeing alone), in two rounds: the :data:`PAIRS_EVALUATED` pairs whose two
+#: changes to the paper's output, added, come closest to the implementation's change are evaluated (first order: a
+#: pair changes the output by about the sum of its members' changes, a final LayerNorm and another positional table
+#: each moving it part of the way; a model evaluation costs about a millisecond), then the :data:`PAIRS_JUDGED`
+#: closest of those are judged within the check's budget at their own output (a budget costs several).
+PAIRS_EVALUATED = 64
+PAIRS_JUDGED = 4
 
 
 def _structural(departure: Departure) -> bool:
@@ -878,49 +879,50 @@ def _parts(name: str) -> list[Departure] | None:
     return None
 
 
-def _explained(got: np.ndarray, values: np.ndarray, budget: np.ndarray) -> float:
-    """The fraction of the output's elements that ``values`` give within ``budget``."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        close = (np.abs(got - values) <= np.broadcast_to(budget, got.shape)) | (got == values)
-        return float(np.mean(close | (np.isnan(got) & np.isnan(values)))) if got.size else 0.0
-
-
-def _distance(got: np.ndarray, values: np.ndarray) -> float:
-    """The root-mean-square difference over the elements where both are numbers."""
-    live = ~(np.isnan(got) | np.isnan(values))
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.where(live, np.asarray(got, dtype=np.float64) - np.asarray(values, dtype=np.float64), 0.0)
-        return float(np.sqrt(np.mean(diff * diff))) if np.any(live) else np.inf
-
-
 def _structural_pairs(
     model: Model,
     args: Mapping[str, Any],
     got: np.ndarray,
+    paper: np.ndarray,
     budget_at: Callable[..., np.ndarray],
     dtype: str,
-    closer: list[tuple[float, float, Departure, np.ndarray]],
+    closer: list[tuple[Departure, np.ndarray]],
     undefined: np.ndarray,
 ) -> list[str]:
-    """Two structural departures at once, among the :data:`PAIRED_CANDIDATES` (``closer``: each with minus the
-    fraction of elements it explains and its distance ratio to the paper's), each pair of changes to different
-    fields; named "A + B" (catalogue order) where the pair agrees within the check's budget at the pair's output."""
-    ranked = [c[2] for c in sorted(closer, key=lambda c: (c[0], c[1]))[:PAIRED_CANDIDATES]]
-    order = {d.name: i for i, d in enumerate(CATALOGUE)}
-    ranked.sort(key=lambda d: order[d.name])
-    names = []
-    for i, a in enumerate(ranked):
-        for b in ranked[i + 1 :]:
+    """Two structural departures at once (``closer``: each that changes these inputs' output, with that output),
+    changes to different fields, chosen as :data:`PAIRS_EVALUATED` says; named "A + B" (catalogue order) where the
+    pair agrees within the check's budget at the pair's output."""
+    live = ~(np.isnan(got) | np.isnan(paper))
+    with np.errstate(invalid="ignore", over="ignore"):
+        target = np.where(live, got - paper, 0.0).ravel()
+        changes = [np.where(live & ~np.isnan(v), v - paper, 0.0).ravel() for _, v in closer]
+    ranked = []
+    for i, (a, _) in enumerate(closer):
+        for j in range(i + 1, len(closer)):
+            b = closer[j][0]
             if set(_changes(a.ops)) & set(_changes(b.ops)):
                 continue  # two choices of one field: not both at once
-            pair = _together(a, b)
-            try:
-                variant = pair.output(model, args, dtype)
-            except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
-                continue
-            if variant.shape == got.shape and _agrees_at_own_values(got, variant, budget_at, dtype, undefined):
-                names.append(pair.name)
-    return names
+            with np.errstate(invalid="ignore", over="ignore"):
+                miss = float(np.linalg.norm(target - changes[i] - changes[j]))
+            ranked.append((miss if np.isfinite(miss) else np.inf, i, j))
+    ranked.sort()
+    evaluated = []
+    for _, i, j in ranked[:PAIRS_EVALUATED]:
+        pair = _together(closer[i][0], closer[j][0])  # closer is in catalogue order
+        try:
+            variant = pair.output(model, args, dtype)
+        except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
+            continue
+        if variant.shape == got.shape:
+            with np.errstate(invalid="ignore", over="ignore"):
+                miss = float(np.linalg.norm(np.where(live & ~np.isnan(variant), got - variant, 0.0)))
+            evaluated.append((miss if np.isfinite(miss) else np.inf, i, j, pair, variant))
+    evaluated.sort(key=lambda e: (e[0], e[1], e[2]))
+    return [
+        pair.name
+        for *_, pair, variant in evaluated[:PAIRS_JUDGED]
+        if _agrees_at_own_values(got, variant, budget_at, dtype, undefined)
+    ]
 
 
 def _pairs(
