@@ -983,7 +983,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 f"{entry.name}: {r.section} [{r.dtype}]: "
                 + (
                     f"{r.not_checked:,} of {r.checked + r.not_checked:,} elements not checked (stated maximum "
-                    f"{100 * r.max_unchecked:g}%)"
+                    f"{100 * r.max_unchecked:g}%): "
+                    + "; ".join(f"{n:,} {why}" for why, n in sorted(r.not_checked_reasons.items(), key=lambda x: -x[1]))
                     if r.checked + r.not_checked
                     else f"its tests ({', '.join(r.tests)}) passed without comparing a single element"
                 )
