@@ -319,3 +319,36 @@ def test_a_nan_in_an_equation_without_attention_names_no_attention_policy(stats:
     with pytest.raises(NaNMismatch) as failure:
         A.scaled_dot_product_attention(NaNAttention(), "float64", q=q, k=q, v=q, mask=None)
     assert "declared fully_masked policy" in str(failure.value), failure.value
+
+
+def test_the_cotangent_at_padded_target_positions_is_zero(stats: Stats) -> None:
+    """A whole model whose backward pass reads no cotangent at padded target positions (an incremental decoder never
+    computes them) passes the gradient check: the suite's cotangent is 0 there, as a loss's is."""
+    import types
+
+    from aiayn.conformance.checks import model as M
+    from aiayn.reference import model as RM
+
+    class IgnoresPadded(PaddedGarbage):
+        def vjp(self, equation, args, d_out):  # type: ignore[no-untyped-def]
+            if equation == "transformer_forward" and args[5] is not None:
+                d_out = d_out.copy()
+                d_out[np.arange(d_out.shape[1])[None, :] >= args[5][:, None]] = 0.0
+            return super().vjp(equation, args, d_out)
+
+    cfg = types.SimpleNamespace(n_layers=1, d_model=4, d_ff=8, num_heads=2, d_k=2, d_v=2)
+    params = RM.init_params(cfg, 7, np.random.default_rng(3), biases=True)
+    src, tgt = np.array([[1, 2, 3], [4, 5, 6]]), np.array([[0, 1, 2], [2, 3, 4]])
+    d_logits = np.random.default_rng(4).normal(size=(2, 3, 7))
+    M.transformer_forward_gradients(
+        IgnoresPadded(),
+        "float64",
+        d_out=d_logits,
+        src=src,
+        tgt=tgt,
+        params=params,
+        num_heads=2,
+        src_lengths=np.array([3, 2]),
+        tgt_lengths=np.array([3, 1]),
+    )
+    assert stats.checked > 0, stats
