@@ -904,7 +904,7 @@ def _structural_pairs(
                 continue  # two choices of one field: not both at once
             with np.errstate(invalid="ignore", over="ignore"):
                 miss = float(np.linalg.norm(target - changes[i] - changes[j]))
-            ranked.append((miss if np.isfinite(miss) else np.inf, i, j))
+            ranked.append((miss if np.isfinite(miss) else np.inf, i, j))  # an order only: an overflowed miss goes last
     ranked.sort()
     evaluated = []
     for _, i, j in ranked[:PAIRS_EVALUATED]:
@@ -916,7 +916,7 @@ def _structural_pairs(
         if variant.shape == got.shape:
             with np.errstate(invalid="ignore", over="ignore"):
                 miss = float(np.linalg.norm(np.where(live & ~np.isnan(variant), got - variant, 0.0)))
-            evaluated.append((miss if np.isfinite(miss) else np.inf, i, j, pair, variant))
+            evaluated.append((miss if np.isfinite(miss) else np.inf, i, j, pair, variant))  # order; judged below
     evaluated.sort(key=lambda e: (e[0], e[1], e[2]))
     return [
         pair.name
