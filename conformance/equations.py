@@ -391,7 +391,9 @@ _RECORDS: tuple[Equation, ...] = (
         passes_dtype=True,
         differentiable=False,
         oracle=lambda a: ref_positional.positional_encoding(a["length"], a["d_model"]),
-        budget=lambda a, e, p: B.positional_encoding(a["length"], a["d_model"], p),
+        budget=lambda a, e, p: B.positional_encoding(
+            a["length"], a["d_model"], p, **({} if a.get("ops") is None else D.pe_table(a["d_model"], a["ops"]))
+        ),
         budget_name="PE argument-growth bound, budgets.forward.positional_encoding",
         model=D.positional_encoding,
         departures=frozenset({"positional", _ALL}),

@@ -453,48 +453,78 @@ def _scatter_rows(ar: _Arithmetic, ids: np.ndarray, rows: np.ndarray, vocab: int
     return out
 
 
-def _transformer_pullback(ar: _Arithmetic, src, tgt, p, h: int, src_mask, tgt_mask, eps: float, relu_at_zero: float):
+def _transformer_pullback(
+    ar: _Arithmetic,
+    src,
+    tgt,
+    p,
+    h: int,
+    src_mask,
+    tgt_mask,
+    eps: float,
+    relu_at_zero: float,
+    departure: Mapping[str, Any] | None = None,
+):
     """Figure 1's forward pass in ``ar`` (as :func:`transformer_forward`) and its pullback dlogits -> parameter
-    gradients by path."""
+    gradients by path.
+
+    ``departure`` (None: the paper's model) is for the diagnoses (``conformance/diagnoses/backward.py``), which name a
+    failing gradient by the whole-model departure whose VJP it matches: "final_norms", the stacks ("encoder",
+    "decoder") that end in a LayerNorm of gain 1 and bias 0; "embed_scale", where sqrt(d_model) multiplies ("none",
+    "after_pe": the sum E[x] + PE); "output_scale", a factor on the decoder's output before the tied projection."""
+    departure = departure or {}
     e = p["embedding"]  # (vocab, d_model)
     vocab, d_model = e.shape
     (b, n_src), n_tgt = src.shape, tgt.shape[1]
     root = ar.sqrt(d_model)
+    embed_scale = departure.get("embed_scale", "before_pe")
+    root_e = root if embed_scale != "none" else 1  # the factor on E[x]
+    root_pe = root if embed_scale == "after_pe" else 1  # the factor on PE
+    out_scale = departure.get("output_scale", 1)
+    unit = {"gain": ar.lift(np.ones(d_model)), "bias": ar.lift(np.zeros(d_model))}
 
     def positions(n: int) -> np.ndarray:
         return p["positional"][:n] if "positional" in p else ar.sinusoids(n, d_model)
 
-    x = e[src] * root + positions(n_src)  # (B, n_src, d_model)
+    def stack_end(stack: str, z: np.ndarray) -> tuple[np.ndarray, Callable]:
+        if stack not in departure.get("final_norms", ()):
+            return z, lambda d: d
+        z, back = ar.layer_norm(z, unit, eps)
+        return z, lambda d: back(d)[0]
+
+    x = e[src] * root_e + positions(n_src) * root_pe  # (B, n_src, d_model)
     enc_visible = _visible(src_mask, (b,), n_src, n_src)
     enc_backs = []
     for layer in p["encoder"]:
         x, back = _encoder_layer_pullback(ar, x, layer, h, enc_visible, eps, relu_at_zero)
         enc_backs.append(back)
-    y = e[tgt] * root + positions(n_tgt)  # (B, n_tgt, d_model)
+    x, x_end = stack_end("encoder", x)
+    y = e[tgt] * root_e + positions(n_tgt) * root_pe  # (B, n_tgt, d_model)
     self_visible, memory_visible = _visible(tgt_mask, (b,), n_tgt, n_tgt), _visible(src_mask, (b,), n_tgt, n_src)
     dec_backs = []
     for layer in p["decoder"]:
         y, back = _decoder_layer_pullback(ar, y, x, layer, h, self_visible, memory_visible, eps, relu_at_zero)
         dec_backs.append(back)
-    logits = ar.matmul(y, np.swapaxes(e, 0, 1))  # (B, n_tgt, vocab)
+    y, y_end = stack_end("decoder", y)
+    logits = ar.matmul(y * out_scale, np.swapaxes(e, 0, 1))  # (B, n_tgt, vocab)
 
     def pullback(d_logits: np.ndarray) -> dict[str, np.ndarray]:
         grads: dict[str, np.ndarray] = {}
-        d_e = ar.matmul(d_logits.reshape(-1, vocab).T, y.reshape(-1, d_model))  # logits = y E^T
-        d_y, d_memory = ar.matmul(d_logits, e), ar.zeros(x.shape)
+        d_e = ar.matmul(d_logits.reshape(-1, vocab).T, (y * out_scale).reshape(-1, d_model))  # logits = y E^T
+        d_y, d_memory = y_end(ar.matmul(d_logits, e) * out_scale), ar.zeros(x.shape)
         for i in reversed(range(len(dec_backs))):
             d_y, d_mem, layer_grads = dec_backs[i](d_y)
             d_memory = d_memory + d_mem
             grads.update((f"decoder.{i}.{k}", v) for k, v in layer_grads.items())
-        d_x = d_memory
+        d_x = x_end(d_memory)
         for i in reversed(range(len(enc_backs))):
             d_x, layer_grads = enc_backs[i](d_x)
             grads.update((f"encoder.{i}.{k}", v) for k, v in layer_grads.items())
-        grads["embedding"] = d_e + (_scatter_rows(ar, src, d_x, vocab) + _scatter_rows(ar, tgt, d_y, vocab)) * root
+        grads["embedding"] = d_e + (_scatter_rows(ar, src, d_x, vocab) + _scatter_rows(ar, tgt, d_y, vocab)) * root_e
         if "positional" in p:
             d_pos = ar.zeros(p["positional"].shape)
-            d_pos[:n_src] = d_pos[:n_src] + d_x.sum(axis=0)
-            d_pos[:n_tgt] = d_pos[:n_tgt] + d_y.sum(axis=0)
+            d_pos[:n_src] = d_pos[:n_src] + d_x.sum(axis=0) * root_pe
+            d_pos[:n_tgt] = d_pos[:n_tgt] + d_y.sum(axis=0) * root_pe
             grads["positional"] = d_pos
         return grads
 
@@ -635,7 +665,9 @@ def decoder_layer_vjp_exact(
     return _decoder_layer_vjp(y, memory, params, num_heads, d_out, self_mask, memory_mask, eps, relu_at_zero, True, dps)
 
 
-def _transformer_forward_vjp(src, tgt, params, num_heads, d_logits, src_lengths, tgt_lengths, eps, relu, exact, dps):
+def _transformer_forward_vjp(
+    src, tgt, params, num_heads, d_logits, src_lengths, tgt_lengths, eps, relu, exact, dps, departure=None
+):
     logits = transformer_forward(
         src, tgt, params, num_heads, src_lengths=src_lengths, tgt_lengths=tgt_lengths, eps=eps
     )  # validates every input, with its own errors
@@ -646,7 +678,7 @@ def _transformer_forward_vjp(src, tgt, params, num_heads, d_logits, src_lengths,
 
     def compute(ar: _Arithmetic) -> dict[str, Any]:
         lifted = _map_tree(ar.lift, params)
-        _, pullback = _transformer_pullback(ar, src, tgt, lifted, num_heads, src_mask, tgt_mask, eps, relu)
+        _, pullback = _transformer_pullback(ar, src, tgt, lifted, num_heads, src_mask, tgt_mask, eps, relu, departure)
         return pullback(ar.lift(d_logits))
 
     return _in_tier(compute, exact, dps)

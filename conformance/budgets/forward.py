@@ -336,8 +336,21 @@ def multi_head_attention(
 # §3.5: positional encoding
 
 
-def positional_encoding(length: int, d_model: int, prec: Precision) -> np.ndarray:
+def positional_encoding(
+    length: int,
+    d_model: int,
+    prec: Precision,
+    start: int = 0,
+    exponent: np.ndarray | None = None,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+) -> np.ndarray:
     """Bound for PE (§3.5) computed in precision ``prec``: the argument grows with the position.
+
+    ``start``, ``exponent`` (e_i, one per sin/cos pair), ``base`` and ``layout`` (interleaved, swapped, halves):
+    §3.5's table by default (0, 2i/d_model, 10000, sin at 2i); another table's where the diagnoses judge a departure
+    at its own values (positions from 1, tensor2tensor's i/(d/2 - 1) in halves): the same derivation with
+    theta = (pos + start) base^(-e_i) and ln(base), each bound at its own column.
 
     Derivation. PE[pos, 2i] = sin(theta), PE[pos, 2i+1] = cos(theta), theta = pos w_i,
     w_i = 10000^{-e_i}, e_i = 2i/d_model. The exponent e_i (times ln 10000, in whatever form:
@@ -351,14 +364,20 @@ def positional_encoding(length: int, d_model: int, prec: Precision) -> np.ndarra
       |PE_hat - PE| <= min(|theta| r_i, 2) + (t + u)|PE| + 2 eta
     (the function's own error and a storage rounding).
     """
-    pos = np.arange(length, dtype=np.float64)[:, None]  # (length, 1)
-    e = np.arange(0, d_model, 2, dtype=np.float64) / d_model  # (d_model/2,)
-    theta = pos * np.power(10000.0, -e)  # (length, d_model/2)
-    r = (1 + prec.t) * (1 + prec.op) ** 2 * np.exp(LN_BASE * e * gamma(4, prec.op)) - 1
+    pos = np.arange(length, dtype=np.float64)[:, None] + start  # (length, 1)
+    e = np.arange(0, d_model, 2, dtype=np.float64) / d_model if exponent is None else np.asarray(exponent, np.float64)
+    theta = pos * np.power(base, -e)  # (length, d_model/2)
+    r = (1 + prec.t) * (1 + prec.op) ** 2 * np.exp(math.log(base) * e * gamma(4, prec.op)) - 1
     arg = np.minimum(theta * r, 2.0)
-    pe = np.empty((length, d_model))
-    pe[:, 0::2], pe[:, 1::2] = np.sin(theta), np.cos(theta)
-    bound = np.repeat(arg, 2, axis=1) + (prec.t + prec.op) * np.abs(pe) + 2 * prec.eta
+    pe, args = np.empty((length, d_model)), np.empty((length, d_model))
+    if layout == "halves":  # [sin | cos]
+        pe[:, : d_model // 2], pe[:, d_model // 2 :] = np.sin(theta), np.cos(theta)
+        args[:, : d_model // 2], args[:, d_model // 2 :] = arg, arg
+    else:
+        first, second = (np.cos, np.sin) if layout == "swapped" else (np.sin, np.cos)
+        pe[:, 0::2], pe[:, 1::2] = first(theta), second(theta)
+        args[:, 0::2], args[:, 1::2] = arg, arg
+    bound = args + (prec.t + prec.op) * np.abs(pe) + 2 * prec.eta
     return bound * SAFETY
 
 

@@ -105,7 +105,9 @@ def agreement(case: Case, **args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarr
     case.diagnosis = Diagnosis(
         r.name,
         model_args,
-        lambda dtype, values=None: r.budget_at(diagnosed, expected if values is None else values, dtype),
+        lambda dtype, values=None, ops=None: r.budget_at(
+            diagnosed if ops is None else {**diagnosed, "ops": ops}, expected if values is None else values, dtype
+        ),
         r.model,
         r.departures,
     )

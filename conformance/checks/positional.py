@@ -93,14 +93,24 @@ def positional_encoding_pairs_rotate_by_k(case: Case, length: int, d_model: int,
         + budget[offset:]
         + (2 * u64 + float(gamma(2, u64))) * (np.abs(got[:length]) @ np.abs(m).T)
     )
+    with np.errstate(invalid="ignore"):
+        broken = not np.all(np.abs(shifted - got[offset:]) <= bound)
     compare(
         case,
         shifted,
         got[offset:],
         bound,
-        what=f"PE(pos + {offset}) is not §3.5's M_{offset} PE(pos) (each interleaved pair rotated)",
+        what=f"PE(pos + {offset}) is not §3.5's M_{offset} PE(pos) (each interleaved pair rotated)"
+        + (_table_named(case, got) if broken else ""),
         expected_name="PE(pos + k)",
     )
+
+
+def _table_named(case: Case, got: np.ndarray) -> str:
+    """What the table itself matches in the catalogue (its layout, spacing, start): the positional row's own
+    diagnosis, on the table this check read."""
+    names = [] if case.diagnosis is None else case.diagnosis.explain(got, case.dtype)
+    return f"; the table matches {', '.join(repr(n) for n in names)}" if names else ""
 
 
 @check("positional_encoding", kind="property", violates="every sinusoid lies in [-1, 1] (§3.5)")

@@ -22,8 +22,18 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance.diagnoses.forward import (
+    CATALOGUE,
+    PRECISION_DEPARTURES,
+    Departure,
+    _changes,
+    _structural,
+    _together,
+    positional_encoding,
+)
 from aiayn.reference import attention as ref_attention
 from aiayn.reference import layers as ref_layers
+from aiayn.reference import model as ref_model
 from aiayn.reference import training as ref_training
 
 __all__ = ["BACKWARD_CATALOGUE", "BackwardDeparture", "BackwardDiagnosis", "arithmetic", "explain"]
@@ -40,6 +50,7 @@ class BackwardDeparture:
     equation: str
     gradients: Callable[[Mapping[str, Any], np.ndarray, str], Grads | list[Grads]]
     numerical: bool = False
+    ops: Any = None  # a whole-model departure's forward ``Ops`` (``diagnoses/forward.py``), for pairs
 
 
 # --------------------------------------------------------------------------------------------
@@ -49,8 +60,6 @@ class BackwardDeparture:
 def _embedding_one_use(a: Mapping[str, Any], g: np.ndarray, dtype: str) -> Grads:
     """The tied matrix E's gradient from the output projection alone (dlogits^T y), the lookups' shares dropped:
     E handled as two matrices, one of them frozen; every other gradient the oracle's."""
-    from aiayn.reference import model as ref_model
-
     grads = dict(
         ref_model.transformer_forward_vjp(
             a["src"],
@@ -74,6 +83,45 @@ def _embedding_one_use(a: Mapping[str, Any], g: np.ndarray, dtype: str) -> Grads
         y = ref_model.decoder_layer(y, x, layer, a["num_heads"], tgt_mask, src_mask, eps=a["eps"])
     grads["embedding"] = np.asarray(g, dtype=np.float64).reshape(-1, e.shape[0]).T @ y.reshape(-1, e.shape[1])
     return grads
+
+
+#: The fields of the forward diagnoses' ``Ops`` that the whole model's VJP below can depart in: the positional table
+#: (§3.5), the embedding's and the output's scale (§3.4), a final LayerNorm after a stack (§3.1 has none).
+WHOLE_MODEL_FIELDS = frozenset({"pe", "pe_spacing", "pe_base", "pe_start", "embed_scale", "output_scale", "final_norm"})
+
+
+def _whole_model(ops: Any) -> Callable[[Mapping[str, Any], np.ndarray, str], Grads]:
+    """The gradients of the whole model with the departure ``ops`` (the forward diagnoses' ``Ops``, departing only in
+    :data:`WHOLE_MODEL_FIELDS`): the oracle's pullback (``reference/model.py``, fast tier) with its positional table
+    replaced by the departure's and the departure's stack ends and scales; the table's own gradient dropped (the
+    implementation's table is no parameter)."""
+    stacks = {"encoder": ("encoder",), "decoder": ("decoder",), "both": ("encoder", "decoder")}
+    departure = {"final_norms": stacks.get(ops.final_norm, ()), "embed_scale": ops.embed_scale}
+
+    def gradients(a: Mapping[str, Any], g: np.ndarray, dtype: str) -> Grads:
+        params = dict(a["params"])
+        d_model = np.shape(params["embedding"])[1]
+        n = max(np.shape(a["src"])[1], np.shape(a["tgt"])[1])
+        params["positional"] = np.asarray(positional_encoding(n, d_model, ops), dtype=np.float64)
+        scale = {"none": 1, "rsqrt_d": 1 / np.sqrt(np.longdouble(d_model))}[ops.output_scale]
+        grads = ref_model._transformer_forward_vjp(
+            a["src"],
+            a["tgt"],
+            params,
+            a["num_heads"],
+            g,
+            a["src_lengths"],
+            a["tgt_lengths"],
+            a["eps"],
+            0.0,
+            False,
+            0,
+            {**departure, "output_scale": scale},
+        )
+        grads.pop("positional")
+        return grads
+
+    return gradients
 
 
 # --------------------------------------------------------------------------------------------
@@ -344,6 +392,16 @@ BACKWARD_CATALOGUE: tuple[BackwardDeparture, ...] = (
 )
 
 
+#: The forward catalogue's structural departures of the whole model that its VJP can depart in (the positional
+#: tables, the embedding's and output's scales, the final LayerNorms): a failing gradient of the whole model is named
+#: by the same name as the forward's.
+BACKWARD_CATALOGUE = BACKWARD_CATALOGUE + tuple(
+    BackwardDeparture(d.name, d.note, "transformer_forward", _whole_model(d.ops), ops=d.ops)
+    for d in CATALOGUE
+    if _structural(d) and set(_changes(d.ops)) and set(_changes(d.ops)) <= WHOLE_MODEL_FIELDS
+)
+
+
 #: Where a departure puts gradient where the paper has none (a masked key's dK), the check's budget there is a bare
 #: floor; the departure's own rounding is allowed instead: this many units of the dtype times its largest |gradient|.
 OWN_ROUNDOFFS = 64
@@ -391,7 +449,7 @@ def explain(
     from aiayn.conformance.numerics import precision
 
     u = precision(dtype).u
-    found = []
+    found, seen = [], []
     for departure in BACKWARD_CATALOGUE:
         if departure.equation != equation:
             continue
@@ -400,9 +458,50 @@ def explain(
                 computed = departure.gradients(a, g, dtype)
         except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
             continue  # no meaning for these inputs
+        if departure.ops is not None:
+            refined = next((other for d, other in seen if d.name == _departure(departure).same_as), None)
+            if refined is not None and _same(computed, refined):
+                continue  # where it is the departure it refines, that name stands for both
+            seen.append((departure, computed))
         if any(_agrees_with_every(v, gradients, u) for v in (computed if isinstance(computed, list) else [computed])):
             found.append(departure.name)
+    return found or _pairs(a, g, gradients, u, seen)
+
+
+def _same(a: Grads, b: Grads) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
+
+
+def _pairs(
+    a: Mapping[str, Any],
+    g: np.ndarray,
+    gradients: Mapping[str, tuple[list[str], np.ndarray, np.ndarray]],
+    u: float,
+    singles: list[tuple[BackwardDeparture, Grads]],
+) -> list[str]:
+    """Two whole-model departures at once (``singles``: each with its gradients, none agreeing alone), changes to
+    different fields, named "A + B" as the forward names them, where the pair agrees with every gradient within the
+    check's budgets. Every such pair is computed (about 80, a VJP of about 10 ms each on the suite's shapes): no
+    cheaper ranking held (a table's start and its layout, or a final LayerNorm after another table, are far from first
+    order in the gradients)."""
+    found = []
+    for i, (first, _) in enumerate(singles):
+        for second, _ in singles[i + 1 :]:
+            if set(_changes(first.ops)) & set(_changes(second.ops)):
+                continue  # two choices of one field: not both at once
+            pair = _together(_departure(first), _departure(second))
+            try:
+                with np.errstate(all="ignore"):
+                    variant = _whole_model(pair.ops)(a, g, "")
+            except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
+                continue
+            if _agrees_with_every(variant, gradients, u):
+                found.append(pair.name)
     return found
+
+
+def _departure(backward: BackwardDeparture) -> Departure:
+    return next(d for d in CATALOGUE if d.name == backward.name)
 
 
 @dataclass(frozen=True)
@@ -440,8 +539,6 @@ def arithmetic(
     when none does. As for the forward
     (``diagnoses.forward.explain``), the paper's equations computed at another arithmetic are named before any departure
     of an equation."""
-    from aiayn.conformance.diagnoses.forward import PRECISION_DEPARTURES
-
     if backward is None:
         return []
     with np.errstate(all="ignore"):

@@ -53,13 +53,15 @@ class Ops:
     heads: str = "blocks"  # blocks | strided | reversed
     pe: str = "interleaved"  # the layout of sin and cos: interleaved | swapped | halves ([sin | cos])
     pe_spacing: str = "2i/d"  # the frequencies' exponent: 2i/d (§3.5) | i/d | t2t: i/max(d/2 - 1, 1) (tensor2tensor)
+    # | t2t_unguarded: i/(d/2 - 1), NaN at d = 2
     pe_base: float = 10000.0
     pe_start: int = 0  # the first position's index
     layer_norm: str = "biased"  # biased | unbiased | eps_std | unbiased_eps_std | one_pass | scale_shift
     activation: str = "relu"  # relu | none | gelu | bias_after_relu
     ffn_sublayer: str = "none"  # none | residual | pre_norm:<eps> (x + FFN(LayerNorm(x))) | post_norm:<eps>
     residual: str = "post"  # post | pre
-    embed_scale: bool = True
+    embed_scale: str = "before_pe"  # before_pe: E[x] sqrt(d) + PE (§3.4) | none | after_pe: (E[x] + PE) sqrt(d)
+    output_scale: str = "none"  # none | rsqrt_d: the decoder's output times d_model^-1/2 before the tied projection
     final_norm: str = "none"  # none | encoder | decoder | both: a LayerNorm (gain 1, bias 0) after the stack
     causal_offset: int = 0
     lrate_shift: int = 0
@@ -170,17 +172,31 @@ def multi_head_attention(
     return _affine(_merge(heads, ops.heads), params["w_o"], params.get("b_o"))
 
 
+def pe_exponent(d_model: int, ops: Ops = PAPER) -> np.ndarray:
+    """The frequencies' exponents e_i of a table (w_i = base^-e_i), one per sin/cos pair: (d_model/2,)."""
+    i = np.arange(0, d_model, 2, dtype=LD) / 2  # the pair index i
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return {
+            "2i/d": 2 * i / LD(d_model),
+            "i/d": i / LD(d_model),
+            "t2t": i / LD(max(d_model // 2 - 1, 1)),
+            "t2t_unguarded": i / LD(d_model // 2 - 1),  # 0/0 at d_model = 2
+        }[ops.pe_spacing]
+
+
+def pe_table(d_model: int, ops: Ops) -> dict[str, Any]:
+    """The positional budget's description of ``ops``'s table (``budgets.forward.positional_encoding``'s start,
+    exponent, base, layout): how a positional departure is judged at its own values."""
+    layout = ops.pe if ops.pe in ("halves", "swapped") else "interleaved"
+    exponent = np.asarray(pe_exponent(d_model, ops), dtype=np.float64)
+    return {"start": ops.pe_start, "exponent": exponent, "base": ops.pe_base, "layout": layout}
+
+
 def positional_encoding(length: int, d_model: int, ops: Ops = PAPER) -> np.ndarray:
     """§3.5's table; ``ops.pe_spacing`` "t2t" with ``ops.pe`` "halves" is tensor2tensor's ``get_timing_signal_1d``
     (frequencies 10000^(-i / max(d/2 - 1, 1)), its guard against d/2 = 1 included, [sin | cos])."""
     pos = np.arange(length, dtype=LD)[:, None] + ops.pe_start  # (length, 1)
-    i = np.arange(0, d_model, 2, dtype=LD) / 2  # the pair index i
-    exponent = {
-        "2i/d": 2 * i / LD(d_model),
-        "i/d": i / LD(d_model),
-        "t2t": i / LD(max(d_model // 2 - 1, 1)),
-    }[ops.pe_spacing]
-    theta = pos * np.power(LD(ops.pe_base), -exponent)  # (length, d/2)
+    theta = pos * np.power(LD(ops.pe_base), -pe_exponent(d_model, ops))  # (length, d/2)
     pe = np.empty((length, d_model), dtype=LD)
     if ops.pe == "halves":
         pe[:, : d_model // 2], pe[:, d_model // 2 :] = np.sin(theta), np.cos(theta)
@@ -336,7 +352,10 @@ def transformer_forward(
         positions = (
             np.asarray(params["positional"], dtype=LD)[:n] if "positional" in params else positional_encoding(n, d, ops)
         )
-        return emb[tokens] * (np.sqrt(LD(d)) if ops.embed_scale else LD(1)) + positions
+        root = np.sqrt(LD(d))
+        return emb[tokens] * (LD(1) if ops.embed_scale == "none" else root) + positions * (
+            root if ops.embed_scale == "after_pe" else LD(1)
+        )
 
     n_src, n_tgt = src.shape[-1], tgt.shape[-1]
     src_mask = (
@@ -356,7 +375,7 @@ def transformer_forward(
         y = decoder_layer(y, x, layer, num_heads, tgt_mask, src_mask, eps, fully_masked, ops)
     if ops.final_norm in ("decoder", "both"):
         y = layer_norm(y, ones, zeros, eps, ops)
-    return np.matmul(y, emb.T)
+    return np.matmul(y / np.sqrt(LD(d)) if ops.output_scale == "rsqrt_d" else y, emb.T)
 
 
 def lrate(steps: Any, d_model: int, warmup_steps: int, step_zero: str, ops: Ops = PAPER) -> np.ndarray:
@@ -425,7 +444,8 @@ class Departure:
     ``precision``: compare within this dtype's budget ("float32": float32 inside a float64 claim), or "ftz": the
     check's dtype with subnormal results flushed to zero (``numerics.PRECISIONS`` "<dtype>-ftz": every underflow errs
     by up to 2^emin, not eta). ``numerical``: computed in the check's dtype. ``compute``: numerical, computed in this
-    dtype whatever the check's (a narrower one: code that upcasts).
+    dtype whatever the check's (a narrower one: code that upcasts). ``same_as``: the departure this one refines (the
+    same output but on some inputs): where the two outputs are identical only that one is named.
     """
 
     name: str
@@ -435,13 +455,14 @@ class Departure:
     precision: str | None = None
     numerical: bool = False
     compute: str | None = None
+    same_as: str | None = None
 
     def output(self, model: Model, args: Mapping[str, Any], dtype: str) -> np.ndarray:
         return evaluate(model, args, self.ops, self.compute or (dtype if self.numerical else None))
 
 
 def _d(name: str, note: str, family: str, **ops: Any) -> Departure:
-    flags = {k: ops.pop(k) for k in ("precision", "numerical", "compute") if k in ops}
+    flags = {k: ops.pop(k) for k in ("precision", "numerical", "compute", "same_as") if k in ops}
     return Departure(name, note, family, replace(PAPER, **ops), **flags)
 
 
@@ -558,7 +579,23 @@ CATALOGUE: tuple[Departure, ...] = (
         "positional",
         pe_spacing="i/d",
     ),
+    _d(
+        "tensor2tensor's timing signal without its guard (NaN at d_model = 2)",
+        "[sin | cos] halves, frequencies 10000^(-i/(d/2-1)) with no max(d/2 - 1, 1): 0/0 at d_model = 2 (an "
+        "inference engine's table; fairseq's get_embedding divides by zero there); elsewhere tensor2tensor's table",
+        "positional",
+        pe="halves",
+        pe_spacing="t2t_unguarded",
+        same_as="tensor2tensor's timing signal (get_timing_signal_1d)",
+    ),
     _d("positions counted from 1", "§3.5 counts pos from 0 (OpenNMT-tf counts from 1)", "positional", pe_start=1),
+    _d(
+        "positions counted from 2 (padding_idx + 1)",
+        "fairseq's and Hugging Face FSMT's sinusoidal positions start at padding_idx + 1, 2 with the default "
+        "padding_idx 1; §3.5 counts pos from 0",
+        "positional",
+        pe_start=2,
+    ),
     _d(
         "positional base 1000 instead of 10000",
         "§3.5's wavelengths go up to 10000 * 2 pi",
@@ -627,7 +664,21 @@ CATALOGUE: tuple[Departure, ...] = (
         "embeddings not scaled by sqrt(d_model)",
         "§3.4 multiplies the embedding weights by sqrt(d_model)",
         "embedding",
-        embed_scale=False,
+        embed_scale="none",
+    ),
+    _d(
+        "embeddings scaled by sqrt(d_model) after the PE is added",
+        "(E[x] + PE) sqrt(d_model): the positional table scaled with the embedding; §3.4 scales the embedding "
+        "weights only",
+        "embedding",
+        embed_scale="after_pe",
+    ),
+    _d(
+        "decoder output scaled by d_model^-1/2 before the tied projection",
+        "T5's tied output layer (tie_word_embeddings) rescales the decoder's output; §3.4 shares the matrix "
+        "without a factor",
+        "embedding",
+        output_scale="rsqrt_d",
     ),
     _d(
         "a final LayerNorm after the encoder stack",
@@ -747,7 +798,9 @@ def agreeing(
         if variant.shape != got.shape:
             continue
         if _agrees(got, variant, budget) or (
-            not second and _structural(departure) and _agrees_at_own_values(got, variant, budget_at, dtype, undefined)
+            not second
+            and _structural(departure)
+            and _agrees_at_own_values(got, variant, budget_at, dtype, undefined, departure.ops)
         ):
             kept.append(name)
     return kept
@@ -785,7 +838,7 @@ def explain(
     undefined = np.isnan(
         evaluate(model, args)
     )  # the paper's NaN (fully masked rows): the check's budget is a bare floor there
-    names, arithmetic, closer = [], [], []
+    names, arithmetic, closer, seen = [], [], [], {}
     paper = evaluate(model, args)
     for departure in CATALOGUE:
         if departure.family not in families or (departure.precision not in (None, "ftz") and dtype != "float64"):
@@ -798,6 +851,9 @@ def explain(
             budget = np.asarray(budget_at(target), dtype=np.float64)
         except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
             continue  # this departure has no meaning for these inputs (e.g. a d - 1 of 0)
+        if _same_as(departure, variant, seen):
+            continue  # where it is the departure it refines, that name stands for both
+        seen[departure.name] = variant
         u = precision(dtype).u
         budget = _where_undefined(budget, undefined, got, variant, u, _added_mask_rounding(departure, model, args, u))
         if variant.shape == got.shape and _agrees(got, variant, budget):
@@ -815,6 +871,13 @@ def explain(
     )
 
 
+def _same_as(departure: Departure, variant: np.ndarray, seen: Mapping[str, np.ndarray]) -> bool:
+    """Whether ``departure`` refines another (``same_as``: equal to it but on some inputs) whose output on these
+    inputs, in ``seen`` by name, is ``variant`` bit for bit (NaN where NaN)."""
+    other = seen.get(departure.same_as or "")
+    return other is not None and other.shape == variant.shape and np.array_equal(other, variant, equal_nan=True)
+
+
 def _at_own_values(
     got: np.ndarray,
     budget_at: Callable[..., np.ndarray],
@@ -825,17 +888,23 @@ def _at_own_values(
     """The structural departures that agree within the check's budget evaluated at the departure's own output (its
     floors at its own values: a table whose first row is sin(1) where the paper's is sin(0) = 0), where none agreed
     within the budget at the paper's values."""
-    return [d.name for d, variant in closer if _agrees_at_own_values(got, variant, budget_at, dtype, undefined)]
+    return [d.name for d, variant in closer if _agrees_at_own_values(got, variant, budget_at, dtype, undefined, d.ops)]
 
 
 def _agrees_at_own_values(
-    got: np.ndarray, variant: np.ndarray, budget_at: Callable[..., np.ndarray], dtype: str, undefined: np.ndarray
+    got: np.ndarray,
+    variant: np.ndarray,
+    budget_at: Callable[..., np.ndarray],
+    dtype: str,
+    undefined: np.ndarray,
+    ops: Ops,
 ) -> bool:
-    """``got`` within the check's budget evaluated at ``variant`` (a structural departure's own output)."""
+    """``got`` within the check's budget evaluated at ``variant`` (a structural departure's own output) and derived
+    for its operations ``ops`` where a budget depends on them (a positional table's positions and frequencies)."""
     from aiayn.conformance.numerics import precision
 
     try:
-        budget = np.asarray(budget_at(dtype, values=variant), dtype=np.float64)
+        budget = np.asarray(budget_at(dtype, values=variant, ops=ops), dtype=np.float64)
     except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
         return False
     return _agrees(got, variant, _where_undefined(budget, undefined, got, variant, precision(dtype).u))
@@ -844,8 +913,9 @@ def _agrees_at_own_values(
 #: Pairs of structural departures (none agreeing alone), in two rounds: the :data:`PAIRS_EVALUATED` pairs whose two
 #: changes to the paper's output, added, come closest to the implementation's change are evaluated (first order: a
 #: pair changes the output by about the sum of its members' changes, a final LayerNorm and another positional table
-#: each moving it part of the way; a model evaluation costs about a millisecond), then the :data:`PAIRS_JUDGED`
-#: closest of those are judged within the check's budget at their own output (a budget costs several).
+#: each moving it part of the way; a model evaluation costs about a millisecond), pairs of one family first (two
+#: choices of one table compose far from first order), then the :data:`PAIRS_JUDGED` closest of those are judged
+#: within the check's budget at their own output (a budget costs several).
 PAIRS_EVALUATED = 64
 PAIRS_JUDGED = 4
 
@@ -902,6 +972,9 @@ def _structural_pairs(
             b = closer[j][0]
             if set(_changes(a.ops)) & set(_changes(b.ops)):
                 continue  # two choices of one field: not both at once
+            if a.family == b.family:  # one family's choices compose, not add (a table's start and its frequencies)
+                ranked.append((-1.0, i, j))  # every such pair is evaluated
+                continue
             with np.errstate(invalid="ignore", over="ignore"):
                 miss = float(np.linalg.norm(target - changes[i] - changes[j]))
             ranked.append((miss if np.isfinite(miss) else np.inf, i, j))  # an order only: an overflowed miss goes last
@@ -921,7 +994,7 @@ def _structural_pairs(
     return [
         pair.name
         for *_, pair, variant in evaluated[:PAIRS_JUDGED]
-        if _agrees_at_own_values(got, variant, budget_at, dtype, undefined)
+        if _agrees_at_own_values(got, variant, budget_at, dtype, undefined, pair.ops)
     ]
 
 
@@ -941,7 +1014,7 @@ def _pairs(
 
     arithmetics = [("float32", "float32")] if dtype == "float64" else []
     arithmetics.append(("ftz", f"{dtype}-ftz"))
-    names = []
+    names, seen = [], {}
     for departure in CATALOGUE:
         if departure.family not in families or departure.precision is not None or departure.compute is not None:
             continue
@@ -949,8 +1022,9 @@ def _pairs(
             variant = departure.output(model, args, dtype)
         except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
             continue
-        if variant.shape != got.shape:
+        if variant.shape != got.shape or _same_as(departure, variant, seen):
             continue
+        seen[departure.name] = variant
         for kind, target in arithmetics:
             try:
                 budget = np.asarray(budget_at(target, values=variant), dtype=np.float64)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance.directions import BACKWARD
 from aiayn.conformance.equations import RECORDS
 from aiayn.conformance.numerics import first_index, floored, precision
 from aiayn.conformance.report.results import NO_MATCH
@@ -173,7 +174,8 @@ def matches(case: Case, got: np.ndarray) -> tuple[str, list[str]]:
     if stats is not None and _shown_example():
         stats.departures.update(names)
     if not names:
-        return "; no known departure matches (conformance/diagnoses/forward.py)", names
+        catalogue = "backward" if case.direction == BACKWARD else "forward"
+        return f"; no known departure matches (conformance/diagnoses/{catalogue}.py)", names
     if len(names) > 1:  # a budget wide enough for several: candidates, not a match
         return "; candidates, not told apart" + told + ": " + ", ".join(f"'{n}'" for n in names), names
     return f"; the output matches '{names[0]}'" + told, names

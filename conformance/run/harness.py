@@ -127,8 +127,10 @@ class Diagnosis:
     """What ``diagnoses.forward.explain`` needs to name the departure a failing agreement check matches.
 
     ``args``: the oracle's arguments for ``equation`` (the rounded inputs the implementation saw,
-    and the declared policies); ``budget_at(dtype, values=None)``: the check's budget computed for a dtype, at the
-    oracle's values or at ``values`` (a departure's own output, for a departure computed at another arithmetic);
+    and the declared policies); ``budget_at(dtype, values=None, ops=None)``: the check's budget computed for a
+    dtype, at the oracle's values or at ``values`` (a departure's own output, for a departure computed at another
+    arithmetic),
+    derived for the departure's operations ``ops`` where the budget depends on them (the positional table's);
     ``model`` and ``departures``: the equation's model in the diagnoses and the catalogue families that concern it
     (its record's).
     """

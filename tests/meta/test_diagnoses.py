@@ -14,12 +14,14 @@ failures name them.
 
 from __future__ import annotations
 
+import math
 import types
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from aiayn import reference as R
 from aiayn.conformance.checks import attention as A
@@ -30,6 +32,7 @@ from aiayn.conformance.diagnoses import forward as D
 from aiayn.conformance.equations import record
 from aiayn.conformance.run.harness import ConformanceFailure, Stats, current_stats
 from aiayn.implementations.numpy_impl import NumpyImplementation
+from aiayn.implementations.torch_impl import TorchImplementation
 from aiayn.reference import model as RM
 from aiayn.reference import training as RT
 
@@ -615,11 +618,13 @@ def test_an_additive_mask_is_named_on_a_fully_masked_row(stats: Stats, dtype: st
 # tables and stacks as shipped libraries build them
 
 
-def _timing_signal(length: int, d_model: int, start: int = 0, halves: bool = True) -> np.ndarray:
+def _timing_signal(length: int, d_model: int, start: int = 0, halves: bool = True, guard: bool = True) -> np.ndarray:
     """tensor2tensor's get_timing_signal_1d, written from its definition: d/2 timescales 1 .. 10^4 spaced
-    geometrically over max(d/2 - 1, 1) steps, angle pos / timescale_i, [sin | cos] (or interleaved)."""
+    geometrically over max(d/2 - 1, 1) steps (without ``guard``: d/2 - 1, NaN at d_model = 2, as an inference
+    engine computes it), angle pos / timescale_i, [sin | cos] (or interleaved)."""
     n = d_model // 2
-    inv = np.exp(np.arange(n) * -(np.log(1e4) / max(n - 1, 1)))  # (d/2,)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv = np.exp(np.arange(n) * -(np.log(1e4) / (max(n - 1, 1) if guard else np.float64(n - 1))))  # (d/2,)
     angle = (np.arange(length)[:, None] + start) * inv[None, :]  # (length, d/2)
     if halves:
         return np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
@@ -630,64 +635,87 @@ def _timing_signal(length: int, d_model: int, start: int = 0, halves: bool = Tru
 
 class TimingSignal(NumpyImplementation):
     """tensor2tensor's table (start 0), its spacing in the paper's interleaved layout, or its table from position 1
-    (an engine that counts positions from 1)."""
+    (an engine that counts positions from 1; with ``guard=False`` NaN at d_model = 2, as that engine's)."""
 
-    def __init__(self, start: int = 0, halves: bool = True) -> None:
+    def __init__(self, start: int = 0, halves: bool = True, guard: bool = True) -> None:
         super().__init__()
-        self.start, self.halves = start, halves
+        self.start, self.halves, self.guard = start, halves, guard
 
     def positional_encoding(self, length, d_model, dtype):  # type: ignore[no-untyped-def]
-        return _timing_signal(length, d_model, self.start, self.halves).astype(np.dtype(dtype))
+        return _timing_signal(length, d_model, self.start, self.halves, self.guard).astype(np.dtype(dtype))
 
 
-class FinalNorms(NumpyImplementation):
-    """A whole model with a LayerNorm (gain 1, bias 0, eps 1e-6) after each stack, as PyTorch's nn.Transformer
-    builds; with ``table`` its positional table is another's."""
+class Shipped(TorchImplementation):
+    """A whole model as shipped libraries build it, in plain PyTorch (its gradients PyTorch's autograd, none of the
+    suite's code): a LayerNorm (gain 1, bias 0, eps 1e-6) after each stack in ``stacks`` (PyTorch's
+    nn.Transformer builds both), ``table``'s positional encoding (a TimingSignal), the embedding scaled "before_pe"
+    (§3.4), "after_pe" or "none", and the decoder's output times d_model^-1/2 before the tied projection with
+    ``output_scale`` (T5)."""
 
-    def __init__(self, stacks: tuple[str, ...] = ("encoder", "decoder"), table: Any = None) -> None:
-        super().__init__()
-        self.stacks, self.table = stacks, table
+    def __init__(
+        self,
+        stacks: tuple[str, ...] = ("encoder", "decoder"),
+        table: Any = None,
+        embed: str = "before_pe",
+        output_scale: bool = False,
+    ) -> None:
+        super().__init__("cpu")
+        self.stacks, self.table, self.embed, self.output_scale = stacks, table, embed, output_scale
 
     def positional_encoding(self, length, d_model, dtype):  # type: ignore[no-untyped-def]
         if self.table is None:
             return super().positional_encoding(length, d_model, dtype)
-        return self.table.positional_encoding(length, d_model, dtype)
+        return self.from_numpy(self.table.positional_encoding(length, d_model, "float64"), dtype)
 
-    def _final(self, x: np.ndarray, stack: str) -> np.ndarray:
+    def _embed(self, tokens, params, name):  # type: ignore[no-untyped-def]
+        emb = params["embedding"]
+        d = emb.shape[1]
+        pe = self.positional_encoding(tokens.shape[1], d, str(emb.dtype).removeprefix("torch."))
+        root = math.sqrt(d)
+        if self.embed == "after_pe":
+            return (emb[tokens] + pe) * root
+        return emb[tokens] * (1.0 if self.embed == "none" else root) + pe
+
+    def _final(self, x, stack):  # type: ignore[no-untyped-def]
+        if stack not in self.stacks:
+            return x
         d = x.shape[-1]
-        return self.layer_norm(x, np.ones(d, x.dtype), np.zeros(d, x.dtype), 1e-6) if stack in self.stacks else x
+        return self.layer_norm(x, torch.ones(d, dtype=x.dtype), torch.zeros(d, dtype=x.dtype), 1e-6)
 
     def transformer_forward(self, src_tokens, tgt_tokens, params, num_heads, src_lengths=None, tgt_lengths=None):  # type: ignore[no-untyped-def]
-        dt = params["embedding"].dtype
-        n_src, n_tgt = src_tokens.shape[1], tgt_tokens.shape[1]
-        src_mask = None if src_lengths is None else (np.arange(n_src)[None, :] < src_lengths[:, None])[:, None, :]
-        tgt_mask = np.tri(n_tgt, n_tgt, dtype=bool)
+        src_mask, n_tgt = self._key_mask(src_lengths, src_tokens.shape[1]), tgt_tokens.shape[1]
+        tgt_mask = self._causal(n_tgt)
         if tgt_lengths is not None:
-            tgt_mask = tgt_mask & (np.arange(n_tgt)[None, :] < tgt_lengths[:, None])[:, None, :]
-        x = self._embed(src_tokens, params["embedding"], None, dt)
+            tgt_mask = tgt_mask & self._key_mask(tgt_lengths, n_tgt)
+        x = self._embed(src_tokens, params, "src_tokens")
         for layer in params["encoder"]:
             x = self.encoder_layer(x, layer, num_heads, src_mask)
         x = self._final(x, "encoder")
-        y = self._embed(tgt_tokens, params["embedding"], None, dt)
+        y = self._embed(tgt_tokens, params, "tgt_tokens")
         for layer in params["decoder"]:
             y = self.decoder_layer(y, x, layer, num_heads, tgt_mask, src_mask)
-        return self._final(y, "decoder") @ params["embedding"].T
+        y = self._final(y, "decoder") / (math.sqrt(y.shape[-1]) if self.output_scale else 1.0)
+        return y @ params["embedding"].transpose(0, 1)
 
 
-def _whole_model_message(impl: Any, dtype: str) -> str:
-    p = _params(1, d=8, h=2, vocab=11)
-    src, tgt = RNG.integers(0, 11, size=(2, 5)), RNG.integers(0, 11, size=(2, 4))
-    return _message(
-        M.transformer_forward,
-        impl,
-        dtype,
-        src=src,
-        tgt=tgt,
-        params=p,
-        num_heads=2,
-        src_lengths=np.array([5, 3]),
-        tgt_lengths=None,
-    )
+def _whole_model_args(d: int = 8, h: int = 2) -> dict[str, Any]:
+    rng = np.random.default_rng(5)
+    return {
+        "src": rng.integers(0, 11, size=(2, 5)),
+        "tgt": rng.integers(0, 11, size=(2, 4)),
+        "params": _params(1, d=d, h=h, vocab=11),
+        "num_heads": h,
+        "src_lengths": np.array([5, 3]),
+        "tgt_lengths": None,
+    }
+
+
+def _whole_model_message(impl: Any, dtype: str, gradients: bool = False, d: int = 8, h: int = 2) -> str:
+    args = _whole_model_args(d, h)
+    if not gradients:
+        return _message(M.transformer_forward, impl, dtype, **args)
+    d_out = np.random.default_rng(6).normal(size=(2, 4, 11))
+    return _message(M.transformer_forward_gradients, impl, dtype, d_out=d_out, **args)
 
 
 @pytest.mark.parametrize(
@@ -696,50 +724,96 @@ def _whole_model_message(impl: Any, dtype: str) -> str:
         (TimingSignal(halves=False), "frequencies 10000^(-i/(d/2-1)) (tensor2tensor's spacing)"),
         (TimingSignal(), "tensor2tensor's timing signal (get_timing_signal_1d)"),
         (TimingSignal(start=1), "tensor2tensor's timing signal (get_timing_signal_1d) + positions counted from 1"),
+        (
+            TimingSignal(start=2),
+            "tensor2tensor's timing signal (get_timing_signal_1d) + positions counted from 2 (padding_idx + 1)",
+        ),
     ],
-    ids=["spacing", "timing signal", "timing signal from 1"],
+    ids=["spacing", "timing signal", "timing signal from 1", "fairseq's table"],
 )
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_tensor2tensors_tables_are_named(stats: Stats, impl: Any, name: str, dtype: str) -> None:
-    """Each table on the positional-encoding row (the third as a pair of structural departures), and each inside
+    """Each table on the positional-encoding row (the last two as pairs of structural departures), and each inside
     a whole model."""
     message = _message(P.positional_encoding, impl, dtype, length=12, d_model=16)
-    assert f"'{name}'" in message, message
-    message = _whole_model_message(FinalNorms(stacks=(), table=impl), dtype)
-    assert f"'{name}'" in message, message
+    assert f"'{name}'" in message or f'"{name}"' in message, message
+    message = _whole_model_message(Shipped(stacks=(), table=impl), dtype)
+    assert f"'{name}'" in message or f'"{name}"' in message, message
 
 
-@pytest.mark.parametrize(
-    ("stacks", "name"),
-    [
-        (("encoder",), "a final LayerNorm after the encoder stack"),
-        (("decoder",), "a final LayerNorm after the decoder stack"),
-        (("encoder", "decoder"), "a final LayerNorm after each stack"),
-    ],
-)
+#: Each whole-model family on a stand-in built with exactly that departure, and its name.
+SHIPPED = [
+    (Shipped(("encoder",)), "a final LayerNorm after the encoder stack"),
+    (Shipped(("decoder",)), "a final LayerNorm after the decoder stack"),
+    (Shipped(), "a final LayerNorm after each stack"),
+    (Shipped((), TimingSignal()), "tensor2tensor's timing signal (get_timing_signal_1d)"),
+    (Shipped((), embed="none"), "embeddings not scaled by sqrt(d_model)"),
+    (Shipped((), embed="after_pe"), "embeddings scaled by sqrt(d_model) after the PE is added"),
+    (Shipped((), output_scale=True), "decoder output scaled by d_model^-1/2 before the tied projection"),
+    (
+        Shipped((), embed="none", output_scale=True),
+        "embeddings not scaled by sqrt(d_model) + decoder output scaled by d_model^-1/2 before the tied projection",
+    ),
+    (
+        Shipped((), TimingSignal(start=2)),
+        "tensor2tensor's timing signal (get_timing_signal_1d) + positions counted from 2 (padding_idx + 1)",
+    ),
+]
+SHIPPED_IDS = [
+    "encoder norm",
+    "decoder norm",
+    "both norms",
+    "t2t table",
+    "unscaled",
+    "after PE",
+    "T5 output",
+    "T5",
+    "fairseq",
+]
+
+
+@pytest.mark.parametrize(("impl", "name"), SHIPPED, ids=SHIPPED_IDS)
+@pytest.mark.parametrize("gradients", [False, True], ids=["forward", "gradients"])
+def test_each_whole_model_family_is_named(stats: Stats, impl: Any, name: str, gradients: bool) -> None:
+    """In float32, forward and gradients (the gradients' names from ``diagnoses/backward.py``'s VJP of the same
+    departure, checked against the stand-in's autograd)."""
+    message = _whole_model_message(impl, "float32", gradients)
+    assert f"'{name}'" in message or f'"{name}"' in message, message
+
+
+@pytest.mark.parametrize("gradients", [False, True], ids=["forward", "gradients"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_final_layer_norms_are_named(stats: Stats, stacks: tuple[str, ...], name: str, dtype: str) -> None:
-    message = _whole_model_message(FinalNorms(stacks), dtype)
-    assert f"'{name}'" in message, message
-
-
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_final_norms_and_tensor2tensors_table_are_named_together(stats: Stats, dtype: str) -> None:
-    """Two structural departures at once: neither alone agrees, the pair does."""
-    message = _whole_model_message(FinalNorms(table=TimingSignal()), dtype)
-    pair = "'tensor2tensor's timing signal (get_timing_signal_1d) + a final LayerNorm after each stack'"
-    assert pair in message, message
+def test_final_norms_and_tensor2tensors_table_are_named_together(stats: Stats, dtype: str, gradients: bool) -> None:
+    """Two structural departures at once: neither alone agrees, the pair does, forward and gradients."""
+    message = _whole_model_message(Shipped(table=TimingSignal()), dtype, gradients)
+    pair = "tensor2tensor's timing signal (get_timing_signal_1d) + a final LayerNorm after each stack"
+    assert f'"{pair}"' in message or f"'{pair}'" in message, message
 
 
 def test_the_paper_is_named_by_no_new_family(stats: Stats) -> None:
     """The paper's whole model and table pass the checks these names come from: nothing to name."""
-    p = _params(1, d=8, h=2, vocab=11)
-    src, tgt = RNG.integers(0, 11, size=(2, 5)), RNG.integers(0, 11, size=(2, 4))
-    M.transformer_forward(
-        NumpyImplementation(), "float64", src=src, tgt=tgt, params=p, num_heads=2, src_lengths=None, tgt_lengths=None
-    )
+    M.transformer_forward(NumpyImplementation(), "float64", **_whole_model_args())
+    d_out = np.random.default_rng(6).normal(size=(2, 4, 11))
+    M.transformer_forward_gradients(Shipped(()), "float64", d_out=d_out, **_whole_model_args())
     P.positional_encoding(NumpyImplementation(), "float64", length=12, d_model=16)
     assert not stats.departures, stats.departures
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_an_engines_table_is_named_at_every_width(stats: Stats, dtype: str) -> None:
+    """tensor2tensor's timing signal from position 1 without its guard (NaN at d_model = 2): named on the
+    positional row at d_model 2 and 16 and in the whole model at d_model 2; the shift property holds (a linear map
+    exists), the layout check names the table."""
+    engine = TimingSignal(start=1, guard=False)
+    unguarded = "'tensor2tensor's timing signal without its guard (NaN at d_model = 2)'"
+    assert unguarded in _message(P.positional_encoding, engine, dtype, length=12, d_model=2)
+    assert unguarded in _whole_model_message(Shipped((), engine), dtype, d=2, h=1)
+    pair = "tensor2tensor's timing signal (get_timing_signal_1d) + positions counted from 1"
+    message = _message(P.positional_encoding, engine, dtype, length=12, d_model=16)
+    assert f"'{pair}'" in message, message
+    P.positional_encoding_shift_is_a_linear_map(engine, dtype, length=40, d_model=16, offset=3)
+    message = _message(P.positional_encoding_pairs_rotate_by_k, engine, dtype, length=40, d_model=16, offset=3)
+    assert "§3.5's layout" in message and f'the table matches "{pair}"' in message, message
 
 
 class Float32Flushed(NumpyImplementation):
