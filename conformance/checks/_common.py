@@ -14,7 +14,7 @@ from aiayn.conformance.equations import record
 from aiayn.conformance.numerics import gamma, precision
 from aiayn.conformance.run import gradients
 from aiayn.conformance.run.comparison import compare
-from aiayn.conformance.run.harness import Case, Diagnosis, check, current_stats
+from aiayn.conformance.run.harness import Case, Diagnosis, check, current_stats, timed
 from aiayn.implementations.protocol import policy_problem
 from aiayn.reference.model import flatten_params
 
@@ -98,8 +98,9 @@ def agreement(case: Case, **args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarr
         got = case.run(r.name, [natives[name] for name in r.arguments] + ([case.dtype] if r.passes_dtype else []))
     policies = declared(case)
     a = {**seen, **r.policies(policies)}
-    expected = np.asarray(r.oracle(a), dtype=np.float64)
-    budget = r.budget_at(a, expected, case.arithmetic)
+    with timed("oracle"):
+        expected = np.asarray(r.oracle(a), dtype=np.float64)
+        budget = r.budget_at(a, expected, case.arithmetic)
     model_args = r.model_arguments(policies, seen)
     diagnosed = {**a, **r.diagnosis_policies}
     case.diagnosis = Diagnosis(
@@ -178,7 +179,8 @@ def gradient_agreement(
         raise ValueError(f"test construction: {case.equation} has no backward record")
     natives, seen = prepare(case, **{name: args[name] for name in r.arguments})
     a = {**seen, **r.policies(declared(case))}
-    shape = np.shape(r.oracle(a))
+    with timed("oracle"):
+        shape = np.shape(r.oracle(a))
     if np.shape(d_out) != shape:
         raise ValueError(f"test construction: the cotangent has shape {np.shape(d_out)}, the result {shape}")
     undefined = r.undefined(args) if r.undefined is not None else None
@@ -191,9 +193,10 @@ def gradient_agreement(
         grads = gradients.vjp(case, list(r.arguments) + (["dtype"] if r.passes_dtype else []), call, d_native)
     except gradients.NotProvided as exc:  # no gradient given (no vjp, no autograd graph): reported, never passed
         pytest.skip(f"not provided: {exc}")
-    expected = {name: np.asarray(v, dtype=np.float64) for name, v in bw.oracle(a, g).items()}
-    names = bw.gradient_names(a)
-    budgets = bw.budget_at(a, g, expected, case.arithmetic)
+    with timed("oracle"):
+        expected = {name: np.asarray(v, dtype=np.float64) for name, v in bw.oracle(a, g).items()}
+        names = bw.gradient_names(a)
+        budgets = bw.budget_at(a, g, expected, case.arithmetic)
     given = {
         k for name in r.arguments for k in (flatten_params(seen[name]) if isinstance(seen[name], dict) else [name])
     }

@@ -100,6 +100,13 @@ class Counts:
     violations: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     largest: dict[str, Any] | None = None
+    seconds: dict[str, float] = field(default_factory=dict)  # by part: TIME_PARTS
+
+
+#: Where a test's time goes (``Counts.seconds``): "test", its call's wall time in pytest; "implementation", inside the
+#: implementation's methods (its process boundary included); "oracle", the oracle's values and the budgets;
+#: "diagnosis", naming failures. The rest of "test" is Hypothesis's generation and shrinking and the harness.
+TIME_PARTS = ("test", "implementation", "oracle", "diagnosis")
 
 
 @dataclass
@@ -182,6 +189,7 @@ class Row:
     failed_tests: list[str] = field(default_factory=list)
     known_deviations: dict[str, str] = field(default_factory=dict)
     tests: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # its tests' Counts.seconds, summed by part
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)

@@ -133,6 +133,9 @@ def _row(equation: str, dtype: str, results: list[TestResult], impl: Any, direct
     row.failed_tests = failed
     row.known_deviations = deviations
     row.tests = sorted({r.test for r in results})
+    for r in results:
+        for part, seconds in r.seconds.items():
+            row.seconds[part] = row.seconds.get(part, 0.0) + float(seconds)
     return row
 
 
@@ -356,6 +359,38 @@ def _body(data: Mapping[str, Any]) -> list[str]:
             "",
         ]
         lines += [f"- `{t}`: {w.removeprefix('known deviation declared by ')}" for t, w in reasons]
+    return lines + _time_lines(typed)
+
+
+#: Rows shown in the report's time breakdown, slowest first.
+TIME_ROWS = 8
+
+
+def _time_lines(rows: list[Row]) -> list[str]:
+    """Where the run's time went: the tests' wall time summed over the workers, split into the implementation's
+    calls, the oracle and budgets, the diagnoses and the rest (Hypothesis's generation and shrinking, the harness);
+    the whole run and its :data:`TIME_ROWS` slowest rows."""
+    timed = [r for r in rows if r.seconds.get("test")]
+    if not timed:
+        return []
+
+    def parts(seconds: Mapping[str, float]) -> str:
+        test = seconds.get("test", 0.0)
+        impl, oracle, diagnosis = (seconds.get(p, 0.0) for p in ("implementation", "oracle", "diagnosis"))
+        rest = max(test - impl - oracle - diagnosis, 0.0)
+        return (
+            f"{test:.1f} s: implementation {impl:.1f}, oracle and budgets {oracle:.1f}, diagnoses {diagnosis:.1f}, "
+            f"the rest (Hypothesis, the harness) {rest:.1f}"
+        )
+
+    total: dict[str, float] = {}
+    for r in timed:
+        for part, seconds in r.seconds.items():
+            total[part] = total.get(part, 0.0) + seconds
+    lines = ["", "Where the time went (the tests' wall time, summed over the workers):", ""]
+    lines.append(f"- all rows: {parts(total)}")
+    slowest = sorted(timed, key=lambda r: -r.seconds["test"])[:TIME_ROWS]
+    lines += [f"- {r.section} [{r.dtype}]: {parts(r.seconds)}" for r in slowest]
     return lines
 
 
@@ -522,4 +557,5 @@ def summary_lines(entry: Any, results: Iterable[TestResult | Mapping[str, Any]])
                 text += f" ({_shorten(', '.join(notes), CELL_WIDTH)})"
             parts.append(text)
         lines.append(f"  {section(equation, direction):<{width}}  {'; '.join(parts)}")
-    return lines
+    breakdown = _time_lines([cell for cells in by_equation.values() for cell in cells.values()])
+    return lines + [f"  time, {line.removeprefix('- all rows: ')}" for line in breakdown[3:4]]

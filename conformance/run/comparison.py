@@ -16,7 +16,7 @@ from aiayn.conformance.directions import BACKWARD
 from aiayn.conformance.equations import RECORDS
 from aiayn.conformance.numerics import first_index, floored, precision
 from aiayn.conformance.report.results import NO_MATCH
-from aiayn.conformance.run.harness import Case, NaNMismatch, OverBudget, Stats, current_stats
+from aiayn.conformance.run.harness import Case, NaNMismatch, OverBudget, Stats, current_stats, timed
 
 __all__ = ["DISAMBIGUATION_INPUTS", "VACUOUS", "applicable", "compare", "matches", "total_budget"]
 
@@ -161,7 +161,8 @@ def matches(case: Case, got: np.ndarray) -> tuple[str, list[str]]:
         return "", []  # a property check names what it breaks itself (Case.fail)
     stats = _STATS.get()
     try:
-        names = case.diagnosis.explain(got, case.dtype)
+        with timed("diagnosis"):
+            names = case.diagnosis.explain(got, case.dtype)
     except Exception as exc:  # a diagnosis that cannot be computed must not hide the failure itself
         return f" (no diagnosis: {type(exc).__name__}: {exc})", []
     if stats is not None and not _final_replay():  # every failing example's causes, for the row's counts
@@ -170,7 +171,8 @@ def matches(case: Case, got: np.ndarray) -> tuple[str, list[str]]:
             stats.causes[name] = stats.causes.get(name, 0) + 1
     told = ""
     if len(names) > 1 and _shown_example():
-        names, told = _disambiguate(case, names)
+        with timed("diagnosis"):
+            names, told = _disambiguate(case, names)
     if stats is not None and _shown_example():
         stats.departures.update(names)
     if not names:
@@ -201,30 +203,39 @@ def _disambiguate(case: Case, names: list[str]) -> tuple[list[str], str]:
         kept = [n for n in survivors if n in largest["departures"]]
         survivors = kept or survivors
     rng = np.random.default_rng(zlib.crc32(f"{case.check}:{case.dtype}".encode()))
-    tried = 0
-    for _ in range(DISAMBIGUATION_INPUTS):
+    tried, tighter = 0, _tighter(case)
+    for dtype in [case.dtype] * DISAMBIGUATION_INPUTS + ([tighter] if tighter else []):
         if len(survivors) == 1:
             break
-        outcome = _candidates_on_new_input(case, survivors, rng)
+        outcome = _candidates_on_new_input(case, survivors, rng, dtype)
         if outcome is None:
             continue
         tried += 1
         survivors = outcome or survivors
+    drawn = f"{tried} drawn" + (f" (the last in {tighter})" if tighter and tried > DISAMBIGUATION_INPUTS else "")
     ruled_out = [n for n in names if n not in survivors]
     if len(survivors) > 1:
-        return survivors, f" on these inputs and {tried} drawn to separate them"
+        return survivors, f" on these inputs and {drawn} to separate them"
     shown = ", ".join(f"'{n}'" for n in ruled_out)
-    return survivors, f" (not {shown}: ruled out on the test's largest discrepancy or {tried} drawn inputs)"
+    return survivors, f" (not {shown}: ruled out on the test's largest discrepancy or on inputs drawn: {drawn})"
 
 
-def _candidates_on_new_input(case: Case, names: list[str], rng: np.random.Generator) -> list[str] | None:
-    """The candidates that agree with the implementation on one input drawn like the case's (the check's recipe run
-    there, ``case.survivors``); None when the input cannot be used (the implementation refuses it, or breaks its
-    contract there) or the check set no recipe to rerun."""
+def _tighter(case: Case) -> str | None:
+    """The implementation's most precise dtype where it is more precise than the case's: a budget narrow enough to
+    separate candidates that the case's dtype's budget fits together (float16's fits several feed-forward modules)."""
+    declared = getattr(case.impl, "dtypes", ()) or ()
+    here = precision(case.dtype).u
+    return next((d for d in ("float64", "float32") if d in declared and precision(d).u < here), None)
+
+
+def _candidates_on_new_input(case: Case, names: list[str], rng: np.random.Generator, dtype: str) -> list[str] | None:
+    """The candidates that agree with the implementation on one input drawn like the case's, in ``dtype`` (the check's
+    recipe run there, ``case.survivors``); None when the input cannot be used (the implementation refuses it, or
+    breaks its contract there) or the check set no recipe to rerun."""
     if case.survivors is None:
         return None
     args = _redrawn(case.args, rng)
-    probe = Case(case.impl, case.dtype, case.check, case.equation, args, "agreement", direction=case.direction)
+    probe = Case(case.impl, dtype, case.check, case.equation, args, "agreement", direction=case.direction)
     scratch = Stats()
     token = _STATS.set(scratch)
     try:

@@ -16,12 +16,14 @@ the input shapes and dtypes, and a replay command; the failing inputs are saved 
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import functools
 import re
+import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -111,6 +113,18 @@ class Stats(Counts):
 
 
 _STATS: contextvars.ContextVar[Stats | None] = contextvars.ContextVar("aiayn_stats", default=None)
+
+
+@contextlib.contextmanager
+def timed(part: str) -> Iterator[None]:
+    """Add the time of the block to the current test's ``seconds[part]`` (``report.results.TIME_PARTS``)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        stats = _STATS.get()
+        if stats is not None:
+            stats.seconds[part] = stats.seconds.get(part, 0.0) + time.perf_counter() - start
 
 
 def current_stats() -> contextvars.ContextVar[Stats | None]:
@@ -362,7 +376,7 @@ class Case:
         check's failure."""
         __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         try:
-            with isolation.calling(self, what, save_case), warnings.catch_warnings():
+            with timed("implementation"), isolation.calling(self, what, save_case), warnings.catch_warnings():
                 warnings.simplefilter(
                     "ignore", RuntimeWarning
                 )  # the results are judged, not the warnings (poison overflows on purpose)

@@ -688,6 +688,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if impl is None:  # the placeholder of a selection with no implementation for this test: nothing to attribute
         return rep
     stats = item.stash.get(_STATS, None) or harness.Stats()
+    stats.seconds["test"] = stats.seconds.get("test", 0.0) + rep.duration
     reason, outcome, crash = "", Outcome(rep.outcome), ""
     if hasattr(rep, "wasxfail"):  # a declared known deviation that did deviate
         reason, outcome = str(rep.wasxfail), Outcome.KNOWN_DEVIATION

@@ -352,3 +352,17 @@ def test_the_cotangent_at_padded_target_positions_is_zero(stats: Stats) -> None:
         tgt_lengths=np.array([3, 1]),
     )
     assert stats.checked > 0, stats
+
+
+def test_the_report_says_where_the_time_went() -> None:
+    """Each test's seconds by part are summed into its row, and the report breaks the run's time down: the
+    implementation, the oracle and budgets, the diagnoses, the rest."""
+    seconds = {"test": 4.0, "implementation": 1.5, "oracle": 1.0, "diagnosis": 0.5}
+    results = _results(seconds=seconds) + _results(test="test_layer_norm_rows", seconds=seconds)
+    data = report.build(_Entry(NumpyImplementation()), results, {})
+    assert _row(data)["seconds"] == {"test": 8.0, "implementation": 3.0, "oracle": 2.0, "diagnosis": 1.0}
+    lines = report._time_lines([report.Row.from_dict(r) for r in data["rows"]])
+    assert (
+        "- all rows: 8.0 s: implementation 3.0, oracle and budgets 2.0, diagnoses 1.0, "
+        "the rest (Hypothesis, the harness) 2.0"
+    ) in lines, lines

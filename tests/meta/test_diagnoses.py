@@ -377,6 +377,33 @@ def test_candidates_an_example_cannot_tell_apart_are_narrowed_on_drawn_inputs(st
     }
 
 
+class UnbiasedLayerNorm(TorchImplementation):
+    """LayerNorm with the unbiased variance (eps inside the root), in float32 for the narrow dtypes."""
+
+    def layer_norm(self, x, gain, bias, eps):  # type: ignore[no-untyped-def]
+        xs = x if x.dtype == torch.float64 else x.float()
+        z = (xs - xs.mean(-1, keepdim=True)) / torch.sqrt(xs.var(-1, keepdim=True, unbiased=True) + eps)
+        return (z * gain.to(xs.dtype) + bias.to(xs.dtype)).to(x.dtype)
+
+
+class UnbiasedLayerNormHalfOnly(UnbiasedLayerNorm):
+    def __init__(self) -> None:
+        super().__init__("cpu")
+        self.dtypes = ("float16",)
+
+
+def test_candidates_a_wide_budget_fits_are_told_apart_in_a_tighter_dtype(stats: Stats) -> None:
+    """In float16 the unbiased variance with eps inside or added to the std differ by eps / std, far inside the
+    budget, on every input drawn in float16: candidates. One input drawn in float64, which the implementation also
+    declares, separates them; declaring float16 alone, they stay candidates."""
+    rng = np.random.default_rng(1)
+    args = {"x": rng.normal(size=(3, 4)), "gain": 1 + 0.1 * rng.normal(size=4), "bias": 0.1 * rng.normal(size=4)}
+    message = _message(L.layer_norm, UnbiasedLayerNormHalfOnly(), "float16", **args, eps=1e-6).splitlines()[0]
+    assert "candidates, not told apart" in message and "'unbiased variance, eps added to the std'" in message, message
+    message = _message(L.layer_norm, UnbiasedLayerNorm("cpu"), "float16", **args, eps=1e-6).splitlines()[0]
+    assert "the output matches 'unbiased variance' (not" in message and "(the last in float64)" in message, message
+
+
 def test_the_largest_discrepancy_example_narrows_the_candidates(stats: Stats) -> None:
     """The test's largest discrepancy (another input) named one of the candidates: only it is named."""
     stats.largest = {"ratio": 9.0, "where": "-", "inputs": "-", "replay": "/x.npz", "departures": ["mask ignored"]}
