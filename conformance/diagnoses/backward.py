@@ -24,6 +24,7 @@ import numpy as np
 
 from aiayn.conformance.diagnoses.forward import (
     CATALOGUE,
+    PAIRS,
     PRECISION_DEPARTURES,
     Departure,
     _changes,
@@ -465,7 +466,7 @@ def explain(
             seen.append((departure, computed))
         if any(_agrees_with_every(v, gradients, u) for v in (computed if isinstance(computed, list) else [computed])):
             found.append(departure.name)
-    return found or _pairs(a, g, gradients, u, seen)
+    return found or (_pairs(a, g, gradients, u, seen) if PAIRS.get() else [])
 
 
 def _same(a: Grads, b: Grads) -> bool:

@@ -24,6 +24,7 @@ and a departure names a choice other than the declared one.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import math
 from collections.abc import Callable, Mapping
@@ -69,6 +70,11 @@ class Ops:
 
 
 PAPER = Ops()
+
+#: Whether :func:`explain` (and the backward's) goes on to pairs where no single departure agrees: False while
+#: Hypothesis searches (``run/comparison.py`` sets it), where every failing example is diagnosed and a pair search
+#: costs up to a second; the examples a failure message shows are diagnosed in full.
+PAIRS: contextvars.ContextVar[bool] = contextvars.ContextVar("aiayn_pairs", default=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -773,7 +779,7 @@ def agreeing(
     kinds = {name: kind for kind, name in PRECISION_DEPARTURES.items()}
     undefined = np.isnan(evaluate(model, args))
     got = np.asarray(got, dtype=np.float64)
-    kept = []
+    kept, budgets = [], {}
     for name in names:
         parts = _parts(name)
         if parts is None:
@@ -790,7 +796,9 @@ def agreeing(
             else:
                 kind = departure.precision
                 target = f"{dtype}-ftz" if kind == "ftz" else kind or dtype
-                budget = np.asarray(budget_at(target), dtype=np.float64)
+                if target not in budgets:
+                    budgets[target] = np.asarray(budget_at(target), dtype=np.float64)
+                budget = budgets[target]
         except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
             continue  # no meaning on these inputs: ruled out here
         u = precision(dtype).u
@@ -838,7 +846,7 @@ def explain(
     undefined = np.isnan(
         evaluate(model, args)
     )  # the paper's NaN (fully masked rows): the check's budget is a bare floor there
-    names, arithmetic, closer, seen = [], [], [], {}
+    names, arithmetic, closer, seen, budgets = [], [], [], {}, {}
     paper = evaluate(model, args)
     for departure in CATALOGUE:
         if departure.family not in families or (departure.precision not in (None, "ftz") and dtype != "float64"):
@@ -848,7 +856,9 @@ def explain(
         target = f"{dtype}-ftz" if departure.precision == "ftz" else departure.precision or dtype
         try:
             variant = departure.output(model, args, dtype)
-            budget = np.asarray(budget_at(target), dtype=np.float64)
+            if target not in budgets:  # one budget per arithmetic (a whole model's costs a fifth of a second)
+                budgets[target] = np.asarray(budget_at(target), dtype=np.float64)
+            budget = budgets[target]
         except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
             continue  # this departure has no meaning for these inputs (e.g. a d - 1 of 0)
         if _same_as(departure, variant, seen):
@@ -862,12 +872,11 @@ def explain(
             (arithmetic if departure.precision is not None else names).append(departure.name)
         elif _structural(departure) and variant.shape == got.shape and not _agrees(paper, variant, budget):
             closer.append((departure, variant))  # it changes these inputs' output: alone at its own values, or paired
-    return (
-        arithmetic
-        or names
-        or _at_own_values(got, budget_at, dtype, closer, undefined)
-        or _pairs(model, args, got, budget_at, dtype, families, undefined)
-        or _structural_pairs(model, args, got, paper, budget_at, dtype, closer, undefined)
+    found = arithmetic or names or _at_own_values(got, budget_at, dtype, closer, undefined)
+    if found or not PAIRS.get():
+        return found
+    return _pairs(model, args, got, budget_at, dtype, families, undefined) or _structural_pairs(
+        model, args, got, paper, budget_at, dtype, closer, undefined
     )
 
 

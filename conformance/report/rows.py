@@ -408,7 +408,7 @@ def _fmt_matches(row: Row) -> list[str]:
     out = []
     for name in names:
         n = row.causes.get(name)
-        counts = f" ({n} of {row.diagnosed} failing examples)" if n and row.diagnosed else ""
+        counts = f" ({n} of {row.diagnosed} failing examples diagnosed)" if n and row.diagnosed else ""
         out.append(f"{name}{counts}" if name == NO_MATCH else f"matches '{name}'{counts}")
     return out
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance.diagnoses.forward import PAIRS
 from aiayn.conformance.directions import BACKWARD
 from aiayn.conformance.equations import RECORDS
 from aiayn.conformance.numerics import first_index, floored, precision
@@ -124,7 +125,7 @@ def compare(
             + f"; {over} of {int(np.sum(usable))} checked elements over budget"
             + (f" ({skipped} not checked: {reason})" if skipped else ""),
         ]
-        matched, names = matches(case, got)
+        matched, names = matches(case, got, r)
         _note_largest(case, r, where, names)
         case.fail(f"{what}{matched}", details, kind=OverBudget, ratio=r)
     return r
@@ -154,18 +155,33 @@ def _diagnose(case: Case, got: np.ndarray) -> str:
     return matches(case, got)[0]
 
 
-def matches(case: Case, got: np.ndarray) -> tuple[str, list[str]]:
+#: Failing examples of Hypothesis's search diagnosed per test (each costs up to a second on a whole model, and a
+#: failing test meets hundreds while shrinking): beyond these, only an example that would be the test's largest
+#: discrepancy is diagnosed; the row's counts say how many were ("N of M failing examples").
+DIAGNOSED_PER_TEST = 10
+
+
+def matches(case: Case, got: np.ndarray, ratio: float | None = None) -> tuple[str, list[str]]:
     """:func:`_diagnose`'s text and the departure names behind it (credited to the report from a shown example): what
     names a failing agreement, for the harness's comparison and for a check that compares on its own (beam search)."""
     if case.kind != "agreement" or case.diagnosis is None:
         return "", []  # a property check names what it breaks itself (Case.fail)
     stats = _STATS.get()
+    shown = _shown_example()
+    if not shown and stats is not None and stats.diagnosed >= DIAGNOSED_PER_TEST:
+        largest = stats.largest["ratio"] if stats.largest else None
+        if ratio is None or (largest is not None and ratio <= largest):
+            return "", []  # a search example no message shows, and not the largest: left undiagnosed
+    token = PAIRS.set(shown)  # pairs only where a message shows the example: the search's examples are many
     try:
         with timed("diagnosis"):
             names = case.diagnosis.explain(got, case.dtype)
     except Exception as exc:  # a diagnosis that cannot be computed must not hide the failure itself
         return f" (no diagnosis: {type(exc).__name__}: {exc})", []
-    if stats is not None and not _final_replay():  # every failing example's causes, for the row's counts
+    finally:
+        PAIRS.reset(token)
+    if stats is not None and not _final_replay() and (names or shown):  # the causes of the failing examples
+        # diagnosed in full (a search example no single departure explains is left uncounted), for the row's counts
         stats.diagnosed += 1
         for name in names or [NO_MATCH]:
             stats.causes[name] = stats.causes.get(name, 0) + 1

@@ -369,7 +369,8 @@ def _write(
 ) -> None:
     adapters = [r for r in rows if r["origin"] == "adapter" and r["cells"]]
     builtins = [r for r in rows if r["origin"] == "built-in" and r["cells"]]
-    libraries = sorted({r["library"] for r in adapters})
+    libraries = sorted({r["library"] for r in adapters} - {"torch"})
+    own = [r for r in adapters if r["library"] == "torch"]  # over PyTorch's own modules, as the built-ins are
     rep = Report(
         "zoo",
         "The zoo: popular implementations of the paper's equations",
@@ -379,7 +380,9 @@ def _write(
     )
     departing = sorted({r["name"] for r in rows for c in r["cells"].values() if c["kind"] == "departs"})
     rep.verdict = (
-        f"{len(adapters)} adapters over {len(libraries)} third-party libraries checked, beside {len(builtins)} "
+        f"{len(adapters) - len(own)} adapters over {len(libraries)} third-party libraries"
+        + (f" and {len(own)} over PyTorch's own modules" if own else "")
+        + f" checked, beside {len(builtins)} "
         f"PyTorch built-ins from their own reports; {len(departing)} implementations depart from the paper in some "
         "equation, every such failure named"
         if not unnamed and not broken

@@ -61,6 +61,11 @@ ZOO: Mapping[str, ZooEntry] = MappingProxyType(
             "onnxruntime",
             "the ONNX Attention operator (opset 23) run by onnxruntime",
         ),
+        "torch-nn-transformer": ZooEntry(
+            "aiayn.implementations.zoo.torch_transformer:NNTransformer",
+            "torch",
+            "PyTorch's nn.Transformer: the whole model (post-norm layers, and the LayerNorm it adds after each stack)",
+        ),
         "onnx-reference-attention": ZooEntry(
             "aiayn.implementations.zoo.onnx_attention:OnnxReferenceAttention",
             "onnx",

@@ -73,4 +73,4 @@ def test_a_row_names_every_cause_with_its_count(tmp_path: Path) -> None:
     assert all(0 < n <= row["diagnosed"] for n in row["causes"].values()), row
     table = (tmp_path / "conformance-beam-power-penalty-eos-rank-k.md").read_text().replace("\\|", "|")
     for name in (penalty, eos_rank):
-        assert f"'{name}' ({row['causes'][name]} of {row['diagnosed']} failing examples)" in table
+        assert f"'{name}' ({row['causes'][name]} of {row['diagnosed']} failing examples diagnosed)" in table
