@@ -5,6 +5,7 @@ check's output matches (:func:`matches`: each cause counted for the report, cand
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -17,7 +18,7 @@ from aiayn.conformance.directions import BACKWARD
 from aiayn.conformance.equations import RECORDS
 from aiayn.conformance.numerics import first_index, floored, precision
 from aiayn.conformance.report.results import NO_MATCH
-from aiayn.conformance.run.harness import Case, NaNMismatch, OverBudget, Stats, current_stats, timed
+from aiayn.conformance.run.harness import Case, Diagnosis, NaNMismatch, OverBudget, Stats, current_stats, timed
 
 __all__ = ["DISAMBIGUATION_INPUTS", "VACUOUS", "applicable", "compare", "matches", "total_budget"]
 
@@ -82,6 +83,7 @@ def compare(
         free = np.broadcast_to(undefined[0], expected.shape)
         case.tally(unchecked={undefined[1]: int(np.sum(free))})
         got, expected = np.where(free, 0.0, got), np.where(free, 0.0, expected)
+        _unjudged_in_diagnosis(case, free)
     nan_got, nan_exp = np.isnan(got), np.isnan(expected)
     extra, missing = nan_got & ~nan_exp, nan_exp & ~nan_got
     if np.any(extra) or np.any(missing):
@@ -129,6 +131,19 @@ def compare(
         _note_largest(case, r, where, names)
         case.fail(f"{what}{matched}", details, kind=OverBudget, ratio=r)
     return r
+
+
+def _unjudged_in_diagnosis(case: Case, free: np.ndarray) -> None:
+    """The diagnosis judges no departure on the elements the comparison leaves out (compared as 0 there): its budget
+    is infinite at them."""
+    diagnosis = case.diagnosis
+    if not isinstance(diagnosis, Diagnosis) or not np.any(free):
+        return
+
+    def budget_at(*args: Any, **kwargs: Any) -> np.ndarray:
+        return np.where(free, np.inf, np.broadcast_to(diagnosis.budget_at(*args, **kwargs), free.shape))
+
+    case.diagnosis = dataclasses.replace(diagnosis, budget_at=budget_at)
 
 
 def _masked_row_policy(case: Case) -> str:

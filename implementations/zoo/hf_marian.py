@@ -103,7 +103,7 @@ class Marian(TorchAdapter):
             f"{test}@float32": _HALVES
             for test in (
                 "positional_encoding",
-                "positional_encoding_shift_is_a_linear_map",
+                "positional_encoding_pairs_rotate_by_k",
                 "positional_encoding_on_fixed_inputs[length 50, d_model 16]",
                 "positional_encoding_on_fixed_inputs[length 2048, d_model 64]",
                 "transformer_forward",

@@ -879,3 +879,11 @@ def test_the_shift_property_is_the_papers_and_the_layout_is_checked_apart(stats:
     assert "§3.5's layout" in message, message
     message = _message(P.positional_encoding_shift_is_a_linear_map, BentTable(), dtype, **args)
     assert "no linear map takes PE(pos) to PE(pos + 3)" in message, message
+
+
+def test_a_departure_is_named_with_padded_targets(stats: Stats) -> None:
+    """The logits at padded target positions are compared by nothing, and judged by no departure: nn.Transformer's
+    final norms are named with target padding too."""
+    args = {**_whole_model_args(), "tgt_lengths": np.array([4, 2])}
+    message = _message(M.transformer_forward, Shipped(), "float64", **args)
+    assert "'a final LayerNorm after each stack'" in message, message
