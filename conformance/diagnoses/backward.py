@@ -51,7 +51,7 @@ class BackwardDeparture:
     equation: str
     gradients: Callable[[Mapping[str, Any], np.ndarray, str], Grads | list[Grads]]
     numerical: bool = False
-    ops: Any = None  # a whole-model departure's forward ``Ops`` (``diagnoses/forward.py``), for pairs
+    forward: Departure | None = None  # a whole-model departure: the forward catalogue's entry it computes
 
 
 # --------------------------------------------------------------------------------------------
@@ -114,10 +114,10 @@ def _whole_model(ops: Any) -> Callable[[Mapping[str, Any], np.ndarray, str], Gra
             a["src_lengths"],
             a["tgt_lengths"],
             a["eps"],
-            0.0,
-            False,
-            0,
-            {**departure, "output_scale": scale},
+            relu=0.0,
+            exact=False,
+            dps=0,
+            departure={**departure, "output_scale": scale},
         )
         grads.pop("positional")
         return grads
@@ -397,7 +397,7 @@ BACKWARD_CATALOGUE: tuple[BackwardDeparture, ...] = (
 #: tables, the embedding's and output's scales, the final LayerNorms): a failing gradient of the whole model is named
 #: by the same name as the forward's.
 BACKWARD_CATALOGUE = BACKWARD_CATALOGUE + tuple(
-    BackwardDeparture(d.name, d.note, "transformer_forward", _whole_model(d.ops), ops=d.ops)
+    BackwardDeparture(d.name, d.note, "transformer_forward", _whole_model(d.ops), forward=d)
     for d in CATALOGUE
     if _structural(d) and set(_changes(d.ops)) and set(_changes(d.ops)) <= WHOLE_MODEL_FIELDS
 )
@@ -459,8 +459,8 @@ def explain(
                 computed = departure.gradients(a, g, dtype)
         except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
             continue  # no meaning for these inputs
-        if departure.ops is not None:
-            refined = next((other for d, other in seen if d.name == _departure(departure).same_as), None)
+        if departure.forward is not None:
+            refined = next((other for d, other in seen if d.name == departure.forward.same_as), None)
             if refined is not None and _same(computed, refined):
                 continue  # where it is the departure it refines, that name stands for both
             seen.append((departure, computed))
@@ -488,9 +488,9 @@ def _pairs(
     found = []
     for i, (first, _) in enumerate(singles):
         for second, _ in singles[i + 1 :]:
-            if set(_changes(first.ops)) & set(_changes(second.ops)):
+            if set(_changes(first.forward.ops)) & set(_changes(second.forward.ops)):
                 continue  # two choices of one field: not both at once
-            pair = _together(_departure(first), _departure(second))
+            pair = _together(first.forward, second.forward)
             try:
                 with np.errstate(all="ignore"):
                     variant = _whole_model(pair.ops)(a, g, "")
@@ -499,10 +499,6 @@ def _pairs(
             if _agrees_with_every(variant, gradients, u):
                 found.append(pair.name)
     return found
-
-
-def _departure(backward: BackwardDeparture) -> Departure:
-    return next(d for d in CATALOGUE if d.name == backward.name)
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,7 @@ def _unjudged_in_diagnosis(case: Case, free: np.ndarray) -> None:
         return
 
     def budget_at(*args: Any, **kwargs: Any) -> np.ndarray:
+        # no departure is judged where the comparison reads nothing (the padded target positions, compared as 0)
         return np.where(free, np.inf, np.broadcast_to(diagnosis.budget_at(*args, **kwargs), free.shape))
 
     case.diagnosis = dataclasses.replace(diagnosis, budget_at=budget_at)
