@@ -189,24 +189,32 @@ def _peak_tracemalloc(call: Callable[[], Any]) -> int:
     return peak - base
 
 
-def _peak_torch_cpu(call: Callable[[], Any]) -> tuple[int | None, str]:
-    """Cumulative maximum of the CPU allocator's signed allocation events during the call."""
+def _peak_torch_cpu(call: Callable[[], Any], tries: int = 3) -> tuple[int | None, str]:
+    """Cumulative maximum of the CPU allocator's signed allocation events during the call.
+
+    A call measured here allocates (its result is alive at the end), so a profile holding no allocation event has
+    missed them (the profiler drops a session's memory events now and then on a loaded machine): the call is profiled
+    again, up to ``tries`` times, and reported as unmeasured (None, why) if every profile came back empty.
+    """
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        result = call()
-    del result
-    try:
-        events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-        events.sort(key=lambda e: e.start_ns())
-        sizes = [int(e.nbytes()) for e in events]
-    except AttributeError as exc:  # the profiler's result API moved: say so rather than guess
-        return None, f"torch profiler memory events unavailable ({exc})"
-    held = peak = 0
-    for size in sizes:
-        held += size
-        peak = max(peak, held)
-    return peak, "torch.profiler allocator events"
+    for _ in range(tries):
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            result = call()
+        del result
+        try:
+            events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+            events.sort(key=lambda e: e.start_ns())
+            sizes = [int(e.nbytes()) for e in events]
+        except AttributeError as exc:  # the profiler's result API moved: say so rather than guess
+            return None, f"torch profiler memory events unavailable ({exc})"
+        if any(size > 0 for size in sizes):
+            held = peak = 0
+            for size in sizes:
+                held += size
+                peak = max(peak, held)
+            return peak, "torch.profiler allocator events"
+    return None, f"torch profiler recorded no allocation event in {tries} profiles of the call"
 
 
 def _peak_cuda(call: Callable[[], Any]) -> int:
