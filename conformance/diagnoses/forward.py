@@ -708,6 +708,15 @@ CATALOGUE: tuple[Departure, ...] = (
         final_norm="both",
     ),
     _d(
+        "pre-norm sub-layers with a final LayerNorm after each stack",
+        "x + Sublayer(LayerNorm(x)) in every layer and a LayerNorm closing each stack, as pre-norm models ship them "
+        "(the Annotated Transformer, fairseq's normalize_before, tensor2tensor's later default, PyTorch's "
+        "nn.Transformer with norm_first=True): §3.1 is post-norm with no final norm",
+        "final_norm",
+        residual="pre",
+        final_norm="both",
+    ),
+    _d(
         "causal mask off by one (position i sees i + 1)",
         "§3.2.3 allows j <= i",
         "causal",
@@ -807,7 +816,7 @@ def agreeing(
             continue
         if _agrees(got, variant, budget) or (
             not second
-            and _structural(departure)
+            and _pairable(departure)
             and _agrees_at_own_values(got, variant, budget_at, dtype, undefined, departure.ops)
         ):
             kept.append(name)
@@ -870,7 +879,7 @@ def explain(
             if departure.precision == "float32-ftz" and arithmetic:
                 continue  # float32 alone, or the flush alone, explains it: the smaller claim
             (arithmetic if departure.precision is not None else names).append(departure.name)
-        elif _structural(departure) and variant.shape == got.shape and not _agrees(paper, variant, budget):
+        elif _pairable(departure) and variant.shape == got.shape and not _agrees(paper, variant, budget):
             closer.append((departure, variant))  # it changes these inputs' output: alone at its own values, or paired
     found = arithmetic or names or _at_own_values(got, budget_at, dtype, closer, undefined)
     if found or not PAIRS.get():
@@ -935,14 +944,28 @@ def _structural(departure: Departure) -> bool:
     return departure.precision is None and departure.compute is None and not departure.numerical
 
 
+def _pairable(departure: Departure) -> bool:
+    """A departure of the equation, computed in the check's dtype or exactly: a sub-layer's departure found on its
+    own row (its LayerNorm's unbiased std, its softmax without the max shift) is tried in the whole model with each
+    structural departure of another field."""
+    return departure.precision is None and departure.compute is None
+
+
 def _changes(ops: Ops) -> dict[str, Any]:
     """The fields in which ``ops`` departs from the paper's."""
     return {f.name: getattr(ops, f.name) for f in fields(Ops) if getattr(ops, f.name) != getattr(PAPER, f.name)}
 
 
 def _together(a: Departure, b: Departure) -> Departure:
-    """Both departures at once (their changes are of different fields), named "A + B"."""
-    return Departure(f"{a.name} + {b.name}", f"{a.note}; {b.note}", a.family, replace(a.ops, **_changes(b.ops)))
+    """Both departures at once (their changes are of different fields), named "A + B"; computed in the check's
+    dtype where either is numerical."""
+    return Departure(
+        f"{a.name} + {b.name}",
+        f"{a.note}; {b.note}",
+        a.family,
+        replace(a.ops, **_changes(b.ops)),
+        numerical=a.numerical or b.numerical,
+    )
 
 
 def _parts(name: str) -> list[Departure] | None:
@@ -979,8 +1002,8 @@ def _structural_pairs(
     for i, (a, _) in enumerate(closer):
         for j in range(i + 1, len(closer)):
             b = closer[j][0]
-            if set(_changes(a.ops)) & set(_changes(b.ops)):
-                continue  # two choices of one field: not both at once
+            if set(_changes(a.ops)) & set(_changes(b.ops)) or (a.numerical and b.numerical):
+                continue  # two choices of one field, or two numerical accidents: not both at once
             if a.family == b.family:  # one family's choices compose, not add (a table's start and its frequencies)
                 ranked.append((-1.0, i, j))  # every such pair is evaluated
                 continue

@@ -817,6 +817,48 @@ def test_final_norms_and_tensor2tensors_table_are_named_together(stats: Stats, d
     assert f'"{pair}"' in message or f"'{pair}'" in message, message
 
 
+class PreNorm(Shipped):
+    """Pre-norm layers x + Sublayer(LayerNorm(x)) closed by a final LayerNorm on each stack (the Annotated
+    Transformer, fairseq's normalize_before), and with ``tutorial_norm`` the Annotated Transformer's own LayerNorm:
+    gain (x - mean) / (std + eps) + bias with torch's unbiased std."""
+
+    def __init__(self, tutorial_norm: bool = False) -> None:
+        super().__init__()
+        self.tutorial_norm = tutorial_norm
+
+    def layer_norm(self, x, gain, bias, eps):  # type: ignore[no-untyped-def]
+        if not self.tutorial_norm:
+            return super().layer_norm(x, gain, bias, eps)
+        return gain * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + eps) + bias
+
+    def encoder_layer(self, x, params, num_heads, mask=None):  # type: ignore[no-untyped-def]
+        z = self._norm(x, params, "norm1")
+        x = x + self.multi_head_attention(z, z, z, params["self_attn"], num_heads, mask)
+        return x + self._ffn(self._norm(x, params, "norm2"), params)
+
+    def decoder_layer(self, y, memory, params, num_heads, self_mask=None, memory_mask=None):  # type: ignore[no-untyped-def]
+        z = self._norm(y, params, "norm1")
+        y = y + self.multi_head_attention(z, z, z, params["self_attn"], num_heads, self_mask)
+        z = self._norm(y, params, "norm2")
+        y = y + self.multi_head_attention(z, memory, memory, params["cross_attn"], num_heads, memory_mask)
+        return y + self._ffn(self._norm(y, params, "norm3"), params)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_sub_layers_departure_is_carried_up_to_the_whole_model(stats: Stats, dtype: str) -> None:
+    """Pre-norm with final norms named at the whole model; with the Annotated Transformer's LayerNorm too, that
+    LayerNorm is named on its own row and, paired with the pre-norm structure, at the whole model."""
+    prenorm = "pre-norm sub-layers with a final LayerNorm after each stack"
+    message = _whole_model_message(PreNorm(), dtype)
+    assert f"'{prenorm}'" in message, message
+    tutorial = "unbiased variance, eps added to the std"
+    x = np.random.default_rng(7).normal(size=(3, 8))
+    message = _message(L.layer_norm, PreNorm(True), dtype, x=x, gain=np.ones(8), bias=np.zeros(8), eps=1e-6)
+    assert f"'{tutorial}'" in message, message
+    message = _whole_model_message(PreNorm(True), dtype)
+    assert f"'{tutorial} + {prenorm}'" in message, message
+
+
 def test_the_paper_is_named_by_no_new_family(stats: Stats) -> None:
     """The paper's whole model and table pass the checks these names come from: nothing to name."""
     M.transformer_forward(NumpyImplementation(), "float64", **_whole_model_args())
