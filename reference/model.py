@@ -405,8 +405,15 @@ def _attention_back(grads: dict, name: str, pullback: Callable, d_out: np.ndarra
     return g
 
 
-def _encoder_layer_pullback(ar: _Arithmetic, x, p, h: int, visible, eps: float, relu_at_zero: float):
-    """One encoder layer (§3.1) in ``ar`` and its pullback d_out -> (dx, parameter gradients by path)."""
+def _encoder_layer_pullback(
+    ar: _Arithmetic, x, p, h: int, visible, eps: float, relu_at_zero: float, residual: str = "post"
+):
+    """One encoder layer (§3.1) in ``ar`` and its pullback d_out -> (dx, parameter gradients by path).
+
+    ``residual``: "post", §3.1's LayerNorm(x + Sublayer(x)); "pre" (for the diagnoses only: pre-norm code),
+    x + Sublayer(LayerNorm(x))."""
+    if residual == "pre":
+        return _encoder_layer_pullback_pre(ar, x, p, h, visible, eps, relu_at_zero)
     a, a_back = ar.attention_layer(p["self_attn"], x, x, x, h, visible)
     x1, n1_back = ar.layer_norm(x + a, p["norm1"], eps)  # (..., n, d_model)
     f, f_back = ar.feed_forward(x1, p["ffn"], relu_at_zero)
@@ -422,10 +429,39 @@ def _encoder_layer_pullback(ar: _Arithmetic, x, p, h: int, visible, eps: float, 
     return out, pullback
 
 
+def _encoder_layer_pullback_pre(ar: _Arithmetic, x, p, h: int, visible, eps: float, relu_at_zero: float):
+    """A pre-norm encoder layer x1 = x + MultiHead(LN1(x)), out = x1 + FFN(LN2(x1)) and its pullback."""
+    z1, n1_back = ar.layer_norm(x, p["norm1"], eps)  # (..., n, d_model)
+    a, a_back = ar.attention_layer(p["self_attn"], z1, z1, z1, h, visible)
+    x1 = x + a
+    z2, n2_back = ar.layer_norm(x1, p["norm2"], eps)
+    f, f_back = ar.feed_forward(z2, p["ffn"], relu_at_zero)
+
+    def pullback(d_out: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        grads: dict[str, np.ndarray] = {}
+        d_x1 = d_out + _post_norm(grads, "norm2", n2_back, _ffn_back(grads, f_back, d_out))
+        g = _attention_back(grads, "self_attn", a_back, d_x1)
+        return d_x1 + _post_norm(grads, "norm1", n1_back, g["query"] + g["key"] + g["value"]), grads
+
+    return x1 + f, pullback
+
+
 def _decoder_layer_pullback(
-    ar: _Arithmetic, y, memory, p, h: int, self_visible, memory_visible, eps: float, relu_at_zero: float
+    ar: _Arithmetic,
+    y,
+    memory,
+    p,
+    h: int,
+    self_visible,
+    memory_visible,
+    eps: float,
+    relu_at_zero: float,
+    residual: str = "post",
 ):
-    """One decoder layer (§3.1) in ``ar`` and its pullback d_out -> (dy, dmemory, parameter gradients by path)."""
+    """One decoder layer (§3.1) in ``ar`` and its pullback d_out -> (dy, dmemory, parameter gradients by path);
+    ``residual`` as :func:`_encoder_layer_pullback`'s."""
+    if residual == "pre":
+        return _decoder_layer_pullback_pre(ar, y, memory, p, h, self_visible, memory_visible, eps, relu_at_zero)
     a, a_back = ar.attention_layer(p["self_attn"], y, y, y, h, self_visible)
     y1, n1_back = ar.layer_norm(y + a, p["norm1"], eps)
     c, c_back = ar.attention_layer(p["cross_attn"], y1, memory, memory, h, memory_visible)
@@ -443,6 +479,32 @@ def _decoder_layer_pullback(
         return d_r1 + ga["query"] + ga["key"] + ga["value"], gc["key"] + gc["value"], grads
 
     return out, pullback
+
+
+def _decoder_layer_pullback_pre(
+    ar: _Arithmetic, y, memory, p, h: int, self_visible, memory_visible, eps: float, relu_at_zero: float
+):
+    """A pre-norm decoder layer: y1 = y + SelfAttn(LN1(y)), y2 = y1 + CrossAttn(LN2(y1), memory),
+    out = y2 + FFN(LN3(y2)), and its pullback."""
+    z1, n1_back = ar.layer_norm(y, p["norm1"], eps)
+    a, a_back = ar.attention_layer(p["self_attn"], z1, z1, z1, h, self_visible)
+    y1 = y + a
+    z2, n2_back = ar.layer_norm(y1, p["norm2"], eps)
+    c, c_back = ar.attention_layer(p["cross_attn"], z2, memory, memory, h, memory_visible)
+    y2 = y1 + c
+    z3, n3_back = ar.layer_norm(y2, p["norm3"], eps)
+    f, f_back = ar.feed_forward(z3, p["ffn"], relu_at_zero)
+
+    def pullback(d_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        grads: dict[str, np.ndarray] = {}
+        d_y2 = d_out + _post_norm(grads, "norm3", n3_back, _ffn_back(grads, f_back, d_out))
+        gc = _attention_back(grads, "cross_attn", c_back, d_y2)
+        d_y1 = d_y2 + _post_norm(grads, "norm2", n2_back, gc["query"])
+        ga = _attention_back(grads, "self_attn", a_back, d_y1)
+        d_y = d_y1 + _post_norm(grads, "norm1", n1_back, ga["query"] + ga["key"] + ga["value"])
+        return d_y, gc["key"] + gc["value"], grads
+
+    return y2 + f, pullback
 
 
 def _scatter_rows(ar: _Arithmetic, ids: np.ndarray, rows: np.ndarray, vocab: int) -> np.ndarray:
@@ -471,7 +533,8 @@ def _transformer_pullback(
     ``departure`` (None: the paper's model) is for the diagnoses (``conformance/diagnoses/backward.py``), which name a
     failing gradient by the whole-model departure whose VJP it matches: "final_norms", the stacks ("encoder",
     "decoder") that end in a LayerNorm of gain 1 and bias 0; "embed_scale", where sqrt(d_model) multiplies ("none",
-    "after_pe": the sum E[x] + PE); "output_scale", a factor on the decoder's output before the tied projection."""
+    "after_pe": the sum E[x] + PE); "output_scale", a factor on the decoder's output before the tied projection;
+    "residual", "pre" for pre-norm layers x + Sublayer(LayerNorm(x))."""
     departure = departure or {}
     e = p["embedding"]  # (vocab, d_model)
     vocab, d_model = e.shape
@@ -481,6 +544,7 @@ def _transformer_pullback(
     root_e = root if embed_scale != "none" else 1  # the factor on E[x]
     root_pe = root if embed_scale == "after_pe" else 1  # the factor on PE
     out_scale = departure.get("output_scale", 1)
+    residual = departure.get("residual", "post")  # "pre": pre-norm layers
     unit = {"gain": ar.lift(np.ones(d_model)), "bias": ar.lift(np.zeros(d_model))}
 
     def positions(n: int) -> np.ndarray:
@@ -496,14 +560,14 @@ def _transformer_pullback(
     enc_visible = _visible(src_mask, (b,), n_src, n_src)
     enc_backs = []
     for layer in p["encoder"]:
-        x, back = _encoder_layer_pullback(ar, x, layer, h, enc_visible, eps, relu_at_zero)
+        x, back = _encoder_layer_pullback(ar, x, layer, h, enc_visible, eps, relu_at_zero, residual)
         enc_backs.append(back)
     x, x_end = stack_end("encoder", x)
     y = e[tgt] * root_e + positions(n_tgt) * root_pe  # (B, n_tgt, d_model)
     self_visible, memory_visible = _visible(tgt_mask, (b,), n_tgt, n_tgt), _visible(src_mask, (b,), n_tgt, n_src)
     dec_backs = []
     for layer in p["decoder"]:
-        y, back = _decoder_layer_pullback(ar, y, x, layer, h, self_visible, memory_visible, eps, relu_at_zero)
+        y, back = _decoder_layer_pullback(ar, y, x, layer, h, self_visible, memory_visible, eps, relu_at_zero, residual)
         dec_backs.append(back)
     y, y_end = stack_end("decoder", y)
     logits = ar.matmul(y * out_scale, np.swapaxes(e, 0, 1))  # (B, n_tgt, vocab)

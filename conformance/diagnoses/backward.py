@@ -87,8 +87,11 @@ def _embedding_one_use(a: Mapping[str, Any], g: np.ndarray, dtype: str) -> Grads
 
 
 #: The fields of the forward diagnoses' ``Ops`` that the whole model's VJP below can depart in: the positional table
-#: (§3.5), the embedding's and the output's scale (§3.4), a final LayerNorm after a stack (§3.1 has none).
-WHOLE_MODEL_FIELDS = frozenset({"pe", "pe_spacing", "pe_base", "pe_start", "embed_scale", "output_scale", "final_norm"})
+#: (§3.5), the embedding's and the output's scale (§3.4), a final LayerNorm after a stack (§3.1 has none), pre-norm
+#: layers (§3.1's are post-norm).
+WHOLE_MODEL_FIELDS = frozenset(
+    {"pe", "pe_spacing", "pe_base", "pe_start", "embed_scale", "output_scale", "final_norm", "residual"}
+)
 
 
 def _whole_model(ops: Any) -> Callable[[Mapping[str, Any], np.ndarray, str], Grads]:
@@ -97,7 +100,11 @@ def _whole_model(ops: Any) -> Callable[[Mapping[str, Any], np.ndarray, str], Gra
     replaced by the departure's and the departure's stack ends and scales; the table's own gradient dropped (the
     implementation's table is no parameter)."""
     stacks = {"encoder": ("encoder",), "decoder": ("decoder",), "both": ("encoder", "decoder")}
-    departure = {"final_norms": stacks.get(ops.final_norm, ()), "embed_scale": ops.embed_scale}
+    departure = {
+        "final_norms": stacks.get(ops.final_norm, ()),
+        "embed_scale": ops.embed_scale,
+        "residual": ops.residual,
+    }
 
     def gradients(a: Mapping[str, Any], g: np.ndarray, dtype: str) -> Grads:
         params = dict(a["params"])

@@ -846,11 +846,13 @@ class PreNorm(Shipped):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_a_sub_layers_departure_is_carried_up_to_the_whole_model(stats: Stats, dtype: str) -> None:
-    """Pre-norm with final norms named at the whole model; with the Annotated Transformer's LayerNorm too, that
-    LayerNorm is named on its own row and, paired with the pre-norm structure, at the whole model."""
+    """Pre-norm with final norms named at the whole model, forward and gradients; with the Annotated Transformer's
+    LayerNorm too, that LayerNorm is named on its own row and, paired with the pre-norm structure, at the whole
+    model."""
     prenorm = "pre-norm sub-layers with a final LayerNorm after each stack"
-    message = _whole_model_message(PreNorm(), dtype)
-    assert f"'{prenorm}'" in message, message
+    for gradients in (False, True):  # the gradients' name from the oracle's pullback of pre-norm layers
+        message = _whole_model_message(PreNorm(), dtype, gradients)
+        assert f"'{prenorm}'" in message or f'"{prenorm}"' in message, message
     tutorial = "unbiased variance, eps added to the std"
     x = np.random.default_rng(7).normal(size=(3, 8))
     message = _message(L.layer_norm, PreNorm(True), dtype, x=x, gain=np.ones(8), bias=np.zeros(8), eps=1e-6)
