@@ -373,6 +373,15 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         "shares no case with this run (default: no comparison)",
     )
     p.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a stored run (--save) shown beside this run, case by case, with no verdict (a run recorded on another "
+        "host: ratios move by tens of percent between VMs of one kind); exit 0 whatever it shows "
+        "(default: none)",
+    )
+    p.add_argument(
         "--save",
         type=Path,
         default=None,
@@ -620,6 +629,9 @@ def _bench(args: argparse.Namespace) -> int:
     if args.baseline is not None:
         compare.check_baseline_count(len(args.baseline))  # before the measurement, not after it
         baselines = [compare.load_baseline(path) for path in args.baseline]
+    if args.reference is not None and (args.baseline is not None or args.cuda):
+        raise UsageError("--reference: a run shown beside this one without a verdict; give no --baseline or --cuda")
+    reference = None if args.reference is None else compare.load_baseline(args.reference, "--reference")
     if args.save is not None:
         _bench_save_target(args.save)
     if args.history is not None:
@@ -711,13 +723,30 @@ def _bench(args: argparse.Namespace) -> int:
             + "; ".join(f"{path}, run of {b.get('datetime', 'n/a')}" for path, b in zip(args.baseline, baselines))
             + "."
         )
-    write(run_json, out, comparison=comparison, baseline_note=note, stem=stem, smoke=args.smoke, force=args.force)
+    beside = None
+    if reference is not None:
+        beside = [f"Stored run {args.reference}, run of {reference.get('datetime', 'n/a')}:", ""]
+        beside += ["```", *compare.format_reference(reference, run), "```"]
+    write(
+        run_json,
+        out,
+        comparison=comparison,
+        baseline_note=note,
+        reference=beside,
+        stem=stem,
+        smoke=args.smoke,
+        force=args.force,
+    )
     if args.save is not None and refusal is None:
         runfile.store(run_json, args.save)
         print(f"saved this run as a baseline: {Path(args.save).resolve()}")
     if args.history is not None:
         history.append(args.history, run)
         history.write(args.history, out, stem=f"{stem}-history", force=args.force)
+    if reference is not None:
+        print(f"beside the stored run {args.reference} (reference only, no verdict):")
+        for line in compare.format_reference(reference, run):
+            print(line)
     problems = [] if refusal is None else [f"--save: {refusal}; this run stays in {run_json}"]
     if comparison is not None:
         for line in compare.format_comparison(comparison):

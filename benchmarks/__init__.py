@@ -7,7 +7,8 @@ softmax(Q K^T / sqrt(d_k)) V (§3.2.1), through an implementation's own
 B = 1, h = 8, d = 64, n in {128, 512, 2048} (and 8192 on the O(n)-memory paths), float32 and
 float64, with and without the causal mask (§3.2.3). In the same run it measures the GEMM
 ceiling of each library and dtype, so every result is also a fraction of what this machine's
-matrix engine can do: a number that means the same on any machine.
+matrix engine can do: steadier than a time, compared between runs of one host only (it moves by tens
+of percent between hosts, even VMs of one kind).
 
 Modules:
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from aiayn.benchmarks import runfile
 from aiayn.benchmarks import verdict as V
 from aiayn.environment import UsageError
@@ -41,6 +43,7 @@ __all__ = [
     "describe_cases",
     "environment",
     "format_comparison",
+    "format_reference",
     "holdings",
     "load_baseline",
     "load_run",
@@ -112,13 +115,16 @@ def case_samples(run: dict[str, Any], figure: str = "ratio_full") -> dict[str, l
 
 def environment(run: dict[str, Any]) -> dict[str, Any]:
     """What a ratio depends on besides the code under test, as :func:`verdict.incompatible` reads it: the machine
-    kind (CPU model, and the GPUs torch saw), the devices the cases ran on, the thread count, the library builds."""
+    kind (CPU model, and the GPUs torch saw), the host (one VM: two VMs of one kind differ by tens of percent case by
+    case), the devices the cases ran on, the thread count, the library builds."""
     record = run.get("aiayn", {})
     env: dict[str, Any] = {}
     machine = record.get("cpu_model")
     if machine is not None:
         gpus = record.get("cuda_devices") or []
         env["machine"] = machine + (f" + {', '.join(gpus)}" if gpus else "")
+    if "host" in record:
+        env["host"] = record["host"]
     devices = sorted({b["extra_info"]["device"] for b in run["benchmarks"] if "device" in b.get("extra_info", {})})
     if devices:
         env["device"] = ",".join(devices)
@@ -282,6 +288,28 @@ def format_comparison(result: RunComparison) -> list[str]:
         lines += [f"  {v.case}: {v.reason}" for v in result.cases.regressions]
     else:
         lines.append(summary(result))
+    return lines
+
+
+def format_reference(reference: dict[str, Any], current: dict[str, Any], figure: str = "ratio_full") -> list[str]:
+    """Plain-text lines: ``reference`` (a stored run) beside ``current``, case by case (the medians of their rounds'
+    ``figure`` and the change), with no verdict; the last line says why none is drawn (another host, machine or
+    build, as :func:`verdict.incompatible` finds, or a reference asked for as such)."""
+    ref, cur = case_samples(reference, figure), case_samples(current, figure)
+    common = sorted(ref.keys() & cur.keys())
+    lines = [
+        f"{'case':52s} {'stored':>9s} {'this run':>9s} {'change':>8s}  ({figure}: median of the rounds, fraction of "
+        "the GEMM ceiling)"
+    ]
+    for case in common:
+        a, b = float(np.median(ref[case])), float(np.median(cur[case]))
+        lines.append(f"{case:52s} {a:9.3f} {b:9.3f} {b / a - 1:+8.1%}")
+    why = V.incompatible(environment(reference), environment(current))
+    lines.append(
+        f"{len(common)} case(s) in common; no verdict: "
+        + (f"not comparable ({why})" if why else "a reference run, shown beside this one")
+        + "; a regression is decided against runs of this host (--baseline) or by a duet of two revisions"
+    )
     return lines
 
 

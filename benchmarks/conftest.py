@@ -14,6 +14,7 @@ environment variables, and the load average.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import platform
@@ -283,6 +284,21 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def host() -> str:
+    """This host's identity, strong enough to tell two VMs of one kind apart (ratios to the GEMM ceiling move by tens
+    of percent between them): a digest of the machine id, the boot id and the host name, each as read here ("" where
+    unreadable). A reboot makes another host: the VM may come back on other hardware."""
+    parts = []
+    for path in ("/etc/machine-id", "/proc/sys/kernel/random/boot_id"):
+        try:
+            with open(path, encoding="ascii") as fh:
+                parts.append(fh.read().strip())
+        except (OSError, UnicodeDecodeError):
+            parts.append("")
+    parts.append(platform.node())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
 def _cuda_devices() -> list[str]:
     """Names of the CUDA devices torch sees (empty when torch is not loaded or sees none)."""
     torch = sys.modules.get("torch")
@@ -337,6 +353,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list[Any], o
         "threadpools": M.threadpool_report(),
         "blas_env": session.start["blas_env"],
         "cpu_model": _cpu_model(),
+        "host": host(),
         "cpu_count": os.cpu_count(),
         "cuda_devices": _cuda_devices(),
         "libraries": libraries(),

@@ -3,9 +3,10 @@
 The GEMM ceiling is the best throughput of a large square matrix product ``C = A B``
 (``2 m^3`` flops) through the same library and dtype the implementation computes with
 (NumPy's BLAS for NumPy arrays, ``torch.matmul`` for tensors), measured in the same process and
-thread setting as the attention cases. An attention result divided by it is a fraction that
-means the same thing on any machine: how much of what this machine's matrix engine can do the
-implementation turns into Eq. (1).
+thread setting as the attention cases. An attention result divided by it is a fraction: how much
+of what this machine's matrix engine can do the implementation turns into Eq. (1). It is compared
+between runs of one host only: between hosts (even VMs of one kind) the GEMM ceiling and the
+memory-bound parts of a case scale differently, and the fraction moves by tens of percent.
 
 Peak memory per call is the most memory the call held at once beyond what existed before it
 (its inputs): NumPy and other host libraries through :mod:`tracemalloc` (NumPy reports every

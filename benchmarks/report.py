@@ -720,11 +720,15 @@ def _training_lines(summary: list[dict[str, Any]], memory: list[dict[str, Any]])
 
 
 def build_report(
-    run: dict[str, Any], comparison: RunComparison | None = None, baseline_note: str | None = None
+    run: dict[str, Any],
+    comparison: RunComparison | None = None,
+    baseline_note: str | None = None,
+    reference: list[str] | None = None,
 ) -> tuple[Report, list[dict[str, Any]]]:
     """The Markdown/JSON report of ``run`` (and its ``comparison`` with a baseline), and its case rows.
 
     ``baseline_note``: one line on the baseline (where it came from, when it ran), or why none was compared.
+    ``reference``: the lines of a stored run shown beside this one with no verdict (``compare.format_reference``).
     """
     rows, stages = attention_rows(run), stage_rows(run)
     if not rows:
@@ -778,7 +782,8 @@ def build_report(
         "(FlashAttention's accounting); a causal case is also counted by its n (n + 1) / 2 visible pairs (useful). "
         "Every figure is also given as a fraction of the GEMM "
         "ceiling of the same library and dtype measured in the same run (the session ceiling: the best GEMM seen in "
-        "the run): that fraction is what is comparable between machines.",
+        "the run): that fraction is what is compared between runs of one host (between hosts, even VMs of one "
+        "kind, it moves by tens of percent case by case).",
     )
     if builtins:
         report.section("Targets", *_target_lines(targets))
@@ -824,6 +829,9 @@ def build_report(
         )
     elif baseline_note:
         report.section("Against the baseline", baseline_note)
+    if reference:
+        report.verdict += " Beside a stored run: reference only, no verdict (see its section)."
+        report.section("Beside a stored run (reference only, no verdict)", *reference)
     report.data.update(
         targets=targets,
         noise_warning=warning,
@@ -868,6 +876,7 @@ def write(
     *,
     comparison: RunComparison | None = None,
     baseline_note: str | None = None,
+    reference: list[str] | None = None,
     stem: str = "benchmarks",
     smoke: bool = False,
     force: bool = False,
@@ -879,7 +888,7 @@ def write(
     subset when ``smoke`` or when the run recorded it), the rule ``aiayn bench --save`` keeps a stored run by too.
     """
     run = load_run(Path(run_path))
-    report, rows = build_report(run, comparison, baseline_note)
+    report, rows = build_report(run, comparison, baseline_note, reference)
     report.scope = run_scope(run, smoke)
     paths = write_report(Path(out), report, stem, force=force)
     paths.append(_plot(rows, run, paths[0].with_suffix(".png")))

@@ -341,7 +341,7 @@ def _check_record(run: dict[str, Any], at: _At) -> None:
     if record is None:
         return
     here = at / "aiayn"
-    for key in ("cpu_model", "training_step"):
+    for key in ("cpu_model", "host", "training_step"):
         _string(record, key, here, required=False, nullable=key == "training_step")
     for key in ("smoke", "threadpoolctl"):
         _boolean(record, key, here, required=False)

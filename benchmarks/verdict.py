@@ -293,6 +293,7 @@ def compare_samples(
 
 _ENVIRONMENT_KEYS = {
     "machine": "baseline from another machine",
+    "host": "baseline from another host (ratios move by tens of percent between VMs of one kind)",
     "device": "baseline from another device",
     "threads": "baseline ran with another thread count",
 }
@@ -321,12 +322,13 @@ def incompatible(baseline_env: Mapping[str, Any], current_env: Mapping[str, Any]
     count, with the same library builds. The keys read (each optional):
 
     - ``"machine"``: the CPU model or machine kind, a string;
+    - ``"host"``: the host (VM) identity, a string (``benchmarks/conftest.py`` ``host``);
     - ``"device"``: where the cases ran (``"cpu"``, ``"cuda:0"``, ...);
     - ``"threads"``: the thread count the run pinned;
     - ``"libraries"``: a mapping of library name to version/build string (``{"numpy": "2.4.6
       (openblas 0.3.29)"}``).
 
-    ``machine``, ``device`` and ``threads`` must be equal when either run recorded them (recorded
+    ``machine``, ``host``, ``device`` and ``threads`` must be equal when either run recorded them (recorded
     in one run only is a difference); absent from both is fine. Of ``libraries``, those both runs
     name must be equal; a library only one run names is fine (it served no case of the other).
     Every difference found goes on the one line, separated by "; ", baseline's value first.

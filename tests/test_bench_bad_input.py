@@ -181,6 +181,37 @@ def test_a_baseline_sharing_no_case_compared_nothing(
     assert holds.split("holds ")[1] in line, line
 
 
+def test_a_baseline_from_another_host_is_not_comparable_and_one_from_this_host_gates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two VMs of one kind (same CPU model, builds, threads) differ by the host identity: exit 4, never "regressed";
+    the same host compares (a halved run regressed, exit 1); --reference shows the other host's run, exit 0."""
+    base, run = _run("numpy"), _run("numpy", when="2")
+    base["aiayn"]["host"], run["aiayn"]["host"] = "a" * 16, "b" * 16
+    for entry in run["benchmarks"]:  # every round twice as slow: a regression if the two runs may be compared
+        info = entry["extra_info"]
+        info["round_times_s"] = [2 * t for t in info["round_times_s"]]
+        info["time_min_s"], info["time_median_s"] = 2 * info["time_min_s"], 2 * info["time_median_s"]
+        info["ratio_full"], info["ratio_useful"] = info["ratio_full"] / 2, info["ratio_useful"] / 2
+        info["gflops_full"], info["gflops_useful"] = info["gflops_full"] / 2, info["gflops_useful"] / 2
+    base_path, run_path = _write(tmp_path / "base.json", base), _write(tmp_path / "run.json", run)
+    argv = ["bench", "--from-run", str(run_path), "--out", str(tmp_path / "out")]
+    status = main([*argv, "--baseline", str(base_path)])
+    _refused(status, capsys, "base.json", "baseline from another host", "'aaaaaaaaaaaaaaaa' vs 'bbbbbbbbbbbbbbbb'")
+    status = main([*argv, "--reference", str(base_path)])
+    out, err = capsys.readouterr()
+    assert status == 0 and not err.strip(), (status, err)
+    assert "no verdict: not comparable (baseline from another host" in out and "-50.0%" in out, out
+    report = (tmp_path / "out" / "bench-numpy.md").read_text(encoding="utf-8")
+    assert "## Beside a stored run (reference only, no verdict)" in report and "-50.0%" in report, report
+    base["aiayn"]["host"] = "b" * 16
+    status = main([*argv, "--baseline", str(_write(tmp_path / "same-host.json", base)), "--force"])
+    out, _ = capsys.readouterr()
+    assert status == 1 and "REGRESSED" in out, out
+    status = main([*argv, "--reference", str(base_path), "--baseline", str(base_path)])
+    _refused(status, capsys, "--reference", "give no --baseline")
+
+
 def test_one_of_several_baselines_sharing_no_case_compared_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
