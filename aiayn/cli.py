@@ -415,8 +415,37 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         metavar="RUN.json",
         help="do not measure: write the report (and the comparison) from this earlier run's pytest-benchmark JSON",
     )
+    duet = p.add_argument_group("a duet: a regression decided on paired rounds of old and new in this one run")
+    duet.add_argument(
+        "--against",
+        default=None,
+        metavar="SPEC",
+        help="time each SPEC against this implementation round by round, alternating which goes first; exit 1 if a "
+        "case of a SPEC is slower beyond --margin with confidence (default: no duet)",
+    )
+    duet.add_argument(
+        "--against-rev",
+        default=None,
+        metavar="REV",
+        help="time each SPEC against the same SPEC at git revision REV of the repository here, installed beside this "
+        "one (pip, no dependencies) (default: no duet)",
+    )
+    duet.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="paired rounds per case of a duet (default: 40, 20 blocks of two: the 3rd smallest block bounds the "
+        "median at 8 cases)",
+    )
+    duet.add_argument(
+        "--margin",
+        type=float,
+        default=verdict.DEFAULT_MARGIN,
+        help="a duet's case regressed only if new/old time exceeds 1 + this with confidence",
+    )
     p.epilog = (
-        "Exit status: 0 no regression (or no baseline); 1 a case regressed against --baseline; 4 a usage error, "
+        "Exit status: 0 no regression (or no baseline); 1 a case regressed against --baseline or in a duet; 4 a "
+        "usage error, "
         "including a baseline that cannot be compared or compared nothing, a --save FILE kept, and a case too "
         "large for this machine's memory. More pytest options go after --, e.g. "
         "aiayn bench numpy -- --bench-max-rounds 20"
@@ -620,6 +649,10 @@ def _bench(args: argparse.Namespace) -> int:
 
     _bench_paths(args)
     out = out_dir(args.out)
+    if args.against is not None or args.against_rev is not None:
+        return _bench_duet(args, out)
+    if args.rounds is not None:
+        raise UsageError("--rounds: the rounds of a duet; give --against or --against-rev with it")
     check_range("--factor", args.factor, least=1.0)
     if not 0.0 < args.alpha < 1.0:
         raise UsageError(f"--alpha: expected a p-value threshold strictly between 0 and 1, got {args.alpha}")
@@ -758,6 +791,67 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"aiayn bench: {'; '.join(problems)}", file=sys.stderr)
         return EXIT_USAGE
     return EXIT_OK if comparison is None else comparison.exit_status
+
+
+def _bench_duet(args: argparse.Namespace, out: Path) -> int:
+    """``aiayn bench [SPEC ...] --against SPEC | --against-rev REV``: a duet per SPEC (default: the built-ins), its
+    report ``duet-<stem>.{md,json}``, exit 1 if a case regressed."""
+    from aiayn.benchmarks import duet, verdict
+    from aiayn.benchmarks import report as R
+    from aiayn.benchmarks.cases import BUILTIN_IMPLS
+    from aiayn.environment import cache_dir
+    from aiayn.kit import write_report
+
+    if args.against is not None and args.against_rev is not None:
+        raise UsageError("--against, --against-rev: one old side; give one of them")
+    others = (
+        [
+            name
+            for name, given in (
+                ("--baseline", args.baseline),
+                ("--reference", args.reference),
+                ("--save", args.save),
+                ("--history", args.history),
+                ("--from-run", args.from_run),
+            )
+            if given is not None
+        ]
+        + (["--cuda"] if args.cuda else [])
+        + (["--smoke"] if args.smoke else [])
+    )
+    if others:
+        raise UsageError(f"{others[0]}: a duet decides on its own rounds; give no {', '.join(others)} with it")
+    rounds = duet.DEFAULT_ROUNDS if args.rounds is None else args.rounds
+    if rounds < 4:
+        raise UsageError(f"--rounds: expected at least 4 paired rounds (2 blocks), got {rounds}")
+    check_range("--margin", args.margin, least=0.0)
+    specs = list(args.specs) or list(BUILTIN_IMPLS)
+    args.specs = specs
+    selection, plan = _bench_selection(args)
+    if plan is None:
+        raise UsageError("a duet chooses its cases by --sizes, --dtypes, --passes and --causal, not by pytest options")
+    cases = {(c.dtype, c.n, c.causal, c.pass_): c for c in plan}  # one of each per spec
+    path = None
+    if args.against_rev is not None:
+        where = cache_dir() / "duet"
+        print(f"installing revision {args.against_rev} beside this one ({where}) ...", flush=True)
+        try:
+            path = str(duet.install_revision(args.against_rev, Path.cwd(), where))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    runs = []
+    for spec in specs:
+        old = (
+            duet.Side(args.against, "old", None)
+            if args.against is not None
+            else duet.Side(spec, f"old ({args.against_rev})", path)
+        )
+        print(f"duet: {spec} (new) against {old.spec} ({old.label}), {len(cases)} cases x {rounds} rounds", flush=True)
+        runs.append(duet.run(duet.Side(spec, "new"), old, list(cases.values()), rounds, progress=sys.stdout))
+    report, verdicts = R.duet_report(runs, args.margin)
+    write_report(out, report, "duet-" + R.spec_stem(specs).removeprefix("bench-"), force=True)
+    print(report.verdict)
+    return verdict.EXIT_REGRESSION if any(v.regressed for v in verdicts) else verdict.EXIT_OK
 
 
 def _add_false_alarms(p: argparse.ArgumentParser) -> None:

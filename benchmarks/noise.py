@@ -42,6 +42,8 @@ __all__ = [
     "FOLDS",
     "add_arguments",
     "cross_validated",
+    "duet_measure",
+    "duet_run",
     "measure",
     "run",
     "spread_by_case",
@@ -74,6 +76,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="where each finished run is stored and found again (default: aiayn's cache, bench-noise/)",
+    )
+    p.add_argument(
+        "--duet",
+        action="store_true",
+        help="measure the duet instead (aiayn bench --against): each run a duet of a slowed copy (or the unchanged "
+        "code) against the unchanged code, in one run, no stored history -> benchmarks-noise-duet.{md,json} "
+        "(default: the stored-baseline gates)",
+    )
+    p.add_argument("--rounds", type=int, default=None, help="paired rounds per case of each duet (default: 40)")
+    p.add_argument(
+        "--causal",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="only the causal cases (--no-causal: only the unmasked ones; default: both)",
     )
 
 
@@ -281,6 +297,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--slowdowns: expected fractions in (0, 1], got {args.slowdowns!r}")
     out = out_dir(args.out)
     settings = _settings(args, slowdowns)
+    if args.duet:
+        from aiayn.benchmarks.duet import DEFAULT_ROUNDS
+        from aiayn.benchmarks.verdict import DEFAULT_MARGIN
+
+        rounds = DEFAULT_ROUNDS if args.rounds is None else args.rounds
+        check_range("--rounds", rounds, least=4)
+        return duet_run(args, {**settings, "rounds": rounds, "margin": DEFAULT_MARGIN, "causal": args.causal}, out)
+    if args.rounds is not None or args.causal is not None:
+        raise UsageError("--rounds, --causal: settings of a duet's measurement; give --duet with them")
     measured = measure(settings, Path(args.work) if args.work else cache_dir() / "bench-noise")
     rows = summarise(measured)
     unchanged, slowed = rows[0], rows[1:]
@@ -439,5 +464,145 @@ def run(args: argparse.Namespace) -> int:
         run_level_gate_small=cv_small,
     )
     write_report(out, report, "benchmarks-noise", force=args.force)
+    print(report.verdict)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# the duet's rates
+
+
+def duet_measure(settings: dict[str, Any], work: Path) -> list[dict[str, Any]]:
+    """Every duet of the measurement (resumed from ``work``): per repeat, the unchanged code against itself, then
+    each slowed copy against the unchanged code, each a duet of its own two processes (``aiayn.benchmarks.duet``)."""
+    from aiayn.benchmarks import duet
+    from aiayn.benchmarks.cases import build_cases
+    from aiayn.benchmarks.verdict import duet_compare
+
+    work.mkdir(parents=True, exist_ok=True)
+    stamp = work / "settings.json"
+    if stamp.exists() and json.loads(stamp.read_text(encoding="utf-8")) != settings:
+        raise SystemExit(f"aiayn bench-noise --duet: --work {work} holds runs of other settings; give another --work")
+    stamp.write_text(json.dumps(settings, indent=1), encoding="utf-8")
+    masks = ("causal", "full") if settings["causal"] is None else (("causal",) if settings["causal"] else ("full",))
+    cases = build_cases(
+        [settings["spec"]],
+        settings["dtypes"].split(","),
+        [int(n) for n in settings["sizes"].split(",")],
+        (),
+        (),
+        masks=masks,
+        passes=tuple(settings["passes"].split(",")),
+    )
+    kinds = [0.0, *settings["slowdowns"]]
+    total, runs = settings["repeats"] * len(kinds), []
+    old = duet.Side(settings["spec"], "unchanged", None, {EXTRA_WORK_VAR: "0"})
+    for repeat in range(settings["repeats"]):
+        for extra in kinds:
+            path = work / f"duet-{repeat:03d}-extra-{extra:g}.json"
+            if not path.exists():
+                load, start = list(os.getloadavg()), time.monotonic()
+                new = duet.Side(settings["spec"], _kind(extra), None, {EXTRA_WORK_VAR: f"{extra:g}"})
+                measured = duet.run(new, old, cases, settings["rounds"])
+                verdicts = duet_compare({c["case"]: c["ratios"] for c in measured["cases"]}, settings["margin"])
+                record = {
+                    "repeat": repeat,
+                    "extra": extra,
+                    "flagged": any(v.regressed for v in verdicts),
+                    "loadavg_before": load,
+                    "seconds": time.monotonic() - start,
+                    "verdicts": [
+                        {"case": v.case, "ratio": v.ratio, "lower": v.lower, "regressed": v.regressed} for v in verdicts
+                    ],
+                    "ratios": {c["case"]: c["ratios"] for c in measured["cases"]},
+                }
+                path.write_text(json.dumps(record, indent=1), encoding="utf-8")
+                print(
+                    f"[{len(runs) + 1}/{total}] duet, {_kind(extra)}: "
+                    f"{'flagged' if record['flagged'] else 'not flagged'} (load {load[0]:.2f}, "
+                    f"{record['seconds']:.0f} s)",
+                    flush=True,
+                )
+            runs.append(json.loads(path.read_text(encoding="utf-8")))
+    return runs
+
+
+def duet_run(args: argparse.Namespace, settings: dict[str, Any], out: Path) -> int:
+    """``aiayn bench-noise --duet``: measure the duets (resuming), then write ``benchmarks-noise-duet.{md,json}``."""
+    from aiayn.environment import cache_dir
+    from aiayn.kit import Report, md_table, write_report
+
+    runs = duet_measure(settings, Path(args.work) if args.work else cache_dir() / "bench-noise-duet")
+    rows = []
+    for extra in [0.0, *settings["slowdowns"]]:
+        mine = [r for r in runs if r["extra"] == extra]
+        ratios = [v["ratio"] for r in mine for v in r["verdicts"]]
+        loads = [r["loadavg_before"][0] for r in mine]
+        rows.append(
+            {
+                "extra_work": extra,
+                "runs": len(mine),
+                "flagged": sum(r["flagged"] for r in mine),
+                "rate": sum(r["flagged"] for r in mine) / len(mine),
+                "median_ratio": float(np.median(ratios)),
+                "ratio_range": [min(ratios), max(ratios)],
+                "load_range": [min(loads), max(loads)],
+                "seconds_median": float(np.median([r["seconds"] for r in mine])),
+            }
+        )
+    unchanged, slowed = rows[0], rows[1:]
+    reliable = [r["extra_work"] for r in slowed if r["rate"] >= DETECTED]
+    report = Report(
+        name="benchmarks-noise-duet",
+        title="The duet of aiayn bench --against on this machine: false regressions and detections in one run",
+        precision=settings["dtypes"],
+        seed="0",
+        packages=("numpy", "torch"),
+    )
+    report.verdict = (
+        f"{unchanged['flagged']} of {unchanged['runs']} duets of the unchanged code against itself flagged a "
+        f"regression (goal 0); detection "
+        + ", ".join(f"{r['rate']:.0%} at {r['extra_work']:.0%} more work" for r in slowed)
+        + f" (goal >= {DETECTED:.0%} at 5%); the smallest slowdown detected in >= {DETECTED:.0%} of duets here: "
+        + (f"{min(reliable):.0%}." if reliable else "none of those measured.")
+        + " No stored history: each duet decides on its own rounds."
+    )
+    cases = len(runs[0]["verdicts"]) if runs else 0
+    report.add(
+        "",
+        f"Each duet is `aiayn bench {settings['spec']} --against {settings['spec']}` on {cases} cases (sizes "
+        f"{settings['sizes']}, {settings['dtypes']}, passes {settings['passes']}, masks "
+        f"{'both' if settings['causal'] is None else 'causal' if settings['causal'] else 'full'}), "
+        f"{settings['rounds']} paired rounds a case, one thread, with `{EXTRA_WORK_VAR}` set on the new side only "
+        "(0 for the unchanged code). A duet counts as flagged when some case regressed: the distribution-free lower "
+        f"confidence bound of its median block ratio (new/old time) exceeded {1 + settings['margin']:.3f}, the level "
+        "0.01 shared among the cases (`aiayn.benchmarks.verdict.duet_compare`). The kinds were interleaved.",
+    )
+    report.section(
+        "Noise table",
+        *md_table(
+            ["code", "duets", "flagged", "rate", "median new/old", "range of new/old", "1-min load", "s a duet"],
+            [
+                [
+                    _kind(r["extra_work"]),
+                    r["runs"],
+                    r["flagged"],
+                    f"{r['rate']:.0%}",
+                    f"{r['median_ratio']:.3f}",
+                    f"{r['ratio_range'][0]:.3f} to {r['ratio_range'][1]:.3f}",
+                    f"{r['load_range'][0]:.2f} - {r['load_range'][1]:.2f}",
+                    f"{r['seconds_median']:.0f}",
+                ]
+                for r in rows
+            ],
+            "lrrrrrrr",
+        ),
+        "",
+        "Rate: of the unchanged duets, the false-regression rate; of a slowed copy, the detection rate. New/old: each "
+        "case's median block ratio, over every case of every duet of that kind (a copy doing x more work reads about "
+        "1 + x).",
+    )
+    report.data.update(settings=settings, summary=rows, runs=runs)
+    write_report(out, report, "benchmarks-noise-duet", force=args.force)
     print(report.verdict)
     return 0

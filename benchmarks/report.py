@@ -24,6 +24,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from aiayn.benchmarks.cases import HEAD_DIM, HEADS, PASSES, attention_flops
 from aiayn.benchmarks.compare import RunComparison, format_comparison, load_run, summary
 from aiayn.benchmarks.runfile import run_scope
@@ -894,3 +896,71 @@ def write(
     paths.append(_plot(rows, run, paths[0].with_suffix(".png")))
     print(report.verdict)
     return paths
+
+
+def duet_report(runs: Sequence[dict[str, Any]], margin: float) -> tuple[Report, list[Any]]:
+    """The report of duets (``aiayn.benchmarks.duet.run``, one per spec): every case's paired ratio, its confidence
+    bound and verdict (``verdict.duet_compare``, the level shared among every case of every duet), the ceilings
+    each side measured before and after; and the verdicts."""
+    from aiayn.benchmarks import verdict as V
+
+    samples = {f"{r['new']['spec']} {c['case']}": c["ratios"] for r in runs for c in r["cases"]}
+    verdicts = V.duet_compare(samples, margin)
+    by_key = dict(zip(samples, verdicts, strict=True))
+    report = Report(
+        name="duet",
+        title="A duet: new against old, round by round in one run",
+        precision=",".join(sorted({c["dtype"] for r in runs for c in r["cases"]})),
+        seed="0",
+        packages=("numpy", "torch"),
+    )
+    regressed = [v for v in verdicts if v.regressed]
+    rule = (
+        f"regressed when the lower confidence bound of the median new/old time exceeds {1 + margin:.3f} (level "
+        f"{V.DUET_ALPHA:g} shared among {len(verdicts)} cases; blocks of two rounds, the order alternating)"
+    )
+    report.verdict = (
+        f"{len(regressed)} of {len(verdicts)} cases regressed: {', '.join(v.case for v in regressed)} ({rule})."
+        if regressed
+        else f"no case regressed of {len(verdicts)} ({rule})."
+    )
+    report.lines.append(
+        "Each side runs in its own process (one thread); for each case both make the same inputs, then the two "
+        "are timed one call each per round, new first in even rounds and old first in odd ones. A block is two "
+        "rounds, its ratio the geometric mean of theirs (the advantage of going first cancels). The bound is the "
+        "order statistic of the blocks that lies below their median with the stated confidence (a sign test: no "
+        "assumption on the spread), so a case regresses only if most of its blocks are slow beyond the margin."
+    )
+    for run in runs:
+        old = run["old"]["spec"] + (f" from {run['old']['path']}" if run["old"]["path"] else "")
+        report.section(f"{run['new']['spec']} (new) against {old} ({run['old']['label']})")
+        rows = []
+        for c in run["cases"]:
+            v = by_key[f"{run['new']['spec']} {c['case']}"]
+            new_t, old_t = float(np.median(c["new_times_s"])), float(np.median(c["old_times_s"]))
+            rows.append(
+                [
+                    c["case"],
+                    f"{old_t * 1e3:.2f}",
+                    f"{new_t * 1e3:.2f}",
+                    f"{v.ratio:.3f}",
+                    "n/a" if v.lower is None else f"{v.lower:.3f}",
+                    "REGRESSED" if v.regressed else "undecided" if v.undecided else "ok",
+                ]
+            )
+        report.table(
+            ["case", "old ms (median)", "new ms (median)", "new/old (median block)", "lower bound", "verdict"], rows
+        )
+        ceilings = [
+            f"{c['library']} {c['dtype']}: new {c['before_gflops'][0]:.1f} -> {c['after_gflops'][0]:.1f}, old "
+            f"{c['before_gflops'][1]:.1f} -> {c['after_gflops'][1]:.1f} GFLOP/s"
+            for c in run["ceilings"]
+        ]
+        report.lines += ["", "GEMM ceilings before -> after the cases: " + "; ".join(ceilings) + "."]
+    report.data.update(
+        margin=margin,
+        alpha=V.DUET_ALPHA,
+        runs=list(runs),
+        verdicts=[{**asdict(v), "undecided": v.undecided} for v in verdicts],
+    )
+    return report, verdicts

@@ -47,6 +47,13 @@ import numpy as np
 __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_FACTOR",
+    "DEFAULT_MARGIN",
+    "DUET_ALPHA",
+    "DuetVerdict",
+    "duet_blocks",
+    "duet_case",
+    "duet_compare",
+    "sign_bound_rank",
     "EXACT_MAX_SIZE",
     "EXIT_INCOMPATIBLE",
     "EXIT_OK",
@@ -492,3 +499,91 @@ def compare_runs_samples(
         only_current=tuple(sorted(current.keys() - in_any)),
         in_some_baselines=tuple(sorted((in_any - in_every) & current.keys())),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# the duet: paired rounds of two sides in one run (``aiayn.benchmarks.duet``)
+
+#: A duet's case regressed only if it is slower by more than this fraction with confidence: the smallest change a
+#: verdict is drawn on (the rounds of one host resolve about 1%; ``aiayn bench-noise --duet`` measures the rates).
+DEFAULT_MARGIN = 0.02
+#: The duet's level, shared among the cases (Bonferroni): the chance that a run of unchanged code flags any case,
+#: were the rounds' block ratios independent.
+DUET_ALPHA = 0.01
+
+
+@dataclass(frozen=True)
+class DuetVerdict:
+    """One case of a duet: ``ratio``, the median of its blocks' new / old time ratios (above 1: the new side is
+    slower); ``lower``, a lower confidence bound of that median (None: too few blocks for the level); regressed when
+    ``lower`` exceeds 1 + margin."""
+
+    case: str
+    blocks: int
+    ratio: float
+    lower: float | None
+    regressed: bool
+    reason: str
+
+    @property
+    def undecided(self) -> bool:
+        return self.lower is None
+
+
+def duet_blocks(ratios: Sequence[float]) -> list[float]:
+    """The rounds' ratios in blocks of two (new first, then old first): each block's geometric mean, in which the
+    advantage of going first in a round cancels (it divides one ratio and multiplies the other). An odd last round
+    is left out."""
+    r = _as_sample(ratios, "ratios")
+    if np.any(r <= 0):
+        raise ValueError(f"ratios: expected positive time ratios, got {r[r <= 0][:3].tolist()}")
+    return [math.sqrt(float(r[i] * r[i + 1])) for i in range(0, len(r) - 1, 2)]
+
+
+def sign_bound_rank(m: int, alpha: float) -> int | None:
+    """The rank k (1-based) of the order statistic x_(k) of ``m`` independent draws that is a lower confidence bound
+    of their median at level ``1 - alpha``: the largest k with P(Binomial(m, 1/2) <= k - 1) <= alpha (x_(k) lies
+    above the median only if at most k - 1 draws fall below it). None when even the smallest draw is not such a bound
+    (2^-m > alpha): too few draws for the level."""
+    if not (isinstance(m, int) and m >= 1):
+        raise ValueError(f"m: expected a positive whole number of draws, got {m!r}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha: expected a level strictly between 0 and 1, got {alpha!r}")
+    k, cdf = 0, 0.0
+    for j in range(m + 1):
+        cdf += math.comb(m, j) / 2.0**m
+        if cdf > alpha:
+            break
+        k = j + 1
+    return k or None
+
+
+def duet_case(case: str, ratios: Sequence[float], margin: float, alpha: float) -> DuetVerdict:
+    """The verdict on one case from its rounds' ratios (new / old time, in the order they ran): regressed when the
+    distribution-free lower bound of the median block ratio (:func:`sign_bound_rank`, level ``1 - alpha``) exceeds
+    ``1 + margin``."""
+    if not (math.isfinite(margin) and margin >= 0):
+        raise ValueError(f"margin: expected a fraction >= 0, got {margin!r}")
+    blocks = sorted(duet_blocks(ratios))
+    if not blocks:
+        raise ValueError(f"ratios of {case}: expected at least 2 rounds, got {len(ratios)}")
+    median = float(np.median(blocks))
+    k = sign_bound_rank(len(blocks), alpha)
+    if k is None:
+        return DuetVerdict(case, len(blocks), median, None, False, f"{len(blocks)} blocks: too few for p < {alpha:.2g}")
+    lower = blocks[k - 1]
+    regressed = lower > 1.0 + margin
+    reason = (
+        f"new/old time {median:.3f} (median of {len(blocks)} blocks), at least {lower:.3f} at level "
+        f"{1 - alpha:.4g}: {'beyond' if regressed else 'within'} the margin {1 + margin:.3f}"
+    )
+    return DuetVerdict(case, len(blocks), median, lower, regressed, reason)
+
+
+def duet_compare(
+    cases: Mapping[str, Sequence[float]], margin: float = DEFAULT_MARGIN, alpha: float = DUET_ALPHA
+) -> list[DuetVerdict]:
+    """Every case's verdict, ``alpha`` shared among them (each at ``alpha / len(cases)``), in the cases' order."""
+    if not cases:
+        raise ValueError("cases: a duet of no case decides nothing")
+    return [duet_case(case, ratios, margin, alpha / len(cases)) for case, ratios in cases.items()]

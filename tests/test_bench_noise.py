@@ -156,6 +156,9 @@ def _report(monkeypatch, tmp_path, unchanged, slowed_runs):
         slowdowns="0.2",
         spec=noise.DEFAULT_SPEC,
         work=tmp_path / "w",
+        duet=False,
+        rounds=None,
+        causal=None,
         **noise.DEFAULT_CASES,
     )
     assert noise.run(args) == 0
@@ -186,3 +189,43 @@ def test_report_with_a_small_baseline_column(monkeypatch, tmp_path):
     text, data = _report(monkeypatch, tmp_path, unchanged, [(-0.3, -0.3)] * 12)
     assert f"K = 6 runs | K = {noise.SMALL_K} runs" in text
     assert data["run_level_gate_small"]["k"] == noise.SMALL_K
+
+
+def test_the_duets_report_states_its_rates(monkeypatch, tmp_path):
+    """Simulated duets (no timing): 1 of 4 unchanged duets flagged, 4 of 4 at 5% more work."""
+
+    def duets(settings, work):
+        out = []
+        for repeat in range(4):
+            for extra, flagged in ((0.0, repeat == 2), (0.05, True)):
+                ratio = 1.0 + extra
+                out.append(
+                    {
+                        "repeat": repeat,
+                        "extra": extra,
+                        "flagged": flagged,
+                        "loadavg_before": [0.5, 0.5, 0.5],
+                        "seconds": 30.0,
+                        "verdicts": [{"case": "a", "ratio": ratio, "lower": ratio - 0.01, "regressed": flagged}],
+                        "ratios": {"a": [ratio] * 4},
+                    }
+                )
+        return out
+
+    monkeypatch.setattr(noise, "duet_measure", duets)
+    args = noise.argparse.Namespace(
+        out=str(tmp_path),
+        force=True,
+        repeats=4,
+        slowdowns="0.05",
+        spec=noise.DEFAULT_SPEC,
+        work=tmp_path / "w",
+        duet=True,
+        rounds=40,
+        causal=False,
+        **noise.DEFAULT_CASES,
+    )
+    assert noise.run(args) == 0
+    text = (tmp_path / "benchmarks-noise-duet.md").read_text(encoding="utf-8")
+    assert "1 of 4 duets of the unchanged code against itself flagged" in text, text
+    assert "detection 100% at 5% more work" in text and "smallest slowdown detected in >= 95% of duets here: 5%" in text
