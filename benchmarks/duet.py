@@ -2,11 +2,11 @@
 
 ``aiayn bench NEW --against OLD`` (or ``--against-rev REV``: the same SPEC, from git revision REV of the repository
 the command runs in, installed beside this one) decides a regression on paired times, never on a baseline
-recorded on another host or at another hour. Each side runs in a process of its own (``python -m
-aiayn.benchmarks.duet SPEC``, one thread, started with the side's environment: the old revision's folder first on
-``sys.path``), so the two never share a module or an allocator. Both are pinned to one CPU: the same core and
-caches for each, and never both running (a side left on a core that other work shares would be slower for that
-alone). The parent sends both the same case and asks each, in turn, for one timed call. The order alternates every
+recorded on another host or at another hour. Each side runs in a process of its own (this file run by path, one
+thread, started with the side's environment: the old revision's folder first on ``sys.path``), so the two never
+share a module or an allocator. Both are pinned to one CPU: the same core and caches for each, and never both
+running (a side left on a core that other work shares would be slower for that alone). The parent sends both the
+same case and asks each, in turn, for one timed call. The order alternates every
 round (new first, old first, ...), so a drift of the machine's speed during a round pair falls on both sides alike
 and the advantage of going first cancels within each block of two rounds. What a round gives is a ratio, new time
 over old time, of two calls a few milliseconds apart.
@@ -57,6 +57,17 @@ class Side:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
+#: How a side's process starts: this file run by path (not imported as ``aiayn.benchmarks.duet``), so that an old
+#: revision of aiayn first on its path serves its built-ins with this protocol.
+#: A side with a folder of its own (an old revision) leaves the working directory off its path: run at the root of
+#: a checkout, the checkout's own package would come first.
+_BOOT = (
+    "import os, runpy, sys; here = os.getcwd()\n"
+    "if sys.argv[3] == 'own-path': sys.path[:] = [p for p in sys.path if p not in ('', '.', here)]\n"
+    "runpy.run_path(sys.argv[1], run_name='__main__')"
+)
+
+
 class _Process:
     """A side's process: one request, one answer."""
 
@@ -67,7 +78,7 @@ class _Process:
             env["PYTHONPATH"] = os.pathsep.join([side.path, *filter(None, [env.get("PYTHONPATH")])])
         self.side = side
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "aiayn.benchmarks.duet", side.spec],
+            [sys.executable, "-c", _BOOT, str(Path(__file__).resolve()), side.spec, "own-path" if side.path else "-"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -161,6 +172,8 @@ def run(
             request = {"op": "case", "dtype": case.dtype, "n": case.n, "causal": case.causal, "pass": case.pass_}
             answers = [p.ask(request) for p in sides]
             key = tuple(str(a.get("library")) for a in answers)
+            for side, answer in zip(("new", "old"), answers, strict=True):
+                out[side].setdefault("file", str(answer.get("file")))  # where each side's code was loaded from
             for library in key:
                 if (library, case.dtype) not in libraries:
                     libraries[(library, case.dtype)] = _ceilings(sides, library, case.dtype, gemm_n)
@@ -284,7 +297,8 @@ def serve(spec: str, stdin: IO[str], stdout: IO[str]) -> int:
             elif op == "case":
                 case = Case(spec, request["dtype"], int(request["n"]), bool(request["causal"]), request["pass"])
                 timer, told = _timer(impl, case)
-                answer = {"ok": True, **told}
+                module = sys.modules.get(type(impl).__module__)
+                answer = {"ok": True, **told, "file": str(getattr(module, "__file__", None))}
             elif op == "time":
                 if timer is None:
                     raise ValueError("time: no case made yet")
@@ -304,7 +318,7 @@ def serve(spec: str, stdin: IO[str], stdout: IO[str]) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print("usage: python -m aiayn.benchmarks.duet SPEC (a side of aiayn bench --against)", file=sys.stderr)
+    if len(sys.argv) < 2:
+        print("usage: python duet.py SPEC (a side of aiayn bench --against)", file=sys.stderr)
         raise SystemExit(2)
-    raise SystemExit(serve(sys.argv[1], sys.stdin, sys.stdout))
+    raise SystemExit(serve(sys.argv[2] if len(sys.argv) > 3 else sys.argv[-1], sys.stdin, sys.stdout))

@@ -924,16 +924,21 @@ def duet_report(runs: Sequence[dict[str, Any]], margin: float) -> tuple[Report, 
         if regressed
         else f"no case regressed of {len(verdicts)} ({rule})."
     )
-    report.lines.append(
+    report.lines += [
+        "",
         "Each side runs in its own process (one thread); for each case both make the same inputs, then the two "
         "are timed one call each per round, new first in even rounds and old first in odd ones. A block is two "
         "rounds, its ratio the geometric mean of theirs (the advantage of going first cancels). The bound is the "
         "order statistic of the blocks that lies below their median with the stated confidence (a sign test: no "
-        "assumption on the spread), so a case regresses only if most of its blocks are slow beyond the margin."
-    )
+        "assumption on the spread), so a case regresses only if most of its blocks are slow beyond the margin.",
+    ]
     for run in runs:
         old = run["old"]["spec"] + (f" from {run['old']['path']}" if run["old"]["path"] else "")
-        report.section(f"{run['new']['spec']} (new) against {old} ({run['old']['label']})")
+        report.section(
+            f"{run['new']['spec']} (new) against {old} ({run['old']['label']})",
+            f"Loaded from: new `{run['new'].get('file', 'n/a')}`, old `{run['old'].get('file', 'n/a')}`.",
+            "",
+        )
         rows = []
         for c in run["cases"]:
             v = by_key[f"{run['new']['spec']} {c['case']}"]

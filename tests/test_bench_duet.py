@@ -141,3 +141,19 @@ def test_a_duet_refuses_what_it_cannot_do_in_one_line(
     status = main(["bench", "numpy", "--sizes", "16", "--out", str(tmp_path), *extra])
     err = capsys.readouterr().err
     assert status == 4 and fragment in err and len(err.strip().splitlines()) == 1, (status, err)
+
+
+@pytest.mark.slow
+def test_against_a_revision_loads_the_old_side_from_its_own_install(tmp_path: Path, monkeypatch) -> None:
+    """--against-rev HEAD: this checkout's HEAD installed (pip, no dependencies) into the cache, the old side's
+    implementation loaded from there even when run at the checkout's root, the new side's from here."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout: no revision to install")
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
+    argv = ["bench", "numpy", "--against-rev", "HEAD", "--sizes", "16", "--dtypes", "float64", "--passes", "forward"]
+    assert main([*argv, "--no-causal", "--rounds", "4", "--out", str(tmp_path / "out")]) in (0, 1)
+    run = json.loads((tmp_path / "out" / "duet-numpy.json").read_text(encoding="utf-8"))["runs"][0]
+    assert run["old"]["file"].startswith(str(tmp_path / "cache" / "duet")), run["old"]
+    assert run["new"]["file"].startswith(str(root)) and not run["new"]["file"].startswith(str(tmp_path)), run["new"]
