@@ -14,7 +14,7 @@ and grows by one line per run. An entry (:func:`record`) holds:
 - ``dirty``: whether that checkout had uncommitted changes (``commit_info.dirty``), or null;
 - ``branch``: its branch (``commit_info.branch``), or null;
 - ``environment``: what a ratio depends on besides the code (:func:`aiayn.benchmarks.compare.environment`:
-  machine kind, devices, thread count, library builds); ratios of entries with different
+  machine kind, host, devices, thread count, library builds); ratios of entries with different
   environments are not comparable;
 - ``cases``: ``{case id: {"median", "min", "max", "rounds"}}``: the median, least and largest of the
   case's per-round fractions of the GEMM ceiling (``ratio_full``, :func:`aiayn.benchmarks.compare.case_samples`)
@@ -173,8 +173,8 @@ def _environments(entries: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
 
 
 def _describe(env: dict[str, Any]) -> str:
-    """One line naming an environment: machine, device, threads, library builds."""
-    parts = [f"{key} {env[key]}" for key in ("machine", "device", "threads") if key in env]
+    """One line naming an environment: machine, host, device, threads, library builds."""
+    parts = [f"{key} {env[key]}" for key in ("machine", "host", "device", "threads") if key in env]
     libraries = env.get("libraries") or {}
     if libraries:
         parts.append("libraries " + ", ".join(f"{k} {v}" for k, v in sorted(libraries.items())))
@@ -222,8 +222,9 @@ def build_report(entries: list[dict[str, Any]], source: str = "history") -> Repo
     warning = None
     if len(envs) > 1:
         warning = (
-            f"the runs come from {len(envs)} environments (machine, device, threads or library builds differ): "
-            "ratios from different environments are not comparable; the plot marks each environment differently."
+            f"the runs come from {len(envs)} environments (host, machine, device, threads or library builds differ): "
+            "ratios from different environments are not comparable, a trend line at most (between two VMs of one "
+            "kind a case moves by tens of percent); the plot marks each environment differently."
         )
         report.add("", f"**Warning:** {warning}")
     report.add(
