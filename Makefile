@@ -16,7 +16,7 @@ THREADS := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 # (git-ignored) for the make targets; installed elsewhere, aiayn uses ~/.cache/aiayn.
 export AIAYN_CACHE ?= $(CURDIR)/.aiayn-cache
 
-.PHONY: venv test test-slow reproduce reproduce-bleu reproduce-gpu bench bench-full bench-noise bench-cuda check-cuda mutants zoo clean
+.PHONY: venv test test-slow reproduce reproduce-bleu reproduce-gpu bench bench-full bench-noise bench-noise-duet bench-cuda check-cuda mutants zoo clean
 
 venv: $(STAMP)
 
@@ -99,6 +99,13 @@ bench-full: $(STAMP)
 # the n = 2048 forward+backward cases take most of each); a stopped run resumes -> reports/benchmarks-noise.*
 bench-noise: $(STAMP)
 	$(AIAYN) bench-noise --work .aiayn-cache/bench-noise
+
+# How often the duet (aiayn bench --against) is wrong here: 20 duets of the unchanged code against itself and 20 of
+# each slowed copy, each deciding on its own rounds (4 cases, n = 512 and 1024), about 40 minutes on 2 cores; resumes
+# -> reports/benchmarks-noise-duet.*
+bench-noise-duet: $(STAMP)
+	$(THREADS) $(AIAYN) bench-noise --duet --sizes 512,1024 --dtypes float32 --passes forward,forward+backward \
+		--no-causal --work .aiayn-cache/bench-noise-duet
 
 # The CUDA cases (run it where torch sees a GPU): torch and torch-sdpa, float32 and bfloat16, n up
 # to 8192, against a cuBLAS GEMM ceiling of the same run -> reports/benchmarks-cuda.*

@@ -469,7 +469,8 @@ def run_scope(run: Mapping[str, Any], smoke: bool = False) -> Scope:
     """The scope of ``run`` as the report writer compares scopes: its timed attention cases, and whether it was the
     smoke subset (``smoke``, or as the run recorded it)."""
     smoke = smoke or bool((run.get("aiayn") or {}).get("smoke"))
-    return Scope(label="smoke cases" if smoke else "full cases", size=float(len(timed_cases(run))), full=not smoke)
+    count = len(timed_cases(run))
+    return Scope(label=f"{count} {'smoke ' if smoke else ''}cases", size=float(count), full=not smoke)
 
 
 def save_refusal(dest: Path, scope: Scope | None, force: bool) -> str | None:
