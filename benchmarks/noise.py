@@ -275,6 +275,19 @@ def cross_validated(
     return {"folds": folds, "k": k, "factor": factor, "alpha": alpha, "rows": rows, "bounds": bounds}
 
 
+def _rates(unchanged: dict[str, Any], slowed: list[dict[str, Any]], unit: str, goal: str) -> str:
+    """The verdict of a noise report: false regressions of the unchanged ``unit`` (runs, duets), detection at each
+    slowdown against the goal at ``goal``, and the smallest slowdown detected reliably."""
+    reliable = [r["extra_work"] for r in slowed if r["rate"] is not None and r["rate"] >= DETECTED]
+    return (
+        f"{unchanged['flagged']} of {unchanged['runs']} {unit} of the unchanged code flagged a regression "
+        f"(false-regression rate {unchanged['rate']:.0%}, goal 0); detection "
+        + ", ".join(f"{r['rate']:.0%} at {r['extra_work']:.0%} more work" for r in slowed)
+        + f" (goal >= {DETECTED:.0%} at {goal}); the smallest slowdown detected in >= {DETECTED:.0%} of {unit} here: "
+        + (f"{min(reliable):.0%}." if reliable else "none of those measured.")
+    )
+
+
 def _kind(extra: float) -> str:
     return "unchanged" if extra == 0 else f"{extra:.0%} more work"
 
@@ -309,7 +322,6 @@ def run(args: argparse.Namespace) -> int:
     measured = measure(settings, Path(args.work) if args.work else cache_dir() / "bench-noise")
     rows = summarise(measured)
     unchanged, slowed = rows[0], rows[1:]
-    reliable = [r["extra_work"] for r in slowed if r["rate"] is not None and r["rate"] >= DETECTED]
     report = Report(
         name="benchmarks-noise",
         title="The regression gate of aiayn bench on this machine: false regressions and detections",
@@ -317,13 +329,7 @@ def run(args: argparse.Namespace) -> int:
         seed="0",
         packages=("numpy", "torch", "pytest-benchmark"),
     )
-    report.verdict = (
-        f"{unchanged['flagged']} of {unchanged['runs']} runs of the unchanged code flagged a regression "
-        f"(false-regression rate {unchanged['rate']:.0%}, goal 0); detection "
-        + ", ".join(f"{r['rate']:.0%} at {r['extra_work']:.0%} more work" for r in slowed)
-        + f" (goal >= {DETECTED:.0%} at 20%); the smallest slowdown detected in >= {DETECTED:.0%} of runs here: "
-        + (f"{min(reliable):.0%}." if reliable else "none of those measured.")
-    )
+    report.verdict = _rates(unchanged, slowed, "runs", "20%")
     record = measured["baseline"]
     report.add(
         "",
@@ -551,7 +557,6 @@ def duet_run(args: argparse.Namespace, settings: dict[str, Any], out: Path) -> i
             }
         )
     unchanged, slowed = rows[0], rows[1:]
-    reliable = [r["extra_work"] for r in slowed if r["rate"] >= DETECTED]
     report = Report(
         name="benchmarks-noise-duet",
         title="The duet of aiayn bench --against on this machine: false regressions and detections in one run",
@@ -560,12 +565,7 @@ def duet_run(args: argparse.Namespace, settings: dict[str, Any], out: Path) -> i
         packages=("numpy", "torch"),
     )
     report.verdict = (
-        f"{unchanged['flagged']} of {unchanged['runs']} duets of the unchanged code against itself flagged a "
-        f"regression (goal 0); detection "
-        + ", ".join(f"{r['rate']:.0%} at {r['extra_work']:.0%} more work" for r in slowed)
-        + f" (goal >= {DETECTED:.0%} at 5%); the smallest slowdown detected in >= {DETECTED:.0%} of duets here: "
-        + (f"{min(reliable):.0%}." if reliable else "none of those measured.")
-        + " No stored history: each duet decides on its own rounds."
+        _rates(unchanged, slowed, "duets", "5%") + " No stored history: each duet decides on its own rounds."
     )
     cases = len(runs[0]["verdicts"]) if runs else 0
     report.add(

@@ -227,5 +227,5 @@ def test_the_duets_report_states_its_rates(monkeypatch, tmp_path):
     )
     assert noise.run(args) == 0
     text = (tmp_path / "benchmarks-noise-duet.md").read_text(encoding="utf-8")
-    assert "1 of 4 duets of the unchanged code against itself flagged" in text, text
+    assert "1 of 4 duets of the unchanged code flagged a regression" in text, text
     assert "detection 100% at 5% more work" in text and "smallest slowdown detected in >= 95% of duets here: 5%" in text
