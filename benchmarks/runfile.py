@@ -470,7 +470,7 @@ def run_scope(run: Mapping[str, Any], smoke: bool = False) -> Scope:
     smoke subset (``smoke``, or as the run recorded it)."""
     smoke = smoke or bool((run.get("aiayn") or {}).get("smoke"))
     count = len(timed_cases(run))
-    return Scope(label=f"{count} {'smoke ' if smoke else ''}cases", size=float(count), full=not smoke)
+    return Scope(label="smoke cases" if smoke else f"{count} cases", size=float(count), full=not smoke)
 
 
 def save_refusal(dest: Path, scope: Scope | None, force: bool) -> str | None:
