@@ -46,7 +46,7 @@ def default_run() -> Path:
 #: The attention target (float32, n = 2048, one thread, no mask): the NumPy built-in's time against its own floor,
 #: the least time its unavoidable operations (two GEMMs and one exp over the scores) took in the same run. A fraction
 #: of the GEMM ceiling is no target for it: with a faster GEMM the call is bound by the exp, so that fraction falls.
-TARGETS = {"fraction_of_floor": 0.9, "target_case": ("float32", 2048)}
+TARGETS = {"fraction_of_floor": 0.9, "backward_fraction_of_floor": 0.7, "target_case": ("float32", 2048)}
 #: The training targets: at least the nn.Transformer peer's throughput, at least half the GEMM ceiling.
 TRAINING_TARGETS = {"ratio_of_peer": 1.0, "mfu": 0.5}
 MIB = 2**20
@@ -227,6 +227,12 @@ def evaluate_targets(rows: list[dict[str, Any]], bounds: list[dict[str, Any]]) -
         "target": TARGETS["fraction_of_floor"],
         "met": None if fraction is None else fraction >= TARGETS["fraction_of_floor"],
     }
+    backward = (tile or {}).get("fractions_of_floor", {}).get("numpy backward")
+    out["numpy_backward_fraction_of_floor"] = {
+        "value": backward,
+        "target": TARGETS["backward_fraction_of_floor"],
+        "met": None if backward is None else backward >= TARGETS["backward_fraction_of_floor"],
+    }
     out["numpy_ratio_of_ceiling"] = {"value": ours["ratio_full"] if ours else None}
     out["sdpa_ratio_of_ceiling"] = {"value": sdpa["ratio_full"] if sdpa else None}
     growth = memory_exponent(rows, "numpy-blocked", dtype)
@@ -238,10 +244,29 @@ def evaluate_targets(rows: list[dict[str, Any]], bounds: list[dict[str, Any]]) -
     return out
 
 
+def _fractions_of_floor(
+    rows: list[dict[str, Any]], dtype: str, n: int, forward_s: float, backward_s: float | None
+) -> dict[str, float]:
+    """Each NumPy built-in's unmasked cases at (dtype, n) as fractions of their floors: the floor's time over the
+    case's best time, for the forward, the backward and forward+backward (the two floors summed); 1 would be the
+    floor itself."""
+    floors = {"forward": forward_s, "backward": backward_s}
+    floors["forward+backward"] = None if backward_s is None else forward_s + backward_s
+    out = {}
+    for impl in ("numpy", "numpy-blocked"):
+        for pass_, floor in floors.items():
+            case = _find(rows, impl=impl, dtype=dtype, n=n, causal=False, pass_=pass_)
+            if case and floor is not None:
+                out[f"{impl} {pass_}"] = floor / case["time_min_s"]
+    return out
+
+
 def numpy_bounds(rows: list[dict[str, Any]], stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (dtype, n, layout) of the stage breakdown: the best ratio a NumPy Eq. (1) could reach.
 
-    ``floor_s`` = qk_gemm + pv_gemm + exp (no NumPy attention does less); ``all_stages_s`` adds the
+    ``floor_s`` = qk_gemm + pv_gemm + exp (no NumPy attention does less); ``backward_floor_s`` = 2 qk_gemm + pv_gemm
+    + 2 pvt_gemm + exp (no NumPy backward that recomputes the scores does less; :mod:`aiayn.benchmarks.stages`);
+    ``fractions_of_floor``: each NumPy built-in's unmasked cases against them; ``all_stages_s`` adds the
     max, subtract and sum passes; ``gemm_at_ceiling_s`` = the 4 n^2 d flops at the ceiling + exp.
     Each is turned into a fraction of the ceiling of the measured ``numpy`` case (the same ceiling
     for all, so that they compare with it) and set beside that case's ratio.
@@ -257,7 +282,8 @@ def numpy_bounds(rows: list[dict[str, Any]], stages: list[dict[str, Any]]) -> li
         ceiling = measured["ceiling_gflops"] if measured else max(group)  # one ceiling for the bounds and the case
         flops = attention_flops(HEADS, n, n, HEAD_DIM, causal=False)
         floor_s = t["qk_gemm"] + t["pv_gemm"] + t["exp"]
-        all_s = sum(t.values())
+        back_s = 2 * t["qk_gemm"] + t["pv_gemm"] + 2 * t["pvt_gemm"] + t["exp"] if "pvt_gemm" in t else None
+        all_s = sum(v for name, v in t.items() if name != "pvt_gemm")
         at_ceiling_s = flops / (ceiling * 1e9) + t["exp"]
         out.append(
             {
@@ -274,6 +300,8 @@ def numpy_bounds(rows: list[dict[str, Any]], stages: list[dict[str, Any]]) -> li
                 "ratio_bound_all_stages": flops / all_s / 1e9 / ceiling,
                 "numpy_measured_ratio": measured["ratio_full"] if measured else None,
                 "numpy_measured_time_s": measured["time_min_s"] if measured else None,
+                "backward_floor_s": back_s,
+                "fractions_of_floor": _fractions_of_floor(rows, dtype, n, floor_s, back_s),
             }
         )
     return out
@@ -459,6 +487,12 @@ def _target_lines(t: dict[str, Any]) -> list[str]:
                 f">= {f['target']}",
                 _met(f["met"]),
             ],
+            [
+                "numpy backward: its floor's time (2 QK^T + PV + 2 P^T products + exp, measured alone) / its own time",
+                _ratio(t["numpy_backward_fraction_of_floor"]["value"]),
+                f">= {t['numpy_backward_fraction_of_floor']['target']}",
+                _met(t["numpy_backward_fraction_of_floor"]["met"]),
+            ],
             ["numpy-blocked peak memory growth exponent (float32, no mask)", growth, "~1 (linear)", _met(g["met"])],
             [
                 "numpy attention, fraction of the NumPy GEMM ceiling",
@@ -510,6 +544,26 @@ def _bound_lines(bounds: list[dict[str, Any]]) -> list[str]:
         "numpy measured",
     ]
     return md_table(headers, rows, "l" + "r" * 11)
+
+
+def _floor_lines(bounds: list[dict[str, Any]]) -> list[str]:
+    """Each NumPy built-in's unmasked cases as fractions of their floors (cache-resident tiles), per (dtype, n)."""
+    tiles = [b for b in bounds if b["layout"] == "tile" and b.get("fractions_of_floor")]
+    if not tiles:
+        return []
+    lines = [
+        "",
+        "Each NumPy built-in against its floors (tiles): the floor's time over the case's best time. Forward: QK^T + "
+        "PV + exp; backward: 2 QK^T-shaped + PV-shaped + 2 P^T-shaped products + exp (the scores recomputed, dP, dQ, "
+        "dV, dK); forward+backward: the two summed.",
+        "",
+    ]
+    rows = [
+        [f"{b['dtype']} n={b['n']}", case, f"{fraction:.3f}"]
+        for b in tiles
+        for case, fraction in sorted(b["fractions_of_floor"].items())
+    ]
+    return lines + md_table(["stages", "case", "fraction of its floor"], rows, "llr")
 
 
 def _diagnosis(bounds: list[dict[str, Any]], targets: dict[str, Any]) -> list[str]:
@@ -806,6 +860,7 @@ def build_report(
             *_diagnosis(bounds, targets),
             "",
             *(_bound_lines(bounds) if bounds else []),
+            *_floor_lines(bounds),
         )
     if builtins or training:
         report.section(

@@ -14,6 +14,11 @@ scores as the exponential's input) in one of two layouts:
 
 The report turns these into bounds: the sum ``qk_gemm + pv_gemm + exp`` is the least time any
 NumPy attention built from these calls can take, so ``flops / that / ceiling`` caps its ratio.
+
+The backward (dQ, dK, dV from dO, recomputing what it needs, as a FlashAttention backward does) is at best five
+products of the same sizes and one exponential: ``S = Q K^T`` again and ``dP = dO V^T`` (each the shape of
+``qk_gemm``), ``dQ = dS K`` (that of ``pv_gemm``), and ``dV = P^T dO`` and ``dK = dS^T Q``, whose left factor is an
+n x n matrix read transposed: the stage ``pvt_gemm``. Its floor is ``2 qk_gemm + pv_gemm + 2 pvt_gemm + exp``.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ __all__ = ["STAGES", "TILE_ROWS", "StageCase", "make_stage"]
 TILE_ROWS = 128
 #: (layout, stage) pairs benchmarked for each (dtype, n).
 STAGES: tuple[tuple[str, str], ...] = tuple(
-    (layout, name) for layout in ("tile", "full") for name in ("qk_gemm", "pv_gemm", "exp", "max", "subtract", "sum")
+    (layout, name)
+    for layout in ("tile", "full")
+    for name in ("qk_gemm", "pv_gemm", "pvt_gemm", "exp", "max", "subtract", "sum")
 )
 
 
@@ -103,6 +110,7 @@ def _full(name: str, q: np.ndarray, k_t: np.ndarray, v: np.ndarray) -> Callable[
     kernels = {
         "qk_gemm": lambda: np.matmul(q, k_t, out=dst),
         "pv_gemm": lambda: np.matmul(probs, v, out=out),
+        "pvt_gemm": lambda: np.matmul(np.swapaxes(probs, -1, -2), v, out=out),  # (h, n, n)^T (h, n, d)
         "exp": lambda: np.exp(src, out=dst),
         "max": lambda: np.max(src, axis=-1, keepdims=True, out=row),
         "subtract": lambda: np.subtract(src, row, out=dst),
@@ -130,6 +138,13 @@ def _tiled(name: str, q: np.ndarray, k_t: np.ndarray, v: np.ndarray, rows: int) 
             for _ in starts:
                 np.matmul(probs, v[h], out=out)
 
+    into = np.empty((n, v.shape[-1]), v.dtype)  # (n, d): a tile's share of dV = P^T dO, summed over the tiles
+
+    def pvt_gemm() -> None:
+        for h in range(heads):
+            for s in starts:
+                np.matmul(probs.T, v[h, s : s + rows], out=into)  # (n, rows) (rows, d)
+
     def elementwise(op: Callable[[], Any]) -> Callable[[], None]:
         def run() -> None:
             for _ in range(heads * len(starts)):
@@ -140,6 +155,7 @@ def _tiled(name: str, q: np.ndarray, k_t: np.ndarray, v: np.ndarray, rows: int) 
     kernels = {
         "qk_gemm": qk_gemm,
         "pv_gemm": pv_gemm,
+        "pvt_gemm": pvt_gemm,
         "exp": elementwise(lambda: np.exp(src, out=dst)),
         "max": elementwise(lambda: np.max(src, axis=-1, keepdims=True, out=row)),
         "subtract": elementwise(lambda: np.subtract(src, row, out=dst)),

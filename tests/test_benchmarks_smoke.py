@@ -141,7 +141,7 @@ def test_smoke_run(tmp_path: Path) -> None:
         assert isinstance(peak, int) and peak > 0, f"training memory {key}: peak {peak!r} ({method}), expected positive"
 
     stages = {b["extra_info"]["stage"] for b in run["benchmarks"] if "stage" in b["extra_info"]}
-    assert len(stages) == 12, f"expected the 12 NumPy stage benchmarks (2 layouts x 6 stages), got {sorted(stages)}"
+    assert len(stages) == 14, f"expected the 14 NumPy stage benchmarks (2 layouts x 7 stages), got {sorted(stages)}"
     record = run.get("aiayn", {})
     assert record.get("threads") == 1, f"the smoke run should use one thread, recorded {record.get('threads')!r}"
     assert {(c["library"], c["dtype"]) for c in record.get("ceilings_start", [])} >= {
@@ -437,3 +437,33 @@ def test_torch_peak_memory_profiles_again_when_a_profile_holds_no_allocation(mon
     monkeypatch.setattr(profiler, "profile", lambda *a, **k: _EmptyProfile())
     peak, method = M.peak_memory(lambda: torch.ones(10), "torch")
     assert peak is None and "no allocation event in 3 profiles" in method, (peak, method)
+
+
+def test_the_floors_are_sums_of_the_stages_and_each_case_a_fraction_of_its_own() -> None:
+    """Hand-made stage times (ms): forward floor QK + PV + exp, backward floor 2 QK + PV + 2 P^T + exp; a case's
+    fraction is its floor over its best time; the targets read the numpy backward's."""
+    from aiayn.benchmarks.report import evaluate_targets, numpy_bounds
+
+    ms = {"qk_gemm": 10.0, "pv_gemm": 12.0, "pvt_gemm": 15.0, "exp": 20.0, "max": 3.0, "subtract": 4.0, "sum": 2.0}
+    stages = [
+        {"dtype": "float32", "n": 2048, "layout": "tile", "name": k, "time_min_s": v / 1e3, "ceiling_gflops": 100.0}
+        for k, v in ms.items()
+    ]
+
+    def case(impl: str, pass_: str, seconds: float) -> dict:
+        return {"impl": impl, "dtype": "float32", "n": 2048, "causal": False, "pass_": pass_, "time_min_s": seconds}
+
+    rows = [
+        {**case("numpy", "forward", 0.05), "ratio_full": 0.4, "ceiling_gflops": 100.0},
+        case("numpy", "backward", 0.2),
+        case("numpy-blocked", "forward+backward", 0.3),
+    ]
+    (bound,) = numpy_bounds(rows, stages)
+    assert math.isclose(bound["floor_s"], 0.042) and math.isclose(bound["backward_floor_s"], 0.082)
+    fractions = bound["fractions_of_floor"]
+    assert math.isclose(fractions["numpy forward"], 0.042 / 0.05)
+    assert math.isclose(fractions["numpy backward"], 0.082 / 0.2)
+    assert math.isclose(fractions["numpy-blocked forward+backward"], (0.042 + 0.082) / 0.3)
+    assert set(fractions) == {"numpy forward", "numpy backward", "numpy-blocked forward+backward"}
+    target = evaluate_targets(rows, [bound])["numpy_backward_fraction_of_floor"]
+    assert math.isclose(target["value"], 0.41) and target["met"] is False and target["target"] == 0.7
