@@ -218,6 +218,12 @@ PADDED_TARGET = "a padded target position: no decoder defines its logits, nothin
 UNDEFINED_REASONS = frozenset({PADDED_TARGET})
 
 
+def unjudged(reasons: Mapping[str, int]) -> dict[str, int]:
+    """Of the not-checked elements by reason, those the suite could not judge: every reason but the
+    :data:`UNDEFINED_REASONS` (elements no caller defines)."""
+    return {why: n for why, n in reasons.items() if why not in UNDEFINED_REASONS}
+
+
 def _padded_targets(a: Args) -> tuple[np.ndarray, str] | None:
     """(B, n_tgt, 1): True at the target positions at or after each sentence's ``tgt_lengths``."""
     if a.get("tgt_lengths") is None:

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from aiayn.conformance.checks import load_all
-from aiayn.conformance.equations import UNDEFINED_REASONS, record
+from aiayn.conformance.equations import record, unjudged
 from aiayn.conformance.inputs import fixed as F
 from aiayn.conformance.run.harness import CHECKS, Stats, current_stats
 from aiayn.implementations import numpy_impl
@@ -38,7 +38,7 @@ load_all()
 
 def _unjudged(stats: Stats) -> dict[str, int]:
     """The elements not checked for a reason other than having no defined value (padded target positions)."""
-    return {why: n for why, n in stats.unchecked.items() if why not in UNDEFINED_REASONS}
+    return unjudged(stats.unchecked)
 
 
 def _run(impl: Any, check: str, dtype: str, **args: Any) -> Stats:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.conformance.directions import BACKWARD, DECODE, FORWARD
-from aiayn.conformance.equations import CONTRACT, RECORDS, UNDEFINED_REASONS, title
+from aiayn.conformance.equations import CONTRACT, RECORDS, title, unjudged
 from aiayn.conformance.report.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
 from aiayn.conformance.report.results import NO_MATCH, Outcome, Row, Status, TestResult
 from aiayn.conformance.run.boundary import Remote, flushes, isolation
@@ -36,8 +36,9 @@ from aiayn.kit import Report, Scope, md_table, write_report
 
 def _unjudged(row: Row) -> float:
     """The fraction of the row's elements the suite could not judge: not checked, less those no caller defines
-    (``equations.UNDEFINED_REASONS``: counted, shown, never a reason for "inconclusive")."""
-    undefined = sum(n for why, n in row.not_checked_reasons.items() if why in UNDEFINED_REASONS)
+    (``equations.unjudged``: counted, shown, never a reason for "inconclusive")."""
+    judged_out = sum(unjudged(row.not_checked_reasons).values())
+    undefined = sum(row.not_checked_reasons.values()) - judged_out
     total = row.checked + row.not_checked - undefined
     return (row.not_checked - undefined) / total if total > 0 else 0.0
 
