@@ -452,9 +452,6 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     )
 
 
-_BENCH_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
 def _bench_stem(args: argparse.Namespace, run: dict | None = None) -> str:
     """``benchmarks`` for the built-ins' run, ``benchmarks-cuda`` for ``--cuda``, ``bench-<specs>`` for chosen specs.
 
@@ -737,7 +734,7 @@ def _bench(args: argparse.Namespace) -> int:
         # worker of a pytest-xdist run that called aiayn bench (pytest-benchmark writes no JSON in a worker)
         inherited = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "PYTEST_CURRENT_TEST")
         env = {k: v for k, v in os.environ.items() if k not in inherited and not k.startswith("PYTEST_XDIST")}
-        env |= _BENCH_ENV
+        env |= importlib.import_module("aiayn.benchmarks.measure").ONE_THREAD_ENV
         status = subprocess.run(cmd, env=env, check=False).returncode
         if status != 0:
             return status

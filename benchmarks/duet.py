@@ -72,16 +72,23 @@ class _Process:
     """A side's process: one request, one answer."""
 
     def __init__(self, side: Side, cpu: int | None) -> None:
+        # the parent's own import: this file also runs in a side beside an old revision of aiayn, which must not
+        # need names newer than its own (a side imports only what its serving needs)
+        from aiayn.benchmarks.measure import ONE_THREAD_ENV
+
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST") and k != "PYTEST_CURRENT_TEST"}
-        env |= {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **side.env}
+        env |= {**ONE_THREAD_ENV, **side.env}
         if side.path is not None:
             env["PYTHONPATH"] = os.pathsep.join([side.path, *filter(None, [env.get("PYTHONPATH")])])
         self.side = side
+        # what the side prints to stderr (warnings, a traceback) goes to a file: a pipe nobody reads while the side
+        # answers thousands of requests would fill and stall it
+        self.stderr = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _BOOT, str(Path(__file__).resolve()), side.spec, "own-path" if side.path else "-"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self.stderr,
             text=True,
             env=env,
         )
@@ -97,7 +104,9 @@ class _Process:
         except BrokenPipeError:
             line = ""
         if not line:
-            err = (self.proc.stderr.read() if self.proc.stderr else "")[-2000:]
+            self.proc.wait(timeout=10)
+            self.stderr.seek(0)
+            err = self.stderr.read()[-2000:]
             raise RuntimeError(f"duet side {self.side.label} ({self.side.spec}) ended: {err.strip() or 'no output'}")
         try:
             answer = json.loads(line)
@@ -107,7 +116,7 @@ class _Process:
             raise RuntimeError(f"duet side {self.side.label} ({self.side.spec}): {answer!r}"[:2000])
         return answer
 
-    def seconds(self, request: Mapping[str, Any], key: str) -> float:
+    def number(self, request: Mapping[str, Any], key: str) -> float:
         value = self.ask(request).get(key)
         if type(value) is not float or not (math.isfinite(value) and value > 0):
             raise RuntimeError(f"duet side {self.side.label}: {key} = {value!r}, expected a positive finite float")
@@ -123,10 +132,11 @@ class _Process:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+        self.stderr.close()
 
 
 def _ceilings(sides: Sequence[_Process], library: str, dtype: str, gemm_n: int) -> list[float]:
-    return [p.seconds({"op": "ceiling", "library": library, "dtype": dtype, "n": gemm_n}, "gflops") for p in sides]
+    return [p.number({"op": "ceiling", "library": library, "dtype": dtype, "n": gemm_n}, "gflops") for p in sides]
 
 
 def _shared_cpu() -> int | None:
@@ -181,7 +191,7 @@ def run(
             for r in range(rounds):
                 order = (0, 1) if r % 2 == 0 else (1, 0)
                 for s in order:
-                    times[s].append(sides[s].seconds({"op": "time"}, "seconds"))
+                    times[s].append(sides[s].number({"op": "time"}, "seconds"))
             base = case_key(case)
             out["cases"].append(
                 {

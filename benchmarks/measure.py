@@ -28,6 +28,7 @@ import numpy as np
 
 __all__ = [
     "BLAS_ENV_VARS",
+    "ONE_THREAD_ENV",
     "available_memory",
     "blas_env",
     "device_of",
@@ -45,6 +46,9 @@ __all__ = [
 #: ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` may be set and slow a current NumPy's OpenBLAS, so
 #: ``make bench`` unsets them for the benchmark command alone.
 BLAS_ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: The environment of a measuring process: every thread pool on one thread (two threads on small shared VMs swing
+#: by 2-4x).
+ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 _LIMITS: list[Any] = []  # the live threadpoolctl limiter (kept so the limits stay in force)
 

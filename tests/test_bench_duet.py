@@ -116,11 +116,10 @@ def test_a_side_that_cannot_load_stops_the_duet_with_its_words() -> None:
 def test_the_cli_duet_writes_its_report(tmp_path: Path) -> None:
     argv = ["bench", "numpy", "--against", "numpy", "--sizes", "16", "--dtypes", "float64", "--passes", "forward"]
     status = main([*argv, "--no-causal", "--rounds", "4", "--out", str(tmp_path)])
-    assert status in (0, 1)  # what it decides depends on the machine's timing, which no test asserts
     data = json.loads((tmp_path / "duet-numpy.json").read_text(encoding="utf-8"))
     assert [v["case"] for v in data["verdicts"]] == ["numpy float64-n16-full"]
-    assert data["verdicts"][0]["undecided"]  # 2 blocks: too few for any level; said, never a pass
-    assert (status == 1) == any(v["regressed"] for v in data["verdicts"])
+    # 2 blocks are too few for the level whatever the times: undecided, so no regression and exit 0 (no timing read)
+    assert data["verdicts"][0]["undecided"] and not data["verdicts"][0]["regressed"] and status == 0
 
 
 @pytest.mark.parametrize(
@@ -153,7 +152,7 @@ def test_against_a_revision_loads_the_old_side_from_its_own_install(tmp_path: Pa
     monkeypatch.chdir(root)
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
     argv = ["bench", "numpy", "--against-rev", "HEAD", "--sizes", "16", "--dtypes", "float64", "--passes", "forward"]
-    assert main([*argv, "--no-causal", "--rounds", "4", "--out", str(tmp_path / "out")]) in (0, 1)
+    assert main([*argv, "--no-causal", "--rounds", "4", "--out", str(tmp_path / "out")]) == 0  # 2 blocks: undecided
     run = json.loads((tmp_path / "out" / "duet-numpy.json").read_text(encoding="utf-8"))["runs"][0]
     assert run["old"]["file"].startswith(str(tmp_path / "cache" / "duet")), run["old"]
     assert run["new"]["file"].startswith(str(root)) and not run["new"]["file"].startswith(str(tmp_path)), run["new"]
