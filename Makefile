@@ -80,14 +80,15 @@ reproduce-gpu: $(STAMP)
 	bash scripts/reproduce-gpu.sh
 
 # Attention benchmarks, one thread -> reports/benchmarks.*: the cases that decide (each built-in, n = 512 and 2048,
-# float32, forward and forward+backward, full and causal; the NumPy stages that make the floors; the training step),
+# and n = 8192 for the O(n)-memory ones, numpy-blocked and torch-sdpa; float32, forward and forward+backward, full and
+# causal; the NumPy stages that make the floors; the training step),
 # beside the committed run as a reference with no verdict (it was recorded on another host: ratios to the GEMM ceiling
 # move by tens of percent between VMs of one kind), exit 0 unless a case fails to run. A verdict against runs of this
 # host: BENCH_AGAINST="--baseline FILE" (record one with aiayn bench --save FILE). make bench-full: every case (180,
 # n = 128 to 8192, float32 and float64, the backward alone too).
 BENCH_BASELINE ?= benchmarks/baseline/benchmarks-baseline.json
 BENCH_AGAINST  ?= --reference $(BENCH_BASELINE)
-BENCH_DECIDING := --sizes 512,2048 --dtypes float32 --passes forward,forward+backward
+BENCH_DECIDING := --sizes 512,2048 --big-sizes 8192 --dtypes float32 --passes forward,forward+backward
 bench: $(STAMP)
 	$(AIAYN) bench $(BENCH_DECIDING) $(BENCH_AGAINST) -- $(BENCH_ARGS)
 

@@ -333,6 +333,13 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
         "stage breakdown and the training-step cases)",
     )
     p.add_argument("--sizes", default=None, metavar="N,N", help="sequence lengths n (default: 128,512,2048)")
+    p.add_argument(
+        "--big-sizes",
+        default=None,
+        metavar="N,N",
+        help="more lengths for the built-ins whose attention memory is O(n) (numpy-blocked, torch-sdpa), every pass "
+        "chosen (default: 8192, none with --sizes; '' for none)",
+    )
     p.add_argument("--dtypes", default=None, metavar="DTYPE,DTYPE", help="dtypes (default: float32,float64)")
     p.add_argument(
         "--causal",
@@ -526,16 +533,13 @@ def _bench_selection(args: argparse.Namespace) -> tuple[list[str], list | None]:
         cmd += [f"--bench-impls={specs}", "--bench-big-impls=", "--bench-stages=", "--bench-training="]
         impls, big_impls = tuple(args.specs), ()
     if args.sizes is not None:
-        try:
-            sizes = tuple(int(x) for x in args.sizes.split(",") if x.strip())
-        except ValueError:
-            raise UsageError(f"--sizes: expected comma-separated positive integers, got {args.sizes!r}") from None
-        if not sizes or min(sizes) < 1:
-            raise UsageError(f"--sizes: expected comma-separated positive integers, got {args.sizes!r}")
-        if max(sizes) > 2**31:
-            raise UsageError(f"--sizes: expected sequence lengths of at most 2^31 = {2**31}, got {max(sizes)}")
-        cmd += [f"--bench-sizes={','.join(map(str, sizes))}", "--bench-big-sizes="]
+        sizes = _lengths("--sizes", args.sizes)
+        cmd.append(f"--bench-sizes={','.join(map(str, sizes))}")
         big_sizes = ()
+    if args.big_sizes is not None:
+        big_sizes = _lengths("--big-sizes", args.big_sizes) if args.big_sizes.strip() else ()
+    if args.sizes is not None or args.big_sizes is not None:
+        cmd.append(f"--bench-big-sizes={','.join(map(str, big_sizes))}")
     if args.dtypes is not None:
         names = _choices("--dtypes", args.dtypes, DTYPES)
         cmd.append(f"--bench-dtypes={names}")
@@ -550,6 +554,19 @@ def _bench_selection(args: argparse.Namespace) -> tuple[list[str], list | None]:
     if any(arg.startswith("--bench-") for arg in args.pytest_args):
         return cmd, None
     return cmd, C.build_cases(impls, dtypes, sizes, big_sizes, big_impls, masks=masks, passes=passes)
+
+
+def _lengths(flag: str, text: str) -> tuple[int, ...]:
+    """Comma-separated sequence lengths, or a usage error naming ``flag``."""
+    try:
+        sizes = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"{flag}: expected comma-separated positive integers, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise UsageError(f"{flag}: expected comma-separated positive integers, got {text!r}")
+    if max(sizes) > 2**31:
+        raise UsageError(f"{flag}: expected sequence lengths of at most 2^31 = {2**31}, got {max(sizes)}")
+    return sizes
 
 
 def _bytes(count: float) -> str:

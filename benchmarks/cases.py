@@ -153,10 +153,10 @@ def build_cases(
     masks: Sequence[str] = MASKS,
     passes: Sequence[str] = ("forward",),
 ) -> list[Case]:
-    """Every (impl, dtype, n, mask, pass) combination: ``sizes`` for all, ``big_sizes`` for ``big_impls``'s forward.
+    """Every (impl, dtype, n, mask, pass) combination: ``sizes`` for all, also ``big_sizes`` for ``big_impls``.
 
-    The big sizes measure how the forward's peak memory grows with n (``report.memory_exponent``); a backward there
-    would add nothing to that and, through NumPy's tile loops, take minutes a round.
+    The big sizes measure how the forward's peak memory grows with n (``report.memory_exponent``) and how far each
+    pass stays at its floors where the (B, h, n, n) scores would not fit in memory.
 
     Ordered by implementation, then pass, then dtype, then n, then full before causal. ValueError naming the
     argument for a mask or pass that does not exist.
@@ -168,7 +168,7 @@ def build_cases(
     cases = []
     for impl in impls:
         for pass_ in (p for p in PASSES if p in passes):
-            big = set(big_sizes) if impl in big_impls and pass_ == "forward" else set()
+            big = set(big_sizes) if impl in big_impls else set()
             ns = sorted(set(sizes) | big)
             for dtype in dtypes:
                 for n in ns:

@@ -62,7 +62,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--bench-big-impls",
         type=_str_list,
         default=C.MEMORY_BOUNDED_IMPLS,
-        help="implementations whose forward pass also runs at --bench-big-sizes",
+        help="implementations also run at --bench-big-sizes (every pass)",
     )
     add("--bench-dtypes", type=_str_list, default=C.DTYPES, help="dtypes (default float32,float64)")
     add("--bench-masks", type=_str_list, default=C.MASKS, help="masks: full, causal (default both)")

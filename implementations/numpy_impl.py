@@ -308,11 +308,12 @@ class NumpyImplementation(ImplementationBase):
     def _scaled_dot_product_attention_vjp(
         self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, *, d_out: np.ndarray
     ) -> dict[str, np.ndarray]:
-        out = NumpyImplementation.scaled_dot_product_attention(self, q, k, v, mask)  # this class's own Eq. (1)
+        self._float_dtype(q=q, k=k, v=v, d_out=d_out)
+        _check_attention_shapes(q, k, v)
         n_q, n_k = q.shape[-2], k.shape[-2]
         blocked = self.attention == "blocked" or (self.attention == "auto" and n_q * n_k > self.blocked_threshold)
-        block = min(self.block_size, _BACKWARD_TILE) if blocked else None
-        return backward.attention_vjp(q, k, v, _as_mask(mask), out, d_out, self.policies["fully_masked"], block)
+        tile = min(self.block_size, max(2, -(-n_k // _BACKWARD_TILES))) if blocked else None
+        return backward.attention_vjp(q, k, v, _as_mask(mask), None, d_out, self.policies["fully_masked"], tile)
 
     def _multi_head_attention_vjp(
         self,
@@ -861,9 +862,10 @@ def blocked_numpy_implementation() -> NumpyImplementation:
 # attention kernels
 
 
-#: Key tile of the blocked path's backward, at most ``block_size``: small enough that the suite's short sequences
-#: (up to 5 keys) span several tiles and a tail, so that the tile-by-tile backward is what gets checked.
-_BACKWARD_TILE = 2
+#: The blocked path's backward cuts the keys into at most this many tiles, of at least 2 keys and at most
+#: ``block_size``: the suite's short sequences (up to 5 keys) span several tiles and a tail, so that merging the
+#: tiles' statistics into the log-sum-exp is what gets checked; long ones span a few wide tiles.
+_BACKWARD_TILES = 8
 
 #: Query rows per tile of the blocked path (at most ``block_size``): a float32 128 x 512 score tile
 #: is 256 KiB, resident in a 512 KiB L2 (measured fastest of 64/128/256 rows at n = 2048).

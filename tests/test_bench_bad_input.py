@@ -616,3 +616,27 @@ def test_a_deleted_working_directory_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "the working directory: No such file or directory (was it deleted?)" in lines[0], lines
+
+
+def test_big_sizes_run_every_chosen_pass_of_the_o_n_memory_built_ins_and_a_bad_one_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from aiayn.cli import _bench_selection, build_parser
+
+    args = build_parser("bench").parse_args(
+        ["bench", "--sizes", "64", "--big-sizes", "128", "--dtypes", "float32", "--passes", "forward,forward+backward"]
+    )
+    args.pytest_args = []  # what main() takes from after --
+    cmd, plan = _bench_selection(args)
+    assert "--bench-big-sizes=128" in cmd, cmd
+    big = sorted((c.impl, c.pass_, c.causal) for c in plan if c.n == 128)
+    assert big == sorted(
+        (impl, pass_, causal)
+        for impl in ("numpy-blocked", "torch-sdpa")
+        for pass_ in ("forward", "forward+backward")
+        for causal in (False, True)
+    ), big
+    args = build_parser("bench").parse_args(["bench", "--sizes", "64"])
+    args.pytest_args = []
+    assert "--bench-big-sizes=" in _bench_selection(args)[0], "--sizes alone drops the big sizes"
+    _refused(main(["bench", "--big-sizes", "8k"]), capsys, "--big-sizes: expected comma-separated positive integers")
