@@ -88,7 +88,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--bench-stages",
         type=_str_list,
         default=None,
-        help="dtype:n pairs for the NumPy stage breakdown (default float32:2048)",
+        help="dtype:n pairs for the NumPy stage breakdown (default: float32 at every n of the run)",
     )
     add(
         "--bench-gemm-n",
@@ -228,7 +228,15 @@ def bench(request: pytest.FixtureRequest) -> BenchSession:
 
 
 def _stage_pairs(config: pytest.Config) -> list[tuple[str, int]]:
-    pairs = _option(config, "--bench-stages", ("float32:2048",), ("float32:128",))
+    """The (dtype, n) of the NumPy stage breakdown: ``--bench-stages``, else float32 at every length of the run (its
+    sizes and big sizes), so that each built-in's fraction of its floors is known at every n it runs."""
+    lengths = {
+        *_option(config, "--bench-sizes", C.FULL_SIZES, C.SMOKE.sizes),
+        *_option(config, "--bench-big-sizes", C.BIG_SIZES, C.SMOKE.big_sizes),
+    }
+    pairs = config.getoption("--bench-stages")
+    if pairs is None:
+        pairs = [f"float32:{n}" for n in sorted(lengths)]
     out = []
     for pair in pairs:
         dtype, _, n = pair.partition(":")
@@ -267,9 +275,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             cases = memory_cases(smoke) if (names or smoke) else []
             metafunc.parametrize("memory_case", cases, ids=[c.id for c in cases])
     if "stage" in metafunc.fixturenames:
-        from aiayn.benchmarks.stages import STAGES, StageCase
+        from aiayn.benchmarks.stages import STAGES, StageCase, layout_fits
 
-        stages = [StageCase(dtype, n, layout, name) for dtype, n in _stage_pairs(config) for layout, name in STAGES]
+        stages = [
+            StageCase(dtype, n, layout, name)
+            for dtype, n in _stage_pairs(config)
+            for layout, name in STAGES
+            if layout_fits(layout, dtype, n)
+        ]
         metafunc.parametrize("stage", stages, ids=[s.id for s in stages])
 
 

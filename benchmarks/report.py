@@ -606,9 +606,10 @@ def _diagnosis(bounds: list[dict[str, Any]], targets: dict[str, Any]) -> list[st
 PLOTTED_PASSES = ("forward", "forward+backward")
 
 
-def _plot(rows: list[dict[str, Any]], run: dict[str, Any], path: Path) -> Path:
+def _plot(rows: list[dict[str, Any]], run: dict[str, Any], path: Path, bounds: list[dict[str, Any]]) -> Path:
     """GFLOP/s and peak memory against n for each plotted pass present (one row each), one column per dtype,
-    one colour per implementation."""
+    one colour per implementation; then, where the stages were timed, each NumPy built-in's fraction of its floors
+    (forward and backward, no mask) against n."""
     plt = pyplot()
     present = {r["pass_"] for r in rows}
     passes = [p for p in PLOTTED_PASSES if p in present] or sorted(present)  # a backward-only run: its own rows
@@ -618,7 +619,8 @@ def _plot(rows: list[dict[str, Any]], run: dict[str, Any], path: Path) -> Path:
     sizes = sorted({r["n"] for r in rows})
     colors = {impl: f"C{i}" for i, impl in enumerate(impls)}
     threads = run.get("aiayn", {}).get("threads", "?")
-    n_rows = 2 * len(passes)
+    floors = [b for b in bounds if b["layout"] == "tile" and b["fractions_of_floor"]]
+    n_rows = 2 * len(passes) + (1 if floors else 0)
     with figure_style():
         fig, axes = plt.subplots(n_rows, len(dtypes), figsize=(6 * len(dtypes), 4.5 * n_rows + 0.5), squeeze=False)
         for k, pass_ in enumerate(passes):
@@ -671,10 +673,53 @@ def _plot(rows: list[dict[str, Any]], run: dict[str, Any], path: Path) -> Path:
                     ax.set_xticks(sizes, labels=[str(n) for n in sizes])
                     ax.minorticks_off()
                 top.set_ylim(bottom=0)
+        if floors:
+            for col, dtype in enumerate(dtypes):
+                _plot_floors(axes[-1][col], [b for b in floors if b["dtype"] == dtype], dtype, colors, threads)
         handles, labels = axes[0][0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
         fig.tight_layout(rect=(0, 0.9 / (4.5 * n_rows + 0.5), 1, 1))
         return save_png(fig, path)
+
+
+def _plot_floors(ax: Any, bounds: list[dict[str, Any]], dtype: str, colors: dict[str, str], threads: Any) -> None:
+    """Each NumPy built-in's fraction of its floors against n (``numpy_bounds``' ``fractions_of_floor``, the tile
+    layout): solid the forward, dashed the backward, dotted forward+backward; the targets as grey lines."""
+    if not bounds:
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, f"NumPy stages not timed in {dtype}: no floors", ha="center", va="center")
+        return
+    styles = {"forward": "-", "backward": "--", "forward+backward": ":"}
+    for impl in ("numpy", "numpy-blocked"):
+        for pass_, style in styles.items():
+            pts = sorted(
+                (b["n"], b["fractions_of_floor"][f"{impl} {pass_}"])
+                for b in bounds
+                if f"{impl} {pass_}" in b["fractions_of_floor"]
+            )
+            if pts:
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    style,
+                    marker="o",
+                    color=colors.get(impl, "black"),
+                    label=f"{impl} {pass_}",
+                )
+    for name, pass_ in (("fraction_of_floor", "forward"), ("backward_fraction_of_floor", "backward")):
+        ax.axhline(TARGETS[name], color="grey", linewidth=0.8, linestyle=styles[pass_])
+    lengths = sorted({b["n"] for b in bounds})
+    ax.set(
+        xscale="log",
+        title=f"NumPy built-ins: fraction of their floors, {dtype}, {threads} thread(s)",
+        xlabel="n",
+        ylabel="floor time / call time (1 = the floor)",
+    )
+    if lengths:
+        ax.set_xticks(lengths, labels=[str(n) for n in lengths])
+        ax.minorticks_off()
+    ax.set_ylim(0, 1.1)
+    ax.legend(fontsize=7, frameon=False)
 
 
 def _training_lines(summary: list[dict[str, Any]], memory: list[dict[str, Any]]) -> list[str]:
@@ -948,7 +993,7 @@ def write(
     report, rows = build_report(run, comparison, baseline_note, reference)
     report.scope = run_scope(run, smoke)
     paths = write_report(Path(out), report, stem, force=force)
-    paths.append(_plot(rows, run, paths[0].with_suffix(".png")))
+    paths.append(_plot(rows, run, paths[0].with_suffix(".png"), numpy_bounds(rows, stage_rows(run))))
     print(report.verdict)
     return paths
 

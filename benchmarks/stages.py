@@ -32,7 +32,7 @@ import numpy as np
 
 from aiayn.benchmarks.cases import HEAD_DIM, HEADS, SEED
 
-__all__ = ["STAGES", "TILE_ROWS", "StageCase", "make_stage"]
+__all__ = ["FULL_LAYOUT_BYTES", "STAGES", "TILE_ROWS", "StageCase", "layout_fits", "make_stage"]
 
 #: Query rows per tile in the ``tile`` layout.
 TILE_ROWS = 128
@@ -42,6 +42,17 @@ STAGES: tuple[tuple[str, str], ...] = tuple(
     for layout in ("tile", "full")
     for name in ("qk_gemm", "pv_gemm", "pvt_gemm", "exp", "max", "subtract", "sum")
 )
+
+
+#: Most bytes the ``full`` layout's four (h, n, n) arrays may take (scores, shifted scores, weights, output): 512 MiB
+#: at n = 2048 in float32, 8 GiB at n = 8192, where no NumPy built-in holds the whole scores (its blocked path runs).
+FULL_LAYOUT_BYTES = 1 << 30
+
+
+def layout_fits(layout: str, dtype: str, n: int) -> bool:
+    """Whether ``layout``'s stages at (dtype, n) are timed: the ``tile`` layout always, ``full`` within
+    :data:`FULL_LAYOUT_BYTES`."""
+    return layout != "full" or 4 * HEADS * n * n * np.dtype(dtype).itemsize <= FULL_LAYOUT_BYTES
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,11 @@ def test_smoke_run(tmp_path: Path) -> None:
         assert isinstance(peak, int) and peak > 0, f"training memory {key}: peak {peak!r} ({method}), expected positive"
 
     stages = {b["extra_info"]["stage"] for b in run["benchmarks"] if "stage" in b["extra_info"]}
-    assert len(stages) == 14, f"expected the 14 NumPy stage benchmarks (2 layouts x 7 stages), got {sorted(stages)}"
+    lengths = len({*C.SMOKE.sizes, *C.SMOKE.big_sizes})  # the floors at every n of the run
+    assert len(stages) == 14 * lengths, (
+        f"expected the {14 * lengths} NumPy stage benchmarks (2 layouts x 7 stages at each of {lengths} lengths), got "
+        f"{sorted(stages)}"
+    )
     record = run.get("aiayn", {})
     assert record.get("threads") == 1, f"the smoke run should use one thread, recorded {record.get('threads')!r}"
     assert {(c["library"], c["dtype"]) for c in record.get("ceilings_start", [])} >= {
@@ -388,18 +392,22 @@ def test_plot_draws_each_pass_it_has(tmp_path: Path) -> None:
     run, and a run of the backward alone still gets its own rows rather than an empty figure."""
     from matplotlib.image import imread
 
-    from aiayn.benchmarks.report import _plot, build_report
+    from aiayn.benchmarks.report import _plot, build_report, numpy_bounds, stage_rows
 
     run = compare.load_run(BASELINE)
     _, rows = build_report(run)
     assert {r["pass_"] for r in rows} == set(C.PASSES), "the stored baseline should hold every pass"
+    bounds = numpy_bounds(rows, stage_rows(run))
+    assert any(b["fractions_of_floor"] for b in bounds), "the stored baseline should hold the NumPy stages"
     heights = {}
     for name, passes in (("all", set(C.PASSES)), ("forward", {"forward"}), ("backward", {"backward"})):
-        path = _plot([r for r in rows if r["pass_"] in passes], run, tmp_path / f"{name}.png")
+        path = _plot([r for r in rows if r["pass_"] in passes], run, tmp_path / f"{name}.png", [])
         heights[name] = imread(path).shape[0]
+    heights["all, floors"] = imread(_plot(rows, run, tmp_path / "floors.png", bounds)).shape[0]
     # 4.5 inches per row plus 0.5 for the legend, saved at 100 dpi (kit.save_png, no tight bounding box): two drawn
-    # passes (forward, forward+backward) make 4 rows, 1850 px; one pass 2 rows, 950 px, the backward alone too.
-    assert heights == {"all": 1850, "forward": 950, "backward": 950}, heights
+    # passes (forward, forward+backward) make 4 rows, 1850 px; one pass 2 rows, 950 px, the backward alone too; the
+    # fractions of the floors one more row.
+    assert heights == {"all": 1850, "forward": 950, "backward": 950, "all, floors": 2300}, heights
 
 
 class _EmptyProfile:
