@@ -475,3 +475,15 @@ def test_the_floors_are_sums_of_the_stages_and_each_case_a_fraction_of_its_own()
     assert set(fractions) == {"numpy forward", "numpy backward", "numpy-blocked forward+backward"}
     target = evaluate_targets(rows, [bound])["numpy_backward_fraction_of_floor"]
     assert math.isclose(target["value"], 0.41) and target["met"] is False and target["target"] == 0.7
+    # no backward-alone case (make bench): the backward's time is forward+backward's less forward's
+    rows = [rows[0], case("numpy", "forward+backward", 0.15)]
+    (bound,) = numpy_bounds(rows, stages)
+    expected = {
+        "numpy forward": 0.042 / 0.05,
+        "numpy forward+backward": (0.042 + 0.082) / 0.15,
+        "numpy backward": 0.082 / (0.15 - 0.05),
+    }
+    got = bound["fractions_of_floor"]
+    assert got.keys() == expected.keys() and all(math.isclose(got[k], v) for k, v in expected.items()), got
+    target = evaluate_targets(rows, [bound])["numpy_backward_fraction_of_floor"]
+    assert math.isclose(target["value"], 0.82) and target["met"] is True
