@@ -84,8 +84,8 @@ reproduce-gpu: $(STAMP)
 # causal; the NumPy stages that make the floors; the training step),
 # beside the committed run as a reference with no verdict (it was recorded on another host: ratios to the GEMM ceiling
 # move by tens of percent between VMs of one kind), exit 0 unless a case fails to run. A verdict against runs of this
-# host: BENCH_AGAINST="--baseline FILE" (record one with aiayn bench --save FILE). make bench-full: every case (180,
-# n = 128 to 8192, float32 and float64, the backward alone too).
+# host: BENCH_AGAINST="--baseline FILE" (record one with aiayn bench --save FILE). make bench-full: every case (168
+# attention cases, n = 128 to 8192, float32 and float64, the backward alone too; the stages at each n; the training).
 BENCH_BASELINE ?= benchmarks/baseline/benchmarks-baseline.json
 BENCH_AGAINST  ?= --reference $(BENCH_BASELINE)
 BENCH_DECIDING := --sizes 512,2048 --big-sizes 8192 --dtypes float32 --passes forward,forward+backward
