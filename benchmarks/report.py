@@ -263,9 +263,13 @@ def _fractions_of_floor(
                 times[pass_] = case["time_min_s"]
             if case and floor is not None:
                 out[f"{impl} {pass_}"] = floor / case["time_min_s"]
-        both = times.get("forward+backward", 0.0) - times.get("forward", math.inf)
-        if "backward" not in times and backward_s is not None and both > 0:
-            out[f"{impl} backward"] = backward_s / both
+        if "backward" in times or backward_s is None or not {"forward", "forward+backward"} <= times.keys():
+            continue
+        backward_alone = times["forward+backward"] - times["forward"]
+        # not positive only when noise put the forward+backward case's best time at or below the forward's: then no
+        # backward time can be read from the two, the key is left out, and the target reads "not measured"
+        if backward_alone > 0:
+            out[f"{impl} backward"] = backward_s / backward_alone
     return out
 
 

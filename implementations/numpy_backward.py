@@ -131,16 +131,24 @@ def _weights(s: np.ndarray, vis: np.ndarray | None, tile: int | None) -> np.ndar
     A row with no visible key gets 0/0 = NaN, as the forward.
     """
     if vis is not None:
-        np.copyto(s, -np.inf, where=~vis)  # masked: -inf (§3.2.3)
+        # §3.2.3 sets a masked score to -inf (replaced, not added to: NaN or inf poison at a masked position cannot
+        # reach the row); its weight is then exactly 0, and a row with no visible key has max -inf (handled below)
+        np.copyto(s, -np.inf, where=~vis)
     groups = [_split(s, 1, s.shape[-1])] if tile is None else _key_tiles(s, tile)  # views (..., r, tiles, width)
     m_j = [np.max(g, axis=-1, keepdims=True) for g in groups]  # (..., r, tiles, 1); -inf: a tile masked entirely
     m = functools.reduce(np.maximum, [np.max(x, axis=-2, keepdims=True) for x in m_j])  # (..., r, 1, 1)
-    m = np.where(np.isfinite(m), m, 0.0)  # a row with no visible key: 0
+    # not finite: -inf for a row with no visible key (shift 0: its weights become 0 / 0 = NaN below, as the forward's
+    # output); +inf or NaN only from scores that overflowed or NaN inputs, whose forward output is NaN too: those
+    # rows end NaN through l (0 x inf), never finite, so no undefined gradient passes as a value
+    m = np.where(np.isfinite(m), m, 0.0)
     ell, rescale = 0.0, []
     for g, mx in zip(groups, m_j):
         np.subtract(g, np.where(np.isfinite(mx), mx, 0.0), out=g)
         np.exp(g, out=g)  # exp(S - m_j), 0 where masked
-        c = np.exp(np.where(np.isfinite(mx), mx - m, -np.inf))  # exp(m_j - m); 0 for a tile masked entirely
+        # exp(m_j - m); 0 for a tile with no visible key (m_j = -inf), whose exp(S - m_j) are all 0 already; a tile
+        # whose max is +inf or NaN (overflowed or NaN scores) also gets 0 here, but its exp(S) holds inf or NaN, so
+        # its row's l = sum_j l_j c_j is NaN (inf x 0) and every weight of that row NaN: nothing is dropped silently
+        c = np.exp(np.where(np.isfinite(mx), mx - m, -np.inf))
         ell = ell + np.sum(_row_sums(g) * c, axis=-2, keepdims=True)  # (..., r, 1, 1)
         rescale.append(c)
     for g, c in zip(groups, rescale):

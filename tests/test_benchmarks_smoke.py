@@ -487,3 +487,9 @@ def test_the_floors_are_sums_of_the_stages_and_each_case_a_fraction_of_its_own()
     assert got.keys() == expected.keys() and all(math.isclose(got[k], v) for k, v in expected.items()), got
     target = evaluate_targets(rows, [bound])["numpy_backward_fraction_of_floor"]
     assert math.isclose(target["value"], 0.82) and target["met"] is True
+    # noise put forward+backward at or below the forward: no backward time, and the target is not measured (not met)
+    rows = [rows[0], case("numpy", "forward+backward", 0.05)]
+    (bound,) = numpy_bounds(rows, stages)
+    assert "numpy backward" not in bound["fractions_of_floor"], bound["fractions_of_floor"]
+    target = evaluate_targets(rows, [bound])["numpy_backward_fraction_of_floor"]
+    assert target["value"] is None and target["met"] is None, target

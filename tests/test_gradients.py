@@ -38,18 +38,34 @@ def _attention_case(n_q: int = 3, n_k: int = 5, d: int = 4) -> dict[str, np.ndar
     return {"q": q, "k": k, "v": v, "mask": mask, "d_out": RNG.normal(size=(2, n_q, d)) + 2.0}
 
 
+@pytest.mark.parametrize("given_out", [False, True], ids=["D from P and dP", "D from the forward's O"])
 @pytest.mark.parametrize("policy", ["nan", "zeros", "uniform"])
 @pytest.mark.parametrize("block", [None, 2, 1])
-def test_numpy_backward_equals_the_oracle_vjp(policy: str, block: int | None) -> None:
+def test_numpy_backward_equals_the_oracle_vjp(policy: str, block: int | None, given_out: bool) -> None:
     c = _attention_case()
     impl = NumpyImplementation(policies={"fully_masked": policy})
-    out = impl.scaled_dot_product_attention(c["q"], c["k"], c["v"], c["mask"])
+    out = impl.scaled_dot_product_attention(c["q"], c["k"], c["v"], c["mask"]) if given_out else None
     got = numpy_backward.attention_vjp(c["q"], c["k"], c["v"], c["mask"], out, c["d_out"], policy, block)
     want = ref.scaled_dot_product_attention_vjp(c["q"], c["k"], c["v"], c["d_out"], c["mask"], fully_masked=policy)
     for name, expected in zip("qkv", want):
         finite = np.isfinite(expected)
         assert np.array_equal(np.isnan(got[name]), np.isnan(expected)), name
         np.testing.assert_allclose(got[name][finite], expected[finite], rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("block", [None, 2])
+def test_numpy_backward_makes_a_row_with_an_overflowing_score_nan_not_a_value(block: int | None) -> None:
+    """A score that overflows to +inf makes its row's forward output NaN; the backward must not turn that row into
+    finite weights (a tile whose maximum is not finite is weighted 0 in the merge, so its inf must reach l): the
+    row's dQ and every dV its weights reach are NaN, the other rows' gradients finite."""
+    q, k, v = (RNG.normal(size=(1, 4, 3)) for _ in range(3))
+    k[0, 1] = [1.7e308, 0.0, 0.0]
+    q[0] = np.abs(q[0]) + 2.0  # every query's score with key 1 overflows (q_0 / sqrt(3) x 1.7e308 > 1.8e308)
+    q[0, 2, 0] = 0.0  # but query 2's (0 x 1e308 = 0)
+    with np.errstate(all="ignore"):
+        got = numpy_backward.attention_vjp(q, k, v, None, None, RNG.normal(size=(1, 4, 3)), "nan", block)
+    assert np.isnan(got["q"][0, [0, 1, 3]]).all() and np.isfinite(got["q"][0, 2]).all(), got["q"]
+    assert np.isnan(got["v"]).all(), got["v"]
 
 
 def test_torch_autograd_sums_one_array_over_its_uses() -> None:

@@ -28,7 +28,7 @@ from aiayn.conformance.checks import load_all
 from aiayn.conformance.equations import record, unjudged
 from aiayn.conformance.inputs import fixed as F
 from aiayn.conformance.run.harness import CHECKS, Stats, current_stats
-from aiayn.implementations import numpy_impl
+from aiayn.implementations import numpy_backward, numpy_impl
 from aiayn.implementations.numpy_impl import NumpyImplementation, blocked_numpy_implementation
 from aiayn.implementations.protocol import DEFAULT_POLICIES, POLICY_CHOICES
 from aiayn.implementations.registry import load
@@ -269,6 +269,31 @@ def test_both_paths_agree_with_the_oracle_on_a_long_sequence(scale: float, dtype
         blocked.scaled_dot_product_attention(q, k, v, args["mask"]),
     )
     assert not same, "the paths agree bit for bit: is the blocked path running?"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("path", ["direct", "blocked"])
+def test_the_backward_on_a_long_sequence_is_within_the_suites_budgets(path: str, dtype: str) -> None:
+    """The backward's path for long inputs, which the suite's short draws do not reach: one (batch, head) slice at a
+    time, 200 queries in blocks of 128 and a tail of 72, 300 keys (the blocked path: key tiles of 32 and a tail of
+    12), a shifted causal mask with a fully masked first row ("zeros": no gradient there); judged by the suite's own
+    gradient check, so within the derived budgets of every dQ, dK and dV element."""
+    rng = np.random.default_rng(20171206)
+    mask = np.tri(200, 300, k=100, dtype=bool)
+    mask[0] = False
+    args = {
+        "q": rng.standard_normal((2, 200, 16)),
+        "k": rng.standard_normal((2, 300, 16)),
+        "v": rng.standard_normal((2, 300, 8)),
+        "mask": mask,
+        "d_out": rng.standard_normal((2, 200, 8)),
+    }
+    impl = NumpyImplementation(attention=path, block_size=32, policies={"fully_masked": "zeros"})
+    assert 200 * 300 >= numpy_backward.PER_SLICE_MIN and 200 > numpy_backward.QUERY_ROWS, "no longer the long path"
+    stats = _run(impl, "scaled_dot_product_attention_gradients", dtype, **args)
+    assert stats.checked == 2 * (200 * 16 + 300 * 16 + 300 * 8) and not stats.unchecked, (
+        f"{path}: {stats.checked} checked, not checked {stats.unchecked}"
+    )
 
 
 def test_auto_takes_the_blocked_path_above_the_threshold_only() -> None:
