@@ -46,8 +46,8 @@ def sum_to(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 #: 128 x n_k matrices (1 MiB each in float32 at n_k = 2048, cache-resident), and each of its five products is a GEMM
 #: of 128 rows, wide enough to run near the GEMM ceiling.
 QUERY_ROWS = 128
-#: n_q * n_k from which the backward walks the batch one (batch, head) slice at a time; below it one call covers
-#: every slice (less Python overhead on small inputs).
+#: n_q * n_k from which the forward and the backward walk the batch one (batch, head) slice at a time (cache-sized
+#: tiles); below it one call covers every slice (less Python overhead on small inputs).
 PER_SLICE_MIN = 64 * 64
 
 
