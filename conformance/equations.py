@@ -34,6 +34,7 @@ from aiayn.conformance.budgets.composites import forward as PR
 from aiayn.conformance.diagnoses import forward as D
 from aiayn.conformance.directions import BACKWARD, BEAM_SEARCH, CACHED_STEPS, DECODE
 from aiayn.conformance.inputs import strategies as S
+from aiayn.conformance.inputs.batches import Batching
 from aiayn.conformance.numerics import floored, precision
 from aiayn.reference import attention as ref_attention
 from aiayn.reference import decoding as ref_decoding
@@ -186,6 +187,8 @@ class Equation:
     # (mask broadcastable to the result, why) for the elements of a result no caller defines (the logits at padded
     # target positions): not compared, counted as not checked; from the raw arguments; None: every element compared
     undefined: Callable[[Args], tuple[np.ndarray, str] | None] | None = None
+    # what one batch element is, for the batch-invariance check (``checks/invariance.py``); None: not batched
+    batch: Batching | None = None
 
     def model_arguments(self, declared: Declared, seen: Mapping[str, Any]) -> dict[str, Any]:
         """The diagnoses' arguments of :attr:`model` (``diagnoses.forward.evaluate``): the arguments as the
@@ -298,6 +301,46 @@ def _parameter_paths(a: Args) -> tuple[str, ...]:
 
 
 # --------------------------------------------------------------------------------------------
+# what one batch element of each batched equation is (``inputs/batches.py``)
+
+
+def _softmax_core(a: Args) -> dict[str, int]:
+    """softmax's x: the dimensions from the softmax axis on are one element; those before it, the batch."""
+    ndim = np.ndim(a["x"])
+    return {"x": ndim - a["axis"] % ndim}
+
+
+_PER_POSITION = "padding is more positions: acts on each position alone, so the batch arrangement is that check"
+_ATTENTION_BATCH = Batching(
+    core=lambda a: {"q": 2, "k": 2, "v": 2, "mask": 2},
+    positions=("q", "k", "v"),
+    masks={"mask": ("q", "k")},
+    rows="q",
+)
+_MHA_BATCH = Batching(
+    core=lambda a: {"query": 2, "key": 2, "value": 2, "mask": 2},
+    positions=("query", "key", "value"),
+    masks={"mask": ("query", "key")},
+    rows="query",
+)
+_ROWS_BATCH = Batching(core=lambda a: {"x": 1}, why_no_padding=_PER_POSITION)
+_ENCODER_BATCH = Batching(core=lambda a: {"x": 2, "mask": 2}, positions=("x",), masks={"mask": ("x", "x")}, rows="x")
+_DECODER_BATCH = Batching(
+    core=lambda a: {"y": 2, "memory": 2, "self_mask": 2, "memory_mask": 2},
+    positions=("y", "memory"),
+    masks={"self_mask": ("y", "y"), "memory_mask": ("y", "memory")},
+    causal=frozenset({"self_mask"}),
+    rows="y",
+)
+_MODEL_BATCH = Batching(
+    core=lambda a: {"src": 1, "tgt": 1, "src_lengths": 0, "tgt_lengths": 0},
+    lengths={"src_lengths": "src", "tgt_lengths": "tgt"},
+    positions=("src", "tgt"),
+    rows="tgt",
+)
+
+
+# --------------------------------------------------------------------------------------------
 # the records, in paper order (EQUATIONS)
 
 _ALL = "arithmetic"  # float32 inside a float64 claim, flushed subnormals: every equation
@@ -316,6 +359,11 @@ _RECORDS: tuple[Equation, ...] = (
         model=D.softmax,
         departures=frozenset({"softmax", _ALL}),
         strategy=S.softmax_inputs,
+        batch=Batching(
+            core=_softmax_core,
+            axis="axis",
+            why_no_padding="softmax has no mask: a hidden entry is an input of -inf, which its agreement check draws",
+        ),
         backward=Backward(
             gradients=("x",),
             oracle=lambda a, g: {"x": ref_attention.softmax_vjp(a["x"], g, a["axis"])},
@@ -338,6 +386,7 @@ _RECORDS: tuple[Equation, ...] = (
         diagnosis_policies=_UNIFORM,
         departures=frozenset({"attention", _ALL}),
         strategy=S.attention_inputs,
+        batch=_ATTENTION_BATCH,
         backward=Backward(
             gradients=("q", "k", "v"),
             oracle=lambda a, g: dict(
@@ -371,6 +420,7 @@ _RECORDS: tuple[Equation, ...] = (
         diagnosis_policies=_UNIFORM,
         departures=frozenset({"attention", "heads", _ALL}),
         strategy=S.mha_inputs,
+        batch=_MHA_BATCH,
         backward=Backward(
             gradients=ref_attention.MHA_GRADIENTS,
             oracle=lambda a, g: ref_attention.multi_head_attention_vjp(
@@ -416,6 +466,7 @@ _RECORDS: tuple[Equation, ...] = (
         model=D.layer_norm,
         departures=frozenset({"layer_norm", "layer_norm_rows", _ALL}),
         strategy=S.layer_norm_inputs,
+        batch=_ROWS_BATCH,
         backward=Backward(
             gradients=("x", "gain", "bias"),
             oracle=lambda a, g: dict(
@@ -436,6 +487,7 @@ _RECORDS: tuple[Equation, ...] = (
         model=D.feed_forward,
         departures=frozenset({"ffn", _ALL}),
         strategy=S.ffn_inputs,
+        batch=_ROWS_BATCH,
         backward=Backward(
             gradients=("x", "w1", "b1", "w2", "b2"),
             oracle=lambda a, g: dict(
@@ -522,6 +574,7 @@ _RECORDS: tuple[Equation, ...] = (
         model_policies=_layers_model,
         departures=_LAYER_FAMILIES,
         strategy=S.encoder_inputs,
+        batch=_ENCODER_BATCH,
         backward=Backward(
             gradients=("x",),
             names=lambda a: ("x", *_parameter_paths(a)),
@@ -551,6 +604,7 @@ _RECORDS: tuple[Equation, ...] = (
         model_policies=_layers_model,
         departures=_LAYER_FAMILIES | {"causal"},
         strategy=S.decoder_inputs,
+        batch=_DECODER_BATCH,
         backward=Backward(
             gradients=("y", "memory"),
             names=lambda a: ("y", "memory", *_parameter_paths(a)),
@@ -588,6 +642,7 @@ _RECORDS: tuple[Equation, ...] = (
         model_policies=_layers_model,
         departures=_LAYER_FAMILIES | {"causal", "positional", "embedding", "final_norm"},
         strategy=S.forward_inputs,
+        batch=_MODEL_BATCH,
         undefined=_padded_targets,
         backward=Backward(
             gradients=(),

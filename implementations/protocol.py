@@ -103,6 +103,7 @@ __all__ = [
     "BIAS_GROUPS",
     "POLICY_CHOICES",
     "DEFAULT_POLICIES",
+    "DECLARED_PROPERTIES",
     "Implementation",
     "CompleteImplementation",
     "ImplementationBase",
@@ -176,6 +177,14 @@ EQUATIONS: tuple[str, ...] = (
 #:   as the absolute error of an underflow instead of the subnormal spacing
 #:   (``conformance/numerics.py``, "<dtype>-ftz"), and its report row says so. Read it with
 #:   :func:`flushes_subnormals`.
+#: - ``"batch_invariant"`` (optional, default False) — True declares that a batch element's result has the same bits
+#:   whatever else is in its batch: computed alone, or at another index beside other elements of other lengths
+#:   (vLLM's and Thinking Machines' batch invariance). Undeclared, the suite still requires each arrangement to agree
+#:   with the oracle within its budget, and reports how many ulps apart they came out
+#:   (``conformance/checks/invariance.py``).
+#: - ``"deterministic"`` (optional, default False) — True declares that gradients rerun with the same inputs have the
+#:   same bits (a forward result always must: the contract calls each method twice). Undeclared, the spread of the
+#:   reruns is reported.
 POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "fully_masked": ("nan", "zeros", "uniform"),
@@ -183,6 +192,9 @@ POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "step_zero": ("zero", "raise", "one"),
     }
 )
+
+#: The optional policies that declare a property of the implementation's arithmetic (True or False, absent: False).
+DECLARED_PROPERTIES: tuple[str, ...] = ("batch_invariant", "deterministic")
 
 #: The oracle's defaults, used by :class:`ImplementationBase`. ``layer_norm_eps = 1e-6`` is the
 #: authors' tensor2tensor value (PyTorch's ``nn.LayerNorm`` default is 1e-5).
@@ -689,10 +701,13 @@ def flushes_subnormals(policies: Any, equation: str, dtype: str) -> bool:
 
 
 def policy_problem(key: str, value: Any) -> str | None:
-    """What is wrong with ``value`` as the declared policy ``key`` (one of ``POLICY_CHOICES``, or ``layer_norm_eps``:
-    a positive float), or None: the one validation of a policy value, wherever it is read."""
+    """What is wrong with ``value`` as the declared policy ``key`` (one of ``POLICY_CHOICES``; ``layer_norm_eps``:
+    a positive float; one of ``DECLARED_PROPERTIES``: a bool), or None: the one validation of a policy value,
+    wherever it is read."""
     if key in POLICY_CHOICES and value not in POLICY_CHOICES[key]:
         return f"expected one of {POLICY_CHOICES[key]}, got {value!r}"
+    if key in DECLARED_PROPERTIES and not isinstance(value, bool):
+        return f"expected True or False, got {value!r}"
     if key == "layer_norm_eps" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
         return f"expected a positive float, got {value!r}"
     return None
@@ -705,7 +720,7 @@ def _policy_problems(policies: Any) -> list[str]:
     missing = sorted(set(DEFAULT_POLICIES) - set(policies))
     if missing:
         problems.append(f"policies: missing key(s) {missing}; every implementation declares {sorted(DEFAULT_POLICIES)}")
-    for key in (*POLICY_CHOICES, "layer_norm_eps"):
+    for key in (*POLICY_CHOICES, "layer_norm_eps", *DECLARED_PROPERTIES):
         problem = policy_problem(key, policies[key]) if key in policies else None
         if problem:
             problems.append(f"policies[{key!r}]: {problem}")

@@ -80,6 +80,17 @@ def prepare(case: Case, **args: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return natives, seen
 
 
+def implementation_result(case: Case, **args: Any) -> tuple[np.ndarray, dict[str, Any]]:
+    """(the implementation's result for the case's equation on ``args``, what it saw of them as float64): the
+    arguments converted by its ``from_numpy`` and read back (:func:`prepare`), the method called in its record's
+    argument order (or through the record's ``call``)."""
+    r = record(case.equation)
+    natives, seen = prepare(case, **{name: args[name] for name in r.arguments})
+    if r.call is not None:
+        return r.call(case, natives, seen), seen
+    return case.run(r.name, [natives[name] for name in r.arguments] + ([case.dtype] if r.passes_dtype else [])), seen
+
+
 def agreement(case: Case, **args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(implementation's result, oracle's, budget) for the case's equation on ``args``: the one recipe of every
     agreement with the oracle, read from the equation's record (``conformance/equations.py``).
@@ -91,11 +102,7 @@ def agreement(case: Case, **args: Any) -> tuple[np.ndarray, np.ndarray, np.ndarr
     ``case.survivors`` how to rerun this recipe on another input to tell candidate departures apart.
     """
     r = record(case.equation)
-    natives, seen = prepare(case, **{name: args[name] for name in r.arguments})
-    if r.call is not None:
-        got = r.call(case, natives, seen)
-    else:
-        got = case.run(r.name, [natives[name] for name in r.arguments] + ([case.dtype] if r.passes_dtype else []))
+    got, seen = implementation_result(case, **args)
     policies = declared(case)
     a = {**seen, **r.policies(policies)}
     with timed("oracle"):

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiayn.conformance.directions import FORWARD, Direction
 
-__all__ = ["Counts", "Outcome", "Row", "Status", "TestResult"]
+__all__ = ["APART", "Counts", "Outcome", "Row", "Status", "TestResult"]
 
 
 class Outcome(str, Enum):
@@ -101,7 +101,12 @@ class Counts:
     notes: list[str] = field(default_factory=list)
     largest: dict[str, Any] | None = None
     seconds: dict[str, float] = field(default_factory=dict)  # by part: TIME_PARTS
+    apart: dict[str, float] = field(default_factory=dict)  # arrangement -> most ulps from the example alone (APART)
 
+
+#: The arrangements of the batch-invariance checks whose distance from the example computed alone a row reports
+#: (``Counts.apart``, in ulps of the dtype at the larger of the two values; ``checks/invariance.py``).
+APART = ("in a batch", "padded")
 
 #: Where a test's time goes (``Counts.seconds``): "test", its call's wall time in pytest; "implementation", inside the
 #: implementation's methods (its process boundary included); "oracle", the oracle's values and the budgets;
@@ -190,6 +195,8 @@ class Row:
     known_deviations: dict[str, str] = field(default_factory=dict)
     tests: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # its tests' Counts.seconds, summed by part
+    apart: dict[str, float] = field(default_factory=dict)  # its tests' Counts.apart, the most of each
+    bitwise: bool = False  # batch invariance declared (policies["batch_invariant"]) and checked bit for bit
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)

@@ -28,7 +28,7 @@ import numpy as np
 from aiayn.conformance.directions import BACKWARD, DECODE, FORWARD
 from aiayn.conformance.equations import CONTRACT, RECORDS, title, unjudged
 from aiayn.conformance.report.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
-from aiayn.conformance.report.results import NO_MATCH, Outcome, Row, Status, TestResult
+from aiayn.conformance.report.results import APART, NO_MATCH, Outcome, Row, Status, TestResult
 from aiayn.conformance.run.boundary import Remote, flushes, isolation
 from aiayn.implementations.protocol import DTYPES, EQUATIONS, flushes_subnormals, scope_of
 from aiayn.kit import Report, Scope, md_table, write_report
@@ -137,6 +137,11 @@ def _row(equation: str, dtype: str, results: list[TestResult], impl: Any, direct
     for r in results:
         for part, seconds in r.seconds.items():
             row.seconds[part] = row.seconds.get(part, 0.0) + float(seconds)
+    for r in counted:
+        for arrangement, ulps in r.apart.items():
+            row.apart[arrangement] = max(row.apart.get(arrangement, 0.0), float(ulps))
+    policies = getattr(impl, "policies", None)
+    row.bitwise = bool(row.apart) and isinstance(policies, Mapping) and policies.get("batch_invariant") is True
     return row
 
 
@@ -422,7 +427,15 @@ def _fmt_notes(row: Row) -> str:
     if row.out_of_scope_tests and row.status is not Status.OUT_OF_SCOPE:
         parts.append(f"{len(row.out_of_scope_tests)} tests out of scope")
     parts += row.notes
+    if row.apart:
+        parts.append(_fmt_apart(row))
     return ", ".join(parts)
+
+
+def _fmt_apart(row: Row) -> str:
+    """How far the batch-invariance arrangements came out from the example alone (``Row.apart``)."""
+    shown = ", ".join(f"{k} {row.apart[k]:.3g}" for k in APART if k in row.apart)
+    return f"ulps from the example alone: {shown}" + (" (bitwise in a batch: declared, checked)" if row.bitwise else "")
 
 
 def _fmt_checked(row: Row) -> str:

@@ -244,6 +244,8 @@ class Case:
             candidates.append(("ftz", f"{self.dtype}-ftz"))
             if self.dtype == "float64":  # both at once, where neither alone holds
                 candidates.append(("float32-ftz", "float32-ftz"))
+        outer = _STATS.get()
+        named = set() if outer is None else set(outer.files)  # this failure's own replay file among them
         for kind, arithmetic in candidates:
             scratch = Stats()
             token = _STATS.set(scratch)
@@ -253,7 +255,7 @@ class Case:
                 continue
             finally:
                 _STATS.reset(token)
-                for path in scratch.files:  # the re-check's own replay files: no message names them
+                for path in set(scratch.files) - named:  # the re-check's own replay files: no message names them
                     Path(path).unlink(missing_ok=True)
             return PRECISION_DEPARTURES[kind]
         return None
@@ -608,6 +610,13 @@ class Case:
                 stats.unchecked[reason] = stats.unchecked.get(reason, 0) + int(n)
         if self.kind == "agreement" and ratio is not None and np.isfinite(ratio):
             stats.worst = float(ratio) if stats.worst is None else max(stats.worst, float(ratio))
+
+    def apart(self, arrangement: str, ulps: float) -> None:
+        """Note that ``arrangement`` (one of ``report.results.APART``) came out ``ulps`` from the example computed
+        alone: the report keeps the most."""
+        stats = _STATS.get()
+        if stats is not None and np.isfinite(ulps):
+            stats.apart[arrangement] = max(stats.apart.get(arrangement, 0.0), float(ulps))
 
     def exact_checks(self, n: int = 1) -> None:
         """Count ``n`` checks with zero tolerance that passed (the contract, exact policies)."""

@@ -61,6 +61,8 @@ class Bug:
 
     targets: frozenset[str] = frozenset()
     departure: str = ""
+    #: the dtype whose rows show the bug, where not every declared one does (a float32 path inside a float64 claim)
+    shows_in: str | None = None
 
     def provides(self) -> frozenset[str]:
         return self.targets
@@ -396,6 +398,48 @@ class EmbeddingNotScaled(Mutant):
         return embedding[tokens] + positions
 
 
+# --------------------------------------------------------------------------------------------
+# batch invariance: a kernel chosen by the size of the batch (what vLLM's and Thinking Machines' tests catch)
+
+#: Batch elements beyond which the batch mutants take their other path: more than the suite's agreement strategies
+#: draw for one example (at most 2 batch elements for Eq. (1), 3 rows for LayerNorm), so only a larger batch finds
+#: it, as only a server's busy moments do.
+_BATCHED_PATH = 3
+
+
+def _elements(x: np.ndarray, core: int) -> int:
+    return int(np.prod(np.shape(x)[: np.ndim(x) - core], dtype=np.int64))
+
+
+class LayerNormFloat32WhenBatched(Mutant):
+    """LayerNorm that takes a float32 kernel for more than 3 rows: its reductions depend on the batch's size."""
+
+    name, targets = "mutant-layernorm-float32-when-batched", frozenset({"layer_norm"})
+    departure, shows_in = "float32 inside a float64 claim", "float64"
+
+    def layer_norm(self, x, gain, bias, eps):
+        if x.dtype != np.float64 or _elements(x, 1) <= _BATCHED_PATH:
+            return super().layer_norm(x, gain, bias, eps)
+        low = super().layer_norm(x.astype(np.float32), gain.astype(np.float32), bias.astype(np.float32), eps)
+        return low.astype(np.float64)
+
+
+class AttentionFloat32WhenBatched(Mutant):
+    """Eq. (1) that takes a float32 kernel for a batch of more than 3 elements: its result depends on the batch."""
+
+    name, targets = "mutant-attention-float32-when-batched", frozenset({"scaled_dot_product_attention"})
+    departure, shows_in = "float32 inside a float64 claim", "float64"
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None):
+        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        if q.dtype != np.float64 or int(np.prod(batch, dtype=np.int64)) <= _BATCHED_PATH:
+            return super().scaled_dot_product_attention(q, k, v, mask)
+        low = super().scaled_dot_product_attention(
+            q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), mask
+        )
+        return low.astype(np.float64)
+
+
 #: Every mutant, by class name (``--impl aiayn.conformance.studies.mutants:<name>``).
 #: The mutants of the forward pass, by class name.
 FORWARD_MUTANTS: dict[str, type[Mutant]] = {
@@ -424,6 +468,8 @@ FORWARD_MUTANTS: dict[str, type[Mutant]] = {
         CausalMaskOffByOne,
         PreNormEncoder,
         EmbeddingNotScaled,
+        LayerNormFloat32WhenBatched,
+        AttentionFloat32WhenBatched,
     )
 }
 

@@ -52,12 +52,12 @@ def _one_dtype_each() -> list[tuple[str, dict[str, type], str, list[str]]]:
     (lrate); a decoding mutant on the decoding checks where its bug shows (``diagnoses.decoding``; its forward and
     backward are the built-in's), a beam search's at the derandomized ``ci`` profile (its bugs show only on sentences
     long enough for the length penalty and the stopping rule to decide something, rare among ``smoke``'s 8 simplest
-    examples)."""
+    examples); a mutant whose bug shows in one dtype only (``Bug.shows_in``) in that dtype."""
     from aiayn.conformance.diagnoses.decoding import DECODING_CATALOGUE
     from aiayn.conformance.equations import RECORDS
 
     first_only = {name for name, r in RECORDS.items() if r.first_dtype_only}
-    in_float64 = {n: c for n, c in mutants.MUTANTS.items() if c.targets <= first_only}
+    in_float64 = {n: c for n, c in mutants.MUTANTS.items() if c.targets <= first_only or c.shows_in == "float64"}
     shows = {d.name: d.checks for d in DECODING_CATALOGUE}
     # a departure of the model rather than of decoding (a positional table, diagnoses.CATALOGUE) that only the search
     # runs over shows in the beam check

@@ -1,0 +1,179 @@
+"""The batch-invariance check (``conformance/checks/invariance.py``) and its arrangements (``inputs/batches.py``):
+the example keeps its values and its part of the result in every arrangement, fillers differ from it, padding is
+hidden, the bitwise tier fails a declared ``batch_invariant`` that does not hold, and the ulps apart are measured."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+
+from aiayn.conformance.checks import load_all
+from aiayn.conformance.checks.invariance import ulps_apart
+from aiayn.conformance.equations import record
+from aiayn.conformance.inputs import batches
+from aiayn.conformance.run.harness import CHECKS, ConformanceFailure, Stats, current_stats
+from aiayn.implementations.numpy_impl import NumpyImplementation
+from aiayn.implementations.protocol import FULL_SCOPE, Scope, contract_problems
+from aiayn.reference import attention as ref_attention
+from aiayn.reference import model as ref_model
+
+load_all()
+
+RNG = np.random.default_rng(20171206)
+
+
+def _run(impl: Any, check: str, dtype: str, **args: Any) -> Stats:
+    stats = Stats()
+    token = current_stats().set(stats)
+    try:
+        CHECKS[check](impl, dtype, **args)
+    finally:
+        current_stats().reset(token)
+    return stats
+
+
+def _attention_args(batch: tuple[int, ...], mask: np.ndarray | None) -> dict[str, Any]:
+    return {
+        "q": RNG.standard_normal((*batch, 3, 4)),
+        "k": RNG.standard_normal((*batch, 5, 4)),
+        "v": RNG.standard_normal((*batch, 5, 2)),
+        "mask": mask,
+    }
+
+
+@pytest.mark.parametrize("batch", [(), (2,), (2, 1)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_example_keeps_its_result_in_a_batch_and_padded(batch: tuple[int, ...], masked: bool) -> None:
+    """The oracle on each arrangement, read at ``keep``, is the oracle on the example: the arrangements change
+    nothing the paper's Eq. (1) computes for the example (fillers of other lengths; padding hidden)."""
+    mask = np.array([[True, True, False, True, True]]) if masked else None
+    args = _attention_args(batch, mask)
+    b = record("scaled_dot_product_attention").batch
+    alone = batches.alone(args, b, FULL_SCOPE)
+    want = ref_attention.scaled_dot_product_attention(args["q"], args["k"], args["v"], mask)
+    got = ref_attention.scaled_dot_product_attention(**alone.args)[alone.keep]
+    np.testing.assert_array_equal(got.reshape(want.shape), want)
+    placed = batches.in_batch(alone, b, FULL_SCOPE, 3, 1, np.random.default_rng(1))
+    block = alone.args["q"].shape[0]
+    assert placed.args["q"].shape[0] == 3 * block and placed.args["mask"].shape[0] == 3 * block
+    fillers = np.delete(placed.args["mask"], np.s_[block : 2 * block], axis=0)
+    assert fillers.any(axis=-1).all(), "a filler has a fully masked row"
+    np.testing.assert_array_equal(ref_attention.scaled_dot_product_attention(**placed.args)[placed.keep], got)
+    assert not np.array_equal(placed.args["k"][:block], alone.args["k"]) or block != 1, "a filler equals the example"
+    padded = batches.padded(alone, b, FULL_SCOPE, 2, np.random.default_rng(2))
+    assert padded.args["k"].shape[-2] == 7 and not padded.args["mask"][..., :3, 5:].any(), "padding not hidden"
+    np.testing.assert_allclose(ref_attention.scaled_dot_product_attention(**padded.args)[padded.keep], got, 1e-15)
+
+
+def test_self_attention_stays_self_attention_and_the_decoder_stays_causal() -> None:
+    """One array passed as query, key and value stays one array in every arrangement; the decoder's self-attention
+    mask, None (causal) in the example, is the causal mask in the batch, with fillers causal too."""
+    x = RNG.standard_normal((2, 4, 6))
+    args = {"query": x, "key": x, "value": x, "params": {}, "num_heads": 2, "mask": None}
+    b = record("multi_head_attention").batch
+    alone = batches.alone(args, b, FULL_SCOPE)
+    for placed in (
+        batches.in_batch(alone, b, FULL_SCOPE, 2, 0, np.random.default_rng(3)),
+        batches.padded(alone, b, FULL_SCOPE, 1, np.random.default_rng(3)),
+    ):
+        assert placed.args["query"] is placed.args["key"] is placed.args["value"]
+    y, memory = RNG.standard_normal((1, 3, 4)), RNG.standard_normal((1, 2, 4))
+    args = {"y": y, "memory": memory, "params": {}, "num_heads": 1, "self_mask": None, "memory_mask": None}
+    b = record("decoder_layer").batch
+    placed = batches.in_batch(batches.alone(args, b, FULL_SCOPE), b, FULL_SCOPE, 4, 2, np.random.default_rng(4))
+    causal = np.tril(np.ones((3, 3), dtype=bool))
+    assert placed.args["self_mask"].shape == (4, 3, 3)
+    assert not (placed.args["self_mask"] & ~causal).any(), "a self-attention mask that is not causal"
+    np.testing.assert_array_equal(placed.args["self_mask"][2], causal)
+
+
+def test_the_whole_model_is_padded_past_its_lengths() -> None:
+    """Tokens appended past each sentence's length (the lengths made explicit) leave the model's logits at the real
+    positions unchanged (the oracle's), as §3.2.3 requires."""
+    config = types.SimpleNamespace(n_layers=1, d_model=4, d_ff=8, num_heads=2, d_k=2, d_v=2)
+    params = ref_model.init_params(config, 7, np.random.default_rng(5))
+    args = {"src": np.array([[1, 2, 3]]), "tgt": np.array([[4, 5]]), "params": params, "num_heads": 2}
+    args |= {"src_lengths": None, "tgt_lengths": None}
+    b = record("transformer_forward").batch
+    alone = batches.alone(args, b, FULL_SCOPE)
+    padded = batches.padded(alone, b, FULL_SCOPE, 3, np.random.default_rng(6))
+    assert padded.args["src"].shape == (1, 6) and list(padded.args["src_lengths"]) == [3]
+
+    def model(a: dict[str, Any]) -> np.ndarray:
+        return ref_model.transformer_forward(
+            a["src"], a["tgt"], params, 2, src_lengths=a["src_lengths"], tgt_lengths=a["tgt_lengths"]
+        )
+
+    np.testing.assert_allclose(model(padded.args)[padded.keep], model(args), rtol=1e-12)
+
+
+def test_no_arrangement_outside_the_scope() -> None:
+    """No batch dimension is added where the scope accepts none, and no padding where it accepts no padding mask
+    or no longer sequence."""
+    args = _attention_args((), None)
+    b = record("scaled_dot_product_attention").batch
+    assert batches.alone(args, b, Scope(batch_dims=(0,))) is None
+    alone = batches.alone(args, b, FULL_SCOPE)
+    assert batches.padded(alone, b, Scope(masks=("none", "causal")), 1, RNG) is None
+    assert batches.padded(alone, b, Scope(max_length=5), 1, RNG) is None
+
+
+def test_ulps_apart() -> None:
+    assert ulps_apart(np.array([1.0, np.nan]), np.array([1.0, np.nan]), "float64") == 0.0
+    assert ulps_apart(np.array([1.0]), np.array([1.0 + 2**-52]), "float64") == 1.0
+    assert ulps_apart(np.array([1.0]), np.array([1.0 + 2**-20]), "float32") == 8.0
+    assert ulps_apart(np.array([np.inf]), np.array([1.0]), "float64") == np.inf
+
+
+class _Declared(NumpyImplementation):
+    """The NumPy built-in declaring batch invariance."""
+
+    name = "numpy-declared-batch-invariant"
+
+    def __init__(self) -> None:
+        super().__init__(policies={"batch_invariant": True})
+
+
+class _RowDependent(_Declared):
+    """Declares batch invariance; its FFN's last bit depends on the row's index in the batch."""
+
+    def feed_forward(self, x, w1, b1, w2, b2):
+        out = super().feed_forward(x, w1, b1, w2, b2)
+        rows = out.reshape(-1, out.shape[-1])
+        rows[1:] = np.nextafter(rows[1:], np.inf)
+        return rows.reshape(out.shape)
+
+
+def _ffn_args() -> dict[str, Any]:
+    return {
+        "x": RNG.standard_normal((1, 3)),
+        "w1": RNG.standard_normal((3, 5)),
+        "b1": RNG.standard_normal(5),
+        "w2": RNG.standard_normal((5, 3)),
+        "b2": RNG.standard_normal(3),
+    }
+
+
+def test_a_declared_batch_invariance_is_checked_bit_for_bit() -> None:
+    """One ulp of difference in the batch, far within the budget, fails a declared ``batch_invariant`` (and passes
+    where it is not declared, with the ulps reported); a correct declaration passes with 0 ulps apart."""
+    assert not contract_problems(_Declared())
+    place = {"size": 3, "index": 2, "extra": 1, "seed": 0}
+    with pytest.raises(ConformanceFailure, match="batch_invariant.*declared.*differs from the example computed alone"):
+        _run(_RowDependent(), "feed_forward_is_batch_invariant", "float64", **_ffn_args(), **place)
+    loose = type("Loose", (_RowDependent,), {"__init__": NumpyImplementation.__init__})()
+    stats = _run(loose, "feed_forward_is_batch_invariant", "float64", **_ffn_args(), **place)
+    assert stats.apart["in a batch"] >= 1.0
+    assert _run(_Declared(), "feed_forward_is_batch_invariant", "float64", **_ffn_args(), **place).apart == {
+        "in a batch": 0.0
+    }
+
+
+def test_an_invalid_declaration_is_a_contract_problem() -> None:
+    """A declared property that is not a bool is named by the contract check (never read as truthy)."""
+    impl = NumpyImplementation()
+    impl.policies = {**impl.policies, "batch_invariant": "yes"}
+    assert any("batch_invariant" in p for p in contract_problems(impl))
