@@ -9,12 +9,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _checks import run_check
 
 from aiayn.conformance.checks import load_all
 from aiayn.conformance.checks.invariance import ulps_apart
 from aiayn.conformance.equations import record
 from aiayn.conformance.inputs import batches
-from aiayn.conformance.run.harness import CHECKS, ConformanceFailure, Stats, current_stats
+from aiayn.conformance.run.harness import ConformanceFailure
 from aiayn.implementations.numpy_impl import NumpyImplementation
 from aiayn.implementations.protocol import FULL_SCOPE, Scope, contract_problems
 from aiayn.reference import attention as ref_attention
@@ -23,16 +24,6 @@ from aiayn.reference import model as ref_model
 load_all()
 
 RNG = np.random.default_rng(20171206)
-
-
-def _run(impl: Any, check: str, dtype: str, **args: Any) -> Stats:
-    stats = Stats()
-    token = current_stats().set(stats)
-    try:
-        CHECKS[check](impl, dtype, **args)
-    finally:
-        current_stats().reset(token)
-    return stats
 
 
 def _attention_args(batch: tuple[int, ...], mask: np.ndarray | None) -> dict[str, Any]:
@@ -169,11 +160,11 @@ def test_a_declared_batch_invariance_is_checked_bit_for_bit() -> None:
     assert not contract_problems(_Declared())
     place = {"size": 3, "index": 2, "extra": 1, "seed": 0}
     with pytest.raises(ConformanceFailure, match="batch_invariant.*declared.*differs from the example computed alone"):
-        _run(_RowDependent(), "feed_forward_is_batch_invariant", "float64", **_ffn_args(), **place)
+        run_check(_RowDependent(), "feed_forward_is_batch_invariant", "float64", **_ffn_args(), **place)
     loose = type("Loose", (_RowDependent,), {"__init__": NumpyImplementation.__init__})()
-    stats = _run(loose, "feed_forward_is_batch_invariant", "float64", **_ffn_args(), **place)
+    stats = run_check(loose, "feed_forward_is_batch_invariant", "float64", **_ffn_args(), **place)
     assert stats.apart["in a batch"] >= 1.0
-    assert _run(_Declared(), "feed_forward_is_batch_invariant", "float64", **_ffn_args(), **place).apart == {
+    assert run_check(_Declared(), "feed_forward_is_batch_invariant", "float64", **_ffn_args(), **place).apart == {
         "in a batch": 0.0
     }
 

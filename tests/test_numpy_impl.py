@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _checks import run_check
 
 from aiayn.conformance.checks import load_all
 from aiayn.conformance.equations import record, unjudged
 from aiayn.conformance.inputs import fixed as F
-from aiayn.conformance.run.harness import CHECKS, Stats, current_stats
+from aiayn.conformance.run.harness import Stats
 from aiayn.implementations import numpy_backward, numpy_impl
 from aiayn.implementations.numpy_impl import NumpyImplementation, blocked_numpy_implementation
 from aiayn.implementations.protocol import DEFAULT_POLICIES, POLICY_CHOICES
@@ -39,17 +40,6 @@ load_all()
 def _unjudged(stats: Stats) -> dict[str, int]:
     """The elements not checked for a reason other than having no defined value (padded target positions)."""
     return unjudged(stats.unchecked)
-
-
-def _run(impl: Any, check: str, dtype: str, **args: Any) -> Stats:
-    """Run one registered check (it raises ``ConformanceFailure`` on a disagreement); return what it checked."""
-    stats = Stats()
-    token = current_stats().set(stats)
-    try:
-        CHECKS[check](impl, dtype, **args)
-    finally:
-        current_stats().reset(token)
-    return stats
 
 
 def _blocked(tile: int, **policies: str) -> Callable[[], NumpyImplementation]:
@@ -95,7 +85,7 @@ def _dtypes(impl: NumpyImplementation, case: F.Fixed) -> tuple[str, ...]:
 def test_every_fixed_case_is_checked_in_full(config: str, case: F.Fixed) -> None:
     impl = CONFIGURATIONS[config]()
     for dtype in _dtypes(impl, case):
-        stats = _run(impl, case.check, dtype, **case.args)
+        stats = run_check(impl, case.check, dtype, **case.args)
         unjudged = _unjudged(stats)
         assert not unjudged, f"{case.equation} [{case}] in {dtype} ({config}): not checked {unjudged}"
         empty = case.args.get("length") == 0  # the empty positional table has no element to check
@@ -177,7 +167,7 @@ EXTRA: tuple[F.Fixed, ...] = (
 def test_extra_inputs_agree_with_the_oracle(case: F.Fixed) -> None:
     impl = NumpyImplementation()
     for dtype in _dtypes(impl, case):
-        stats = _run(impl, case.check, dtype, **case.args)
+        stats = run_check(impl, case.check, dtype, **case.args)
         assert stats.checked > 0 and not _unjudged(stats), (
             f"{case} in {dtype}: {stats.checked} checked, {stats.unchecked}"
         )
@@ -186,7 +176,7 @@ def test_extra_inputs_agree_with_the_oracle(case: F.Fixed) -> None:
 @pytest.mark.parametrize("step_zero", POLICY_CHOICES["step_zero"])
 def test_lrate_step_zero_follows_each_declared_policy(step_zero: str) -> None:
     """Step 0 as declared ("zero": 0.0, "raise": ValueError, "one": lrate(1)), and a negative step raises ValueError."""
-    stats = _run(
+    stats = run_check(
         NumpyImplementation(policies={"step_zero": step_zero}),
         "lrate_at_step_zero_follows_the_declared_policy",
         "float64",
@@ -200,7 +190,7 @@ def test_lrate_step_zero_follows_each_declared_policy(step_zero: str) -> None:
 def test_smoothed_targets_sum_to_one_under_each_declared_variant(variant: str) -> None:
     impl = NumpyImplementation(policies={"label_smoothing": variant})
     for case in F.cases("label_smoothing"):
-        stats = _run(impl, "smoothed_targets_sum_to_one", impl.dtypes[0], **case.args)
+        stats = run_check(impl, "smoothed_targets_sum_to_one", impl.dtypes[0], **case.args)
         assert stats.checked == case.args["targets"].size, f"{variant} [{case}]: {stats.checked} sums checked"
 
 
@@ -260,7 +250,7 @@ def test_both_paths_agree_with_the_oracle_on_a_long_sequence(scale: float, dtype
     unshifted = numpy_impl._unshifted_is_safe(q * (1.0 / math.sqrt(16)), k, v)
     assert unshifted == (scale == 1.0), f"scale {scale}: the inputs no longer take the softmax they are meant for"
     for impl in (direct, blocked):
-        stats = _run(impl, "scaled_dot_product_attention", dtype, **args)
+        stats = run_check(impl, "scaled_dot_product_attention", dtype, **args)
         assert stats.checked == 2 * 200 * 8 and not stats.unchecked, (
             f"{impl.attention}: {stats.checked} checked, not checked {stats.unchecked}"
         )
@@ -290,7 +280,7 @@ def test_the_backward_on_a_long_sequence_is_within_the_suites_budgets(path: str,
     }
     impl = NumpyImplementation(attention=path, block_size=32, policies={"fully_masked": "zeros"})
     assert 200 * 300 >= numpy_backward.PER_SLICE_MIN and 200 > numpy_backward.QUERY_ROWS, "no longer the long path"
-    stats = _run(impl, "scaled_dot_product_attention_gradients", dtype, **args)
+    stats = run_check(impl, "scaled_dot_product_attention_gradients", dtype, **args)
     assert stats.checked == 2 * (200 * 16 + 300 * 16 + 300 * 8) and not stats.unchecked, (
         f"{path}: {stats.checked} checked, not checked {stats.unchecked}"
     )
