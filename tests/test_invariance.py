@@ -116,6 +116,7 @@ def test_ulps_apart() -> None:
     assert ulps_apart(np.array([1.0, np.nan]), np.array([1.0, np.nan]), "float64") == 0.0
     assert ulps_apart(np.array([1.0]), np.array([1.0 + 2**-52]), "float64") == 1.0
     assert ulps_apart(np.array([1.0]), np.array([1.0 + 2**-20]), "float32") == 8.0
+    # an infinity against a number is infinitely far, never 0 (the NaN of inf - inf / inf made inf, not dropped)
     assert ulps_apart(np.array([np.inf]), np.array([1.0]), "float64") == np.inf
 
 
@@ -140,7 +141,7 @@ class _RowDependent(_Declared):
     def feed_forward(self, x, w1, b1, w2, b2):
         out = super().feed_forward(x, w1, b1, w2, b2)
         rows = out.reshape(-1, out.shape[-1])
-        rows[1:] = np.nextafter(rows[1:], np.inf)
+        rows[1:] = np.nextafter(rows[1:], np.inf)  # the planted bug: one ulp up on every row but the first
         return rows.reshape(out.shape)
 
 
