@@ -200,3 +200,20 @@ def test_jax_gradients_in_float64_are_computed_in_x64_mode() -> None:
             JaxAttention(), "float64", q=q, k=k, v=v, mask=None, d_out=RNG.normal(size=(2, 3, 4))
         )
     assert "float32 inside a float64 claim" in str(failure.value) and "TypeError" not in str(failure.value)
+
+
+def test_the_eq1_backward_budget_holds_where_a_scaled_operand_underflows() -> None:
+    """SDPA scales q (and k) by 1/sqrt(d_k) before its products: with q of subnormal float32 values that rounding
+    errs by up to eta an element, which dK carries times |dS|. The exact gradient at the rounded operand (q sigma
+    rounded to float32, divided back) stays within the float32 budget of the exact one."""
+    rng = np.random.default_rng(5)
+    q = np.full((2, 1, 5, 3), float(np.float32(1.401298464324817e-45)))
+    k, v = rng.uniform(-1, 1, (2, 1, 5, 3)), rng.uniform(-10, 10, (2, 1, 5, 2))
+    d_out = rng.uniform(30, 47, (2, 1, 5, 2))
+    sigma = 1.0 / np.sqrt(3.0)
+    prescaled = np.float32(q * sigma).astype(np.float64) / sigma  # the operand SDPA multiplies by, scaled back
+    exact = ref.scaled_dot_product_attention_vjp(q, k, v, d_out)[1]  # dK
+    rounded = ref.scaled_dot_product_attention_vjp(prescaled, k, v, d_out)[1]
+    budget = BB.scaled_dot_product_attention(q, k, v, None, d_out, precision("float32"))["k"]
+    assert np.max(np.abs(rounded - exact)) > 0  # the underflow is there to bound
+    assert np.all(np.abs(rounded - exact) <= budget)

@@ -140,7 +140,9 @@ def attention_core_vjp(
       dS = P (.) (dP - D): :func:`_softmax_vjp_error` with G = dP (m = M, e_m = e_dP): never relative to |dS|.
       dQ = sigma dS K: sigma formed and applied with at most 4 roundings (as in the forward), so
          sigma [Sum_j e_dS (|k_j| + e_k) + |dS| e_k + gamma_{n_k+4} Sum_j (|dS| + e_dS)(|k_j| + e_k)];
-         dK = sigma dS^T Q alike over i.
+         dK = sigma dS^T Q alike over i. Where sigma is applied to a factor before the product (K sigma, or dS sigma;
+         SDPA scales its operands first), that factor's underflow adds eta per element, carried by the other:
+         eta Sum_j (|dS_ij| + |k_j|) for dQ, eta Sum_i (|dS_ij| + |q_i|) for dK (the relative part is in gamma).
     Masked scores have P = 0 and b_p = 0: no error reaches their keys. Fully masked rows: NaN under "nan" (compared
     as NaN, or undefined), exactly 0 under "zeros" (P = 0), and under "uniform" every weight 1/n_k with no gradient
     to the scores (the masked scores are constants), so dS = 0 there and dV gets the 1/n_k weights.
@@ -170,14 +172,19 @@ def attention_core_vjp(
     if fully_masked == "uniform":  # no gradient reaches the constant scores of a fully masked row
         e_ds, mag_ds = np.where(dead, 0.0, e_ds), np.where(dead, 0.0, mag_ds)
     abs_ds = mag_ds - e_ds  # |dS|'s bound
+    # a factor scaled by sigma before the product: its underflow (eta an element) carried by the other factor
+    prescaled_k = prec.eta * (np.sum(mag_ds, axis=-1, keepdims=True) + np.sum(ak, axis=-2)[..., None, :])
     e_dq = (
         sigma * (np.matmul(e_ds, ak) + np.matmul(abs_ds, e_k) + gamma(n_k + 4, prec.op) * np.matmul(mag_ds, ak))
         + (n_k + 4) * prec.eta
+        + prescaled_k
     )
     mds_t, eds_t, ads_t = (np.swapaxes(a, -1, -2) for a in (mag_ds, e_ds, abs_ds))
+    prescaled_q = prec.eta * (np.sum(mds_t, axis=-1, keepdims=True) + np.sum(aq, axis=-2)[..., None, :])
     e_dk = (
         sigma * (np.matmul(eds_t, aq) + np.matmul(ads_t, e_q) + gamma(n_q + 4, prec.op) * np.matmul(mds_t, aq))
         + (n_q + 4) * prec.eta
+        + prescaled_q
     )
     errors = {"q": e_dq * SAFETY, "k": e_dk * SAFETY, "v": e_dv * SAFETY}
     magnitudes = {
