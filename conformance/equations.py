@@ -132,7 +132,8 @@ class Decode:
     decoder is causal); the search's oracle is ``search_oracle`` (over a scorer of prefixes, with the declared
     policies) and its length penalty ``length_penalty``, its budget ``budgets/decoding.py`` built on the same forward
     budget (``checks/decoding.py``). ``agreement``: the decoding checks that compare with the oracle directly (what
-    ``--aiayn-agreement-only`` keeps of decoding).
+    ``--aiayn-agreement-only`` keeps of decoding). ``steps_batch``, ``search_batch``: what one batch element of cached
+    decoding and of beam search is (``inputs/batches.py``), read by their batch-invariance checks.
     """
 
     steps: tuple[str, ...]
@@ -141,6 +142,8 @@ class Decode:
     search_oracle: Callable[..., Any]
     length_penalty: Callable[[int, float], float]
     agreement: tuple[str, ...]
+    steps_batch: Batching
+    search_batch: Batching
 
 
 @dataclass(frozen=True)
@@ -670,6 +673,19 @@ _RECORDS: tuple[Equation, ...] = (
             search_oracle=ref_decoding.beam_search,
             length_penalty=ref_decoding.length_penalty,
             agreement=(CACHED_STEPS, BEAM_SEARCH),
+            # a sentence: its source (padding hidden by its length) and the target fed to the cached decoder
+            steps_batch=Batching(
+                core=lambda a: {"src": 1, "tgt": 1, "src_lengths": 0},
+                lengths={"src_lengths": "src"},
+                positions=("src",),
+                rows="tgt",
+            ),
+            search_batch=Batching(
+                core=lambda a: {"src": 1, "src_lengths": 0},
+                lengths={"src_lengths": "src"},
+                positions=("src",),
+                rows="src",
+            ),
         ),
     ),
 )

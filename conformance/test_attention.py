@@ -244,3 +244,33 @@ def test_attention_gradients_stay_in_their_batch_element(impl: Any, dtype: str, 
     A.attention_gradients_stay_in_their_batch_element(
         impl, dtype, **args, index=data.draw(st.integers(0, batch[0] - 1)), d_out=data.draw(S.cotangent(shape))
     )
+
+
+# --------------------------------------------------------------------------------------------
+# lengths around kernels' tile sizes (strategies.TILE_LENGTHS: 15-17, 31-33, 63-65, 95-97, 127-129)
+
+
+@pytest.mark.aiayn_equation("scaled_dot_product_attention")
+@profile(0.25)
+@given(data=st.data())
+def test_scaled_dot_product_attention_across_tiles(impl: Any, dtype: str, data: st.DataObject) -> None:
+    where = S.scope(impl, "scaled_dot_product_attention")
+    A.scaled_dot_product_attention_across_tiles(impl, dtype, **data.draw(S.attention_across_tiles(dtype, scope=where)))
+
+
+@pytest.mark.aiayn_equation("scaled_dot_product_attention", direction=BACKWARD)
+@profile(0.125)
+@given(data=st.data())
+def test_scaled_dot_product_attention_gradients_across_tiles(impl: Any, dtype: str, data: st.DataObject) -> None:
+    args = data.draw(S.attention_across_tiles(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
+    args = S.defined_gradients(impl, args, "mask")
+    shape = (*np.broadcast_shapes(args["q"].shape[:-2], args["k"].shape[:-2]), args["q"].shape[-2], args["v"].shape[-1])
+    A.scaled_dot_product_attention_gradients_across_tiles(impl, dtype, **args, d_out=data.draw(S.cotangent(shape)))
+
+
+@pytest.mark.aiayn_equation("multi_head_attention")
+@profile(0.25)
+@given(data=st.data())
+def test_multi_head_attention_across_tiles(impl: Any, dtype: str, data: st.DataObject) -> None:
+    where = S.scope(impl, "multi_head_attention")
+    A.multi_head_attention_across_tiles(impl, dtype, **data.draw(S.mha_across_tiles(dtype, scope=where)))

@@ -27,6 +27,15 @@ def test_cached_decoding_equals_the_full_forward(impl: Any, dtype: str, data: st
 
 
 @pytest.mark.aiayn_equation("transformer_forward", direction=DECODE)
+@profile(0.125)
+@given(data=st.data())
+def test_cached_decoding_across_tiles(impl: Any, dtype: str, data: st.DataObject) -> None:
+    C.provided(impl, "steps")
+    where = S.scope(impl, "transformer_forward")
+    C.cached_decoding_across_tiles(impl, dtype, **data.draw(S.decode_inputs(dtype, scope=where, across_tiles=True)))
+
+
+@pytest.mark.aiayn_equation("transformer_forward", direction=DECODE)
 @profile(0.25)
 @given(data=st.data())
 def test_reordered_cache_equals_the_reordered_prefixes(impl: Any, dtype: str, data: st.DataObject) -> None:

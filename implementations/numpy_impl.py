@@ -640,6 +640,7 @@ class NumpyImplementation(ImplementationBase):
                     new_logp[i, slot] = top[i, j]
                     new_seq[i, slot] = [*alive_seq[i, src_beam[i, j]].tolist(), tok[i, j]]
             alive_seq, alive_logp = new_seq, new_logp
+            stopping: dict[int, bool] = {}  # sentence -> whether its early stop holds at this step
             for i in range(b):
                 if done[i]:
                     continue
@@ -653,13 +654,15 @@ class NumpyImplementation(ImplementationBase):
                         finished[i] += [(v, seq, n) for n, (v, seq) in enumerate(live)]
                     done[i] = True
                 else:
-                    done[i] = self._stops(
+                    stopping[i] = self._stops(
                         rule["early_stop"],
                         [f[0] for f in finished[i]],
                         alive_logp[i, 0],
                         lp(self._bound_at(t, limits[i])),
                         k,
                     )
+            for i in self._stopped(stopping):
+                done[i] = True
             if all(done):
                 break
             index = (np.arange(b)[:, None] * k + beams).reshape(-1)
@@ -835,6 +838,11 @@ class NumpyImplementation(ImplementationBase):
         if rule == "bound" and scores:
             return sorted(scores, reverse=True)[:k][-1] > best_alive / lp_max
         return False
+
+    def _stopped(self, stopping: Mapping[int, bool]) -> list[int]:
+        """The sentences whose search ends early at this step: each whose own rule holds (a sentence's search never
+        depends on the others of its batch)."""
+        return [i for i, stop in stopping.items() if stop]
 
     def _float_dtype(self, **arrays: Any) -> np.dtype:
         """Return the one float dtype shared by ``arrays`` (one of ``dtypes``), or raise naming the culprit."""

@@ -331,6 +331,7 @@ def beam_search(
     per_parent: bool = False,
     min_length: int = 0,
     renormalise: bool = True,
+    stop_after: int = 0,
 ) -> BeamResult:
     """§6.1's beam search for one sentence, with GNMT's length penalty; policies as the module docstring says.
 
@@ -346,7 +347,10 @@ def beam_search(
     extended further); ``per_parent``: after the first step each alive hypothesis keeps only its own best
     continuation (k greedy searches, not a top-k over all k * vocab candidates); ``min_length`` m: EOS is disabled at
     steps 1..m, its log-probability set to -inf after the log-softmax (``renormalise`` False) or before it (True: the
-    step's other log-probabilities renormalised without EOS, log p - log(1 - p(EOS))).
+    step's other log-probabilities renormalised without EOS, log p - log(1 - p(EOS))); ``stop_after`` s: the early stop
+    is not applied before step s (a search that goes on until every sentence of its batch would stop, Hugging Face
+    transformers PR #38778: for a monotone rule, "full" or "first", the sentence's own search with s the step at
+    which the last sentence of its batch stops).
     """
     k = positive_int("beam", beam)
     limit = positive_int("max_length", max_length)
@@ -354,6 +358,7 @@ def beam_search(
     eos_rank = choice("eos_rank", eos_rank, EOS_RANKS)
     early_stop = choice("early_stop", early_stop, (*EARLY_STOPS, FIRST, BOUND_NOW))
     m = positive_int("min_length", min_length, minimum=0)
+    stop_after = positive_int("stop_after", stop_after, minimum=0)
     at_max_length = choice("at_max_length", at_max_length, AT_MAX_LENGTH)
     length_counts = choice("length_counts", length_counts, LENGTH_COUNTS)
     extra = 1 if length_counts == "bos_eos" else 0
@@ -414,6 +419,8 @@ def beam_search(
             break
         if t == limit:
             break
+        if t < stop_after:  # the departure a diagnosis computes to name it; §6.1's search has s = 0
+            continue
         if (early_stop == "full" and len(finished) >= k) or (early_stop == FIRST and finished):
             break
         if early_stop in ("bound", BOUND_NOW) and finished:

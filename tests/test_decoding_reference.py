@@ -96,6 +96,30 @@ def test_the_bound_never_changes_the_best(
     assert stopped.best.tokens == full.best.tokens and stopped.best.score == full.best.score
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10**6),
+    beam=st.integers(1, 3),
+    early_stop=st.sampled_from(["full", D.FIRST]),
+    at_max_length=st.sampled_from(D.AT_MAX_LENGTH),
+)
+def test_an_early_stop_held_off_to_a_later_step(seed: int, beam: int, early_stop: str, at_max_length: str) -> None:
+    """``stop_after`` (the early stop held off until the batch's last sentence stops) at or before the step the
+    search stops at changes nothing; at the maximum length it is the search without an early stop; in between, a
+    monotone rule stops exactly there."""
+    fn = _toy(seed, 5, eos_bias=0.5)
+    kw = dict(eos=EOS, max_length=7, beam=beam, at_max_length=at_max_length)
+    own = D.beam_search(fn, early_stop=early_stop, **kw)
+    for s in range(own.steps + 1):
+        assert D.beam_search(fn, early_stop=early_stop, stop_after=s, **kw).finished == own.finished
+    late = D.beam_search(fn, early_stop=early_stop, stop_after=7, **kw)
+    never = D.beam_search(fn, early_stop="none", **kw)
+    assert late.finished == never.finished and late.steps == never.steps
+    for s in range(own.steps + 1, 7):
+        held = D.beam_search(fn, early_stop=early_stop, stop_after=s, **kw)
+        assert held.steps == s or (held.steps < s and held.steps == never.steps), (s, held.steps, never.steps)
+
+
 def test_beam_one_without_penalty_is_greedy() -> None:
     for seed in range(20):
         fn = _toy(seed, 6, eos_bias=0.3)

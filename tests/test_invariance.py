@@ -12,7 +12,7 @@ import pytest
 from _checks import run_check
 
 from aiayn.conformance.checks import load_all
-from aiayn.conformance.checks.invariance import ulps_apart
+from aiayn.conformance.checks.invariance import NO_BATCH, ulps_apart
 from aiayn.conformance.equations import record
 from aiayn.conformance.inputs import batches
 from aiayn.conformance.run.harness import ConformanceFailure
@@ -159,7 +159,7 @@ def test_a_declared_batch_invariance_is_checked_bit_for_bit() -> None:
     """One ulp of difference in the batch, far within the budget, fails a declared ``batch_invariant`` (and passes
     where it is not declared, with the ulps reported); a correct declaration passes with 0 ulps apart."""
     assert not contract_problems(_Declared())
-    place = {"size": 3, "index": 2, "extra": 1, "seed": 0}
+    place = {"size": 3, "index": 2, "hidden": 1, "seed": 0}
     with pytest.raises(ConformanceFailure, match="batch_invariant.*declared.*differs from the example computed alone"):
         run_check(_RowDependent(), "feed_forward_is_batch_invariant", "float64", **_ffn_args(), **place)
     loose = type("Loose", (_RowDependent,), {"__init__": NumpyImplementation.__init__})()
@@ -175,3 +175,155 @@ def test_an_invalid_declaration_is_a_contract_problem() -> None:
     impl = NumpyImplementation()
     impl.policies = {**impl.policies, "batch_invariant": "yes"}
     assert any("batch_invariant" in p for p in contract_problems(impl))
+
+
+class _SignOfZero(_Declared):
+    """Declares batch invariance; its FFN returns -0 where the row's result is +0, on every row but the first."""
+
+    def feed_forward(self, x, w1, b1, w2, b2):
+        out = super().feed_forward(x, w1, b1, w2, b2)
+        rows = out.reshape(-1, out.shape[-1])
+        rows[1:] = -rows[1:]  # the planted bug: +0 becomes -0 (every result is 0 on these inputs)
+        return rows.reshape(out.shape)
+
+
+def test_the_bitwise_tier_tells_minus_zero_from_zero() -> None:
+    """A zero weight gives a result of +0 everywhere: -0 in the batch is a different bit pattern, so a declared
+    ``batch_invariant`` fails, while the value comparison of the first tier finds them 0 ulps apart."""
+    args = {**_ffn_args(), "w2": np.zeros((5, 3)), "b2": np.zeros(3)}
+    place = {"size": 3, "index": 2, "hidden": 1, "seed": 0}
+    with pytest.raises(ConformanceFailure, match="batch_invariant.*declared.*differs from the example computed alone"):
+        run_check(_SignOfZero(), "feed_forward_is_batch_invariant", "float64", **args, **place)
+    assert run_check(_Declared(), "feed_forward_is_batch_invariant", "float64", **args, **place).apart == {
+        "in a batch": 0.0
+    }
+
+
+def test_an_example_that_cannot_be_batched_is_counted_not_checked() -> None:
+    """Where the scope accepts no batch dimension to add, the example counts as one not checked, never as a pass."""
+    impl = NumpyImplementation()
+    impl.scope = {"feed_forward": Scope(batch_dims=(0,))}
+    args = {**_ffn_args(), "x": RNG.standard_normal(3)}
+    stats = run_check(impl, "feed_forward_is_batch_invariant", "float64", **args, size=2, index=0, hidden=1, seed=0)
+    assert stats.unchecked == {NO_BATCH: 1} and stats.checked == 0
+
+
+class _BeamNudged(NumpyImplementation):
+    """Declares batch invariance; its beam search's scores move one ulp when it searches more than two sentences."""
+
+    name = "numpy-beam-nudged"
+
+    def __init__(self) -> None:
+        super().__init__(policies={"batch_invariant": True})
+
+    def beam_search(self, *args, **kwargs):
+        out = super().beam_search(*args, **kwargs)
+        if len(out) <= 2:
+            return out
+        return [(tokens, float(np.nextafter(score, np.inf))) for tokens, score in out]  # the planted bug
+
+
+def _beam_args() -> dict[str, Any]:
+    from aiayn.conformance.inputs.fixed import beam_model
+
+    params, src, h = beam_model(0, 1.0)
+    return {
+        "src": src[:1],
+        "params": params,
+        "num_heads": h,
+        "src_lengths": None,
+        "beam": 2,
+        "alpha": 0.6,
+        "extra": 2,
+        "bos": 0,
+        "eos": 4,
+        "size": 3,
+        "index": 1,
+        "hidden": 1,
+        "seed": 0,
+    }
+
+
+def test_a_declared_batch_invariance_of_beam_search_is_checked_bit_for_bit() -> None:
+    """A sentence's score one ulp off in a batch of other sentences fails a declared ``batch_invariant`` (the
+    hypothesis and its score must keep their bits); undeclared, it passes with the ulps reported; the NumPy built-in
+    searches each sentence alone, so its hypotheses and scores keep their bits (0 ulps)."""
+    with pytest.raises(ConformanceFailure, match="batch_invariant.*declared.*beam search returned"):
+        run_check(_BeamNudged(), "beam_search_is_batch_invariant", "float64", **_beam_args())
+    loose = type("Loose", (_BeamNudged,), {"__init__": NumpyImplementation.__init__})()
+    stats = run_check(loose, "beam_search_is_batch_invariant", "float64", **_beam_args())
+    assert stats.apart["in a batch"] >= 1.0 and stats.checked >= 3
+    stats = run_check(NumpyImplementation(), "beam_search_is_batch_invariant", "float64", **_beam_args())
+    assert stats.apart == {"in a batch": 0.0, "padded": 0.0}
+
+
+def test_cached_decoding_in_a_batch_and_padded() -> None:
+    """The NumPy built-in's cached decoder, the sentence alone, in a batch of other sentences of other lengths and
+    with hidden source padding: every call within the forward budget (the check passes), the distances reported."""
+    a = _beam_args()
+    args = {k: a[k] for k in ("src", "params", "num_heads", "src_lengths", "size", "index", "hidden", "seed")}
+    tgt = np.array([[1, 2, 3, 5]])
+    stats = run_check(
+        NumpyImplementation(), "cached_decoding_is_batch_invariant", "float64", **args, tgt=tgt, chunks=[2, 1, 1]
+    )
+    assert set(stats.apart) == {"in a batch", "padded"} and stats.checked > 0
+
+
+class _NudgedGradients(NumpyImplementation):
+    """The NumPy built-in with the FFN's backward computed one position at a time (a BLAS product's blocking, and so
+    its rounding, may change with the number of rows: the built-in's own dx moves by an ulp in a batch), whose
+    gradients move one ulp on every second backward call (``nudge`` "rerun", as a kernel with atomic accumulation
+    might) or in every batch element but the first (``nudge`` "batch"; None: no bug); it declares ``declares``."""
+
+    name = "numpy-nudged-gradients"
+
+    def __init__(self, nudge: str | None, declares: str | None) -> None:
+        super().__init__(policies={declares: True} if declares else None)
+        self.nudge, self.calls = nudge, 0
+
+    def vjp(self, equation, args, d_out):
+        x, *weights = args
+        rows = [
+            super(_NudgedGradients, self).vjp(equation, [x[i : i + 1], *weights], d_out[i : i + 1])
+            for i in range(x.shape[0])
+        ]
+        grads = {"x": np.concatenate([r["x"] for r in rows])}
+        for name in ("w1", "b1", "w2", "b2"):
+            grads[name] = rows[0][name].copy()
+            for r in rows[1:]:
+                grads[name] += r[name]
+        self.calls += 1
+        if self.nudge == "rerun" and self.calls % 2 == 0:  # the planted bug
+            return {k: np.nextafter(g, np.inf) for k, g in grads.items()}
+        if self.nudge == "batch":
+            grads["x"][1:] = np.nextafter(grads["x"][1:], np.inf)  # the planted bug
+        return grads
+
+
+def test_declared_determinism_of_gradients_is_checked_bit_for_bit() -> None:
+    """Gradients one ulp apart between two runs of the same call fail a declared ``deterministic`` (and pass where it
+    is not declared, the spread reported); the NumPy built-in's runs keep their bits."""
+    args = {**_ffn_args(), "seed": 0}
+    with pytest.raises(ConformanceFailure, match="deterministic.*declared.*run 2 .against run 1"):
+        run_check(
+            _NudgedGradients("rerun", "deterministic"), "feed_forward_gradients_are_deterministic", "float64", **args
+        )
+    stats = run_check(_NudgedGradients("rerun", None), "feed_forward_gradients_are_deterministic", "float64", **args)
+    assert stats.apart["rerun"] >= 1.0
+    declared = NumpyImplementation(policies={"deterministic": True})
+    assert run_check(declared, "feed_forward_gradients_are_deterministic", "float64", **args).apart == {"rerun": 0.0}
+
+
+def test_declared_batch_invariance_of_gradients_is_checked_bit_for_bit() -> None:
+    """An input gradient one ulp off in a batch fails a declared ``batch_invariant`` (undeclared: reported); the
+    gradients of the weights the batch shares sum over it and are held to the budget only."""
+    args = {**_ffn_args(), "size": 3, "index": 1, "hidden": 1, "seed": 0}
+    declared = _NudgedGradients(None, "batch_invariant")
+    assert run_check(declared, "feed_forward_gradients_are_batch_invariant", "float64", **args).apart == {
+        "in a batch": 0.0
+    }
+    impl = _NudgedGradients("batch", "batch_invariant")
+    with pytest.raises(ConformanceFailure, match="batch_invariant.*declared.*the gradient dx"):
+        run_check(impl, "feed_forward_gradients_are_batch_invariant", "float64", **args)
+    stats = run_check(_NudgedGradients("batch", None), "feed_forward_gradients_are_batch_invariant", "float64", **args)
+    assert stats.apart["in a batch"] >= 1.0 and stats.checked > 0

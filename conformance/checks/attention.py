@@ -83,6 +83,14 @@ def softmax_shift_invariance(case: Case, x: np.ndarray, axis: int, shift: float)
 
 scaled_dot_product_attention = agreement_check("scaled_dot_product_attention")
 scaled_dot_product_attention_gradients = gradient_check("scaled_dot_product_attention")
+# the same checks on lengths around kernels' tile sizes (inputs/strategies.py, TILE_LENGTHS): a last partial tile, a
+# reduction split across tiles
+scaled_dot_product_attention_across_tiles = agreement_check(
+    "scaled_dot_product_attention", "scaled_dot_product_attention_across_tiles"
+)
+scaled_dot_product_attention_gradients_across_tiles = gradient_check(
+    "scaled_dot_product_attention", "scaled_dot_product_attention_gradients_across_tiles"
+)
 
 
 @check(
@@ -402,6 +410,7 @@ def attention_gradients_stay_in_their_batch_element(
 # multi-head attention, §3.2.2
 
 multi_head_attention = agreement_check("multi_head_attention")
+multi_head_attention_across_tiles = agreement_check("multi_head_attention", "multi_head_attention_across_tiles")
 multi_head_attention_gradients = gradient_check("multi_head_attention")
 #: The same agreement on self-attention inputs with a fully masked query row (a kernel path of its own in fused code).
 multi_head_attention_fully_masked_self_attention_row = agreement_check(

@@ -100,6 +100,56 @@ def _step(case: Case, tokens: Any, memory: Any, params: Any, h: int, cache: Any,
     return got, out[1]
 
 
+def decoded_in_chunks(
+    case: Case, natives: dict[str, Any], seen: dict[str, Any], num_heads: int, chunks: Sequence[int]
+) -> np.ndarray:
+    """The logits of ``encode`` then ``decode_step`` fed the target ``seen["tgt"]`` in ``chunks`` (one call each, the
+    cache passed on), concatenated over the target's positions: (B, T, vocab) float64."""
+    tgt = seen["tgt"]
+    b, vocab = tgt.shape[0], seen["params"]["embedding"].shape[0]
+    memory = case.call("encode", natives["src"], natives["params"], num_heads, natives["src_lengths"])
+    got, cache, start = [], None, 0
+    for k in chunks:
+        tokens = case.native(tgt[:, start : start + k])
+        logits, cache = _step(
+            case, tokens, memory, natives["params"], num_heads, cache, natives["src_lengths"], (b, k, vocab)
+        )
+        got.append(logits)
+        start += k
+    return np.concatenate(got, axis=1)
+
+
+def judge_decoding(
+    case: Case, seen: dict[str, Any], chunks: Sequence[int], got: np.ndarray, where: str = ""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Compare the logits ``got`` of decoding ``seen["tgt"]`` in ``chunks`` with the whole model's forward pass at
+    those positions, within its forward budget (``where`` names the call in messages); returns the oracle's logits
+    and their budget."""
+    expected, budget, name = _forward(case, seen, seen["src"], seen["tgt"], seen["src_lengths"])
+    ops, start = [], 0
+    for k in chunks:
+        ops.append(("step", seen["tgt"][:, start : start + k]))
+        start += k
+    case.diagnosis = StepDiagnosis(
+        case.check,
+        _oracle_args(case, seen),
+        ops,
+        expected,
+        lambda dtype: _forward(case, seen, seen["src"], seen["tgt"], seen["src_lengths"], dtype)[1],
+    )
+    compare(
+        case,
+        got,
+        expected,
+        budget,
+        what=f"decoding with a cache, fed in chunks {list(chunks)}{where}, differs from the whole forward pass at "
+        "those positions",
+        budget_name=name,
+        expected_name="the full forward pass over the prefix",
+    )
+    return expected, budget
+
+
 @check("transformer_forward", direction=DECODE)
 def cached_decoding_equals_the_full_forward(
     case: Case,
@@ -116,37 +166,24 @@ def cached_decoding_equals_the_full_forward(
     if sum(chunks) != tgt.shape[1]:
         raise ValueError(f"test construction: chunks {chunks} do not sum to the target length {tgt.shape[1]}")
     natives, seen = prepare(case, src=src, tgt=tgt, params=params, num_heads=num_heads, src_lengths=src_lengths)
-    memory = case.call("encode", natives["src"], natives["params"], num_heads, natives["src_lengths"])
-    b, vocab = tgt.shape[0], params["embedding"].shape[0]
-    got, cache, start = [], None, 0
-    for k in chunks:
-        tokens = case.native(tgt[:, start : start + k])
-        logits, cache = _step(
-            case, tokens, memory, natives["params"], num_heads, cache, natives["src_lengths"], (b, k, vocab)
-        )
-        got.append(logits)
-        start += k
-    expected, budget, name = _forward(case, seen, seen["src"], seen["tgt"], seen["src_lengths"])
-    ops, start = [], 0
-    for k in chunks:
-        ops.append(("step", seen["tgt"][:, start : start + k]))
-        start += k
-    case.diagnosis = StepDiagnosis(
-        case.check,
-        _oracle_args(case, seen),
-        ops,
-        expected,
-        lambda dtype: _forward(case, seen, seen["src"], seen["tgt"], seen["src_lengths"], dtype)[1],
-    )
-    compare(
-        case,
-        np.concatenate(got, axis=1),
-        expected,
-        budget,
-        what=f"decoding with a cache, fed in chunks {chunks}, differs from the whole forward pass at those positions",
-        budget_name=name,
-        expected_name="the full forward pass over the prefix",
-    )
+    judge_decoding(case, seen, chunks, decoded_in_chunks(case, natives, seen, num_heads, chunks))
+
+
+@check("transformer_forward", direction=DECODE)
+def cached_decoding_across_tiles(
+    case: Case,
+    src: np.ndarray,
+    tgt: np.ndarray,
+    params: dict[str, Any],
+    num_heads: int,
+    src_lengths: np.ndarray | None,
+    chunks: list[int],
+) -> None:
+    """:func:`cached_decoding_equals_the_full_forward` on targets whose length crosses a tile of 16 or 32 cached
+    positions (``strategies.decode_inputs``, ``across_tiles``): a cache kernel's last partial tile of keys."""
+    provided(case.impl, "steps")
+    natives, seen = prepare(case, src=src, tgt=tgt, params=params, num_heads=num_heads, src_lengths=src_lengths)
+    judge_decoding(case, seen, chunks, decoded_in_chunks(case, natives, seen, num_heads, chunks))
 
 
 @check("transformer_forward", direction=DECODE)
@@ -285,27 +322,26 @@ class _Scored:
         return DB.accumulated(steps, self.sizes.get(step, max(self.sizes.values(), default=0.0)), self.ps)
 
 
-@check("transformer_forward", direction=DECODE)
-def beam_search_finds_the_oracles_hypothesis(
+def max_lengths_of(src: np.ndarray, src_lengths: np.ndarray | None, extra: int) -> np.ndarray:
+    """Each sentence's maximum output length (§6.1: input length + ``extra``), (B,) int64; the input length is its
+    source length where lengths are given, else the source's width."""
+    inputs = src.shape[1] if src_lengths is None else src_lengths
+    return np.broadcast_to(np.asarray(inputs) + extra, (src.shape[0],)).astype(np.int64)
+
+
+def searched(
     case: Case,
-    src: np.ndarray,
-    params: dict[str, Any],
+    natives: dict[str, Any],
     num_heads: int,
-    src_lengths: np.ndarray | None,
     beam: int,
     alpha: float,
-    extra: int,
+    max_lengths: np.ndarray,
     bos: int,
     eos: int,
-) -> None:
-    """Each sentence's hypothesis is the oracle's beam search's on the same model with the declared policies (where
-    no choice of the search was within the scores' error), and its score is the oracle's score of what it returned."""
-    provided(case.impl, "search")
-    natives, seen = prepare(case, src=src, params=params, num_heads=num_heads, src_lengths=src_lengths)
-    b, n_src = src.shape
-    vocab = params["embedding"].shape[0]
-    inputs = n_src if src_lengths is None else src_lengths
-    max_lengths = np.broadcast_to(np.asarray(inputs) + extra, (b,)).astype(np.int64)
+) -> list[Any]:
+    """One call of ``beam_search`` on the native arguments: its answer, checked to be a list of one item per
+    sentence (each item is judged by :func:`judge_hypotheses`)."""
+    b = len(max_lengths)
     out = case.call(
         "beam_search",
         natives["src"],
@@ -323,20 +359,73 @@ def beam_search_finds_the_oracles_hypothesis(
             f"beam_search returned {type(out).__name__} of length {len(out) if hasattr(out, '__len__') else '?'}, "
             f"expected a list of {b} (tokens, score) pairs"
         )
-    rule = _beam_policies(case)
-    ps = [precision(case.arithmetic), precision("float64")]
-    for i, item in enumerate(out):
-        tokens, score = _hypothesis(case, item, i, vocab, eos, int(max_lengths[i]), int(max_lengths.max()))
-        scored = _Scored(case, seen, i, bos, ps)
-        kw = {
-            "eos": eos,
-            "max_length": int(max_lengths[i]),
-            "beam": beam,
-            "alpha": alpha,
-            **{key: rule[key] for key in ("eos_rank", "early_stop", "at_max_length", "length_counts")},
+    return list(out)
+
+
+class Searches:
+    """The oracle's beam searches of the sentences of one call (what the implementation saw of them, ``seen``), with
+    the declared policies: each sentence's scorer (:class:`_Scored`, made when first asked; ``scored`` shares those of
+    the same sentences in another call) and result, memoised; :meth:`batch_steps` the step at which the last of them
+    stops."""
+
+    def __init__(
+        self,
+        case: Case,
+        seen: dict[str, Any],
+        beam: int,
+        alpha: float,
+        max_lengths: np.ndarray,
+        bos: int,
+        eos: int,
+        scored: dict[int, _Scored] | None = None,
+    ) -> None:
+        self.case, self.seen, self.beam, self.alpha, self.bos, self.eos = case, seen, beam, alpha, bos, eos
+        self.max_lengths = np.asarray(max_lengths)
+        self.rule = _beam_policies(case)
+        self.ps = [precision(case.arithmetic), precision("float64")]
+        self.scored: dict[int, _Scored] = dict(scored or {})
+        self.results: dict[int, Any] = {}
+
+    def of(self, p: int) -> _Scored:
+        if p not in self.scored:
+            self.scored[p] = _Scored(self.case, self.seen, p, self.bos, self.ps)
+        return self.scored[p]
+
+    def kw(self, p: int) -> dict[str, Any]:
+        """The declared search's arguments for sentence ``p``."""
+        return {
+            "eos": self.eos,
+            "max_length": int(self.max_lengths[p]),
+            "beam": self.beam,
+            "alpha": self.alpha,
+            **{key: self.rule[key] for key in ("eos_rank", "early_stop", "at_max_length", "length_counts")},
         }
-        result = _MODEL.decode.search_oracle(scored, **kw)
-        log_p, bound, penalty, eos_lp = _path(case, scored, seen, i, tokens, alpha, eos, rule, bos)
+
+    def result(self, p: int) -> Any:
+        if p not in self.results:
+            self.results[p] = _MODEL.decode.search_oracle(self.of(p), **self.kw(p))
+        return self.results[p]
+
+    def batch_steps(self) -> int:
+        """The step at which the oracle's search of the call's last sentence stops (searches every sentence)."""
+        return max(self.result(p).steps for p in range(len(self.max_lengths)))
+
+
+def judge_hypotheses(
+    case: Case, out: Sequence[Any], searches: Searches, positions: Sequence[int], where: str = ""
+) -> dict[int, tuple[list[int], float, bool]]:
+    """Judge the answer ``out`` of one call of ``beam_search`` at ``positions`` (its sentences there): each a
+    (tokens, score) pair by the contract's types, its score the oracle's score of those tokens within the accumulated
+    error, its tokens the oracle's search's best wherever every choice of that search was wider than the scores'
+    error (``where`` names the call in messages). Returns each position's (tokens, score, whether the oracle's search
+    decided it)."""
+    vocab = searches.seen["params"]["embedding"].shape[0]
+    ml, alpha, eos, bos, rule = searches.max_lengths, searches.alpha, searches.eos, searches.bos, searches.rule
+    judged: dict[int, tuple[list[int], float, bool]] = {}
+    for i in positions:
+        tokens, score = _hypothesis(case, out[i], i, vocab, eos, int(ml[i]), int(ml.max()))
+        scored, kw, result = searches.of(i), searches.kw(i), searches.result(i)
+        log_p, bound, penalty, eos_lp = _path(case, scored, tokens, alpha, eos, rule, bos)
         extra = 1 if rule["length_counts"] == "bos_eos" else 0
         case.diagnosis = _BeamDiagnosis(
             scored,
@@ -352,11 +441,12 @@ def beam_search_finds_the_oracles_hypothesis(
                 alpha,
                 rule,
                 eos_lp,
-                int(max_lengths[i]),
-                int(max_lengths.max()),
+                int(ml[i]),
+                int(ml.max()),
+                searches.batch_steps,
             ),
-            lambda ops, flags=None, i=i, tokens=tokens: _variant_path(
-                case, seen, i, bos, ps, ops, tokens, alpha, eos, rule, flags
+            lambda ops, flags=None, scored=scored, tokens=tokens: _variant_path(
+                case, scored, ops, tokens, alpha, eos, rule, flags
             ),
         )
         compare(
@@ -364,28 +454,54 @@ def beam_search_finds_the_oracles_hypothesis(
             np.array(score),
             np.array(log_p / penalty),
             np.array(bound / penalty),
-            what=f"beam search's score of its hypothesis {tokens} for sentence {i} differs from log P(tokens | source) "
-            f"/ lp(|Y|) with lp(|Y|) = ((5 + |Y|) / 6)^{alpha}"
+            what=f"beam search's score of its hypothesis {tokens} for sentence {i}{where} differs from log P(tokens | "
+            f"source) / lp(|Y|) with lp(|Y|) = ((5 + |Y|) / 6)^{alpha}"
             + (" (unpenalised: no hypothesis finished)" if penalty == 1.0 and tokens[-1] != eos else ""),
             budget_name="budgets.decoding.accumulated",
             expected_name="the oracle's score of the same tokens",
         )
         if tuple(tokens) == result.best.tokens:
             case.tally(checked=1)
+            judged[i] = (tokens, score, True)
             continue
         if result.undecided(scored.err):
             case.tally(unchecked={TIE: 1})
+            judged[i] = (tokens, score, False)
             continue
         closest = min(result.decisions, key=lambda d: d.slack(scored.err), default=None)
         matched, _ = matches(case, np.array(score))
         case.fail(
-            f"beam search returned {tokens} for sentence {i}, the oracle's search {list(result.best.tokens)} "
+            f"beam search returned {tokens} for sentence {i}{where}, the oracle's search {list(result.best.tokens)} "
             f"(score {score!r}, the oracle's {result.best.score!r}){matched}; every choice of the oracle's search was "
             f"wider than the scores' error"
             + (f" (the closest: {closest.what} at step {closest.step}, gap {closest.gap:.3g})" if closest else "")
-            + f"; policies {rule}, beam {beam}, alpha {alpha}, maximum length {int(max_lengths[i])}",
+            + f"; policies {rule}, beam {searches.beam}, alpha {alpha}, maximum length {int(ml[i])}",
             kind=OverBudget,
         )
+    return judged
+
+
+@check("transformer_forward", direction=DECODE)
+def beam_search_finds_the_oracles_hypothesis(
+    case: Case,
+    src: np.ndarray,
+    params: dict[str, Any],
+    num_heads: int,
+    src_lengths: np.ndarray | None,
+    beam: int,
+    alpha: float,
+    extra: int,
+    bos: int,
+    eos: int,
+) -> None:
+    """Each sentence's hypothesis is the oracle's beam search's on the same model with the declared policies (where
+    no choice of the search was within the scores' error), and its score is the oracle's score of what it returned."""
+    provided(case.impl, "search")
+    natives, seen = prepare(case, src=src, params=params, num_heads=num_heads, src_lengths=src_lengths)
+    max_lengths = max_lengths_of(src, src_lengths, extra)
+    out = searched(case, natives, num_heads, beam, alpha, max_lengths, bos, eos)
+    searches = Searches(case, seen, beam, alpha, max_lengths, bos, eos)
+    judge_hypotheses(case, out, searches, range(len(out)))
 
 
 def _searcher(scored: _Scored, kw: dict[str, Any]) -> Any:
@@ -445,10 +561,7 @@ class _BeamDiagnosis:
 
 def _variant_path(
     case: Case,
-    seen: dict[str, Any],
-    i: int,
-    bos: int,
-    ps: list,
+    scored: _Scored,
     ops: Any,
     tokens: list[int],
     alpha: float,
@@ -456,10 +569,10 @@ def _variant_path(
     rule: dict[str, str],
     flags: Any = None,
 ) -> tuple[_Scored, float, float, float, np.ndarray]:
-    """Sentence ``i``'s search on the model with ``ops`` (``diagnoses.Ops``) or the cached decoder with ``flags``,
-    and what :func:`_path` gives of ``tokens`` on it."""
-    scored = _Scored(case, seen, i, bos, ps, ops, flags)
-    return (scored, *_path(case, scored, seen, i, tokens, alpha, eos, rule, bos))
+    """The search of ``scored``'s sentence on the model with ``ops`` (``diagnoses.Ops``) or the cached decoder with
+    ``flags``, and what :func:`_path` gives of ``tokens`` on it."""
+    variant = _Scored(case, scored.seen, scored.row, scored.bos, scored.ps, ops, flags)
+    return (variant, *_path(case, variant, tokens, alpha, eos, rule, scored.bos))
 
 
 #: The check whose departures are bugs of a cached step, and the flags of those that show only in a chunk of several
@@ -552,8 +665,6 @@ def _hypothesis(
 def _path(
     case: Case,
     scored: _Scored,
-    seen: dict[str, Any],
-    i: int,
     tokens: list[int],
     alpha: float,
     eos: int,
@@ -563,6 +674,7 @@ def _path(
     """The oracle's log P(tokens | source) of a hypothesis (teacher-forced log-probabilities summed), the bound on an
     implementation's (``budgets.decoding.accumulated`` along that path), its penalty lp(|Y|) (1 where a
     "dropped" search returns an alive hypothesis because none finished), and log P(EOS) at each step (T,)."""
+    seen, i = scored.seen, scored.row
     src = seen["src"][i : i + 1]
     lengths = None if seen["src_lengths"] is None else seen["src_lengths"][i : i + 1]
     tgt = np.array([[bos, *tokens[:-1]]], dtype=np.int64)

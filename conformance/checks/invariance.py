@@ -11,6 +11,12 @@ have other lengths, and with hidden padding appended. Two tiers:
   same bits as alone, as vLLM's and Thinking Machines' batch-invariance tests demand. Padding changes the lengths a
   kernel reduces over, so it is held to the first tier only.
 
+Decoding (§3.2.3, §6.1) gets the same arrangements of its sentences: ``cached_decoding_is_batch_invariant`` (each
+call within the whole model's forward budget) and ``beam_search_is_batch_invariant`` (each call's hypotheses judged
+against the oracle's search, tie-aware, so a sentence keeps its hypothesis wherever that search decided it; tokens and
+score bit for bit where declared). Their batched arguments are the decoding record's ``steps_batch`` and
+``search_batch``.
+
 The padded call is judged against the oracle on the padded arguments: the declared policy "uniform" gives a fully
 masked query row the mean of every value, padded ones included, so there the padded result differs from the example's
 by definition; elements whose oracle values differ between the two are left out of the ulps apart.
@@ -23,7 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance.checks._common import agreement, declared, implementation_result
+from aiayn.conformance.checks import decoding as D
+from aiayn.conformance.checks._common import (
+    UNDEFINED_GRADIENT,
+    agreement,
+    declared,
+    gradient_agreement,
+    implementation_result,
+    prepare,
+)
+from aiayn.conformance.directions import BACKWARD, DECODE
 from aiayn.conformance.equations import record
 from aiayn.conformance.inputs import batches
 from aiayn.conformance.inputs.strategies import scope
@@ -31,13 +46,22 @@ from aiayn.conformance.numerics import first_index, ulp
 from aiayn.conformance.run.comparison import compare
 from aiayn.conformance.run.harness import Case, check, current_stats
 
-__all__ = ["NO_BATCH", "NO_PADDING", "ulps_apart"]
+__all__ = ["NO_BATCH", "NO_PADDING", "TIE_APART", "ulps_apart"]
 
-#: The row's note where an example could not be put in a batch: the scope accepts no batch dimension to add.
-NO_BATCH = "batch invariance not checked on some examples: the scope accepts no batch dimension to add"
+#: What an example counts as where it could not be put in a batch (one "not checked" per example): the scope accepts
+#: no batch dimension to add.
+NO_BATCH = "batch invariance: the scope accepts no batch dimension to add"
 #: The row's note where an example could not be padded (the record's ``why_no_padding`` where it has no padding
 #: arrangement at all).
 NO_PADDING = "padded arrangement not checked on some examples: the scope accepts no padding mask or no longer sequence"
+
+
+#: The row's note where a sentence's beam-search hypothesis differed between arrangements: each was judged against
+#: the oracle's search, which was within the scores' error there, so either is right (bit for bit only where declared).
+TIE_APART = (
+    "beam search: a sentence's hypothesis differed between arrangements where the oracle's search was within the "
+    "scores' error (either is right)"
+)
 
 
 def _note(text: str) -> None:
@@ -68,8 +92,10 @@ def ulps_apart(a: np.ndarray, b: np.ndarray, dtype: str) -> float:
 
 
 def _bitwise(case: Case, got: np.ndarray, alone: np.ndarray, placed: batches.Placed) -> None:
-    """Under a declared ``batch_invariant``: the example in the batch has exactly the bits it has alone."""
-    differs = ~((got == alone) | (np.isnan(got) & np.isnan(alone)))
+    """Under a declared ``batch_invariant``: the example in the batch has exactly the bits it has alone (+0 and -0
+    differ; any NaN matches any NaN, as the agreement checks judge NaN by where it is, not by its payload)."""
+    same = (got == alone) & (np.signbit(got) == np.signbit(alone))
+    differs = ~(same | (np.isnan(got) & np.isnan(alone)))
     if np.any(differs):
         i = first_index(differs)
         case.fail(
@@ -87,12 +113,12 @@ def _batch_check(equation: str) -> Callable[..., None]:
     b = r.batch
     assert b is not None
 
-    def is_batch_invariant(case: Case, size: int, index: int, extra: int, seed: int, **args: Any) -> None:
+    def is_batch_invariant(case: Case, size: int, index: int, hidden: int, seed: int, **args: Any) -> None:
         rng = np.random.default_rng(seed)
         where = scope(case.impl, equation)
         example = batches.alone(args, b, where)
         if example is None:
-            _note(NO_BATCH)
+            case.tally(unchecked={NO_BATCH: 1})
             return
         undefined = r.undefined(example.args) if r.undefined is not None else None
         got, expected, budget = agreement(case, **example.args)
@@ -107,7 +133,7 @@ def _batch_check(equation: str) -> Callable[..., None]:
         )
         arrangements = [
             batches.in_batch(example, b, where, size, index, rng),
-            batches.padded(example, b, where, extra, rng),
+            batches.padded(example, b, where, hidden, rng),
         ]
         for key, placed in zip(("in a batch", "padded"), arrangements):
             if placed is None:
@@ -149,3 +175,293 @@ feed_forward_is_batch_invariant = _batch_check("feed_forward")
 encoder_layer_is_batch_invariant = _batch_check("encoder_layer")
 decoder_layer_is_batch_invariant = _batch_check("decoder_layer")
 transformer_forward_is_batch_invariant = _batch_check("transformer_forward")
+
+
+# --------------------------------------------------------------------------------------------
+# the backward pass: an example's gradients in a batch, padded, and run again
+
+#: How many times the determinism checks run the same backward call.
+RERUNS = 3
+
+
+def _cotangent(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """A cotangent of mixed sign around a drawn offset (a loss's gradient need not have mean 0)."""
+    return rng.standard_normal(shape) + rng.choice([0.0, -3.0, 2.0])
+
+
+def _judged_gradients(case: Case, d_out: np.ndarray, args: dict[str, Any], what: str) -> dict[str, tuple]:
+    """Every gradient the implementation gives for ``args`` and ``d_out``, each compared with the oracle's VJP within
+    the record's backward budget (``what`` names the call): (got, the oracle's) by gradient label."""
+    bw = record(case.equation).backward
+    diagnoses: dict[str, Any] = {}
+    out = {}
+    for label, (got, want, bound) in gradient_agreement(case, d_out, diagnoses, **args).items():
+        case.diagnosis = diagnoses[label]
+        compare(
+            case,
+            got,
+            want,
+            bound,
+            what=f"the gradient {label} of {what} disagrees with the oracle's VJP",
+            budget_name=bw.budget_name,
+            expected_name="the oracle's VJP",
+            undefined=(np.isnan(want), UNDEFINED_GRADIENT),
+        )
+        out[label] = (got, want)
+    return out
+
+
+def _apart(case: Case, key: str, mine: tuple, theirs: tuple, what: str, declared_as: str | None) -> None:
+    """Note how many ulps ``mine`` (got, the oracle's) came out from ``theirs``, leaving out elements whose oracle
+    values differ (a policy that reads padding) or are undefined; under a declared ``declared_as`` the bits must
+    match."""
+    (got, want), (alone, expected) = mine, theirs
+    free = ~((want == expected) | (np.isnan(want) & np.isnan(expected))) | np.isnan(want)
+    case.apart(key, ulps_apart(np.where(free, 0.0, got), np.where(free, 0.0, alone), case.dtype))
+    if declared_as is None or not declared(case).get(declared_as, False):
+        return
+    a, b = np.where(free, 0.0, got), np.where(free, 0.0, alone)
+    differs = ~(((a == b) & (np.signbit(a) == np.signbit(b))) | (np.isnan(a) & np.isnan(b)))
+    if np.any(differs):
+        i = first_index(differs)
+        case.fail(
+            f"policies[{declared_as!r}] is declared, but {what} differs in {int(np.sum(differs))} of {differs.size} "
+            f"elements, up to {ulps_apart(a, b, case.dtype):.3g} ulps (first at index {i}: {float(a[i])!r}, against "
+            f"{float(b[i])!r})",
+            breaks_property=True,
+        )
+
+
+def _gradient_batch_check(equation: str) -> Callable[..., None]:
+    """Register ``<equation>_gradients_are_batch_invariant``: the gradients of the example's own arguments alone, in
+    a batch and padded, each within the backward budget; the batch bit for bit where declared."""
+    r = record(equation)
+    b = r.batch
+    assert b is not None and r.backward is not None
+
+    def gradients_are_batch_invariant(case: Case, size: int, index: int, hidden: int, seed: int, **args: Any) -> None:
+        rng = np.random.default_rng(seed)
+        where = scope(case.impl, equation)
+        example = batches.alone(args, b, where)
+        if example is None:
+            case.tally(unchecked={NO_BATCH: 1})
+            return
+        policies = r.policies(declared(case))
+        d_alone = _cotangent(np.shape(r.oracle({**example.args, **policies})), rng)
+        alone = _judged_gradients(case, d_alone, example.args, example.what)
+        ranks = b.core(example.args)
+        arrangements = [
+            ("in a batch", batches.in_batch(example, b, where, size, index, rng)),
+            ("padded", batches.padded(example, b, where, hidden, rng)),
+        ]
+        for key, placed in arrangements:
+            if placed is None:
+                _note(b.why_no_padding or NO_PADDING)
+                continue
+            shape = np.shape(r.oracle({**placed.args, **policies}))
+            # the other blocks' cotangents drawn; padded positions' 0, as a loss over a padded batch masks them
+            d = _cotangent(shape, rng) if key == "in a batch" else np.zeros(shape)
+            d[placed.keep] = d_alone
+            got = _judged_gradients(case, d, placed.args, placed.what)
+            for label, pair in got.items():
+                parts = label[1:].split("+d")
+                if label not in alone or not all(p in ranks for p in parts):
+                    continue  # a weight the batch shares: its gradient sums over the batch
+                if key == "in a batch":
+                    part = placed.keep
+                else:  # the example's own positions: the first n of each argument padding extends
+                    n = np.shape(example.args[parts[0]])[-2] if parts[0] in b.positions else None
+                    part = (Ellipsis, slice(0, n), slice(None)) if n is not None else (Ellipsis,)
+                mine = (pair[0][part], pair[1][part])
+                _apart(case, key, mine, alone[label], f"the gradient {label} {placed.what}", "batch_invariant")
+
+    name = f"{equation}_gradients_are_batch_invariant"
+    gradients_are_batch_invariant.__name__ = gradients_are_batch_invariant.__qualname__ = name
+    gradients_are_batch_invariant.__doc__ = (
+        f"{r.title}: the gradients of the example's own arguments alone, in a batch and padded, each within "
+        f"{r.backward.budget_name}; the batch bit for bit where policies['batch_invariant'] is declared."
+    )
+    return check(equation, kind="property", violates=VIOLATES, direction=BACKWARD)(gradients_are_batch_invariant)
+
+
+#: What a failure of run-to-run determinism breaks: a declared promise rather than the paper (§3 defines functions).
+DETERMINISM_VIOLATES = "each equation is a function of its inputs (§3): the same call gives the same gradients"
+
+
+def _determinism_check(equation: str) -> Callable[..., None]:
+    """Register ``<equation>_gradients_are_deterministic``: the same backward call :data:`RERUNS` times, each within
+    the budget, the spread between runs reported; bit for bit where ``policies["deterministic"]`` is declared."""
+    r = record(equation)
+    assert r.backward is not None
+
+    def gradients_are_deterministic(case: Case, seed: int, **args: Any) -> None:
+        rng = np.random.default_rng(seed)
+        d = _cotangent(np.shape(r.oracle({**args, **r.policies(declared(case))})), rng)
+        first = _judged_gradients(case, d, args, "the call")
+        for n in range(2, RERUNS + 1):
+            again = _judged_gradients(case, d, args, f"the call run again ({n} of {RERUNS})")
+            for label, pair in again.items():
+                if label in first:
+                    what = f"the gradient {label} of run {n} (against run 1)"
+                    _apart(case, "rerun", pair, first[label], what, "deterministic")
+
+    name = f"{equation}_gradients_are_deterministic"
+    gradients_are_deterministic.__name__ = gradients_are_deterministic.__qualname__ = name
+    gradients_are_deterministic.__doc__ = (
+        f"{r.title}: the same backward call {RERUNS} times, each within {r.backward.budget_name}, the ulps between "
+        "runs reported; bit for bit where policies['deterministic'] is declared."
+    )
+    return check(equation, kind="property", violates=DETERMINISM_VIOLATES, direction=BACKWARD)(
+        gradients_are_deterministic
+    )
+
+
+softmax_gradients_are_batch_invariant = _gradient_batch_check("softmax")
+scaled_dot_product_attention_gradients_are_batch_invariant = _gradient_batch_check("scaled_dot_product_attention")
+multi_head_attention_gradients_are_batch_invariant = _gradient_batch_check("multi_head_attention")
+layer_norm_gradients_are_batch_invariant = _gradient_batch_check("layer_norm")
+feed_forward_gradients_are_batch_invariant = _gradient_batch_check("feed_forward")
+encoder_layer_gradients_are_batch_invariant = _gradient_batch_check("encoder_layer")
+decoder_layer_gradients_are_batch_invariant = _gradient_batch_check("decoder_layer")
+
+softmax_gradients_are_deterministic = _determinism_check("softmax")
+scaled_dot_product_attention_gradients_are_deterministic = _determinism_check("scaled_dot_product_attention")
+multi_head_attention_gradients_are_deterministic = _determinism_check("multi_head_attention")
+layer_norm_gradients_are_deterministic = _determinism_check("layer_norm")
+feed_forward_gradients_are_deterministic = _determinism_check("feed_forward")
+encoder_layer_gradients_are_deterministic = _determinism_check("encoder_layer")
+decoder_layer_gradients_are_deterministic = _determinism_check("decoder_layer")
+smoothed_cross_entropy_gradients_are_deterministic = _determinism_check("smoothed_cross_entropy")
+transformer_forward_gradients_are_deterministic = _determinism_check("transformer_forward")
+
+
+# --------------------------------------------------------------------------------------------
+# decoding (§3.2.3, §6.1): a sentence decoded, and searched, in a batch of other sentences
+
+#: What a failure of batch invariance in decoding breaks.
+DECODING_VIOLATES = (
+    "each sentence is decoded, and beam-searched, from that sentence alone (§6.1's search is per sentence), and "
+    "source padding is as if absent (§3.2.3)"
+)
+
+_DECODE = record("transformer_forward").decode
+
+
+def _arrangements(
+    args: dict[str, Any], b: batches.Batching, size: int, index: int, hidden: int, rng: np.random.Generator, impl: Any
+) -> tuple[batches.Placed, list[tuple[str, batches.Placed | None]]]:
+    """The sentences as drawn (they always have a batch axis), in a larger batch, and with hidden source padding."""
+    where = scope(impl, "transformer_forward")
+    example = batches.alone(args, b, where)
+    assert example is not None  # a batch axis is there already: alone adds none
+    return example, [
+        ("in a batch", batches.in_batch(example, b, where, size, index, rng)),
+        ("padded", batches.padded(example, b, where, hidden, rng)),
+    ]
+
+
+@check("transformer_forward", kind="property", violates=DECODING_VIOLATES, direction=DECODE)
+def cached_decoding_is_batch_invariant(
+    case: Case,
+    src: np.ndarray,
+    tgt: np.ndarray,
+    params: dict[str, Any],
+    num_heads: int,
+    src_lengths: np.ndarray | None,
+    chunks: list[int],
+    size: int,
+    index: int,
+    hidden: int,
+    seed: int,
+) -> None:
+    """The sentences decoded with a cache in ``chunks`` as drawn, at another index of a larger batch of other
+    sentences of other lengths, and with hidden source padding: each within the whole model's forward budget
+    (``checks/decoding.judge_decoding``), the ulps between them reported; the batch bit for bit where
+    policies['batch_invariant'] is declared."""
+    D.provided(case.impl, "steps")
+    rng = np.random.default_rng(seed)
+    sentences = {"src": src, "tgt": tgt, "src_lengths": src_lengths}
+    example, arrangements = _arrangements(sentences, _DECODE.steps_batch, size, index, hidden, rng, case.impl)
+
+    def run(placed: batches.Placed, where: str) -> tuple[np.ndarray, np.ndarray]:
+        a = placed.args
+        natives, seen = prepare(
+            case, src=a["src"], tgt=a["tgt"], params=params, num_heads=num_heads, src_lengths=a["src_lengths"]
+        )
+        got = D.decoded_in_chunks(case, natives, seen, num_heads, chunks)
+        return got, D.judge_decoding(case, seen, chunks, got, where)[0]
+
+    got, expected = run(example, "")
+    for key, placed in arrangements:
+        if placed is None:
+            _note(NO_PADDING)
+            continue
+        mine, want = (x[placed.keep] for x in run(placed, f" ({placed.what})"))
+        # the padded call is judged against its own oracle (the forward checks' rule); where the two oracles differ
+        # the distance is left out
+        free = ~((want == expected) | (np.isnan(want) & np.isnan(expected)))
+        case.apart(key, ulps_apart(np.where(free, 0.0, mine), np.where(free, 0.0, got), case.dtype))
+        if key == "in a batch" and declared(case).get("batch_invariant", False):
+            _bitwise(case, np.where(free, 0.0, mine), np.where(free, 0.0, got), placed)
+
+
+@check("transformer_forward", kind="property", violates=DECODING_VIOLATES, direction=DECODE)
+def beam_search_is_batch_invariant(
+    case: Case,
+    src: np.ndarray,
+    params: dict[str, Any],
+    num_heads: int,
+    src_lengths: np.ndarray | None,
+    beam: int,
+    alpha: float,
+    extra: int,
+    bos: int,
+    eos: int,
+    size: int,
+    index: int,
+    hidden: int,
+    seed: int,
+) -> None:
+    """Each sentence's beam search as drawn, at another index of a larger batch of other sentences of other lengths
+    (so other maximum lengths and other stopping steps), and with hidden source padding: each hypothesis judged
+    against the oracle's search (``checks/decoding.judge_hypotheses``: exact wherever that search decided it), so a
+    sentence's hypothesis is the same in every arrangement wherever the oracle's search was not within the scores'
+    error; the scores' ulps apart reported; tokens and score bit for bit in the batch where
+    policies['batch_invariant'] is declared."""
+    D.provided(case.impl, "search")
+    rng = np.random.default_rng(seed)
+    sentences = {"src": src, "src_lengths": src_lengths}
+    example, arrangements = _arrangements(sentences, _DECODE.search_batch, size, index, hidden, rng, case.impl)
+
+    def run(placed: batches.Placed, rows: list[int], where: str, scored: Any = None) -> tuple[dict, D.Searches]:
+        a = placed.args
+        natives, seen = prepare(case, src=a["src"], params=params, num_heads=num_heads, src_lengths=a["src_lengths"])
+        ml = D.max_lengths_of(a["src"], a["src_lengths"], extra)
+        out = D.searched(case, natives, num_heads, beam, alpha, ml, bos, eos)
+        searches = D.Searches(case, seen, beam, alpha, ml, bos, eos, scored)
+        return D.judge_hypotheses(case, out, searches, rows, where), searches
+
+    n = src.shape[0]
+    alone, searches = run(example, list(range(n)), "")
+    for key, placed in arrangements:
+        if placed is None:
+            _note(NO_PADDING)
+            continue
+        calls = np.shape(placed.args["src"])[0]
+        rows = list(range(calls))[placed.keep[0]] if key == "in a batch" else list(range(n))
+        # the same sentences, the same rounded model: the oracle's searches of the example serve the batch's rows
+        shared = {p: searches.of(j) for j, p in enumerate(rows)} if key == "in a batch" else None
+        got, _ = run(placed, rows, f" ({placed.what})", shared)
+        for j, p in enumerate(rows):
+            (mine, score, _), (theirs, alone_score, _) = got[p], alone[j]
+            if mine == theirs:
+                case.apart(key, ulps_apart(np.array(score), np.array(alone_score), case.dtype))
+            else:  # both judged against the oracle above: only a choice within the scores' error lets them differ
+                _note(TIE_APART)
+            bitwise = mine == theirs and np.float64(score).tobytes() == np.float64(alone_score).tobytes()
+            if key == "in a batch" and declared(case).get("batch_invariant", False) and not bitwise:
+                case.fail(
+                    f"policies['batch_invariant'] is declared, but beam search returned {mine} (score {score!r}) for "
+                    f"sentence {j} {placed.what}, and {theirs} (score {alone_score!r}) for it as drawn",
+                    breaks_property=True,
+                )

@@ -163,6 +163,13 @@ DECODING_CATALOGUE: tuple[DecodeDeparture, ...] = (
         search={"max_length": BATCH},
     ),
     DecodeDeparture(
+        "the early stop applied to the whole batch (a sentence searched until every one of its batch stops)",
+        "a stopping rule checked for the batch, not per sentence: a finished sentence goes on searching while another "
+        "of its batch does (Hugging Face transformers PR #38778; sockeye PR #474)",
+        _BEAM,
+        search={"stop_after": BATCH},
+    ),
+    DecodeDeparture(
         "a minimum length: EOS disabled at the first steps, renormalised without it",
         "EOS masked before the log-softmax for the first m steps (a default of several inference engines): the "
         "other tokens' log-probabilities rise by -log(1 - p(EOS))",
@@ -371,8 +378,9 @@ class BeamAnswer:
     ``log_p`` the oracle's log P(tokens | source) with the error ``bound`` it may carry, ``length`` |Y| and
     ``penalty`` §6.1's divisor of them under the declared policies (``declared``), ``eos_log_probs`` the oracle's
     log P(EOS) at each step along the tokens (teacher-forced), ``max_length`` the sentence's own and ``batch_max``
-    the batch's largest; ``search(**overrides)`` runs the oracle's search (``reference.decoding.beam_search``) with
-    the declared policies and ``overrides``."""
+    the batch's largest, ``batch_steps()`` the step at which the oracle's search of the batch's last sentence stops
+    (computed when asked: it searches the other sentences); ``search(**overrides)`` runs the oracle's search
+    (``reference.decoding.beam_search``) with the declared policies and ``overrides``."""
 
     search: Callable[..., Any]
     tokens: tuple[int, ...]
@@ -386,6 +394,7 @@ class BeamAnswer:
     eos_log_probs: Sequence[float]
     max_length: int
     batch_max: int
+    batch_steps: Callable[[], int]
 
     def agrees(self, score: float, penalty: float) -> bool:
         """The score returned is ``score`` within the error over ``penalty``."""
@@ -405,6 +414,8 @@ def _overrides(departure: DecodeDeparture, a: BeamAnswer) -> list[dict[str, Any]
     kw = dict(departure.search)
     if kw.get("max_length") == BATCH:
         return [] if a.batch_max == a.max_length else [{**kw, "max_length": a.batch_max}]
+    if kw.get("stop_after") == BATCH:
+        return [{**kw, "stop_after": a.batch_steps()}]
     if kw.get("min_length") == ANY:
         return [{**kw, "min_length": m} for m in range(1, a.max_length)]
     return [kw]

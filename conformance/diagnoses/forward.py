@@ -65,6 +65,7 @@ class Ops:
     output_scale: str = "none"  # none | rsqrt_d: the decoder's output times d_model^-1/2 before the tied projection
     final_norm: str = "none"  # none | encoder | decoder | both: a LayerNorm (gain 1, bias 0) after the stack
     causal_offset: int = 0
+    unwritten_tail: int = 0  # 0: every query row written; T: beyond one tile, rows past the last whole tile left 0
     lrate_shift: int = 0
     smoothing: str | None = None  # None: the declared policy; else K | K-1 | K-2 | none
 
@@ -139,7 +140,11 @@ def scaled_dot_product_attention(
     if ops.mask == "-inf" and ops.softmax_over == "keys":
         dead = ~np.any(visible, axis=-1, keepdims=True)
         p = np.where(dead, {"nan": LD(np.nan), "zeros": LD(0), "uniform": LD(1) / LD(s.shape[-1])}[policy], p)
-    return np.matmul(p, v)
+    out = np.matmul(p, v)
+    tile = ops.unwritten_tail
+    if tile and out.shape[-2] > tile:  # a tiled kernel's loop over whole tiles only: the rest keep a zeroed buffer
+        out[..., (out.shape[-2] // tile) * tile :, :] = 0
+    return out
 
 
 def _split(x: np.ndarray, h: int, layout: str) -> np.ndarray:
@@ -513,6 +518,28 @@ CATALOGUE: tuple[Departure, ...] = (
         mask="fill:-1e9",
     ),
     _d("mask ignored", "the mask argument never applied", "attention", mask="ignored"),
+    _d(
+        "the last partial tile of 16 query rows left unwritten (0)",
+        "a tiled kernel (taken beyond one tile) whose loop covers whole tiles of query rows only: rows past the last "
+        "whole tile keep the zeros of their output buffer (only lengths above the tile, not a multiple of it, show "
+        "it)",
+        "attention",
+        unwritten_tail=16,
+    ),
+    _d(
+        "the last partial tile of 32 query rows left unwritten (0)",
+        "as with tiles of 16 rows; named only where its output differs from theirs",
+        "attention",
+        unwritten_tail=32,
+        same_as="the last partial tile of 16 query rows left unwritten (0)",
+    ),
+    _d(
+        "the last partial tile of 64 query rows left unwritten (0)",
+        "as with tiles of 16 rows; named only where its output differs from theirs",
+        "attention",
+        unwritten_tail=64,
+        same_as="the last partial tile of 16 query rows left unwritten (0)",
+    ),
     _d(
         "fully masked rows give zeros",
         "PyTorch's SDPA behaviour, where another policy is declared",

@@ -9,7 +9,7 @@ were absent (§3.2.3). So the example's result must not depend on what else is i
   leading axis added where it has none);
 - :func:`in_batch`: that block at ``index`` of ``size`` blocks, the others fillers of other lengths (padding masks
   or lengths drawn anew; the positions of the example's own arrays in another order);
-- :func:`padded`: the block with ``extra`` positions appended to its sequences, hidden (masked keys, positions past
+- :func:`padded`: the block with ``hidden`` positions appended to its sequences, hidden (masked keys, positions past
   a length).
 
 Each returns a :class:`Placed`: the arguments, and ``keep``, the index of the example's part in the result.
@@ -68,13 +68,13 @@ class Placed:
 
 @st.composite
 def placement(draw: Any) -> dict[str, int]:
-    """Where the example goes: a batch of ``size`` blocks, at ``index``, ``extra`` padded positions, fillers from
+    """Where the example goes: a batch of ``size`` blocks, at ``index``, ``hidden`` padded positions, fillers from
     ``seed``."""
     size = draw(st.integers(2, 4))
     return {
         "size": size,
         "index": draw(st.integers(0, size - 1)),
-        "extra": draw(st.integers(1, 3)),
+        "hidden": draw(st.integers(1, 3)),
         "seed": draw(st.integers(0, 2**32 - 1)),
     }
 
@@ -187,8 +187,8 @@ def in_batch(example: Placed, b: Batching, scope: Scope, size: int, index: int, 
     return Placed(out, keep, f"the example at index {index} of a batch of {size} (the others of other lengths)")
 
 
-def padded(example: Placed, b: Batching, scope: Scope, extra: int, rng: np.random.Generator) -> Placed | None:
-    """``example`` (from :func:`alone`) with ``extra`` positions appended to each sequence of ``b.positions`` (copies
+def padded(example: Placed, b: Batching, scope: Scope, hidden: int, rng: np.random.Generator) -> Placed | None:
+    """``example`` (from :func:`alone`) with ``hidden`` positions appended to each sequence of ``b.positions`` (copies
     of drawn positions; tokens: drawn tokens), hidden: masks get those keys masked (query rows added copy the last
     real row's mask), lengths keep the real lengths (full where the example had none). None where padding cannot be
     placed: the equation has no padding arrangement, the scope accepts no padding, or no position is left under
@@ -198,8 +198,8 @@ def padded(example: Placed, b: Batching, scope: Scope, extra: int, rng: np.rando
     args = dict(example.args)
     longest = max(_length(args, name) for name in b.positions)
     if scope.max_length is not None:
-        extra = min(extra, scope.max_length - longest)
-    if extra <= 0:
+        hidden = min(hidden, scope.max_length - longest)
+    if hidden <= 0:
         return None
     n_rows = _length(args, b.rows)
     batch = np.shape(args[b.rows])[: np.ndim(args[b.rows]) - b.core(args)[b.rows]]
@@ -214,16 +214,16 @@ def padded(example: Placed, b: Batching, scope: Scope, extra: int, rng: np.rando
         grown[name] = _length(args, name)
         if id(args[name]) not in memo:
             axis = -1 if value.dtype.kind in "iu" else -2
-            picks = rng.integers(0, value.shape[axis], size=extra)
+            picks = rng.integers(0, value.shape[axis], size=hidden)
             memo[id(args[name])] = np.concatenate([value, np.take(value, picks, axis=axis)], axis=axis)
         out[name] = memo[id(args[name])]
     for name, (q, k) in b.masks.items():
         m = args.get(name)
         m = _full_mask(name, b, args, batch) if m is None else np.array(np.broadcast_to(m, batch + np.shape(m)[-2:]))
         if k in grown:  # the added keys: hidden from every query
-            m = np.concatenate([m, np.zeros(m.shape[:-1] + (extra,), dtype=bool)], axis=-1)
+            m = np.concatenate([m, np.zeros(m.shape[:-1] + (hidden,), dtype=bool)], axis=-1)
         if q in grown and m.shape[-2] != 1:  # added queries see what the last real one sees
-            m = np.concatenate([m, np.repeat(m[..., -1:, :], extra, axis=-2)], axis=-2)
+            m = np.concatenate([m, np.repeat(m[..., -1:, :], hidden, axis=-2)], axis=-2)
         out[name] = m
     keep = (Ellipsis, slice(0, n_rows), slice(None))
-    return Placed(out, keep, f"the example with {extra} padded position(s) appended, hidden")
+    return Placed(out, keep, f"the example with {hidden} padded position(s) appended, hidden")

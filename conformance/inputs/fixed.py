@@ -139,6 +139,18 @@ def _attention() -> list[Fixed]:
             {"q": q[:, :1], "k": k[:1], "v": v[:1], "mask": None},
             (*cross, "masks:none"),
         ),
+        Fixed(
+            check,
+            "33 queries, 65 keys: a partial last tile of 16, 32 or 64 (strategies.TILE_LENGTHS)",
+            check,
+            {
+                "q": rng.uniform(-1, 1, (33, 4)),
+                "k": rng.uniform(-1, 1, (65, 4)),
+                "v": rng.normal(size=(65, 3)),
+                "mask": None,
+            },
+            ("cross-attention", "masks:none", "length:65"),
+        ),
     ]
 
 
@@ -465,6 +477,17 @@ def _beam() -> list[Fixed]:
         ("best continuations sharing a parent (a per-hypothesis top-1 loses them)", 0, 1.0, 4, 2, 0.6, 2, 1),
         ("a longer hypothesis overtakes after a stop bounded at the current length", 2, 2.0, 2, 1, 2.0, 4, 1),
         ("two sentences with different maximum lengths (the shorter one's matters)", 0, 1.0, 4, 2, 0.6, 2, 2),
+        (
+            "sentences that stop at different steps under the 'full' rule (a stop for the whole batch lets the first "
+            "search on)",
+            8,
+            2.0,
+            3,
+            2,
+            0.6,
+            4,
+            2,
+        ),
     ):
         model, src, _ = beam_model(seed, scale)
         lengths = np.array([2, 4]) if batch == 2 else None

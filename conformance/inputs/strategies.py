@@ -36,6 +36,9 @@ __all__ = [
     "cotangent",
     "defined_gradients",
     "causal_perturbation",
+    "attention_across_tiles",
+    "mha_across_tiles",
+    "TILE_LENGTHS",
     "cross_entropy_inputs",
     "decoder_inputs",
     "encoder_inputs",
@@ -220,6 +223,17 @@ def score_error_bound(attn: Mapping[str, Any], radius_q: float, radius_kv: float
     return float(np.max(B.score_error(*heads, u)))
 
 
+def softmax_length_cap(dtype: str, score_error: float) -> int:
+    """The most keys whose softmax weights a dtype resolves when each score may be off by D = ``score_error``.
+
+    The softmax bound is finite while R ~ e^{2D} n_k u (2D + 1) < 1 (:data:`SCORE_ERROR_CAP`); a margin of 2 gives
+    n_k <= 1 / (2 e^{2D} u (2D + 1)). Longer rows are where the bound no longer applies: their elements would count
+    "not checked". bfloat16 with D <= 1/4 (:func:`logit_scale_cap`): 51 keys; float16: 414.
+    """
+    u = precision(dtype).u
+    return int(1.0 / (2.0 * np.exp(2.0 * score_error) * u * (2.0 * score_error + 1.0)))
+
+
 def condition_attention(
     attn: dict[str, Any], radius_q: float, radius_kv: float, num_heads: int, dtype: str
 ) -> dict[str, Any]:
@@ -376,6 +390,88 @@ def attention_inputs(
     v = _array(draw, (*batch, n_k, d_v), 10.0)
     m = draw(_mask(batch, n_q, n_k, scope=scope)) if mask else None
     return {"q": q, "k": k, "v": v, "mask": m}
+
+
+#: Lengths around the tile sizes of attention kernels: one below, at and one above each multiple of 16, 32, 64, 96
+#: and 128 up to 129 (the powers of two 16, 32, 64 and 128 among them), where a kernel's last partial tile, or a
+#: reduction split across tiles, begins.
+TILE_LENGTHS: tuple[int, ...] = tuple(sorted({n + e for n in (16, 32, 64, 96, 128) for e in (-1, 0, 1)}))
+
+
+def _tile_length(sizes: _Sizes, scope: Scope, upto: int) -> int:
+    """A length of :data:`TILE_LENGTHS` up to ``upto`` and the scope's ``max_length`` (none fits: one of 1 to 5)."""
+    fits = [n for n in TILE_LENGTHS if n <= upto and (scope.max_length is None or n <= scope.max_length)]
+    return sizes.sampled_from(fits) if fits else _length(sizes, scope, 1, 5)
+
+
+def _seeded_mask(
+    draw: Any, rng: np.random.Generator, batch: tuple[int, ...], n_q: int, n_k: int, scope: Scope
+) -> np.ndarray | None:
+    """A mask of the kinds the scope accepts for long sequences: none, causal (end-aligned), padding (a length per
+    batch element in [1, n_k]) or random (from ``rng``: too many entries to draw one by one; every row keeps a
+    key)."""
+    kinds = [k for k in ("none", "random", "padding", "causal") if k in scope.masks and (k != "causal" or n_k >= n_q)]
+    kind = draw(st.sampled_from(kinds or ["none"]))
+    if kind == "none":
+        return None
+    if kind == "causal":
+        return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q)
+    if kind == "padding":
+        lengths = rng.integers(1, n_k + 1, size=batch[:1] or (1,))
+        m = np.arange(n_k)[None, :] < lengths[:, None]  # (B, n_k)
+        return m.reshape(len(lengths), *([1] * len(batch)), n_k) if batch else m
+    m = rng.random((*batch, n_q, n_k)) < 0.7
+    m[..., rng.integers(0, n_k)] = True
+    return m
+
+
+@st.composite
+def attention_across_tiles(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """q, k, v whose lengths cross the tile sizes of attention kernels (:data:`TILE_LENGTHS`, each of n_q and n_k,
+    within the scope's ``max_length``), d_k and d_v in 1..8, drawn from a seed (uniform at scales 1 or 4; too many
+    elements to draw one by one), and a mask of the accepted kinds (:func:`_seeded_mask`). Lengths stop at
+    :func:`softmax_length_cap` (bfloat16: 51)."""
+    sizes = _Sizes(draw, "attention_across_tiles")
+    batch = _batch(sizes, scope, [(), (2,)])
+    upto = min(TILE_LENGTHS[-1], softmax_length_cap(dtype, 0.25))  # scores within 1/4: logit_scale_cap
+    n_q = _tile_length(sizes, scope, upto)
+    n_k = n_q if scope.self_attention_only else _tile_length(sizes, scope, upto)
+    d_k, d_v = sizes.integers(1, 8), sizes.integers(1, 8)
+    scale = min(draw(st.sampled_from([1.0, 4.0])), logit_scale_cap(dtype, d_k))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    q, k = rng.uniform(-scale, scale, (*batch, n_q, d_k)), rng.uniform(-scale, scale, (*batch, n_k, d_k))
+    v = rng.uniform(-10.0, 10.0, (*batch, n_k, d_v))
+    return {"q": q, "k": k, "v": v, "mask": _seeded_mask(draw, rng, batch, n_q, n_k, scope)}
+
+
+@st.composite
+def mha_across_tiles(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """Self- or cross-attention whose lengths cross tile sizes (:data:`TILE_LENGTHS` up to 33), as many heads as
+    query positions on half the draws (a square: a layout that swaps heads and positions keeps every shape), d_k 1
+    or 2; weights ~ 1/sqrt(d_model) (W^Q and W^K scaled down where the scores' error would pass
+    :data:`SCORE_ERROR_CAP`: :func:`condition_attention`) and inputs from a seed; lengths stop at
+    :func:`softmax_length_cap` (float16: 46; bfloat16: 5, so no tile length)."""
+    sizes = _Sizes(draw, "mha_across_tiles")
+    upto = min(33, softmax_length_cap(dtype, SCORE_ERROR_CAP))  # scores within the cap: condition_attention
+    n_q = _tile_length(sizes, scope, upto)
+    n_k = n_q if scope.self_attention_only else _tile_length(sizes, scope, upto)
+    h = n_q if draw(st.booleans()) else sizes.integers(1, 3)
+    d_k = sizes.integers(1, 2)
+    d_model = h * d_k
+    batch = _batch(sizes, scope, [(), (2,)])
+    w = 1.5 / np.sqrt(d_model)
+    params = {name: _weights(draw, (d_model, d_model), w) for name in ("w_q", "w_k", "w_v", "w_o")}
+    if "attention" not in scope.no_bias and draw(st.booleans()):
+        params.update({name: _weights(draw, (d_model,), 0.5) for name in ("b_q", "b_k", "b_v", "b_o")})
+    scale = min(3.0, logit_scale_cap(dtype, d_k) / 1.5)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    query = rng.uniform(-scale, scale, (*batch, n_q, d_model))
+    self_attention = scope.self_attention_only or (n_q == n_k and draw(st.booleans()))
+    key = query if self_attention else rng.uniform(-scale, scale, (*batch, n_k, d_model))
+    value = key if scope.self_attention_only or scope.shared_key_value else rng.uniform(-scale, scale, key.shape)
+    mask = _seeded_mask(draw, rng, batch, n_q, n_k, scope)
+    params = condition_attention(params, _row_radius(query), _row_radius(key), h, dtype)
+    return {"query": query, "key": key, "value": value, "params": params, "num_heads": h, "mask": mask}
 
 
 @st.composite
@@ -841,12 +937,16 @@ def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement", scope: Sco
 
 
 @st.composite
-def decode_inputs(draw: Any, dtype: str, *, kind: str = "steps", scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+def decode_inputs(
+    draw: Any, dtype: str, *, kind: str = "steps", scope: Scope = FULL_SCOPE, across_tiles: bool = False
+) -> dict[str, Any]:
     """A model and sentences to decode, as :func:`forward_inputs` draws them (no target padding: a decoder's inputs
     are the tokens it generated).
 
     ``kind`` "steps": ``chunks``, the sizes in which the target is fed to the cached decoder (one token at a time;
-    a prefill of several then one at a time; or any split), summing to its length. "reorder": ``prefix`` (the
+    a prefill of several then one at a time; or any split), summing to its length; with ``across_tiles`` the target
+    is 15 to 17 or 31 to 33 tokens long (:data:`TILE_LENGTHS`, within the scope), so a cache crosses a tile of 16
+    or 32 positions. "reorder": ``prefix`` (the
     positions cached before the reordering), ``index`` (the batch rows kept, in order, as many as there were, repeats
     allowed: what beam search does) and ``new`` (the tokens fed after it, one or two per row). "beam": a search's
     arguments, ``beam``, ``alpha``, ``extra`` (the maximum output length is the source length plus ``extra``: §6.1's
@@ -883,8 +983,12 @@ def decode_inputs(draw: Any, dtype: str, *, kind: str = "steps", scope: Scope = 
             "bos": int(bos),
             "eos": int(eos),
         }
-    n_tgt = _length(sizes, scope, 2, 6)
-    tgt = draw(hnp.arrays(np.int64, (b, n_tgt), elements=st.integers(0, vocab - 1)))
+    if across_tiles:  # too many tokens to draw one by one: from a seed
+        n_tgt = max(2, _tile_length(sizes, scope, 33))
+        tgt = np.random.default_rng(draw(st.integers(0, 2**32 - 1))).integers(0, vocab, (b, n_tgt))
+    else:
+        n_tgt = _length(sizes, scope, 2, 6)
+        tgt = draw(hnp.arrays(np.int64, (b, n_tgt), elements=st.integers(0, vocab - 1)))
     if kind == "steps":
         how = draw(st.sampled_from(["ones", "prefill", "any"]))
         if how == "ones":
@@ -917,6 +1021,9 @@ _SITUATIONS = (
     ((2, 2.0), 1, (2.0,), (4,), (2, 4), (False, True)),
     # two sentences whose maximum lengths differ: the shorter one's bounds its search
     ((0, 2.0), 1, (0.6, 1.0, 2.0), (2, 4), (1, 2, 3, 4, 5), (True,)),
+    # two sentences that stop at different steps under the "full" rule: a stop applied to the batch as a whole lets
+    # the first search on, and it finds another hypothesis
+    ((8, 2.0), 2, (0.6, 1.0, 2.0), (2, 3, 4, 5, 6), (3, 5), (True,)),
 )
 
 
@@ -924,8 +1031,9 @@ def _steered_beam(draw: Any, scope: Scope) -> dict[str, Any]:
     """A beam search over one of the small peaked models among which the fixed beam cases were found
     (``fixed.beam_model``), in one of the situations of :data:`_SITUATIONS` where a search bug of
     ``diagnoses.decoding`` (a finished hypothesis extended, a per-hypothesis top-1, a stop bounded at the current
-    length, a batch's maximum length) changes the hypothesis: the search's arguments are drawn among those where the
-    situation arises, so each bug is reached on many draws, not only on the fixed cases."""
+    length, a batch's maximum length, a stop applied to the batch as a whole) changes the hypothesis: the search's
+    arguments are drawn among those where the situation arises, so each bug is reached on many draws, not only on the
+    fixed cases."""
     (seed, scale), beam, alphas, extras, eoses, batches = draw(st.sampled_from(_SITUATIONS))
     params, src, h = beam_model(seed, scale)
     two = "padding" in scope.masks and draw(st.sampled_from(batches))

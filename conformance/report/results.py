@@ -104,9 +104,10 @@ class Counts:
     apart: dict[str, float] = field(default_factory=dict)  # arrangement -> most ulps from the example alone (APART)
 
 
-#: The arrangements of the batch-invariance checks whose distance from the example computed alone a row reports
-#: (``Counts.apart``, in ulps of the dtype at the larger of the two values; ``checks/invariance.py``).
-APART = ("in a batch", "padded")
+#: The arrangements of the invariance checks whose distance from the example computed once, alone, a row reports
+#: (``Counts.apart``, in ulps of the dtype at the larger of the two values; ``checks/invariance.py``): the example
+#: in a batch, padded, and the same call run again (its gradients: run-to-run determinism).
+APART = ("in a batch", "padded", "rerun")
 
 #: Where a test's time goes (``Counts.seconds``): "test", its call's wall time in pytest; "implementation", inside the
 #: implementation's methods (its process boundary included); "oracle", the oracle's values and the budgets;
@@ -197,6 +198,7 @@ class Row:
     seconds: dict[str, float] = field(default_factory=dict)  # its tests' Counts.seconds, summed by part
     apart: dict[str, float] = field(default_factory=dict)  # its tests' Counts.apart, the most of each
     bitwise: bool = False  # batch invariance declared (policies["batch_invariant"]) and checked bit for bit
+    deterministic: bool = False  # run-to-run determinism declared (policies["deterministic"]) and checked bit for bit
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)

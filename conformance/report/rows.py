@@ -141,7 +141,10 @@ def _row(equation: str, dtype: str, results: list[TestResult], impl: Any, direct
         for arrangement, ulps in r.apart.items():
             row.apart[arrangement] = max(row.apart.get(arrangement, 0.0), float(ulps))
     policies = getattr(impl, "policies", None)
-    row.bitwise = bool(row.apart) and isinstance(policies, Mapping) and policies.get("batch_invariant") is True
+    declares = isinstance(policies, Mapping)
+    batched = bool({"in a batch", "padded"} & set(row.apart))
+    row.bitwise = declares and policies.get("batch_invariant") is True and batched
+    row.deterministic = declares and policies.get("deterministic") is True and "rerun" in row.apart
     return row
 
 
@@ -433,9 +436,18 @@ def _fmt_notes(row: Row) -> str:
 
 
 def _fmt_apart(row: Row) -> str:
-    """How far the batch-invariance arrangements came out from the example alone (``Row.apart``)."""
-    shown = ", ".join(f"{k} {row.apart[k]:.3g}" for k in APART if k in row.apart)
-    return f"ulps from the example alone: {shown}" + (" (bitwise in a batch: declared, checked)" if row.bitwise else "")
+    """How far the invariance arrangements came out from the example computed once, alone (``Row.apart``)."""
+    parts = []
+    shown = ", ".join(f"{k} {row.apart[k]:.3g}" for k in APART if k in row.apart and k != "rerun")
+    if shown:
+        declared = " (bitwise in a batch: declared, checked)" if row.bitwise else ""
+        parts.append(f"ulps from the example alone: {shown}{declared}")
+    if "rerun" in row.apart:
+        parts.append(
+            f"ulps between reruns: {row.apart['rerun']:.3g}"
+            + (" (bitwise: declared, checked)" if row.deterministic else "")
+        )
+    return ", ".join(parts)
 
 
 def _fmt_checked(row: Row) -> str:

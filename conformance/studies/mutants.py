@@ -155,6 +155,25 @@ class AdditiveMask(Mutant):
         return np.matmul(_softmax(s, -1), v)
 
 
+class SkipsLastPartialTile(Mutant):
+    """Eq. (1) beyond 16 query rows computed in tiles of 16 whose loop covers whole tiles only: the rows past the last
+    whole tile keep the zeros of the output buffer (16 rows or fewer take a path of their own)."""
+
+    name = "mutant-skips-last-partial-tile"
+    targets = frozenset({"scaled_dot_product_attention", "multi_head_attention"})
+    departure = "the last partial tile of 16 query rows left unwritten (0)"
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None):
+        full = super().scaled_dot_product_attention(q, k, v, mask)
+        if full.shape[-2] <= 16:
+            return full
+        out = np.zeros_like(full)
+        whole = (full.shape[-2] // 16) * 16
+        for start in range(0, whole, 16):  # the bug: range(0, n_q, 16) would reach the last partial tile
+            out[..., start : start + 16, :] = full[..., start : start + 16, :]
+        return out
+
+
 class MaskIgnored(Mutant):
     """The mask argument is ignored."""
 
@@ -451,6 +470,7 @@ FORWARD_MUTANTS: dict[str, type[Mutant]] = {
         MaskAfterSoftmax,
         AdditiveMask,
         MaskIgnored,
+        SkipsLastPartialTile,
         FullyMaskedZeros,
         UnshiftedSoftmax,
         SoftmaxLastAxisOnly,
@@ -928,6 +948,20 @@ class BeamBatchMaxLength(DecodeMutant):
         return [max(limits)] * len(limits)
 
 
+class BeamStopsWithItsBatch(DecodeMutant):
+    """The early stop applied to the batch as a whole (Hugging Face transformers PR #38778): a sentence whose own rule
+    says stop searches on until every sentence of its batch would stop, under fairseq's "full" rule."""
+
+    name = "mutant-beam-stops-with-its-batch"
+    departure = "the early stop applied to the whole batch (a sentence searched until every one of its batch stops)"
+
+    def __init__(self) -> None:
+        super().__init__(policies={"beam_search": {"early_stop": "full"}})
+
+    def _stopped(self, stopping):
+        return list(stopping) if all(stopping.values()) else []
+
+
 class BeamMinLengthRenormalised(DecodeMutant):
     """EOS disabled for the first two steps before the log-softmax: the step is renormalised without it."""
 
@@ -1000,6 +1034,7 @@ DECODE_MUTANTS: dict[str, type[DecodeMutant]] = {
         BeamPerHypothesisBest,
         BeamBoundAtCurrentLength,
         BeamBatchMaxLength,
+        BeamStopsWithItsBatch,
         BeamMinLengthRenormalised,
         BeamMinLength,
         BeamOverHalvesTable,

@@ -26,6 +26,7 @@ FORCES = {
     "beam: best continuations": "BeamPerHypothesisBest",
     "beam: a longer hypothesis": "BeamBoundAtCurrentLength",
     "beam: two sentences": "BeamBatchMaxLength",
+    "beam: sentences that stop": "BeamStopsWithItsBatch",
 }
 
 
