@@ -150,40 +150,40 @@ def judge_decoding(
     return expected, budget
 
 
-@check("transformer_forward", direction=DECODE)
-def cached_decoding_equals_the_full_forward(
-    case: Case,
-    src: np.ndarray,
-    tgt: np.ndarray,
-    params: dict[str, Any],
-    num_heads: int,
-    src_lengths: np.ndarray | None,
-    chunks: list[int],
-) -> None:
-    """Feeding the target to ``decode_step`` in ``chunks`` (one at a time, a prefill then one at a time, any split)
-    gives the whole model's logits at every position, within its forward budget."""
-    provided(case.impl, "steps")
-    if sum(chunks) != tgt.shape[1]:
-        raise ValueError(f"test construction: chunks {chunks} do not sum to the target length {tgt.shape[1]}")
-    natives, seen = prepare(case, src=src, tgt=tgt, params=params, num_heads=num_heads, src_lengths=src_lengths)
-    judge_decoding(case, seen, chunks, decoded_in_chunks(case, natives, seen, num_heads, chunks))
+def _cached_decoding_check(name: str, doc: str) -> Any:
+    """Register a check ``name`` of the cached decoder: feeding the target to ``decode_step`` in ``chunks`` gives the
+    whole model's logits at every position, within its forward budget."""
+
+    def decodes(
+        case: Case,
+        src: np.ndarray,
+        tgt: np.ndarray,
+        params: dict[str, Any],
+        num_heads: int,
+        src_lengths: np.ndarray | None,
+        chunks: list[int],
+    ) -> None:
+        provided(case.impl, "steps")
+        if sum(chunks) != tgt.shape[1]:
+            raise ValueError(f"test construction: chunks {chunks} do not sum to the target length {tgt.shape[1]}")
+        natives, seen = prepare(case, src=src, tgt=tgt, params=params, num_heads=num_heads, src_lengths=src_lengths)
+        judge_decoding(case, seen, chunks, decoded_in_chunks(case, natives, seen, num_heads, chunks))
+
+    decodes.__name__ = decodes.__qualname__ = name
+    decodes.__doc__ = doc
+    return check("transformer_forward", direction=DECODE)(decodes)
 
 
-@check("transformer_forward", direction=DECODE)
-def cached_decoding_across_tiles(
-    case: Case,
-    src: np.ndarray,
-    tgt: np.ndarray,
-    params: dict[str, Any],
-    num_heads: int,
-    src_lengths: np.ndarray | None,
-    chunks: list[int],
-) -> None:
-    """:func:`cached_decoding_equals_the_full_forward` on targets whose length crosses a tile of 16 or 32 cached
-    positions (``strategies.decode_inputs``, ``across_tiles``): a cache kernel's last partial tile of keys."""
-    provided(case.impl, "steps")
-    natives, seen = prepare(case, src=src, tgt=tgt, params=params, num_heads=num_heads, src_lengths=src_lengths)
-    judge_decoding(case, seen, chunks, decoded_in_chunks(case, natives, seen, num_heads, chunks))
+cached_decoding_equals_the_full_forward = _cached_decoding_check(
+    "cached_decoding_equals_the_full_forward",
+    "Feeding the target to ``decode_step`` in ``chunks`` (one at a time, a prefill then one at a time, any split) "
+    "gives the whole model's logits at every position, within its forward budget.",
+)
+cached_decoding_across_tiles = _cached_decoding_check(
+    "cached_decoding_across_tiles",
+    "The same on targets whose length crosses a tile of 16 or 32 cached positions (``strategies.decode_inputs``, "
+    "``across_tiles``): a cache kernel's last partial tile of keys.",
+)
 
 
 @check("transformer_forward", direction=DECODE)

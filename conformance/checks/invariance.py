@@ -106,6 +106,17 @@ def _bitwise(case: Case, got: np.ndarray, alone: np.ndarray, placed: batches.Pla
         )
 
 
+def _placements(
+    example: batches.Placed, b: batches.Batching, where: Any, size: int, index: int, hidden: int, rng: Any
+) -> list[tuple[str, batches.Placed | None]]:
+    """The arrangements of ``example`` (from ``batches.alone``) by their report key: at ``index`` of a batch of
+    ``size`` blocks, and with ``hidden`` padded positions (None where the scope accepts none)."""
+    return [
+        ("in a batch", batches.in_batch(example, b, where, size, index, rng)),
+        ("padded", batches.padded(example, b, where, hidden, rng)),
+    ]
+
+
 def _batch_check(equation: str) -> Callable[..., None]:
     """Register ``<equation>_is_batch_invariant``: the example alone, in a batch and padded, each within the
     equation's budget; the batch bit for bit where declared."""
@@ -131,11 +142,7 @@ def _batch_check(equation: str) -> Callable[..., None]:
             budget_name=r.budget_name,
             undefined=undefined,
         )
-        arrangements = [
-            batches.in_batch(example, b, where, size, index, rng),
-            batches.padded(example, b, where, hidden, rng),
-        ]
-        for key, placed in zip(("in a batch", "padded"), arrangements):
+        for key, placed in _placements(example, b, where, size, index, hidden, rng):
             if placed is None:
                 _note(b.why_no_padding or NO_PADDING)
                 continue
@@ -250,11 +257,7 @@ def _gradient_batch_check(equation: str) -> Callable[..., None]:
         d_alone = _cotangent(np.shape(r.oracle({**example.args, **policies})), rng)
         alone = _judged_gradients(case, d_alone, example.args, example.what)
         ranks = b.core(example.args)
-        arrangements = [
-            ("in a batch", batches.in_batch(example, b, where, size, index, rng)),
-            ("padded", batches.padded(example, b, where, hidden, rng)),
-        ]
-        for key, placed in arrangements:
+        for key, placed in _placements(example, b, where, size, index, hidden, rng):
             if placed is None:
                 _note(b.why_no_padding or NO_PADDING)
                 continue
@@ -354,10 +357,7 @@ def _arrangements(
     where = scope(impl, "transformer_forward")
     example = batches.alone(args, b, where)
     assert example is not None  # a batch axis is there already: alone adds none
-    return example, [
-        ("in a batch", batches.in_batch(example, b, where, size, index, rng)),
-        ("padded", batches.padded(example, b, where, hidden, rng)),
-    ]
+    return example, _placements(example, b, where, size, index, hidden, rng)
 
 
 @check("transformer_forward", kind="property", violates=DECODING_VIOLATES, direction=DECODE)

@@ -335,6 +335,17 @@ def exact_shift(
 # §3.2.1 Eq. (1) and §3.2.3 masks
 
 
+def _mask_kind(draw: Any, scope: Scope, n_q: int, n_k: int) -> str:
+    """One of the mask kinds the scope accepts (``Scope.masks``): none, random, padding, causal (needs n_k >= n_q)."""
+    kinds = [k for k in ("none", "random", "padding", "causal") if k in scope.masks and (k != "causal" or n_k >= n_q)]
+    return draw(st.sampled_from(kinds or ["none"]))
+
+
+def _causal(n_q: int, n_k: int) -> np.ndarray:
+    """The causal mask (§3.2.3) of n_q queries over n_k keys, aligned at the end (the queries are the last n_q)."""
+    return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q)
+
+
 @st.composite
 def _mask(
     draw: Any, batch: tuple[int, ...], n_q: int, n_k: int, *, allow_fully_masked: bool = True, scope: Scope = FULL_SCOPE
@@ -343,12 +354,9 @@ def _mask(
 
     For scores (*batch, n_q, n_k). Only the kinds the scope accepts (``Scope.masks``); "causal" needs n_k >= n_q.
     """
-    kinds = [k for k in ("none", "random", "padding", "causal") if k in scope.masks and (k != "causal" or n_k >= n_q)]
-    kind = draw(st.sampled_from(kinds or ["none"]))
-    if kind == "none":
-        return None
-    if kind == "causal":
-        return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q)
+    kind = _mask_kind(draw, scope, n_q, n_k)
+    if kind in ("none", "causal"):
+        return None if kind == "none" else _causal(n_q, n_k)
     if kind == "padding":
         b = batch[0] if batch else 1
         low = 0 if allow_fully_masked else 1
@@ -410,12 +418,9 @@ def _seeded_mask(
     """A mask of the kinds the scope accepts for long sequences: none, causal (end-aligned), padding (a length per
     batch element in [1, n_k]) or random (from ``rng``: too many entries to draw one by one; every row keeps a
     key)."""
-    kinds = [k for k in ("none", "random", "padding", "causal") if k in scope.masks and (k != "causal" or n_k >= n_q)]
-    kind = draw(st.sampled_from(kinds or ["none"]))
-    if kind == "none":
-        return None
-    if kind == "causal":
-        return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q)
+    kind = _mask_kind(draw, scope, n_q, n_k)
+    if kind in ("none", "causal"):
+        return None if kind == "none" else _causal(n_q, n_k)
     if kind == "padding":
         lengths = rng.integers(1, n_k + 1, size=batch[:1] or (1,))
         m = np.arange(n_k)[None, :] < lengths[:, None]  # (B, n_k)
