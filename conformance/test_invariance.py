@@ -184,9 +184,12 @@ def test_softmax_gradients_are_deterministic(impl: Any, dtype: str, data: st.Dat
 @profile(0.125)
 @given(data=st.data())
 def test_scaled_dot_product_attention_gradients_are_deterministic(impl: Any, dtype: str, data: st.DataObject) -> None:
-    args = _gradient_draws(impl, dtype, data, "scaled_dot_product_attention")
+    # lengths across tiles: an order of accumulation that changes between runs shows over many rows (over one or
+    # two, a sum does not depend on its order)
+    args = data.draw(S.attention_across_tiles(dtype, scope=S.scope(impl, "scaled_dot_product_attention")))
+    args = S.defined_gradients(impl, args, "mask")
     I.scaled_dot_product_attention_gradients_are_deterministic(
-        impl, dtype, **{k: v for k, v in args.items() if k not in ("size", "index", "hidden")}
+        impl, dtype, **args, seed=data.draw(st.integers(0, 2**32 - 1))
     )
 
 

@@ -539,6 +539,31 @@ class BackwardNoScaleInDS(BackwardMutant):
         return {**grads, "q": grads["q"] * root, "k": grads["k"] * root}
 
 
+class BackwardAtomicKeyGradient(BackwardMutant):
+    """dK accumulated over the query rows in an order that changes from call to call (atomic adds, as a GPU backward
+    without its deterministic mode), while the implementation declares its gradients deterministic."""
+
+    name, targets = "mutant-backward-atomic-dk", frozenset({"scaled_dot_product_attention"})
+    departure = "each equation is a function of its inputs (§3): the same call gives the same gradients"
+
+    def __init__(self) -> None:
+        super().__init__(policies={"deterministic": True})
+        self._order = np.random.default_rng()
+
+    def _scaled_dot_product_attention_vjp(self, q, k, v, mask=None, *, d_out):
+        grads = super()._scaled_dot_product_attention_vjp(q, k, v, mask, d_out=d_out)
+        e, total = _unnormalised(q, k, v, mask)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p = e / total
+        out = np.matmul(p, v)
+        ds = p * (np.matmul(d_out, np.swapaxes(v, -1, -2)) - np.sum(d_out * out, axis=-1, keepdims=True))
+        parts = ds[..., :, :, None] * q[..., :, None, :] / np.asarray(math.sqrt(q.shape[-1]), dtype=q.dtype)
+        dk = np.zeros(np.broadcast_shapes(parts.shape[:-3], k.shape[:-2]) + k.shape[-2:], dtype=q.dtype)
+        for i in self._order.permutation(q.shape[-2]):  # the bug: the order of the adds differs every call
+            dk = dk + parts[..., i, :, :]
+        return {**grads, "k": dk.astype(k.dtype)}
+
+
 def _unnormalised(q, k, v, mask):  # (exp(S - m), row sums l) of Eq. (1)'s scores, masked keys 0
     s = np.where(_visible(mask, _scores(q, k).shape), _scores(q, k), -np.inf)
     with np.errstate(invalid="ignore"):
@@ -707,6 +732,7 @@ BACKWARD_MUTANTS: dict[str, type[BackwardMutant]] = {
     for cls in (
         BackwardIgnoresMask,
         BackwardNoScaleInDS,
+        BackwardAtomicKeyGradient,
         BackwardDFromUnnormalisedOutput,
         BackwardDvUnnormalisedP,
         BackwardStaleLogSumExp,
@@ -1117,7 +1143,8 @@ def kill_table(report_dir: Path, mutants: Mapping[str, type] | None = None) -> d
     for name, cls in (MUTANTS if mutants is None else mutants).items():
         data = json.loads((report_dir / f"conformance-{cls.name}.json").read_text())
         failing = [r for r in map(Row.from_dict, data["rows"]) if r.status is Status.FAIL]
-        named = sorted({d for r in failing for d in r.departures})
+        # a catalogued departure, or for a property's mutant the property it breaks
+        named = sorted({d for r in failing for d in (*r.departures, *r.violations)})
         rows.append(
             {
                 "mutant": name,
