@@ -16,14 +16,22 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from aiayn.implementations.decoding import beam_policies
-from aiayn.implementations.protocol import DTYPES, EQUATIONS, POLICY_CHOICES
+from aiayn.implementations.protocol import DECLARED_PROPERTIES, DTYPES, EQUATIONS, POLICY_CHOICES
 
 __all__ = ["POLICY_KEYS", "declaration_problems", "known_tests", "tests_from"]
 
 #: Every key of ``policies`` the suite reads: those of ``POLICY_CHOICES``, ``layer_norm_eps``, and the optional
-#: ``padding_id`` (label smoothing "K-2"'s padding class, default 0), ``flush_subnormals`` and ``beam_search`` (the
-#: choices of §6.1's beam search, ``implementations/decoding.py``).
-POLICY_KEYS: tuple[str, ...] = (*POLICY_CHOICES, "layer_norm_eps", "padding_id", "flush_subnormals", "beam_search")
+#: ``padding_id`` (label smoothing "K-2"'s padding class, default 0), ``flush_subnormals``, ``beam_search`` (the
+#: choices of §6.1's beam search, ``implementations/decoding.py``) and the declared properties
+#: (``DECLARED_PROPERTIES``: ``batch_invariant``, ``deterministic``).
+POLICY_KEYS: tuple[str, ...] = (
+    *POLICY_CHOICES,
+    "layer_norm_eps",
+    "padding_id",
+    "flush_subnormals",
+    "beam_search",
+    *DECLARED_PROPERTIES,
+)
 
 
 #: Where the suite's tests are read from (the pytest plugin registers its reader, ``plugin.deviation_names``, when it
