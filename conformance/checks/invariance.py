@@ -17,6 +17,12 @@ against the oracle's search, tie-aware, so a sentence keeps its hypothesis where
 score bit for bit where declared). Their batched arguments are the decoding record's ``steps_batch`` and
 ``search_batch``.
 
+Gradients (the backward direction): ``<equation>_gradients_are_batch_invariant`` compares the gradients of the
+example's own arguments alone, in a batch and padded (the weights' gradients sum over the batch and are held to the
+budget only), and ``<equation>_gradients_are_deterministic`` runs the same backward call :data:`RERUNS` times (the row
+reports the ulps between reruns; bit for bit where ``policies["deterministic"]`` is declared). Every call is held to
+the record's backward budget against the oracle's VJP.
+
 The padded call is judged against the oracle on the padded arguments: the declared policy "uniform" gives a fully
 masked query row the mean of every value, padded ones included, so there the padded result differs from the example's
 by definition; elements whose oracle values differ between the two are left out of the ulps apart.
