@@ -141,7 +141,8 @@ class _RowDependent(_Declared):
     def feed_forward(self, x, w1, b1, w2, b2):
         out = super().feed_forward(x, w1, b1, w2, b2)
         rows = out.reshape(-1, out.shape[-1])
-        rows[1:] = np.nextafter(rows[1:], np.inf)  # the planted bug: one ulp up on every row but the first
+        # the planted bug the test must catch: one ulp up on every row but the first, within the FFN's budget
+        rows[1:] = np.nextafter(rows[1:], np.inf)
         return rows.reshape(out.shape)
 
 
@@ -220,7 +221,8 @@ class _BeamNudged(NumpyImplementation):
         out = super().beam_search(*args, **kwargs)
         if len(out) <= 2:
             return out
-        return [(tokens, float(np.nextafter(score, np.inf))) for tokens, score in out]  # the planted bug
+        # the planted bug the test must catch: each score one ulp up, within any budget, so only the bitwise tier fails
+        return [(tokens, float(np.nextafter(score, np.inf))) for tokens, score in out]
 
 
 def _beam_args() -> dict[str, Any]:
@@ -293,10 +295,13 @@ class _NudgedGradients(NumpyImplementation):
             for r in rows[1:]:
                 grads[name] += r[name]
         self.calls += 1
-        if self.nudge == "rerun" and self.calls % 2 == 0:  # the planted bug
+        if self.nudge == "rerun" and self.calls % 2 == 0:
+            # the planted bug the test must catch: every second run one ulp up, within the budget, so only the
+            # declared determinism fails
             return {k: np.nextafter(g, np.inf) for k, g in grads.items()}
         if self.nudge == "batch":
-            grads["x"][1:] = np.nextafter(grads["x"][1:], np.inf)  # the planted bug
+            # the planted bug the test must catch: dx one ulp up past the first batch row, only the bitwise tier sees it
+            grads["x"][1:] = np.nextafter(grads["x"][1:], np.inf)
         return grads
 
 
