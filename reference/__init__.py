@@ -19,7 +19,11 @@ of its paper section:
 
 from aiayn.reference._exact import DEFAULT_DPS, HIGH_DPS
 from aiayn.reference.attention import (
+    attention_with_lse,
+    attention_with_lse_exact,
     causal_mask,
+    merge_attention_states,
+    merge_attention_states_exact,
     multi_head_attention,
     multi_head_attention_exact,
     multi_head_attention_vjp,
@@ -103,6 +107,8 @@ __all__ = [
     "HIGH_DPS",
     "TABLE3",
     "TransformerConfig",
+    "attention_with_lse",
+    "attention_with_lse_exact",
     "causal_mask",
     "cross_entropy",
     "cross_entropy_exact",
@@ -129,6 +135,8 @@ __all__ = [
     "layer_operations",
     "lrate",
     "lrate_exact",
+    "merge_attention_states",
+    "merge_attention_states_exact",
     "multi_head_attention",
     "multi_head_attention_exact",
     "multi_head_attention_vjp",

@@ -250,6 +250,169 @@ def scaled_dot_product_attention_exact(
 
 
 # --------------------------------------------------------------------------------------------
+# split keys, §3.2.1, Eq. (1): attention over blocks of keys, merged by their log-sum-exp
+#
+# The identity. For one query, let s_j = q . k_j / sqrt(d_k) over the visible keys j, split into blocks B_1 .. B_P
+# (any partition; a block may hold no visible key). For block p let
+#     L_p = log sum_{j in B_p} exp(s_j)   (-inf for a block with no visible key: the log of an empty sum),
+#     O_p = sum_{j in B_p} exp(s_j - L_p) v_j   (0 for such a block),
+# so exp(L_p) O_p = sum_{j in B_p} exp(s_j) v_j. With L = log sum_p exp(L_p) = log sum_j exp(s_j):
+#     sum_p exp(L_p - L) O_p = sum_p sum_{j in B_p} exp(s_j - L) v_j = sum_j softmax(s)_j v_j = Attention(q, K, V),
+# and log sum_p exp(L_p) = L. So merging the blocks' (O_p, L_p) by the weights softmax_p(L_p) gives Eq. (1) over all
+# keys and their log-sum-exp, for any partition: the merge is itself a softmax-weighted sum, over the blocks, with the
+# blocks' log-sum-exps as scores. A block with no visible key has weight exp(-inf - L) = 0 and drops out; if no
+# block has a visible key the merge is the empty case again: O = 0, L = -inf (FlashAttention's kernels write +inf
+# there instead; this oracle takes the value of the formula).
+#
+# The error of a merge (``conformance/budgets/split.py`` states it in full): the weights are a max-shifted softmax of
+# the L_p, so an implementation's computed weight is w_p (1 + c_p) with c_p the shifted-softmax factor of the gaps
+# max L - L_p (``budgets.forward.softmax``), widened by e^{2D} where the L_p it is given are off by at most D; the
+# sum over the P blocks adds gamma_{P+1}; the merged L is the log-sum-exp of P scores. The oracle's fast tier merges
+# in longdouble and rounds once: within the same bound at unit roundoff 2^-64, then one float64 rounding.
+
+
+def _lse_inputs(q: Any, k: Any, v: Any, mask: Any):
+    """Validate the inputs of :func:`attention_with_lse` (Eq. (1)'s, with n_k = 0 allowed: an empty block)."""
+    q = as_float_array("q", q, min_ndim=2)
+    k = as_float_array("k", k, min_ndim=2)
+    v = as_float_array("v", v, min_ndim=2)
+    if q.shape[-1] == 0:
+        raise ValueError(f"q: d_k must be >= 1, got q of shape {q.shape}")
+    same_size("q", q.shape[-1], "k", k.shape[-1], "d_k (last axis)")
+    same_size("k", k.shape[-2], "v", v.shape[-2], "n_k (second-to-last axis)")
+    batch = batch_shape("q, k, v", q, k, v)
+    score_shape = (*batch, q.shape[-2], k.shape[-2])
+    visible = None if mask is None else as_mask("mask", mask, score_shape)
+    return q, k, v, visible, batch
+
+
+def attention_with_lse(q: Any, k: Any, v: Any, mask: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. (1) over one block of keys and the log-sum-exp of its scores; fast tier (longdouble inside, float64 out).
+
+    Paper: §3.2.1, Eq. (1), with masking per §3.2.3. The log-sum-exp is not in the paper: it is what lets attention
+    over a concatenation of key blocks be computed block by block and merged (:func:`merge_attention_states`; the
+    identity above, "split keys").
+
+    Choices:
+        A query with no visible key in the block (every key masked, or n_k = 0) gets the output 0 and the log-sum-exp
+        -inf (the log of an empty sum), whatever policy the whole attention has for a fully masked row: the block
+        then weighs nothing in a merge.
+
+    Shapes: q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask bool broadcastable to (..., n_q, n_k),
+    n_k >= 0 -> (out (..., n_q, d_v), lse (..., n_q)) float64.
+    """
+    q, k, v, visible, batch = _lse_inputs(q, k, v, mask)
+    q, k, v = q.astype(LD), k.astype(LD), v.astype(LD)
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) / np.sqrt(LD(q.shape[-1]))  # (..., n_q, n_k)
+    if visible is not None:
+        scores = np.where(visible, scores, LD(-np.inf))
+    shape = (*batch, q.shape[-2])
+    m = np.max(scores, axis=-1, initial=LD(-np.inf))  # (..., n_q); -inf where nothing is visible
+    alive = m > -np.inf
+    with np.errstate(invalid="ignore", divide="ignore"):
+        e = np.exp(scores - np.where(alive, m, LD(0))[..., None])  # masked: exp(-inf) = 0
+        total = np.sum(e, axis=-1)  # >= 1 where alive (the max term is exp(0))
+        out = np.matmul(e / np.where(alive, total, LD(1))[..., None], v)
+        lse = np.where(alive, m + np.log(np.where(alive, total, LD(1))), LD(-np.inf))
+    return out.astype(np.float64), np.broadcast_to(lse, shape).astype(np.float64)
+
+
+def _lse_mp(scores: np.ndarray, visible: np.ndarray | None) -> np.ndarray:
+    """The log-sum-exp of each last-axis row of an object array of mpf over its visible entries (-inf for none)."""
+    rows = scores.reshape(-1, scores.shape[-1])
+    vis = np.ones(rows.shape, dtype=bool) if visible is None else np.broadcast_to(visible, scores.shape)
+    vis = vis.reshape(rows.shape)
+    out = np.empty(rows.shape[0], dtype=object)
+    for r in range(rows.shape[0]):
+        keep = [rows[r, j] for j in range(rows.shape[1]) if vis[r, j] and rows[r, j] != mpmath.ninf]
+        if not keep:
+            out[r] = mpmath.ninf
+            continue
+        m = max(keep)
+        out[r] = m + mpmath.log(mpmath.fsum(mpmath.exp(s - m) for s in keep))
+    return out.reshape(scores.shape[:-1])
+
+
+def attention_with_lse_exact(
+    q: Any, k: Any, v: Any, mask: Any = None, *, dps: int = DEFAULT_DPS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. (1) over one block of keys and its log-sum-exp; exact tier (mpmath at ``dps`` digits, each rounded once).
+
+    Paper: §3.2.1, Eq. (1). Same definition, choices and shapes as :func:`attention_with_lse`.
+    """
+    q, k, v, visible, batch = _lse_inputs(q, k, v, mask)
+    shape = (*batch, q.shape[-2])
+    if k.shape[-2] == 0:
+        return np.zeros((*batch, q.shape[-2], v.shape[-1])), np.full(shape, -np.inf)
+    q, k, v = (to_mp(np.broadcast_to(x, (*batch, *x.shape[-2:]))) for x in (q, k, v))
+
+    def scores() -> np.ndarray:
+        return elementwise(lambda s: s / mpmath.sqrt(q.shape[-1]), mp_matmul(q, np.swapaxes(k, -1, -2)))
+
+    def out() -> np.ndarray:
+        return mp_matmul(_softmax_rows_mp(scores(), visible, "zeros"), v)  # (..., n_q, d_v)
+
+    return correctly_rounded(out, dps), correctly_rounded(lambda: _lse_mp(scores(), visible), dps)
+
+
+def _states_inputs(outs: Any, lses: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Validate the inputs of :func:`merge_attention_states`."""
+    outs = as_float_array("outs", outs, min_ndim=3)
+    lses = as_float_array("lses", lses, min_ndim=2, allow_nonfinite=True)
+    if outs.shape[:-1] != lses.shape:
+        raise ValueError(
+            f"lses: expected the shape of outs without its last axis, {outs.shape[:-1]}, got {lses.shape} "
+            "(one log-sum-exp per block and query)"
+        )
+    if outs.shape[0] == 0:
+        raise ValueError(f"outs: expected at least one block (axis 0), got shape {outs.shape}")
+    if np.any(np.isnan(lses) | (lses == np.inf)):
+        where = tuple(int(i) for i in np.argwhere(np.isnan(lses) | (lses == np.inf))[0])
+        raise ValueError(f"lses: expected finite values or -inf (an empty block), found {lses[where]} at {where}")
+    return outs, lses
+
+
+def merge_attention_states(outs: Any, lses: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Merge the attention outputs of P blocks of keys by their log-sum-exps; fast tier (longdouble, float64 out).
+
+    Paper: §3.2.1, Eq. (1): by the identity above ("split keys"), merging :func:`attention_with_lse` of the blocks of
+    any partition of the keys gives Eq. (1) over all of them and their log-sum-exp.
+
+    out = sum_p softmax_p(L)_p O_p, lse = log sum_p exp(L_p), max-shifted. A query whose every block has lse -inf
+    (no visible key anywhere) gets out 0 and lse -inf.
+
+    Shapes: outs (P, ..., n_q, d_v), lses (P, ..., n_q), P >= 1 -> (out (..., n_q, d_v), lse (..., n_q)) float64.
+    """
+    outs, lses = _states_inputs(outs, lses)
+    o, z = outs.astype(LD), lses.astype(LD)
+    m = np.max(z, axis=0)  # (..., n_q)
+    alive = m > -np.inf
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = np.exp(z - np.where(alive, m, LD(0)))  # (P, ..., n_q); an empty block: 0
+        total = np.sum(w, axis=0)  # >= 1 where alive
+        out = np.sum(w[..., None] * o, axis=0) / np.where(alive, total, LD(1))[..., None]
+        lse = np.where(alive, m + np.log(np.where(alive, total, LD(1))), LD(-np.inf))
+    return out.astype(np.float64), lse.astype(np.float64)
+
+
+def merge_attention_states_exact(outs: Any, lses: Any, *, dps: int = DEFAULT_DPS) -> tuple[np.ndarray, np.ndarray]:
+    """Merge P blocks' attention states; exact tier (mpmath at ``dps`` digits, each result rounded once).
+
+    Paper: §3.2.1, Eq. (1). Same definition, choices and shapes as :func:`merge_attention_states`.
+    """
+    outs, lses = _states_inputs(outs, lses)
+    o, z = to_mp(np.moveaxis(outs, 0, -1)), to_mp(np.moveaxis(lses, 0, -1))  # blocks last: (..., n_q, d_v, P)
+
+    alive = np.moveaxis(lses != -np.inf, 0, -1)  # (..., n_q, P)
+
+    def out() -> np.ndarray:  # the blocks' weights softmax(L) (an empty block 0; none alive: all 0), then the sum
+        w = _softmax_rows_mp(z, alive, "zeros")  # (..., n_q, P)
+        return mp_matmul(o, w[..., None])[..., 0]  # (..., n_q, d_v)
+
+    return correctly_rounded(out, dps), correctly_rounded(lambda: _lse_mp(z, None), dps)
+
+
+# --------------------------------------------------------------------------------------------
 # the backward of softmax and Eq. (1): vector-Jacobian products
 #
 # For a cotangent dY of an output Y = f(X), the VJP is dX = J_f(X)^T dY: what reverse-mode autodiff

@@ -97,17 +97,23 @@ def ulps_apart(a: np.ndarray, b: np.ndarray, dtype: str) -> float:
     return float(np.max(gap))
 
 
-def _bitwise(case: Case, got: np.ndarray, alone: np.ndarray, placed: batches.Placed) -> None:
-    """Under a declared ``batch_invariant``: the example in the batch has exactly the bits it has alone (+0 and -0
-    differ; any NaN matches any NaN, as the agreement checks judge NaN by where it is, not by its payload)."""
-    same = (got == alone) & (np.signbit(got) == np.signbit(alone))
-    differs = ~(same | (np.isnan(got) & np.isnan(alone)))
+def differing_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Where ``a`` and ``b`` differ bit for bit, as a declared invariance judges them: +0 and -0 differ; any NaN
+    matches any NaN (the agreement checks judge NaN by where it is, not by its payload)."""
+    same = (a == b) & (np.signbit(a) == np.signbit(b))
+    return ~(same | (np.isnan(a) & np.isnan(b)))
+
+
+def _bitwise(case: Case, got: np.ndarray, alone: np.ndarray, declared_as: str, what: str, against: str) -> None:
+    """Under a declared ``policies[declared_as]``: ``got`` (``what``) has exactly the bits of ``alone``
+    (``against``)."""
+    differs = differing_bits(got, alone)
     if np.any(differs):
         i = first_index(differs)
         case.fail(
-            f"policies['batch_invariant'] is declared, but {placed.what} differs from the example computed alone in "
-            f"{int(np.sum(differs))} of {differs.size} elements, up to {ulps_apart(got, alone, case.dtype):.3g} ulps "
-            f"(first at index {i}: {float(got[i])!r} in the batch, {float(alone[i])!r} alone)",
+            f"policies[{declared_as!r}] is declared, but {what} differs from {against} in {int(np.sum(differs))} of "
+            f"{differs.size} elements, up to {ulps_apart(got, alone, case.dtype):.3g} ulps (first at index {i}: "
+            f"{float(got[i])!r}, against {float(alone[i])!r})",
             breaks_property=True,
         )
 
@@ -152,10 +158,8 @@ def _batch_check(equation: str) -> Callable[..., None]:
             if placed is None:
                 _note(b.why_no_padding or NO_PADDING)
                 continue
-            free = np.zeros(got.shape, dtype=bool) if undefined is None else np.broadcast_to(undefined[0], got.shape)
             if key == "padded":  # the oracle of the padded call: a policy may read the padding (see the docstring)
                 mine, want, bound = (x[placed.keep] for x in agreement(case, **placed.args))
-                free = free | ~((want == expected) | (np.isnan(want) & np.isnan(expected)))
             else:
                 mine, want, bound = implementation_result(case, **placed.args)[0][placed.keep], expected, budget
             compare(
@@ -167,9 +171,9 @@ def _batch_check(equation: str) -> Callable[..., None]:
                 budget_name=r.budget_name,
                 undefined=undefined,
             )
-            case.apart(key, ulps_apart(np.where(free, 0.0, mine), np.where(free, 0.0, got), case.dtype))
-            if key == "in a batch" and declared(case).get("batch_invariant", False):
-                _bitwise(case, np.where(free, 0.0, mine), np.where(free, 0.0, got), placed)
+            invariant = "batch_invariant" if key == "in a batch" else None
+            free = None if undefined is None else undefined[0]
+            _apart(case, key, (mine, want), (got, expected), placed.what, invariant, free)
 
     name = f"{equation}_is_batch_invariant"
     is_batch_invariant.__name__ = is_batch_invariant.__qualname__ = name
@@ -224,25 +228,26 @@ def _judged_gradients(case: Case, d_out: np.ndarray, args: dict[str, Any], what:
     return out
 
 
-def _apart(case: Case, key: str, mine: tuple, theirs: tuple, what: str, declared_as: str | None) -> None:
-    """Note how many ulps ``mine`` (got, the oracle's) came out from ``theirs``, leaving out elements whose oracle
-    values differ (a policy that reads padding) or are undefined; under a declared ``declared_as`` the bits must
-    match."""
+def _apart(
+    case: Case,
+    key: str,
+    mine: tuple,
+    theirs: tuple,
+    what: str,
+    declared_as: str | None,
+    undefined: np.ndarray | None = None,
+) -> None:
+    """Note how many ulps ``mine`` (got, the oracle's) came out from ``theirs`` (the example's own: got, the
+    oracle's) under the report key ``key``, leaving out elements whose oracle values differ (a policy that reads
+    padding), are NaN, or are ``undefined``; under a declared ``policies[declared_as]`` the bits must match."""
     (got, want), (alone, expected) = mine, theirs
     free = ~((want == expected) | (np.isnan(want) & np.isnan(expected))) | np.isnan(want)
-    case.apart(key, ulps_apart(np.where(free, 0.0, got), np.where(free, 0.0, alone), case.dtype))
-    if declared_as is None or not declared(case).get(declared_as, False):
-        return
+    if undefined is not None:
+        free = free | np.broadcast_to(undefined, free.shape)
     a, b = np.where(free, 0.0, got), np.where(free, 0.0, alone)
-    differs = ~(((a == b) & (np.signbit(a) == np.signbit(b))) | (np.isnan(a) & np.isnan(b)))
-    if np.any(differs):
-        i = first_index(differs)
-        case.fail(
-            f"policies[{declared_as!r}] is declared, but {what} differs in {int(np.sum(differs))} of {differs.size} "
-            f"elements, up to {ulps_apart(a, b, case.dtype):.3g} ulps (first at index {i}: {float(a[i])!r}, against "
-            f"{float(b[i])!r})",
-            breaks_property=True,
-        )
+    case.apart(key, ulps_apart(a, b, case.dtype))
+    if declared_as is not None and declared(case).get(declared_as, False):
+        _bitwise(case, a, b, declared_as, what, "the example computed alone" if key != "rerun" else "run 1")
 
 
 def _gradient_batch_check(equation: str) -> Callable[..., None]:
@@ -282,7 +287,8 @@ def _gradient_batch_check(equation: str) -> Callable[..., None]:
                     n = np.shape(example.args[parts[0]])[-2] if parts[0] in b.positions else None
                     part = (Ellipsis, slice(0, n), slice(None)) if n is not None else (Ellipsis,)
                 mine = (pair[0][part], pair[1][part])
-                _apart(case, key, mine, alone[label], f"the gradient {label} {placed.what}", "batch_invariant")
+                invariant = "batch_invariant" if key == "in a batch" else None
+                _apart(case, key, mine, alone[label], f"the gradient {label} {placed.what}", invariant)
 
     name = f"{equation}_gradients_are_batch_invariant"
     gradients_are_batch_invariant.__name__ = gradients_are_batch_invariant.__qualname__ = name
@@ -405,10 +411,8 @@ def cached_decoding_is_batch_invariant(
         mine, want = (x[placed.keep] for x in run(placed, f" ({placed.what})"))
         # the padded call is judged against its own oracle (the forward checks' rule); where the two oracles differ
         # the distance is left out
-        free = ~((want == expected) | (np.isnan(want) & np.isnan(expected)))
-        case.apart(key, ulps_apart(np.where(free, 0.0, mine), np.where(free, 0.0, got), case.dtype))
-        if key == "in a batch" and declared(case).get("batch_invariant", False):
-            _bitwise(case, np.where(free, 0.0, mine), np.where(free, 0.0, got), placed)
+        invariant = "batch_invariant" if key == "in a batch" else None
+        _apart(case, key, (mine, want), (got, expected), placed.what, invariant)
 
 
 @check("transformer_forward", kind="property", violates=DECODING_VIOLATES, direction=DECODE)
