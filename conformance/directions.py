@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["BACKWARD", "BEAM_SEARCH", "CACHED_STEPS", "DECODE", "DIRECTIONS", "Direction", "FORWARD", "REORDERED_CACHE"]
+__all__ = [
+    "BACKWARD",
+    "BEAM_SEARCH",
+    "CACHED_STEPS",
+    "DECODE",
+    "DIRECTIONS",
+    "Direction",
+    "FORWARD",
+    "REORDERED_CACHE",
+    "SPLIT",
+]
 
 
 class Direction(str, Enum):
@@ -18,12 +28,13 @@ class Direction(str, Enum):
     FORWARD = "forward"  # the equation's value, against the oracle
     BACKWARD = "backward"  # its gradients, against the oracle's VJP
     DECODE = "decode"  # decoding with the whole model: cached steps, a reordered cache, beam search (§3.2.3, §6.1)
+    SPLIT = "split keys"  # Eq. (1) over blocks of keys merged by their log-sum-exp (§3.2.1): split-KV
 
     __str__ = str.__str__
     __format__ = str.__format__
 
 
-FORWARD, BACKWARD, DECODE = Direction.FORWARD, Direction.BACKWARD, Direction.DECODE
+FORWARD, BACKWARD, DECODE, SPLIT = Direction.FORWARD, Direction.BACKWARD, Direction.DECODE, Direction.SPLIT
 
 #: Every direction, in the order of a report's rows.
 DIRECTIONS: tuple[Direction, ...] = tuple(Direction)

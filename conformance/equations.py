@@ -29,6 +29,7 @@ import numpy as np
 
 from aiayn.conformance.budgets import backward as BB
 from aiayn.conformance.budgets import forward as B
+from aiayn.conformance.budgets import split as SB
 from aiayn.conformance.budgets.composites import backward as BP
 from aiayn.conformance.budgets.composites import forward as PR
 from aiayn.conformance.diagnoses import forward as D
@@ -50,6 +51,7 @@ __all__ = [
     "Backward",
     "Decode",
     "Equation",
+    "Split",
     "RECORDS",
     "record",
     "smoothing",
@@ -147,6 +149,33 @@ class Decode:
 
 
 @dataclass(frozen=True)
+class Split:
+    """What the suite knows about computing an equation over blocks of its keys and merging them (split keys, §3.2.1;
+    the identity proven in ``aiayn.reference.attention``, "split keys").
+
+    ``block``, ``merge``: the implementation's methods (``implementations/protocol.py``, "Split keys"; absent: "not
+    provided"): Eq. (1) over one block with its log-sum-exp, and the merge of blocks' (output, log-sum-exp) states.
+    ``block_oracle(a)`` and ``merge_oracle(outs, lses)`` give (output, log-sum-exp); ``block_budget(a, p)``,
+    ``merge_budget(outs, lses, p)`` and ``split_budget(a, edges, p)`` bound both at precision ``p``
+    (``budgets/split.py``: one block, one merge, blocks merged), the oracle's share added at float64.
+    """
+
+    block: str
+    merge: str
+    block_oracle: Callable[[Args], tuple[np.ndarray, np.ndarray]]
+    merge_oracle: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+    block_budget: Callable[[Args, Any], tuple[np.ndarray, np.ndarray]]
+    merge_budget: Callable[[np.ndarray, np.ndarray, Any], tuple[np.ndarray, np.ndarray]]
+    split_budget: Callable[[Args, Any, Any], tuple[np.ndarray, np.ndarray]]
+    budget_name: str
+
+    @property
+    def methods(self) -> tuple[str, str]:
+        """The implementation's methods of split keys, in the order the checks call them."""
+        return (self.block, self.merge)
+
+
+@dataclass(frozen=True)
 class Equation:
     """What the suite knows about one equation of the paper.
 
@@ -192,6 +221,8 @@ class Equation:
     undefined: Callable[[Args], tuple[np.ndarray, str] | None] | None = None
     # what one batch element is, for the batch-invariance check (``checks/invariance.py``); None: not batched
     batch: Batching | None = None
+    # the equation over blocks of its keys, merged (``checks/split.py``); None: it has no keys to split
+    split: Split | None = None
 
     def model_arguments(self, declared: Declared, seen: Mapping[str, Any]) -> dict[str, Any]:
         """The diagnoses' arguments of :attr:`model` (``diagnoses.forward.evaluate``): the arguments as the
@@ -390,6 +421,16 @@ _RECORDS: tuple[Equation, ...] = (
         departures=frozenset({"attention", _ALL}),
         strategy=S.attention_inputs,
         batch=_ATTENTION_BATCH,
+        split=Split(
+            block="attention_with_lse",
+            merge="merge_attention_states",
+            block_oracle=lambda a: ref_attention.attention_with_lse(a["q"], a["k"], a["v"], a["mask"]),
+            merge_oracle=ref_attention.merge_attention_states,
+            block_budget=lambda a, p: SB.attention_with_lse(a["q"], a["k"], a["v"], a["mask"], p),
+            merge_budget=SB.merged,
+            split_budget=lambda a, edges, p: SB.split_attention(a["q"], a["k"], a["v"], a["mask"], edges, p),
+            budget_name="split-keys bounds, budgets.split",
+        ),
         backward=Backward(
             gradients=("q", "k", "v"),
             oracle=lambda a, g: dict(

@@ -126,7 +126,7 @@ def ulp(x: np.ndarray | float, dtype: str) -> np.ndarray:
     prec = precision(dtype)
     a = np.abs(np.asarray(x, dtype=np.float64))
     with np.errstate(divide="ignore", invalid="ignore"):
-        e = np.floor(np.log2(np.where(a > 0, a, 2.0**prec.emin)))  # 0 and subnormals: the subnormal spacing
+        e = np.floor(np.log2(np.where((a > 0) & np.isfinite(a), a, 2.0**prec.emin)))  # 0, subnormals: the least
     spacing = np.ldexp(1.0, (np.maximum(e, prec.emin) - prec.p + 1).astype(int))
     if prec.flush:  # below the normal range a flushed result errs by up to 2^emin
         spacing = np.where(a < 2.0**prec.emin, 2.0**prec.emin, spacing)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from aiayn.conformance.checks import load_all
-from aiayn.conformance.directions import BACKWARD, DECODE, FORWARD
+from aiayn.conformance.directions import BACKWARD, DECODE, FORWARD, SPLIT
 from aiayn.conformance.inputs import fixed as F
 from aiayn.conformance.report.coverage import OUT_OF_SCOPE
 from aiayn.conformance.run.harness import CHECKS
@@ -33,7 +33,7 @@ def _on_fixed_inputs(equation: str, direction: str = FORWARD) -> Callable[..., N
             pytest.skip(f"{OUT_OF_SCOPE} of {impl.name} ({scope.describe()}): the case needs {', '.join(unmet)}")
         CHECKS[case.check](impl, dtype, **case.args)
 
-    gradients = {BACKWARD: "_gradients", DECODE: "_decoding"}.get(direction, "")
+    gradients = {BACKWARD: "_gradients", DECODE: "_decoding", SPLIT: "_split_keys"}.get(direction, "")
     test.__name__ = test.__qualname__ = f"test_{equation}{gradients}_on_fixed_inputs"
     test.__doc__ = f"{equation}{gradients.replace('_', ' ')} agrees with the oracle on each of its fixed cases."
     return test
@@ -45,3 +45,5 @@ for _equation in EQUATIONS:
         globals()[f"test_{_equation}_gradients_on_fixed_inputs"] = _on_fixed_inputs(_equation, BACKWARD)
     if F.cases(_equation, DECODE):
         globals()[f"test_{_equation}_decoding_on_fixed_inputs"] = _on_fixed_inputs(_equation, DECODE)
+    if F.cases(_equation, SPLIT):
+        globals()[f"test_{_equation}_split_keys_on_fixed_inputs"] = _on_fixed_inputs(_equation, SPLIT)

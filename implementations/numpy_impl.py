@@ -139,6 +139,45 @@ class NumpyImplementation(ImplementationBase):
                 out = np.where(dead[..., None], np.mean(v, axis=-2, keepdims=True), out).astype(out.dtype)
         return out
 
+    def attention_with_lse(
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Eq. (1) over one block of keys and the log-sum-exp of its scores (§3.2.1; ``reference.attention``'s
+        "split keys"): (out (..., n_q, d_v), lse (..., n_q)); a query that sees no key of the block (n_k = 0
+        included) gets out 0 and lse -inf. Max-shifted, in the inputs' dtype."""
+        dt = self._float_dtype(q=q, k=k, v=v)
+        if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+            _check_attention_shapes(q, k, v)
+        s = np.matmul(q * (1.0 / math.sqrt(q.shape[-1])), np.swapaxes(k, -1, -2))  # (..., n_q, n_k)
+        mask = _as_mask(mask)
+        if mask is not None:
+            s = np.where(_broadcast_mask(mask, s.shape), s, dt.type(-np.inf))
+        m = np.max(s, axis=-1, keepdims=True, initial=-np.inf)  # (..., n_q, 1)
+        alive = m > -np.inf
+        e = np.exp(s - np.where(alive, m, 0.0).astype(dt))  # masked: exp(-inf) = 0
+        total = np.sum(e, axis=-1, keepdims=True)
+        out = np.matmul(e, v) / np.where(alive, total, 1.0).astype(dt)
+        lse = np.where(alive, m + np.log(np.where(alive, total, 1.0).astype(dt)), dt.type(-np.inf))[..., 0]
+        return out.astype(dt, copy=False), lse.astype(dt, copy=False)
+
+    def merge_attention_states(self, outs: np.ndarray, lses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Merge P blocks' states by their log-sum-exps (§3.2.1, split keys): outs (P, ..., n_q, d_v), lses
+        (P, ..., n_q) -> (out, lse), out = sum_p exp(L_p - L) O_p, L = log sum_p exp(L_p), max-shifted; no block
+        alive gives out 0 and lse -inf."""
+        dt = self._float_dtype(outs=outs, lses=lses)
+        if outs.ndim < 3 or outs.shape[:-1] != lses.shape or outs.shape[0] == 0:
+            raise ValueError(
+                f"outs, lses: expected shapes (P, ..., n_q, d_v) and (P, ..., n_q) with P >= 1, got {outs.shape} "
+                f"and {lses.shape}"
+            )
+        m = np.max(lses, axis=0)  # (..., n_q)
+        alive = m > -np.inf
+        w = np.exp(lses - np.where(alive, m, 0.0).astype(dt))  # (P, ..., n_q); an empty block: 0
+        total = np.sum(w, axis=0)
+        out = np.sum(w[..., None] * outs, axis=0) / np.where(alive, total, 1.0).astype(dt)[..., None]
+        lse = np.where(alive, m + np.log(np.where(alive, total, 1.0).astype(dt)), dt.type(-np.inf))
+        return out.astype(dt, copy=False), lse.astype(dt, copy=False)
+
     def multi_head_attention(
         self,
         query: np.ndarray,

@@ -77,6 +77,21 @@ what is absent is reported "not provided"):
   silent it follows ``policies["beam_search"]``, a mapping of ``BEAM_POLICY_CHOICES`` (absent keys: the defaults,
   ``DEFAULT_BEAM_POLICIES``), both in ``implementations/decoding.py``.
 
+Split keys (§3.2.1)
+-------------------
+Attention over a concatenation of key blocks is the merge of the blocks' outputs by their log-sum-exps (the
+identity is proven in ``aiayn.reference.attention``, "split keys"): what split-KV decoding and paged-attention kernels
+compute. An implementation may provide (both or neither; absent: "not provided"):
+
+- ``attention_with_lse(q, k, v, mask=None)``: Eq. (1) over one block of keys, q (..., n_q, d_k), k (..., n_k, d_k),
+  v (..., n_k, d_v), mask as Eq. (1)'s; returns ``(out, lse)``, out (..., n_q, d_v) in the call's dtype and lse
+  (..., n_q), log sum_j exp(q . k_j / sqrt(d_k)) over the visible keys, in the call's dtype (or float32 for a
+  float16 or bfloat16 call). A query that sees no key of the block (n_k = 0 included) gets out 0 and lse -inf,
+  whatever ``policies["fully_masked"]`` says for the whole attention;
+- ``merge_attention_states(outs, lses)``: outs (P, ..., n_q, d_v) and lses (P, ..., n_q), P >= 1, the states of P
+  blocks in the call's dtype (-inf: an empty block); returns ``(out, lse)`` of all the blocks together: out =
+  sum_p exp(L_p - L) O_p, lse = L = log sum_p exp(L_p); 0 and -inf where no block is alive.
+
 Writing your own
 ----------------
 Either subclass :class:`ImplementationBase` (sensible defaults, ``provides()`` for free), or

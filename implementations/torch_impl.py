@@ -229,6 +229,46 @@ class TorchImplementation(ImplementationBase):
         cd = self._compute_dtype(q.dtype)
         return self._attend(q.to(cd), k.to(cd), v.to(cd), mask, q.dtype).to(q.dtype)
 
+    def attention_with_lse(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eq. (1) over one block of keys and the log-sum-exp of its scores (§3.2.1, split keys): (out (..., n_q, d_v),
+        lse (..., n_q)); a query that sees no key of the block (n_k = 0 included) gets 0 and -inf. In the compute
+        dtype (float32 for float16/bfloat16 on the CPU), the lse returned in float32 there (as FlashAttention's)."""
+        if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+            raise ValueError(
+                f"q, k, v: expected (..., n_q, d_k), (..., n_k, d_k), (..., n_k, d_v), got {tuple(q.shape)}, "
+                f"{tuple(k.shape)}, {tuple(v.shape)}"
+            )
+        cd = self._compute_dtype(q.dtype)
+        s = torch.matmul(q.to(cd), k.to(cd).transpose(-1, -2)) / math.sqrt(q.shape[-1])  # (..., n_q, n_k)
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        if s.shape[-1] == 0:
+            lse = torch.full(s.shape[:-1], float("-inf"), dtype=cd, device=s.device)
+        else:
+            lse = torch.logsumexp(s, dim=-1)  # -inf where every score is -inf
+        alive = (lse > float("-inf")).unsqueeze(-1)
+        p = torch.where(alive, torch.exp(s - torch.where(alive, lse.unsqueeze(-1), 0.0)), 0.0)
+        out = torch.matmul(p, v.to(cd))
+        return out.to(q.dtype), lse.to(torch.float32 if q.dtype in _LOW else q.dtype)
+
+    def merge_attention_states(self, outs: torch.Tensor, lses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Merge P blocks' states by their log-sum-exps (§3.2.1, split keys): outs (P, ..., n_q, d_v), lses
+        (P, ..., n_q) -> (out, lse), max-shifted; no block alive gives 0 and -inf."""
+        if outs.dim() < 3 or tuple(outs.shape[:-1]) != tuple(lses.shape) or outs.shape[0] == 0:
+            raise ValueError(
+                f"outs, lses: expected shapes (P, ..., n_q, d_v) and (P, ..., n_q) with P >= 1, got "
+                f"{tuple(outs.shape)} and {tuple(lses.shape)}"
+            )
+        cd = self._compute_dtype(outs.dtype)
+        z = lses.to(cd)
+        lse = torch.logsumexp(z, dim=0)  # (..., n_q)
+        alive = lse > float("-inf")
+        w = torch.exp(z - torch.where(alive, lse, 0.0))  # (P, ..., n_q): the blocks' weights, summing to 1
+        out = torch.where(alive.unsqueeze(-1), (w.unsqueeze(-1) * outs.to(cd)).sum(dim=0), 0.0)
+        return out.to(outs.dtype), lse.to(outs.dtype)
+
     # ---------------------------------------------------------------- §3.2.2
 
     def multi_head_attention(
@@ -483,6 +523,10 @@ class TorchSDPAImplementation(TorchImplementation):
     """
 
     name = "torch-sdpa"
+    # Split keys (implementations/protocol.py) are not provided: PyTorch has no public API that returns attention's
+    # log-sum-exp or merges partial states, and the torch built-in's own are plain tensor code, not SDPA's.
+    attention_with_lse = None
+    merge_attention_states = None
     # PyTorch's CPU flash-attention kernel (4-d inputs) flushes subnormal results to zero in bfloat16:
     # F.scaled_dot_product_attention(q = k = 0, v = 2.02e-39) gives 0.0 for shape (2, 1, 1, 1), the value
     # itself for shape (2, 1, 1) (the math path), and keeps it in float16, float32 and float64 (torch

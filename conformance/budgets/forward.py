@@ -221,8 +221,11 @@ def attention_core(
     e_k: Any = 0.0,
     e_v: Any = 0.0,
     fully_masked: str = "nan",
+    lse_rounding: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(error bound, magnitude bound) for softmax(q k^T / sqrt(d_k)) v with inputs known to within e_q, e_k, e_v.
+    """(error bound, magnitude bound) for softmax(q k^T / sqrt(d_k)) v with inputs known to within e_q, e_k, e_v
+    (``lse_rounding``: the weights may be formed as exp(s_j - L) from the row's log-sum-exp L,
+    :func:`attention_weights`).
 
     Derivation (Eq. (1)).
       Scores. s = q k^T / sqrt(d_k). The implementation sees q + dq, k + dk and computes a
@@ -254,7 +257,7 @@ def attention_core(
     """
     n_k = k.shape[-2]
     e_v = np.broadcast_to(_finite(e_v), v.shape)
-    p, c, vis = attention_weights(q, k, visible, prec, e_q, e_k, fully_masked)
+    p, c, vis = attention_weights(q, k, visible, prec, e_q, e_k, fully_masked, lse_rounding)
     av = np.abs(v) + e_v  # (..., n_k, d_v)
     err = np.matmul(_times(p, c), av) + np.matmul(p, e_v) + gamma(n_k + 1, prec.op) * np.matmul(_times(p, 1 + c), av)
     alive = np.any(vis, axis=-1, keepdims=True)  # rows with at least one visible key

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ("attention", "positional", "layers", "training", "model", "decoding", "invariance", "contract")
+MODULES = ("attention", "positional", "layers", "training", "model", "decoding", "invariance", "split", "contract")
 
 
 def load_all() -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance.directions import BACKWARD, BEAM_SEARCH, CACHED_STEPS, DECODE, FORWARD, REORDERED_CACHE
+from aiayn.conformance.directions import BACKWARD, BEAM_SEARCH, CACHED_STEPS, DECODE, FORWARD, REORDERED_CACHE, SPLIT
 
 __all__ = ["FIXED", "Fixed", "beam_model", "cases"]
 
@@ -508,10 +508,40 @@ def _beam() -> list[Fixed]:
     return out
 
 
+def _split() -> list[Fixed]:
+    """Split keys (§3.2.1): a merge of three states (one empty, log-sum-exps 30 apart), and 9 keys cut into blocks
+    of 3, 0 and 6 keys merged, the last block hidden from one query."""
+    rng = _rng(40)
+    eq = "scaled_dot_product_attention"
+    lses = np.array([[1.5, 31.0], [-np.inf, 2.0], [0.25, -np.inf]])  # (P = 3, n_q = 2): every query has two alive
+    merge = {"outs": rng.normal(size=(3, 2, 4)), "lses": lses}
+    mask = np.ones((4, 9), dtype=bool)
+    mask[2, 3:] = False  # query 2 sees the first block only
+    split = {
+        "q": rng.uniform(-1, 1, (4, 5)),
+        "k": rng.uniform(-1, 1, (9, 5)),
+        "v": rng.normal(size=(9, 3)),
+        "mask": mask,
+        "edges": (0, 3, 3, 9),
+    }
+    return [
+        Fixed(eq, "merge: 3 states, one empty per query", "merge_attention_states", merge, (), direction=SPLIT),
+        Fixed(
+            eq,
+            "9 keys in blocks of 3, 0 and 6, one hidden from a query",
+            "attention_over_split_keys_equals_the_whole",
+            split,
+            ("cross-attention", "masks:random", "length:9"),
+            direction=SPLIT,
+        ),
+    ]
+
+
 #: Every fixed case, in paper order.
 FIXED: tuple[Fixed, ...] = (
     *_softmax(),
     *_attention(),
+    *_split(),
     *_mha(),
     *_positional(),
     *_layer_norm(),

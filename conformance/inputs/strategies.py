@@ -57,6 +57,8 @@ __all__ = [
     "resolvable_level",
     "score_error_bound",
     "softmax_inputs",
+    "split_inputs",
+    "states_inputs",
 ]
 
 
@@ -398,6 +400,43 @@ def attention_inputs(
     v = _array(draw, (*batch, n_k, d_v), 10.0)
     m = draw(_mask(batch, n_q, n_k, scope=scope)) if mask else None
     return {"q": q, "k": k, "v": v, "mask": m}
+
+
+@st.composite
+def split_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """Eq. (1)'s q, k, v and mask (:func:`attention_inputs`, up to 9 keys) and ``edges``, the cut points of the keys
+    into 1 to 4 blocks (0 = e_0 <= ... <= e_P = n_k: a repeated point is an empty block). Where the scope accepts
+    random masks, a block may be hidden from some queries entirely (a fully masked block)."""
+    args = draw(attention_inputs(dtype, max_n=9, scope=scope))
+    n_k = args["k"].shape[-2]
+    cuts = sorted(draw(st.lists(st.integers(0, n_k), max_size=3)))
+    edges = (0, *cuts, n_k)
+    if "random" in scope.masks and len(edges) > 2 and draw(st.booleans()):
+        p = draw(st.integers(0, len(edges) - 2))
+        shape = (*args["q"].shape[:-1], n_k)
+        mask = np.ones(shape, dtype=bool) if args["mask"] is None else np.array(np.broadcast_to(args["mask"], shape))
+        hidden = draw(hnp.arrays(np.bool_, shape[:-1]))  # the queries the block is hidden from
+        mask[..., edges[p] : edges[p + 1]] &= ~hidden[..., None]
+        args["mask"] = mask
+    return {**args, "edges": edges}
+
+
+@st.composite
+def states_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """Partial states of 1 to 4 blocks to merge: outs (P, *batch, n_q, d_v) of magnitude up to 10 and lses
+    (P, *batch, n_q) around a drawn offset (0, +-12, +-100: exp(100) overflows float32, so only a max-shifted merge
+    survives it; +-1e4 in float64) with spreads up to 40, some -inf (an empty block; a query may have none alive)."""
+    sizes = _Sizes(draw, "states_inputs")
+    batch = _batch(sizes, scope, [(), (2,)])
+    n_blocks, n_q, d_v = sizes.integers(1, 4), _length(sizes, scope, 1, 4), sizes.integers(1, 5)
+    outs = _array(draw, (n_blocks, *batch, n_q, d_v), 10.0)
+    offsets = [0.0, 12.0, -12.0, 100.0, -100.0] + ([1e4, -1e4] if dtype == "float64" else [])
+    offset = draw(st.sampled_from(offsets))
+    spread = draw(st.sampled_from([0.0, 1.0, 5.0, 40.0]))
+    shape = (n_blocks, *batch, n_q)
+    lses = offset + (_array(draw, shape, spread) if spread else np.zeros(shape))
+    empty = draw(hnp.arrays(np.bool_, lses.shape)) & draw(st.booleans())
+    return {"outs": outs, "lses": np.where(empty, -np.inf, lses)}
 
 
 #: Lengths around the tile sizes of attention kernels: one below, at and one above each multiple of 16, 32, 64, 96

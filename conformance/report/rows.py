@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance.directions import BACKWARD, DECODE, FORWARD
+from aiayn.conformance.directions import BACKWARD, DECODE, FORWARD, SPLIT
 from aiayn.conformance.equations import CONTRACT, RECORDS, title, unjudged
 from aiayn.conformance.report.coverage import MAX_UNSUPPORTED, OUT_OF_SCOPE, declared_inconclusive, max_unchecked
 from aiayn.conformance.report.results import APART, NO_MATCH, Outcome, Row, Status, TestResult
@@ -49,11 +49,16 @@ def _typed(results: Iterable[TestResult | Mapping[str, Any]]) -> list[TestResult
 
 def directions(equation: str) -> tuple[str, ...]:
     """The report rows an equation has: "forward", "backward" where its record has a backward pass, "decode" where it
-    has decoding."""
+    has decoding, "split keys" where it has a split over blocks of keys."""
     record = RECORDS.get(equation)
     if record is None:
         return (FORWARD,)
-    return (FORWARD,) + ((BACKWARD,) if record.backward is not None else ()) + ((DECODE,) if record.decode else ())
+    return (
+        (FORWARD,)
+        + ((BACKWARD,) if record.backward is not None else ())
+        + ((DECODE,) if record.decode else ())
+        + ((SPLIT,) if record.split else ())
+    )
 
 
 def section(equation: str, direction: str = FORWARD) -> str:

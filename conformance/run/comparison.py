@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.conformance.diagnoses.forward import PAIRS
-from aiayn.conformance.directions import BACKWARD
+from aiayn.conformance.directions import BACKWARD, DECODE, SPLIT
 from aiayn.conformance.equations import RECORDS
 from aiayn.conformance.numerics import first_index, floored, precision
 from aiayn.conformance.report.results import NO_MATCH
@@ -151,7 +151,7 @@ def _masked_row_policy(case: Case) -> str:
     """ "fully_masked policy 'X'" for an equation with attention (a NaN may be a fully masked row's), else ""."""
 
     r = RECORDS.get(case.equation)
-    if r is None or "attention" not in r.departures:
+    if r is None or "attention" not in r.departures or case.direction == SPLIT:  # split keys: 0 and -inf, always
         return ""
     policies = getattr(case.impl, "policies", None)
     return f"fully_masked policy {policies.get('fully_masked') if isinstance(policies, Mapping) else None!r}"
@@ -208,7 +208,7 @@ def matches(case: Case, got: np.ndarray, ratio: float | None = None) -> tuple[st
     if stats is not None and _shown_example():
         stats.departures.update(names)
     if not names:
-        catalogue = "backward" if case.direction == BACKWARD else "forward"
+        catalogue = {BACKWARD: "backward", DECODE: "decoding", SPLIT: "split"}.get(case.direction, "forward")
         return f"; no known departure matches (conformance/diagnoses/{catalogue}.py)", names
     if len(names) > 1:  # a budget wide enough for several: candidates, not a match
         return "; candidates, not told apart" + told + ": " + ", ".join(f"'{n}'" for n in names), names

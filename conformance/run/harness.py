@@ -784,6 +784,8 @@ def _describe_args(args: Mapping[str, Any], dtype: str) -> str:
             return f"{kind} {v.shape}"
         if isinstance(v, Mapping):
             return "{" + ", ".join(f"{k}: {one(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, (list, tuple)) and v and all(type(x) is int for x in v) and len(v) <= 16:
+            return repr(list(v))  # a few integers (cut points, lengths): shown as they are
         if isinstance(v, (list, tuple)):
             return f"[{len(v)} x {one(v[0])}]" if v else "[]"
         return repr(v)

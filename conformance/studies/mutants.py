@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance.diagnoses.split import UNNORMALISED_MERGE
 from aiayn.conformance.report.results import Row, Status
 from aiayn.conformance.run.runner import pytest_arguments
 from aiayn.implementations import numpy_backward as backward
@@ -172,6 +173,21 @@ class SkipsLastPartialTile(Mutant):
         for start in range(0, whole, 16):  # the bug: range(0, n_q, 16) would reach the last partial tile
             out[..., start : start + 16, :] = full[..., start : start + 16, :]
         return out
+
+
+class MergeForgetsToRenormalise(Mutant):
+    """Split keys: the merge of blocks' states weights each output by exp(L_p - max L) and sums, never dividing by
+    the weights' sum (right only where one block holds every visible key)."""
+
+    name, targets = "mutant-merge-forgets-to-renormalise", frozenset({"scaled_dot_product_attention"})
+    departure = UNNORMALISED_MERGE
+
+    def merge_attention_states(self, outs, lses):
+        out, lse = super().merge_attention_states(outs, lses)
+        m = np.max(lses, axis=0)
+        alive = m > -np.inf
+        w = np.exp(lses - np.where(alive, m, 0.0).astype(lses.dtype))  # (P, ..., n_q)
+        return np.sum(w[..., None] * outs, axis=0).astype(outs.dtype), lse  # the bug: no division by sum_p w_p
 
 
 class MaskIgnored(Mutant):
@@ -471,6 +487,7 @@ FORWARD_MUTANTS: dict[str, type[Mutant]] = {
         AdditiveMask,
         MaskIgnored,
         SkipsLastPartialTile,
+        MergeForgetsToRenormalise,
         FullyMaskedZeros,
         UnshiftedSoftmax,
         SoftmaxLastAxisOnly,

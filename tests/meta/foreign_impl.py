@@ -21,6 +21,7 @@ from aiayn.implementations.protocol import EQUATIONS
 
 _DECODE = record("transformer_forward").decode  # the decoding methods, from their one record
 DECODING = (*_DECODE.steps, *_DECODE.search)
+SPLIT_KEYS = record("scaled_dot_product_attention").split.methods  # attention with its log-sum-exp, and the merge
 
 
 class DType:
@@ -122,7 +123,7 @@ class Foreign(NumpyImplementation):
     def to_numpy(self, x: Any) -> np.ndarray:
         return self.inner.to_numpy(_unwrap(x))
 
-    locals().update({name: _delegate(name) for name in (*EQUATIONS, *DECODING)})
+    locals().update({name: _delegate(name) for name in (*EQUATIONS, *DECODING, *SPLIT_KEYS)})
 
     def vjp(self, equation: str, args: list[Any], d_out: Any) -> dict[str, Tensor]:
         """The built-in's hand-written gradients, on foreign tensors."""
