@@ -157,7 +157,9 @@ class Split:
     provided"): Eq. (1) over one block with its log-sum-exp, and the merge of blocks' (output, log-sum-exp) states.
     ``block_oracle(a)`` and ``merge_oracle(outs, lses)`` give (output, log-sum-exp); ``block_budget(a, p)``,
     ``merge_budget(outs, lses, p)`` and ``split_budget(a, edges, p)`` bound both at precision ``p``
-    (``budgets/split.py``: one block, one merge, blocks merged), the oracle's share added at float64.
+    (``budgets/split.py``: one block, one merge, blocks merged), the oracle's share added at float64. ``paged``: the
+    method of Eq. (1) over a paged cache (its own option), ``paged_oracle(a)`` and ``paged_budget(a, p)`` its oracle
+    and bound.
     """
 
     block: str
@@ -168,6 +170,9 @@ class Split:
     merge_budget: Callable[[np.ndarray, np.ndarray, Any], tuple[np.ndarray, np.ndarray]]
     split_budget: Callable[[Args, Any, Any], tuple[np.ndarray, np.ndarray]]
     budget_name: str
+    paged: str
+    paged_oracle: Callable[[Args], np.ndarray]
+    paged_budget: Callable[[Args, Any], np.ndarray]
 
     @property
     def methods(self) -> tuple[str, str]:
@@ -430,6 +435,13 @@ _RECORDS: tuple[Equation, ...] = (
             merge_budget=SB.merged,
             split_budget=lambda a, edges, p: SB.split_attention(a["q"], a["k"], a["v"], a["mask"], edges, p),
             budget_name="split-keys bounds, budgets.split",
+            paged="paged_attention",
+            paged_oracle=lambda a: ref_attention.paged_attention(
+                a["q"], a["k_pages"], a["v_pages"], a["block_table"], a["lengths"]
+            ),
+            paged_budget=lambda a, p: SB.paged_attention(
+                a["q"], a["k_pages"], a["v_pages"], a["block_table"], a["lengths"], p
+            ),
         ),
         backward=Backward(
             gradients=("q", "k", "v"),

@@ -47,3 +47,11 @@ def test_attention_over_split_keys_equals_the_whole(impl: Any, dtype: str, data:
     P.attention_over_split_keys_equals_the_whole(
         impl, dtype, **data.draw(S.split_inputs(dtype, scope=S.scope(impl, _EQ)))
     )
+
+
+@pytest.mark.aiayn_equation(_EQ, direction=SPLIT)
+@profile(0.5)
+@given(data=st.data())
+def test_paged_attention(impl: Any, dtype: str, data: st.DataObject) -> None:
+    P.provided(impl, P.PAGED)
+    P.paged_attention(impl, dtype, **data.draw(S.paged_inputs(dtype, scope=S.scope(impl, _EQ))))

@@ -178,6 +178,21 @@ class NumpyImplementation(ImplementationBase):
         lse = np.where(alive, m + np.log(np.where(alive, total, 1.0).astype(dt)), dt.type(-np.inf))
         return out.astype(dt, copy=False), lse.astype(dt, copy=False)
 
+    def paged_attention(
+        self, q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray, block_table: np.ndarray, lengths: np.ndarray
+    ) -> np.ndarray:
+        """Eq. (1) of each sentence's queries over its paged cache (§3.2.1; ``reference.attention.paged_keys``): q
+        (B, n_q, d_k), pages (N, page, d) read through block_table (B, M), the first lengths (B,) positions each;
+        the slots past a length are zeroed before any arithmetic, so whatever the pool holds there reaches nothing."""
+        dt = self._float_dtype(q=q, k_pages=k_pages, v_pages=v_pages)
+        table, n = np.asarray(block_table), np.asarray(lengths)
+        b, m = table.shape
+        span = m * k_pages.shape[1]
+        visible = np.arange(span)[None, :] < n[:, None]  # (B, M page)
+        k = np.where(visible[..., None], k_pages[table].reshape(b, span, -1), dt.type(0))
+        v = np.where(visible[..., None], v_pages[table].reshape(b, span, -1), dt.type(0))
+        return self.attention_with_lse(q, k, v, visible[:, None, :])[0]
+
     def multi_head_attention(
         self,
         query: np.ndarray,

@@ -92,6 +92,14 @@ compute. An implementation may provide (both or neither; absent: "not provided")
   blocks in the call's dtype (-inf: an empty block); returns ``(out, lse)`` of all the blocks together: out =
   sum_p exp(L_p - L) O_p, lse = L = log sum_p exp(L_p); 0 and -inf where no block is alive.
 
+And, on its own, Eq. (1) over a paged cache (vLLM's PagedAttention layout):
+
+- ``paged_attention(q, k_pages, v_pages, block_table, lengths)``: q (B, n_q, d_k), k_pages (N, page, d_k) and
+  v_pages (N, page, d_v) a pool of pages in any physical order, block_table (B, M) int64 (sentence b's position t is
+  slot t mod page of page ``block_table[b, t // page]``), lengths (B,) int64 in [1, M page]; returns (B, n_q, d_v),
+  each query attending to its sentence's first ``lengths[b]`` positions. The slots past a length, and pages in no
+  table, hold anything (the suite fills them with NaN or +-1e4): nothing may reach the result from them.
+
 Writing your own
 ----------------
 Either subclass :class:`ImplementationBase` (sensible defaults, ``provides()`` for free), or

@@ -253,6 +253,24 @@ class TorchImplementation(ImplementationBase):
         out = torch.matmul(p, v.to(cd))
         return out.to(q.dtype), lse.to(torch.float32 if q.dtype in _LOW else q.dtype)
 
+    def paged_attention(
+        self,
+        q: torch.Tensor,
+        k_pages: torch.Tensor,
+        v_pages: torch.Tensor,
+        block_table: torch.Tensor,
+        lengths: torch.Tensor,
+    ) -> torch.Tensor:
+        """Eq. (1) of each sentence's queries over its paged cache (§3.2.1): q (B, n_q, d_k), pages (N, page, d)
+        read through block_table (B, M), the first lengths (B,) positions each; the slots past a length are zeroed
+        before any arithmetic, so whatever the pool holds there reaches nothing."""
+        b, m = block_table.shape
+        span = m * k_pages.shape[1]
+        visible = torch.arange(span, device=q.device)[None, :] < lengths[:, None]  # (B, M page)
+        k = torch.where(visible[..., None], k_pages[block_table].reshape(b, span, -1), 0.0)
+        v = torch.where(visible[..., None], v_pages[block_table].reshape(b, span, -1), 0.0)
+        return self.attention_with_lse(q, k.to(q.dtype), v.to(q.dtype), visible[:, None, :])[0]
+
     def merge_attention_states(self, outs: torch.Tensor, lses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Merge P blocks' states by their log-sum-exps (§3.2.1, split keys): outs (P, ..., n_q, d_v), lses
         (P, ..., n_q) -> (out, lse), max-shifted; no block alive gives 0 and -inf."""
@@ -527,6 +545,7 @@ class TorchSDPAImplementation(TorchImplementation):
     # log-sum-exp or merges partial states, and the torch built-in's own are plain tensor code, not SDPA's.
     attention_with_lse = None
     merge_attention_states = None
+    paged_attention = None
     # PyTorch's CPU flash-attention kernel (4-d inputs) flushes subnormal results to zero in bfloat16:
     # F.scaled_dot_product_attention(q = k = 0, v = 2.02e-39) gives 0.0 for shape (2, 1, 1, 1), the value
     # itself for shape (2, 1, 1) (the math path), and keeps it in float16, float32 and float64 (torch

@@ -412,6 +412,60 @@ def merge_attention_states_exact(outs: Any, lses: Any, *, dps: int = DEFAULT_DPS
     return correctly_rounded(out, dps), correctly_rounded(lambda: _lse_mp(z, None), dps)
 
 
+def paged_keys(pages: Any, block_table: Any, lengths: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A paged cache read in its logical order: (keys or values (B, M page, d), visible (B, M page)).
+
+    A paged cache (vLLM's PagedAttention) stores every sentence's keys (or values) in fixed-size pages of a shared
+    pool, in any physical order; sentence b's t-th position is slot t mod page of page ``block_table[b, t // page]``.
+    Only the first ``lengths[b]`` positions are the sentence's: the slots past them (in its last page, and in pages
+    its table lists beyond) hold whatever the pool held, and are given as 0 and not visible here, so that nothing
+    computed from them can depend on them (split keys: the identity above with the unread slots as an empty block).
+
+    Shapes: pages (N, page, d), block_table (B, M) int, 0 <= entries < N, lengths (B,) int, 0 <= lengths <= M page.
+    """
+    pages = as_float_array("pages", pages, min_ndim=3, allow_nonfinite=True)
+    if pages.ndim != 3:
+        raise ValueError(f"pages: expected (N, page, d), got shape {pages.shape}")
+    table = np.asarray(block_table)
+    if table.ndim != 2 or table.dtype.kind not in "iu":
+        raise ValueError(f"block_table: expected a 2-d integer array (B, M), got {table.dtype} of shape {table.shape}")
+    if table.size and (table.min() < 0 or table.max() >= pages.shape[0]):
+        raise ValueError(
+            f"block_table: entries must index the {pages.shape[0]} pages, got {table.min()}..{table.max()}"
+        )
+    n = np.asarray(lengths)
+    span = table.shape[1] * pages.shape[1]
+    if n.shape != (table.shape[0],) or n.dtype.kind not in "iu" or np.any((n < 0) | (n > span)):
+        raise ValueError(f"lengths: expected {table.shape[0]} integers in [0, {span}], got {n!r}")
+    gathered = pages[table].reshape(table.shape[0], span, pages.shape[2])  # (B, M page, d)
+    visible = np.arange(span)[None, :] < n[:, None]  # (B, M page)
+    return np.where(visible[..., None], gathered, 0.0), visible
+
+
+def paged_attention(q: Any, k_pages: Any, v_pages: Any, block_table: Any, lengths: Any) -> np.ndarray:
+    """Eq. (1) of each sentence's queries over its paged cache; fast tier (longdouble inside, float64 out).
+
+    Paper: §3.2.1, Eq. (1) over the keys a decoder has cached (§3.2.3: each query sees every cached position), read
+    through the block table (:func:`paged_keys`); a sentence with no position gets 0.
+
+    Shapes: q (B, n_q, d_k), k_pages (N, page, d_k), v_pages (N, page, d_v), block_table (B, M), lengths (B,)
+    -> (B, n_q, d_v) float64.
+    """
+    k, visible = paged_keys(k_pages, block_table, lengths)
+    v, _ = paged_keys(v_pages, block_table, lengths)
+    return scaled_dot_product_attention(q, k, v, visible[:, None, :], fully_masked="zeros")
+
+
+def paged_attention_exact(
+    q: Any, k_pages: Any, v_pages: Any, block_table: Any, lengths: Any, *, dps: int = DEFAULT_DPS
+) -> np.ndarray:
+    """Eq. (1) of each sentence's queries over its paged cache; exact tier. Same definition as
+    :func:`paged_attention`."""
+    k, visible = paged_keys(k_pages, block_table, lengths)
+    v, _ = paged_keys(v_pages, block_table, lengths)
+    return scaled_dot_product_attention_exact(q, k, v, visible[:, None, :], fully_masked="zeros", dps=dps)
+
+
 # --------------------------------------------------------------------------------------------
 # the backward of softmax and Eq. (1): vector-Jacobian products
 #

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from _checks import run_check
 
-from aiayn.conformance.diagnoses.split import SPLIT_CATALOGUE, UNNORMALISED_MERGE
+from aiayn.conformance.diagnoses.split import PAGE_TAIL_TIMES_ZERO, SPLIT_CATALOGUE, UNNORMALISED_MERGE
 from aiayn.conformance.run.harness import ConformanceFailure
 from aiayn.implementations.numpy_impl import NumpyImplementation
 
@@ -54,6 +54,65 @@ class Unnormalised(NumpyImplementation):
         _, lse = super().merge_attention_states(outs, lses)
         w = np.exp(lses - np.max(lses, axis=0))
         return np.sum(w[..., None] * outs, axis=0).astype(outs.dtype), lse
+
+
+class PagedRead(NumpyImplementation):
+    """A paged kernel with one of three bugs: the tail's values multiplied by 0, the last page read whole, the table
+    ignored."""
+
+    def __init__(self, bug: str) -> None:
+        super().__init__()
+        self.bug = bug
+
+    def paged_attention(self, q, k_pages, v_pages, block_table, lengths):
+        b, m = block_table.shape
+        page = k_pages.shape[1]
+        span = m * page
+        if self.bug == "physical":
+            block_table = np.arange(b * m).reshape(b, m)
+        reach = -(-lengths // page) * page if self.bug == "whole-page" else lengths
+        visible = np.arange(span)[None, :] < reach[:, None]
+        k = np.where(visible[..., None], k_pages[block_table].reshape(b, span, -1), 0.0)
+        v = v_pages[block_table].reshape(b, span, -1)
+        if self.bug == "physical":
+            v = np.where(visible[..., None], v, 0.0)
+        s = np.where(visible[:, None, :], q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1]), -np.inf)
+        w = np.exp(s - s.max(axis=-1, keepdims=True))
+        with np.errstate(invalid="ignore"):
+            return (w / w.sum(axis=-1, keepdims=True)) @ v
+
+
+def _paged(poison: float) -> dict[str, Any]:
+    """Two sentences of 3 and 5 positions in pages of 2, their pages swapped in the pool, one page unowned."""
+    table = np.array([[3, 1, 4], [0, 2, 5]])  # pool of 7 pages: 6 unowned
+    lengths = np.array([3, 5])
+    k_pages, v_pages = np.full((7, 2, 4), poison), np.full((7, 2, 3), poison)
+    for s, n in enumerate(lengths):
+        for t in range(n):
+            k_pages[table[s, t // 2], t % 2] = RNG.uniform(-1, 1, 4)
+            v_pages[table[s, t // 2], t % 2] = RNG.standard_normal(3)
+    q = RNG.uniform(-1, 1, (2, 2, 4))
+    return {"q": q, "k_pages": k_pages, "v_pages": v_pages, "block_table": table, "lengths": lengths}
+
+
+@pytest.mark.parametrize("poison", [np.nan, 1e4])
+def test_the_built_in_reads_a_paged_cache_as_the_contiguous_one(poison: float) -> None:
+    stats = run_check(NumpyImplementation(), "paged_attention", "float64", **_paged(poison))
+    assert stats.checked == 2 * 2 * 3
+
+
+@pytest.mark.parametrize(
+    "bug, poison, named",
+    [
+        ("tail", np.nan, PAGE_TAIL_TIMES_ZERO),
+        ("whole-page", 1e4, _name("last page read whole")),
+        ("physical", 1e4, _name("block table ignored")),
+    ],
+)
+def test_a_paged_bug_fails_and_is_named(bug: str, poison: float, named: str) -> None:
+    with pytest.raises(ConformanceFailure) as info:
+        run_check(PagedRead(bug), "paged_attention", "float64", **_paged(poison))
+    assert f"matches '{named}'" in str(info.value), str(info.value)
 
 
 class ReturnsOneArray(NumpyImplementation):

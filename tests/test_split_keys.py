@@ -23,6 +23,9 @@ from aiayn.reference.attention import (
     attention_with_lse_exact,
     merge_attention_states,
     merge_attention_states_exact,
+    paged_attention,
+    paged_attention_exact,
+    paged_keys,
     scaled_dot_product_attention_exact,
 )
 from tests.test_attention import TINY, U, _check_within, attention_fast_error, attention_inputs, gamma, u
@@ -151,3 +154,47 @@ def test_bad_merge_input_is_named(outs, lses, words):
     for merge in (merge_attention_states, merge_attention_states_exact):
         with pytest.raises(ValueError, match=words):
             merge(outs, lses)
+
+
+@settings(max_examples=20)
+@given(st.data())
+def test_a_paged_cache_read_through_its_table_is_the_contiguous_cache(data):
+    """Pages in a drawn physical order, read through the block table, give each sentence its own keys and values:
+    paged_attention equals Eq. (1) over the contiguous cache, bit for bit in the exact tier and within the fast tier's
+    bound in the fast one (its masked slots lengthen the sums), whatever the slots past a sentence's length and the
+    pages in no table hold (NaN, +-1e300)."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    b, m, page = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)), data.draw(st.sampled_from([1, 2, 4]))
+    d_k, d_v, n_q = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    lengths = rng.integers(1, m * page + 1, size=b)
+    spare = data.draw(st.integers(0, 2))
+    order = rng.permutation(b * m + spare)
+    table = order[: b * m].reshape(b, m)
+    k, v = rng.standard_normal((b, m * page, d_k)), rng.standard_normal((b, m * page, d_v))
+    q = rng.standard_normal((b, n_q, d_k))
+    poison = data.draw(st.sampled_from([np.nan, 1e300, -1e300]))
+    k_pages, v_pages = np.full((b * m + spare, page, d_k), poison), np.full((b * m + spare, page, d_v), poison)
+    for s in range(b):
+        for t in range(lengths[s]):
+            k_pages[table[s, t // page], t % page] = k[s, t]
+            v_pages[table[s, t // page], t % page] = v[s, t]
+    for s in range(b):
+        n = int(lengths[s])
+        want = scaled_dot_product_attention_exact(q[s], k[s, :n], v[s, :n])
+        assert np.array_equal(paged_attention_exact(q, k_pages, v_pages, table, lengths)[s], want), f"sentence {s}"
+        fast = paged_attention(q, k_pages, v_pages, table, lengths)[s]  # more (masked) keys: another summation
+        bound = 2 * U * np.abs(want) + TINY + attention_fast_error(q[s], k[s, :n], v[s, :n], None, want)
+        _check_within(fast, want, bound, "paged_attention (fast tier)", f"sentence {s}, table {table.tolist()}")
+
+
+@pytest.mark.parametrize(
+    "table, lengths, words",
+    [
+        (np.array([[0, 5]]), np.array([3]), "block_table: entries must index the 2 pages"),
+        (np.array([0, 1]), np.array([3]), "block_table: expected a 2-d integer array"),
+        (np.array([[0, 1]]), np.array([5]), r"lengths: expected 1 integers in \[0, 4\]"),
+    ],
+)
+def test_bad_paged_input_is_named(table, lengths, words):
+    with pytest.raises(ValueError, match=words):
+        paged_keys(np.zeros((2, 2, 3)), table, lengths)

@@ -52,8 +52,9 @@ from aiayn.conformance.budgets.forward import (
     score_error,
 )
 from aiayn.conformance.numerics import Precision, gamma
+from aiayn.reference.attention import paged_keys
 
-__all__ = ["attention_with_lse", "log_sum_exp", "merged", "split_attention"]
+__all__ = ["attention_with_lse", "log_sum_exp", "merged", "paged_attention", "split_attention"]
 
 
 def _lse64(z: np.ndarray) -> np.ndarray:
@@ -173,3 +174,14 @@ def split_attention(
     outs_, e_outs_ = (np.stack([np.broadcast_to(x, shape) for x in xs]) for xs in (outs, e_outs))
     lses_, e_lses_ = (np.stack([np.broadcast_to(x, shape[:-1]) for x in xs]) for xs in (lses, e_lses))
     return merged(outs_, lses_, prec, e_outs_, e_lses_)
+
+
+def paged_attention(
+    q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray, block_table: Any, lengths: Any, prec: Precision
+) -> np.ndarray:
+    """Bound of Eq. (1) over a paged cache (``reference.attention.paged_keys``): Eq. (1)'s bound on the cache read in
+    its logical order, the slots past each sentence's length absent (whatever they hold weighs exactly 0 and must
+    reach nothing). Shapes: q (B, n_q, d_k), pages (N, page, d), block_table (B, M), lengths (B,) -> (B, n_q, d_v)."""
+    k, visible = paged_keys(k_pages, block_table, lengths)
+    v, _ = paged_keys(v_pages, block_table, lengths)
+    return attention_core(q, k, v, visible[:, None, :], prec, fully_masked="zeros")[0]

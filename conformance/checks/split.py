@@ -34,11 +34,20 @@ from aiayn.conformance.numerics import floored, precision
 from aiayn.conformance.run.comparison import compare
 from aiayn.conformance.run.harness import Case, check, timed
 
-__all__ = ["attention_over_split_keys_equals_the_whole", "attention_with_lse", "merge_attention_states", "provided"]
+__all__ = [
+    "attention_over_split_keys_equals_the_whole",
+    "attention_with_lse",
+    "merge_attention_states",
+    "PAGED",
+    "paged_attention",
+    "provided",
+]
 
 _EQ = record("scaled_dot_product_attention")
 _SPLIT = _EQ.split
 assert _SPLIT is not None
+#: The paged method, for the tests' "not provided".
+PAGED = (_SPLIT.paged,)
 
 #: What a failure of the split property breaks.
 VIOLATES = (
@@ -50,12 +59,12 @@ VIOLATES = (
 _WIDER_LSE = {"float16": "float32", "bfloat16": "float32"}
 
 
-def provided(impl: Any) -> None:
-    """Skip as "not provided" unless ``impl`` has the record's split methods: the tests call it before they draw, the
-    checks again (a fixed case, a replayed check)."""
+def provided(impl: Any, methods: tuple[str, ...] = _SPLIT.methods) -> None:
+    """Skip as "not provided" unless ``impl`` has ``methods`` (the record's split methods; its paged one for the paged
+    check): the tests call it before they draw, the checks again (a fixed case, a replayed check)."""
     import pytest
 
-    missing = [m for m in _SPLIT.methods if not callable(getattr(impl, m, None))]
+    missing = [m for m in methods if not callable(getattr(impl, m, None))]
     if missing:  # reported "not provided" in the split row, never counted as a pass
         pytest.skip(f"not provided: {getattr(impl, 'name', impl)} has no {', '.join(missing)}")
 
@@ -97,7 +106,7 @@ def _judge(case: Case, method: str, got: tuple, expected: tuple, bounds: Any, a:
             def budget_at(dtype: str, e: Any = e, i: int = 0 if result == "out" else 1) -> np.ndarray:
                 return _thresholds(bounds, dtype, expected)[i]
 
-            role = "block" if method == _SPLIT.block else "merge"
+            role = {_SPLIT.block: "block", _SPLIT.merge: "merge", _SPLIT.paged: "paged"}[method]
             case.diagnosis = SplitDiagnosis(role, result, {**a, "lse": e}, e, budget_at)
         compare(case, g, e, b, what=f"{what}: its {result} disagrees with the oracle", budget_name=_SPLIT.budget_name)
     case.diagnosis = None
@@ -157,3 +166,32 @@ def attention_over_split_keys_equals_the_whole(
     bounds = lambda p: _SPLIT.split_budget(whole, edges, p)  # noqa: E731
     where = f"the blocks cut at {list(edges)} merged"
     _judge(case, _SPLIT.merge, got, expected, bounds, whole, where)
+
+
+@check("scaled_dot_product_attention", direction=SPLIT)
+def paged_attention(
+    case: Case, q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray, block_table: np.ndarray, lengths: np.ndarray
+) -> None:
+    """Eq. (1) over a paged cache (pages in any physical order, read through the block table) against the oracle's
+    Eq. (1) over the contiguous cache, within its bound; the slots no sentence owns hold poison (NaN or +-1e4),
+    which must reach nothing."""
+    provided(case.impl, PAGED)
+    natives, seen = prepare(case, q=q, k_pages=k_pages, v_pages=v_pages, block_table=block_table, lengths=lengths)
+    order = ("q", "k_pages", "v_pages", "block_table", "lengths")
+    got = case.run(_SPLIT.paged, [natives[n] for n in order])
+    with timed("oracle"):
+        expected = _SPLIT.paged_oracle(seen)
+    a = {**seen, "lse": None}
+
+    def bounds(p: Any) -> tuple[np.ndarray, np.ndarray]:
+        return _SPLIT.paged_budget(seen, p), np.zeros(0)
+
+    out_b = _thresholds(bounds, case.arithmetic, (expected, np.zeros(0)))[0]
+
+    def budget_at(dtype: str) -> np.ndarray:
+        return _thresholds(bounds, dtype, (expected, np.zeros(0)))[0]
+
+    case.diagnosis = SplitDiagnosis("paged", "out", a, expected, budget_at)
+    what = "Eq. (1) over the paged cache: its out disagrees with the oracle over the contiguous cache"
+    compare(case, got, expected, out_b, what=what, budget_name=_SPLIT.budget_name)
+    case.diagnosis = None

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SPLIT_CATALOGUE", "SplitDeparture", "SplitDiagnosis", "UNNORMALISED_MERGE"]
+__all__ = ["PAGE_TAIL_TIMES_ZERO", "SPLIT_CATALOGUE", "SplitDeparture", "SplitDiagnosis", "UNNORMALISED_MERGE"]
 
 #: The merge that forgets to renormalise: the blocks' outputs weighted by exp(L_p - max L) and summed, never divided
 #: by the weights' sum (right only where one block holds every visible key).
@@ -23,10 +23,19 @@ UNNORMALISED_MERGE = (
 )
 
 
+#: A paged kernel that gives the slots past a sentence's length weight 0 but still multiplies their values by it:
+#: 0 x NaN is NaN, so whatever the pool held there reaches the result (vLLM's paged-attention kernel zeroes those
+#: values explicitly for this reason).
+PAGE_TAIL_TIMES_ZERO = (
+    "the values past the sentence's length multiplied by their zero weights (a NaN left in the page reaches the result)"
+)
+
+
 @dataclass(frozen=True)
 class SplitDeparture:
     """One known bug: its name, where it was seen, which result it changes ("out" or "lse") of which method
-    ("block" or "merge"), and ``compute(a)``: that result with the bug, from the arguments ``a`` the oracle got."""
+    ("block", "merge" or "paged"), and ``compute(a)``: that result with the bug, from the arguments ``a`` the oracle
+    got."""
 
     name: str
     note: str
@@ -63,6 +72,43 @@ def _empty_as_plus_infinity(a: Mapping[str, Any]) -> np.ndarray:
     return np.where(lse == -np.inf, np.inf, lse)
 
 
+def _paged(a: Mapping[str, Any], table: np.ndarray, reach: np.ndarray, zero_tail: bool) -> np.ndarray:
+    """Eq. (1) of each sentence over the first ``reach[b]`` slots of the pages ``table[b]`` lists, read as they are
+    (poison included), the slots past ``a["lengths"]`` given weight 0 but their values multiplied by it unless
+    ``zero_tail``; float64, for a variant's values only."""
+    q, k_pages, v_pages, lengths = (np.asarray(a[n]) for n in ("q", "k_pages", "v_pages", "lengths"))
+    b, m = table.shape
+    page = k_pages.shape[1]
+    k = k_pages[table].reshape(b, m * page, -1)
+    v = v_pages[table].reshape(b, m * page, -1)
+    slots = np.arange(m * page)[None, :]
+    scored = slots < np.asarray(reach)[:, None]  # (B, M page): the slots the bug reads
+    s = np.einsum("bqd,bkd->bqk", q, np.where(scored[..., None], k, 0.0)) / np.sqrt(q.shape[-1])
+    s = np.where(scored[:, None, :], s, -np.inf)
+    mx = np.max(s, axis=-1, keepdims=True)
+    w = np.exp(s - np.where(np.isfinite(mx), mx, 0.0))
+    w = w / np.sum(w, axis=-1, keepdims=True)
+    if zero_tail:
+        v = np.where((slots < lengths[:, None])[..., None], v, 0.0)
+    return np.einsum("bqk,bkd->bqd", w, v)
+
+
+def _tail_times_zero(a: Mapping[str, Any]) -> np.ndarray:
+    table = np.asarray(a["block_table"])
+    return _paged(a, table, np.asarray(a["lengths"]), zero_tail=False)
+
+
+def _whole_last_page(a: Mapping[str, Any]) -> np.ndarray:
+    table, page = np.asarray(a["block_table"]), np.shape(a["k_pages"])[1]
+    return _paged(a, table, -(-np.asarray(a["lengths"]) // page) * page, zero_tail=False)
+
+
+def _physical_order(a: Mapping[str, Any]) -> np.ndarray:
+    b, m = np.shape(a["block_table"])
+    table = np.minimum(np.arange(b * m).reshape(b, m), np.shape(a["k_pages"])[0] - 1)
+    return _paged(a, table, np.asarray(a["lengths"]), zero_tail=True)
+
+
 #: Every bug of split keys the suite can name; the split mutant (``studies/mutants.py``) carries one of these names.
 SPLIT_CATALOGUE: tuple[SplitDeparture, ...] = (
     SplitDeparture(
@@ -88,6 +134,27 @@ SPLIT_CATALOGUE: tuple[SplitDeparture, ...] = (
         "block",
         "lse",
         _empty_as_plus_infinity,
+    ),
+    SplitDeparture(
+        PAGE_TAIL_TIMES_ZERO,
+        "0 x NaN: a kernel that masks the scores of unused slots but reads their values",
+        "paged",
+        "out",
+        _tail_times_zero,
+    ),
+    SplitDeparture(
+        "the sentence's last page read whole (the slots past its length attended)",
+        "a paged kernel that takes the length in pages, not in positions",
+        "paged",
+        "out",
+        _whole_last_page,
+    ),
+    SplitDeparture(
+        "the block table ignored (the pages read in their physical order)",
+        "a paged cache read as if contiguous",
+        "paged",
+        "out",
+        _physical_order,
     ),
 )
 
@@ -121,9 +188,9 @@ class SplitDiagnosis:
 
 
 def _agrees(got: np.ndarray, variant: np.ndarray, budget: np.ndarray) -> bool:
-    """Elementwise within ``budget``, equal infinities agreeing."""
+    """Elementwise within ``budget``, equal infinities and NaN against NaN agreeing (a poison that reached both)."""
     if got.shape != variant.shape:
         return False
     with np.errstate(invalid="ignore"):
-        close = (got == variant) | (np.abs(got - variant) <= budget)
+        close = (got == variant) | (np.isnan(got) & np.isnan(variant)) | (np.abs(got - variant) <= budget)
     return bool(np.all(close))

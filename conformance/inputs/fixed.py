@@ -509,8 +509,8 @@ def _beam() -> list[Fixed]:
 
 
 def _split() -> list[Fixed]:
-    """Split keys (§3.2.1): a merge of three states (one empty, log-sum-exps 30 apart), and 9 keys cut into blocks
-    of 3, 0 and 6 keys merged, the last block hidden from one query."""
+    """Split keys (§3.2.1): a merge of three states (one empty, log-sum-exps 30 apart); a paged cache whose unowned
+    slots hold NaN; and 9 keys cut into blocks of 3, 0 and 6 keys merged, the last block hidden from one query."""
     rng = _rng(40)
     eq = "scaled_dot_product_attention"
     lses = np.array([[1.5, 31.0], [-np.inf, 2.0], [0.25, -np.inf]])  # (P = 3, n_q = 2): every query has two alive
@@ -524,8 +524,23 @@ def _split() -> list[Fixed]:
         "mask": mask,
         "edges": (0, 3, 3, 9),
     }
+    table, lengths = np.array([[3, 1, 4], [0, 2, 5]], dtype=np.int64), np.array([3, 5], dtype=np.int64)
+    k_pages, v_pages = np.full((7, 2, 4), np.nan), np.full((7, 2, 3), np.nan)  # page 6 is no sentence's
+    for s, n in enumerate(lengths):
+        for t in range(n):
+            k_pages[table[s, t // 2], t % 2] = rng.uniform(-1, 1, 4)
+            v_pages[table[s, t // 2], t % 2] = rng.normal(size=3)
+    paged = {"q": rng.uniform(-1, 1, (2, 2, 4)), "k_pages": k_pages, "v_pages": v_pages}
     return [
         Fixed(eq, "merge: 3 states, one empty per query", "merge_attention_states", merge, (), direction=SPLIT),
+        Fixed(
+            eq,
+            "paged: 2 sentences of 3 and 5 positions in pages of 2, NaN in every slot they do not own",
+            "paged_attention",
+            {**paged, "block_table": table, "lengths": lengths},
+            ("cross-attention",),
+            direction=SPLIT,
+        ),
         Fixed(
             eq,
             "9 keys in blocks of 3, 0 and 6, one hidden from a query",

@@ -53,6 +53,7 @@ __all__ = [
     "lrate_inputs",
     "mha_fully_masked_self_attention",
     "mha_inputs",
+    "paged_inputs",
     "pe_inputs",
     "resolvable_level",
     "score_error_bound",
@@ -437,6 +438,38 @@ def states_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[s
     lses = offset + (_array(draw, shape, spread) if spread else np.zeros(shape))
     empty = draw(hnp.arrays(np.bool_, lses.shape)) & draw(st.booleans())
     return {"outs": outs, "lses": np.where(empty, -np.inf, lses)}
+
+
+#: What the slots of a paged cache that no sentence owns hold: NaN, or a huge finite value (representable in every
+#: dtype), so that reading one shows.
+PAGE_POISON: tuple[float, ...] = (float("nan"), 1.0e4, -1.0e4)
+
+
+@st.composite
+def paged_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """A batch of B sentences' queries and their paged cache: q (B, n_q, d_k), k_pages and v_pages (N, page, d) in a
+    drawn physical order with up to 2 pages no sentence owns, block_table (B, M) and lengths (B,) in [1, M page].
+    Every slot past a sentence's length, and every page in no table, holds a drawn poison (:data:`PAGE_POISON`)."""
+    sizes = _Sizes(draw, "paged_inputs")
+    b = sizes.integers(1, 3)
+    args = draw(attention_inputs(dtype, batch=(b,), mask=False, max_n=9, scope=scope))
+    q, k, v = args["q"], args["k"], args["v"]  # (B, n_q, d_k), (B, n_k, d_k), (B, n_k, d_v)
+    n_k = k.shape[-2]
+    page = sizes.sampled_from([1, 2, 4, 16])
+    m = -(-n_k // page)  # pages per sentence
+    lengths = np.array([sizes.integers(1, n_k) for _ in range(b)], dtype=np.int64)
+    spare = sizes.integers(0, 2)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    order = rng.permutation(b * m + spare)
+    table = order[: b * m].reshape(b, m).astype(np.int64)
+    poison = draw(st.sampled_from(PAGE_POISON))
+    k_pages = np.full((b * m + spare, page, k.shape[-1]), poison)
+    v_pages = np.full((b * m + spare, page, v.shape[-1]), poison)
+    for s, n in enumerate(lengths):
+        t = np.arange(n)
+        k_pages[table[s, t // page], t % page] = k[s, :n]
+        v_pages[table[s, t // page], t % page] = v[s, :n]
+    return {"q": q, "k_pages": k_pages, "v_pages": v_pages, "block_table": table, "lengths": lengths}
 
 
 #: Lengths around the tile sizes of attention kernels: one below, at and one above each multiple of 16, 32, 64, 96

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.conformance.diagnoses.split import UNNORMALISED_MERGE
+from aiayn.conformance.diagnoses.split import PAGE_TAIL_TIMES_ZERO, UNNORMALISED_MERGE
 from aiayn.conformance.report.results import Row, Status
 from aiayn.conformance.run.runner import pytest_arguments
 from aiayn.implementations import numpy_backward as backward
@@ -188,6 +188,24 @@ class MergeForgetsToRenormalise(Mutant):
         alive = m > -np.inf
         w = np.exp(lses - np.where(alive, m, 0.0).astype(lses.dtype))  # (P, ..., n_q)
         return np.sum(w[..., None] * outs, axis=0).astype(outs.dtype), lse  # the bug: no division by sum_p w_p
+
+
+class PagedTailTimesZero(Mutant):
+    """Split keys: a paged kernel that gives the slots past a sentence's length weight 0 but multiplies their values
+    by it, so a NaN left in the page (0 x NaN) reaches the result."""
+
+    name, targets = "mutant-paged-tail-times-zero", frozenset({"scaled_dot_product_attention"})
+    departure = PAGE_TAIL_TIMES_ZERO
+
+    def paged_attention(self, q, k_pages, v_pages, block_table, lengths):
+        b, m = block_table.shape
+        span = m * k_pages.shape[1]
+        visible = np.arange(span)[None, :] < lengths[:, None]  # (B, M page)
+        k = np.where(visible[..., None], k_pages[block_table].reshape(b, span, -1), 0.0).astype(q.dtype)
+        v = v_pages[block_table].reshape(b, span, -1)  # the bug: the tail's values kept
+        s = np.where(visible[:, None, :], _scores(q, k), -np.inf)
+        with np.errstate(invalid="ignore"):
+            return np.matmul(_softmax(s, -1), v).astype(q.dtype)
 
 
 class MaskIgnored(Mutant):
@@ -488,6 +506,7 @@ FORWARD_MUTANTS: dict[str, type[Mutant]] = {
         MaskIgnored,
         SkipsLastPartialTile,
         MergeForgetsToRenormalise,
+        PagedTailTimesZero,
         FullyMaskedZeros,
         UnshiftedSoftmax,
         SoftmaxLastAxisOnly,

@@ -21,7 +21,8 @@ from aiayn.implementations.protocol import EQUATIONS
 
 _DECODE = record("transformer_forward").decode  # the decoding methods, from their one record
 DECODING = (*_DECODE.steps, *_DECODE.search)
-SPLIT_KEYS = record("scaled_dot_product_attention").split.methods  # attention with its log-sum-exp, and the merge
+_SPLIT = record("scaled_dot_product_attention").split  # attention with its log-sum-exp, the merge, a paged read
+SPLIT_KEYS = (*_SPLIT.methods, _SPLIT.paged)
 
 
 class DType:
