@@ -38,6 +38,15 @@ def test_cached_decoding_across_tiles(impl: Any, dtype: str, data: st.DataObject
 @pytest.mark.aiayn_equation("transformer_forward", direction=DECODE)
 @profile(0.25)
 @given(data=st.data())
+def test_cached_decoding_ignores_what_padding_holds(impl: Any, dtype: str, data: st.DataObject) -> None:
+    C.provided(impl, "steps")
+    args = data.draw(S.decode_inputs(dtype, scope=S.scope(impl, "transformer_forward"), padded=True))
+    C.cached_decoding_ignores_what_padding_holds(impl, dtype, **args, filler_seed=data.draw(st.integers(0, 2**32 - 1)))
+
+
+@pytest.mark.aiayn_equation("transformer_forward", direction=DECODE)
+@profile(0.25)
+@given(data=st.data())
 def test_reordered_cache_equals_the_reordered_prefixes(impl: Any, dtype: str, data: st.DataObject) -> None:
     C.provided(impl, "steps")
     C.reordered_cache_equals_the_reordered_prefixes(

@@ -101,13 +101,27 @@ def _step(case: Case, tokens: Any, memory: Any, params: Any, h: int, cache: Any,
 
 
 def decoded_in_chunks(
-    case: Case, natives: dict[str, Any], seen: dict[str, Any], num_heads: int, chunks: Sequence[int]
+    case: Case,
+    natives: dict[str, Any],
+    seen: dict[str, Any],
+    num_heads: int,
+    chunks: Sequence[int],
+    poison: float | None = None,
 ) -> np.ndarray:
     """The logits of ``encode`` then ``decode_step`` fed the target ``seen["tgt"]`` in ``chunks`` (one call each, the
-    cache passed on), concatenated over the target's positions: (B, T, vocab) float64."""
+    cache passed on), concatenated over the target's positions: (B, T, vocab) float64. ``poison``: the memory's rows
+    at hidden source positions (at or past ``src_lengths``) replaced by +-poison (alternating by column) before the
+    first step."""
     tgt = seen["tgt"]
     b, vocab = tgt.shape[0], seen["params"]["embedding"].shape[0]
     memory = case.call("encode", natives["src"], natives["params"], num_heads, natives["src_lengths"])
+    if poison is not None and seen["src_lengths"] is not None:
+        held = case.numpy(memory, "encode(...)")
+        if not isinstance(held, np.ndarray) or held.ndim != 3 or held.shape[:2] != seen["src"].shape:
+            case.fail(f"encode returned a memory of shape {getattr(held, 'shape', None)}, expected (B, n_src, d_model)")
+        hidden = np.arange(held.shape[1])[None, :] >= np.asarray(seen["src_lengths"])[:, None]  # (B, n_src)
+        sign = np.where(np.arange(held.shape[2]) % 2 == 0, 1.0, -1.0)
+        memory = case.native(np.where(hidden[..., None], poison * sign, held))
     got, cache, start = [], None, 0
     for k in chunks:
         tokens = case.native(tgt[:, start : start + k])
@@ -184,6 +198,58 @@ cached_decoding_across_tiles = _cached_decoding_check(
     "The same on targets whose length crosses a tile of 16 or 32 cached positions (``strategies.decode_inputs``, "
     "``across_tiles``): a cache kernel's last partial tile of keys.",
 )
+
+
+#: Why a canary draw is not counted: it hides no source position.
+NO_HIDDEN_SOURCE = "decoding canary: no hidden source position in this draw (the scope accepts no padding)"
+
+
+def canary(params: dict[str, Any], dtype: str) -> float:
+    """The memory poison of :func:`cached_decoding_ignores_what_padding_holds`: the largest magnitude whose
+    projections and scores stay finite, max / (16 d^4 max(1, w)^2) with d = d_model and w the largest parameter
+    magnitude (a decoder query is at most sqrt(d) d w + w per element after LayerNorm and a projection; a key row of
+    the poison at most d w X + w), so that an implementation that masks by replacing scores has nothing to overflow,
+    and one that adds a finite penalty (-1e4, -1e9) sees the poison outweigh it."""
+    from aiayn.reference.model import flatten_params
+
+    d = int(params["embedding"].shape[1])
+    w = max(float(np.max(np.abs(a), initial=0.0)) for a in flatten_params(params).values())
+    return precision(dtype).max / (16.0 * d**4 * max(1.0, w) ** 2)
+
+
+@check(
+    "transformer_forward",
+    kind="property",
+    violates="a hidden (padded) source position is as if absent (§3.2.3): what it holds cannot reach a target",
+    direction=DECODE,
+)
+def cached_decoding_ignores_what_padding_holds(
+    case: Case,
+    src: np.ndarray,
+    tgt: np.ndarray,
+    params: dict[str, Any],
+    num_heads: int,
+    src_lengths: np.ndarray | None,
+    chunks: list[int],
+    filler_seed: int,
+) -> None:
+    """Canaries in decoding: other source tokens at the hidden positions, and the memory's rows there replaced by the
+    largest finite values that cannot overflow (:func:`canary`) between ``encode`` and the first ``decode_step``;
+    the cached decoder's logits must still be the whole model's on the clean sentence, within its forward budget.
+    (NaN is not the poison here: a memory row is projected to keys and values, and 0 x NaN = NaN in every P V.)"""
+    provided(case.impl, "steps")
+    if src_lengths is None or np.all(np.asarray(src_lengths) >= src.shape[1]):
+        case.tally(unchecked={NO_HIDDEN_SOURCE: 1})
+        return
+    vocab = int(params["embedding"].shape[0])
+    hidden = np.arange(src.shape[1])[None, :] >= np.asarray(src_lengths)[:, None]
+    others = np.random.default_rng(filler_seed).integers(0, vocab, src.shape)
+    src = np.where(hidden, others, src).astype(np.int64)
+    natives, seen = prepare(case, src=src, tgt=tgt, params=params, num_heads=num_heads, src_lengths=src_lengths)
+    poison = canary(seen["params"], case.dtype)
+    got = decoded_in_chunks(case, natives, seen, num_heads, chunks, poison=poison)
+    where = f" with other tokens and +-{poison:.3g} in the memory at the hidden source positions"
+    judge_decoding(case, seen, chunks, got, where)
 
 
 @check("transformer_forward", direction=DECODE)

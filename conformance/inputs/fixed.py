@@ -429,8 +429,9 @@ def beam_model(seed: int, scale: float, vocab: int = 6) -> tuple[dict[str, Any],
 
 
 def _cache() -> list[Fixed]:
-    """The cached decoder fed a prefill then one token at a time, and a cache of two sentences reordered by a swap
-    (a reorder that reads rows it has already overwritten shows only where a row moves)."""
+    """The cached decoder fed a prefill then one token at a time, the same with canaries at the hidden source
+    positions, and a cache of two sentences reordered by a swap (a reorder that reads rows it has already overwritten
+    shows only where a row moves)."""
     model, src, _ = beam_model(30, 1.0, vocab=11)
     tgt = _rng(31).integers(0, 11, size=(2, 5))
     layer = ("d_ff:2", "bias:attention", "bias:layer_norm", "bias:ffn", "length:5", "masks:padding")
@@ -441,6 +442,14 @@ def _cache() -> list[Fixed]:
             "cache: a prefill of 2, then 1, 1, 1",
             CACHED_STEPS,
             {**base, "tgt": tgt, "chunks": [2, 1, 1, 1]},
+            layer,
+            direction=DECODE,
+        ),
+        Fixed(
+            "transformer_forward",
+            "cache: canaries at the hidden source positions (other tokens, the largest safe values in the memory)",
+            "cached_decoding_ignores_what_padding_holds",
+            {**base, "tgt": tgt, "chunks": [2, 1, 1, 1], "filler_seed": 32},
             layer,
             direction=DECODE,
         ),

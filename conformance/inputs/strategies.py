@@ -1015,7 +1015,13 @@ def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement", scope: Sco
 
 @st.composite
 def decode_inputs(
-    draw: Any, dtype: str, *, kind: str = "steps", scope: Scope = FULL_SCOPE, across_tiles: bool = False
+    draw: Any,
+    dtype: str,
+    *,
+    kind: str = "steps",
+    scope: Scope = FULL_SCOPE,
+    across_tiles: bool = False,
+    padded: bool | None = None,
 ) -> dict[str, Any]:
     """A model and sentences to decode, as :func:`forward_inputs` draws them (no target padding: a decoder's inputs
     are the tokens it generated).
@@ -1029,7 +1035,8 @@ def decode_inputs(
     arguments, ``beam``, ``alpha``, ``extra`` (the maximum output length is the source length plus ``extra``: §6.1's
     50 at a size the oracle can follow step by step), ``bos`` and ``eos``, over a small vocabulary where every id,
     EOS included, is likely enough to be chosen; half the beam draws (where the scope allows their models) are
-    steered into a situation where a known search bug changes the hypothesis (:func:`_steered_beam`).
+    steered into a situation where a known search bug changes the hypothesis (:func:`_steered_beam`). ``padded``:
+    True to hide a source position wherever the scope accepts padding (None: on half the draws).
     """
     if kind == "beam" and not scope.unmet(_STEERED_NEEDS) and draw(st.booleans()):
         return _steered_beam(draw, scope)
@@ -1039,7 +1046,7 @@ def decode_inputs(
     # padded sources more often than not, the first one shorter than the batch: the source mask must reach every
     # step (a known bug drops it after the first)
     room = scope.max_length is None or scope.max_length >= 2
-    padded = "padding" in scope.masks and room and draw(st.sampled_from([True, False]))
+    padded = "padding" in scope.masks and room and (draw(st.sampled_from([True, False])) if padded is None else padded)
     n_src = _length(sizes, scope, 2 if padded else 1, 4)
     src = draw(hnp.arrays(np.int64, (b, n_src), elements=st.integers(0, vocab - 1)))
     lengths = None
