@@ -115,13 +115,15 @@ class NumpyImplementation(ImplementationBase):
         return e
 
     def scaled_dot_product_attention(
-        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, out: np.ndarray | None = None
     ) -> np.ndarray:
         """softmax(Q K^T / sqrt(d_k)) V (§3.2.1, Eq. (1)); masked scores are -inf (§3.2.3).
 
         q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask bool broadcastable to the
         score shape (..., n_q, n_k) -> (..., n_q, d_v). Fully masked rows follow
         ``policies["fully_masked"]``. The path (direct or blocked) is chosen per the constructor.
+        ``out``: an array of the result's shape and dtype to write it into (returned); declared in
+        ``policies["writes_out"]``.
         """
         self._float_dtype(q=q, k=k, v=v)
         _check_attention_shapes(q, k, v)
@@ -131,12 +133,12 @@ class NumpyImplementation(ImplementationBase):
         policy = self.policies["fully_masked"]
         fill = 0.0 if policy == "zeros" else np.nan
         mask = _as_mask(mask)
-        out = _attention_tiled(q, k, v, mask, block_q, block_k, fill)
+        out = _attention_tiled(q, k, v, mask, block_q, block_k, fill, out)
         if policy == "uniform" and mask is not None:  # a fully masked row: every key weighs 1/n_k
             shape = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], mask.shape[:-2]) + (n_q, n_k)
             dead = ~np.any(np.broadcast_to(mask, shape), axis=-1)  # (..., n_q)
             if np.any(dead):
-                out = np.where(dead[..., None], np.mean(v, axis=-2, keepdims=True), out).astype(out.dtype)
+                np.copyto(out, np.mean(v, axis=-2, keepdims=True), where=dead[..., None])
         return out
 
     def attention_with_lse(
@@ -914,8 +916,9 @@ class NumpyImplementation(ImplementationBase):
 
 
 def blocked_numpy_implementation() -> NumpyImplementation:
-    """The NumPy implementation with attention always on the blocked (online-softmax) path."""
-    impl = NumpyImplementation(attention="blocked")
+    """The NumPy implementation with attention always on the blocked (online-softmax) path, its tiles written into
+    the caller's ``out`` where one is given (declared: ``policies["writes_out"]``)."""
+    impl = NumpyImplementation(attention="blocked", policies={"writes_out": ("scaled_dot_product_attention",)})
     impl.name = "numpy-blocked"
     return impl
 
@@ -936,13 +939,21 @@ QUERY_TILE_ROWS = 256
 
 
 def _attention_tiled(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, block_q: int, block_k: int, fill: float
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None,
+    block_q: int,
+    block_k: int,
+    fill: float,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Eq. (1) over (block_q x block_k) tiles of the score matrix, one (batch, head) slice at a time.
 
     With block_q >= n_q and block_k >= n_k this is the direct computation (one tile per slice);
     otherwise query tiles have at most min(block_q, :data:`QUERY_TILE_ROWS`) rows. ``fill`` (NaN
-    or 0) is written to rows with no visible key. Key tiles a mask hides entirely are skipped.
+    or 0) is written to rows with no visible key. Key tiles a mask hides entirely are skipped. ``out``: the
+    (..., n_q, d_v) array to write into (a new one if None).
     The softmax is unshifted when :func:`_unshifted_is_safe` proves exp(score) cannot overflow or
     leave the normal range (then no row maximum and no rescaling are needed); otherwise it is the
     max-shifted online softmax (:func:`_attend_query_tile`).
@@ -952,7 +963,11 @@ def _attention_tiled(
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])  # batch of the scores
     visible = None if mask is None else _broadcast_mask(mask, batch + (n_q, n_k))  # a view: no n_q x n_k copy
     out_batch = np.broadcast_shapes(batch, v.shape[:-2])
-    out = np.empty(out_batch + (n_q, d_v), dtype=q.dtype)  # (..., n_q, d_v)
+    if out is None:
+        out = np.empty(out_batch + (n_q, d_v), dtype=q.dtype)  # (..., n_q, d_v)
+    elif not isinstance(out, np.ndarray) or out.shape != out_batch + (n_q, d_v) or out.dtype != q.dtype:
+        shown = f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}"
+        raise ValueError(f"out: expected a {q.dtype} array of shape {out_batch + (n_q, d_v)}, got {shown}")
     if n_k == 0:  # no key at all: every row is fully masked
         out[...] = fill
         return out

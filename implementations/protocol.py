@@ -136,6 +136,7 @@ __all__ = [
     "contract_problems",
     "scope_of",
     "flushes_subnormals",
+    "writes_out",
 ]
 
 #: Floating-point dtypes an implementation may declare in :attr:`Implementation.dtypes`,
@@ -208,6 +209,11 @@ EQUATIONS: tuple[str, ...] = (
 #: - ``"deterministic"`` (optional, default False) — True declares that gradients rerun with the same inputs have the
 #:   same bits (a forward result always must: the contract calls each method twice). Undeclared, the spread of the
 #:   reruns is reported.
+#: - ``"writes_out"`` (optional, default none) — the equations (names in ``EQUATIONS``) whose methods take a keyword
+#:   ``out``: a native array of the result's shape and the call's dtype, made by the suite, into which the method
+#:   writes the result and which it returns. The suite hands it one filled with NaN, then one filled with the dtype's
+#:   largest value, and fails any element left unwritten (``conformance/checks/canaries.py``). Read it with
+#:   :func:`writes_out`.
 POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "fully_masked": ("nan", "zeros", "uniform"),
@@ -731,6 +737,11 @@ def policy_problem(key: str, value: Any) -> str | None:
         return f"expected one of {POLICY_CHOICES[key]}, got {value!r}"
     if key in DECLARED_PROPERTIES and not isinstance(value, bool):
         return f"expected True or False, got {value!r}"
+    if key == "writes_out" and (
+        not isinstance(value, (tuple, list, frozenset, set))
+        or any(type(e) is not str or e not in EQUATIONS for e in value)
+    ):
+        return f"expected a tuple of equation names (EQUATIONS), got {value!r}"
     if key == "layer_norm_eps" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
         return f"expected a positive float, got {value!r}"
     return None
@@ -743,7 +754,7 @@ def _policy_problems(policies: Any) -> list[str]:
     missing = sorted(set(DEFAULT_POLICIES) - set(policies))
     if missing:
         problems.append(f"policies: missing key(s) {missing}; every implementation declares {sorted(DEFAULT_POLICIES)}")
-    for key in (*POLICY_CHOICES, "layer_norm_eps", *DECLARED_PROPERTIES):
+    for key in (*POLICY_CHOICES, "layer_norm_eps", *DECLARED_PROPERTIES, "writes_out"):
         problem = policy_problem(key, policies[key]) if key in policies else None
         if problem:
             problems.append(f"policies[{key!r}]: {problem}")
@@ -846,3 +857,12 @@ class ImplementationBase:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} device={self.device!r} dtypes={self.dtypes}>"
+
+
+def writes_out(policies: Any) -> frozenset[str]:
+    """The equations whose methods take ``out=`` (``policies["writes_out"]``, validated by :func:`policy_problem`;
+    none where absent or invalid: an invalid declaration is the contract check's failure)."""
+    if not isinstance(policies, Mapping) or "writes_out" not in policies:
+        return frozenset()
+    value = policies["writes_out"]
+    return frozenset() if policy_problem("writes_out", value) else frozenset(value)

@@ -50,3 +50,55 @@ def test_the_poison_cannot_overflow_a_projection_and_is_huge_where_the_range_all
     for dtype, least in (("float64", 1e290), ("float32", 1e25), ("float16", 0.0)):
         x = canary(params, dtype)
         assert least < x and x * d * w < np.finfo(dtype).max, (dtype, x)
+
+
+def _tiles() -> dict[str, np.ndarray | None]:
+    rng = np.random.default_rng(7)
+    return {
+        "q": rng.uniform(-1, 1, (33, 4)),
+        "k": rng.uniform(-1, 1, (40, 4)),
+        "v": rng.normal(size=(40, 3)),
+        "mask": None,
+    }
+
+
+OUT_CHECK = "scaled_dot_product_attention_writes_every_element_of_out"
+
+
+class ReturnsACopy(NumpyImplementation):
+    """Writes its result into a new array and returns it, leaving the caller's out as it was."""
+
+    def __init__(self) -> None:
+        super().__init__(policies={"writes_out": ("scaled_dot_product_attention",)})
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None, out=None):
+        return super().scaled_dot_product_attention(q, k, v, mask)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_the_blocked_built_in_writes_every_element_of_out(dtype: str) -> None:
+    from aiayn.implementations.numpy_impl import blocked_numpy_implementation
+
+    stats = run_check(blocked_numpy_implementation(), OUT_CHECK, dtype, **_tiles())
+    assert stats.checked == 2 * 33 * 3  # each canary's call, every element
+
+
+def test_a_kernel_that_skips_its_last_partial_tile_leaves_the_canary() -> None:
+    from aiayn.conformance.studies.mutants import SkipsLastPartialTile
+
+    with pytest.raises(ConformanceFailure, match="with out= filled with NaN, the result .*NaN at index \\(32, 0\\)"):
+        run_check(SkipsLastPartialTile(), OUT_CHECK, "float64", **_tiles())
+
+
+def test_a_result_that_is_not_the_buffer_fails() -> None:
+    with pytest.raises(ConformanceFailure, match="returned a result that is not what it wrote into out"):
+        run_check(ReturnsACopy(), OUT_CHECK, "float64", **_tiles())
+
+
+def test_an_undeclared_out_is_not_provided_and_a_bad_declaration_is_named() -> None:
+    from aiayn.implementations.protocol import policy_problem
+
+    with pytest.raises(pytest.skip.Exception, match="declares no out= for scaled_dot_product_attention"):
+        run_check(NumpyImplementation(), OUT_CHECK, "float64", **_tiles())
+    assert "expected a tuple of equation names" in policy_problem("writes_out", ("attention",))
+    assert policy_problem("writes_out", ("layer_norm",)) is None

@@ -10,7 +10,18 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ("attention", "positional", "layers", "training", "model", "decoding", "invariance", "split", "contract")
+MODULES = (
+    "attention",
+    "positional",
+    "layers",
+    "training",
+    "model",
+    "decoding",
+    "invariance",
+    "split",
+    "canaries",
+    "contract",
+)
 
 
 def load_all() -> None:

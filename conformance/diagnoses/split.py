@@ -25,7 +25,7 @@ UNNORMALISED_MERGE = (
 
 #: A paged kernel that gives the slots past a sentence's length weight 0 but still multiplies their values by it:
 #: 0 x NaN is NaN, so whatever the pool held there reaches the result (vLLM's paged-attention kernel zeroes those
-#: values explicitly for this reason).
+#: values explicitly for this reason: vLLM issue #641).
 PAGE_TAIL_TIMES_ZERO = (
     "the values past the sentence's length multiplied by their zero weights (a NaN left in the page reaches the result)"
 )

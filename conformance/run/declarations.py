@@ -22,8 +22,8 @@ __all__ = ["POLICY_KEYS", "declaration_problems", "known_tests", "tests_from"]
 
 #: Every key of ``policies`` the suite reads: those of ``POLICY_CHOICES``, ``layer_norm_eps``, and the optional
 #: ``padding_id`` (label smoothing "K-2"'s padding class, default 0), ``flush_subnormals``, ``beam_search`` (the
-#: choices of §6.1's beam search, ``implementations/decoding.py``) and the declared properties
-#: (``DECLARED_PROPERTIES``: ``batch_invariant``, ``deterministic``).
+#: choices of §6.1's beam search, ``implementations/decoding.py``), the declared properties
+#: (``DECLARED_PROPERTIES``: ``batch_invariant``, ``deterministic``) and ``writes_out`` (the methods taking ``out=``).
 POLICY_KEYS: tuple[str, ...] = (
     *POLICY_CHOICES,
     "layer_norm_eps",
@@ -31,6 +31,7 @@ POLICY_KEYS: tuple[str, ...] = (
     "flush_subnormals",
     "beam_search",
     *DECLARED_PROPERTIES,
+    "writes_out",
 )
 
 

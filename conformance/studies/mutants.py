@@ -164,12 +164,15 @@ class SkipsLastPartialTile(Mutant):
     targets = frozenset({"scaled_dot_product_attention", "multi_head_attention"})
     departure = "the last partial tile of 16 query rows left unwritten (0)"
 
-    def scaled_dot_product_attention(self, q, k, v, mask=None):
+    def __init__(self) -> None:  # writes into the caller's out= too, where it leaves the same rows as they were
+        super().__init__(policies={"writes_out": ("scaled_dot_product_attention",)})
+
+    def scaled_dot_product_attention(self, q, k, v, mask=None, out=None):
         full = super().scaled_dot_product_attention(q, k, v, mask)
-        if full.shape[-2] <= 16:
+        if out is None and full.shape[-2] <= 16:
             return full
-        out = np.zeros_like(full)
-        whole = (full.shape[-2] // 16) * 16
+        out = np.zeros_like(full) if out is None else out
+        whole = (full.shape[-2] // 16) * 16 if full.shape[-2] > 16 else full.shape[-2]
         for start in range(0, whole, 16):  # the bug: range(0, n_q, 16) would reach the last partial tile
             out[..., start : start + 16, :] = full[..., start : start + 16, :]
         return out
