@@ -19,7 +19,16 @@ from pathlib import Path
 import pytest
 
 from aiayn.conformance.equations import record
-from aiayn.conformance.studies.zoo import BUILTIN_ROWS, DECODING, cell, installed
+from aiayn.conformance.studies.zoo import (
+    BATCH_INVARIANCE,
+    BUILTIN_ROWS,
+    CANARIES,
+    DECODING,
+    DETERMINISM,
+    cell,
+    installed,
+    property_cell,
+)
 from aiayn.implementations import registry
 from aiayn.implementations.protocol import EQUATIONS, contract_problems
 from aiayn.implementations.zoo import ZOO
@@ -100,6 +109,34 @@ def test_a_property_failure_is_named_by_the_statement_it_breaks():
         ]
     )
     assert c["kind"] == "departs" and c["text"] == "breaks 'a masked key is as if removed: weight exactly 0 (§3.2.3)'"
+
+
+def test_a_property_column_says_what_was_measured_over_every_row():
+    """Batch invariance: bit for bit where every forward arrangement in a batch came out 0 ulps apart, else the most
+    ulps and the equations that moved; determinism from the reruns; a failing property test names what it breaks."""
+    forward = _row("float32", "pass", tests=["test_feed_forward_is_batch_invariant"], apart={"in a batch": 0.0})
+    backward = _row(
+        "float32",
+        "pass",
+        direction="backward",
+        tests=["test_feed_forward_gradients_are_batch_invariant", "test_feed_forward_gradients_are_deterministic"],
+        apart={"in a batch": 3.0, "rerun": 0.0},
+    )
+    c = property_cell([forward, backward], BATCH_INVARIANCE)
+    assert (c["kind"], c["text"]) == ("pass", "pass, forward bit for bit in a batch; gradients in a batch up to 3 ulps")
+    moved = {**forward, "apart": {"in a batch": 24.0, "padded": 2.0}}
+    c = property_cell([moved, backward], BATCH_INVARIANCE)
+    assert c["text"].startswith("pass within budget: forward up to 24 ulps in a batch (FFN (Eq. 2)); padded up to 2")
+    assert property_cell([forward, backward], DETERMINISM)["text"] == "pass, gradients bit for bit"
+    assert property_cell([forward], CANARIES)["kind"] == "not run"
+    broken = {
+        **backward,
+        "status": "fail",
+        "failed_tests": ["test_feed_forward_gradients_are_deterministic"],
+        "violations": ["each equation is a function of its inputs (§3)"],
+    }
+    c = property_cell([forward, broken], DETERMINISM)
+    assert c["kind"] == "departs" and "test_feed_forward_gradients_are_deterministic" in c["text"]
 
 
 def test_cell_other_kinds():

@@ -22,6 +22,10 @@ A cell combines the equation's rows over the dtypes checked:
 - ``UNNAMED``: a failure no known departure explains (or a crash, a hang). The zoo's exit status is
   1 when any cell is unnamed or an adapter did not load: the catalogue or the adapter needs work.
 
+Beside the equations, one column per property of the kernels (:data:`PROPERTIES`), each over every row of the
+implementation: batch invariance (bit for bit in a batch, measured, or within budget with the most ulps apart and the
+equations that moved), run-to-run determinism of the gradients, lengths across tiles, split keys, canaries.
+
 A library that is not installed gets a row saying so (``pip install 'aiayn[zoo]'``). A failing
 cell is a finding about that library, not an error of the run: the exit status is 0 when every
 failure is named.
@@ -40,7 +44,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from aiayn.conformance.directions import BACKWARD, DECODE, FORWARD
+from aiayn.conformance.directions import BACKWARD, DECODE, FORWARD, SPLIT
 from aiayn.conformance.equations import CONTRACT, record
 from aiayn.conformance.report.results import Row, Status
 from aiayn.conformance.report.rows import paths
@@ -51,7 +55,7 @@ from aiayn.implementations.registry import BUILTINS
 from aiayn.implementations.zoo import ZOO, ZooEntry
 from aiayn.kit import Report, Scope, figure_style, pyplot, save_png, smaller, stored_scope, write_report
 
-__all__ = ["BUILTIN_ROWS", "cell", "installed", "run", "summarise"]
+__all__ = ["BUILTIN_ROWS", "PROPERTIES", "cell", "installed", "property_cell", "run", "summarise"]
 
 #: aiayn's built-ins that call PyTorch's own functions and modules (``implementations/registry.py``): rows of the
 #: zoo table read from their one report each, ``<out>/conformance-<name>.json``, never checked a second time.
@@ -193,10 +197,105 @@ def cell(report_rows: Sequence[Row | Mapping[str, Any]]) -> dict[str, Any]:
 
 
 #: The zoo table's columns: each equation's forward pass, then every backward row combined, then every decode row
-#: (the cached decoder and beam search, §3.2.3 and §6.1) combined.
+#: (the cached decoder and beam search, §3.2.3 and §6.1) combined, then one column per property of the kernels
+#: (:data:`PROPERTIES`), each over every row of the implementation.
 GRADIENTS = "gradients"
 DECODING = "decoding"
-COLUMNS: tuple[str, ...] = (*EQUATIONS, GRADIENTS, DECODING)
+BATCH_INVARIANCE = "batch invariance"
+DETERMINISM = "determinism"
+ACROSS_TILES = "across tiles"
+SPLIT_KEYS = "split keys"
+CANARIES = "canaries"
+
+#: Each property column and the tests that are its checks, by the ends or parts of their names (the check modules'
+#: naming: ``<equation>_is_batch_invariant``, ``<equation>_gradients_are_deterministic``, ...); split keys is the
+#: rows of that direction whole.
+PROPERTIES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        BATCH_INVARIANCE: ("_is_batch_invariant", "_gradients_are_batch_invariant"),
+        DETERMINISM: ("_gradients_are_deterministic",),
+        ACROSS_TILES: ("_across_tiles",),
+        SPLIT_KEYS: (),
+        CANARIES: (
+            "_poison_at_masked_positions_changes_nothing",
+            "_masked_keys_receive_no_gradient",
+            "_ignores_what_padding_holds",
+            "_writes_every_element_of_out",
+            "test_paged_attention",
+        ),
+    }
+)
+COLUMNS: tuple[str, ...] = (*EQUATIONS, GRADIENTS, DECODING, *PROPERTIES)
+
+
+def _of(test: str, marks: tuple[str, ...]) -> bool:
+    return any(m in test for m in marks)
+
+
+def property_cell(report_rows: Sequence[Row | Mapping[str, Any]], column: str) -> dict[str, Any]:
+    """One property column's cell from every report row of an implementation: the property's tests (:data:`PROPERTIES`)
+    over all its rows, dtypes and directions. Failing: the tests that failed and what their rows name; passing: for
+    batch invariance and determinism what was measured, "bit for bit" where every arrangement or rerun came out 0 ulps
+    apart (declared or not), else "within budget" with the most ulps apart."""
+    typed = [r if isinstance(r, Row) else Row.from_dict(r) for r in report_rows]
+    marks = PROPERTIES[column]
+    if column == SPLIT_KEYS:
+        return cell([r for r in typed if r.direction == SPLIT])
+    ran = [(r, t) for r in typed for t in r.tests if _of(t, marks)]
+    base = {"dtypes": sorted({r.dtype for r, _ in ran}), "headroom": None, "notes": []}
+    if not ran:
+        return {**base, "kind": "not run", "text": "not run", "departures": [], "violations": []}
+    failing = [r for r in typed if any(_of(t, marks) for t in r.failed_tests)]
+    deviating = [r for r in typed if any(_of(t, marks) for t in r.known_deviations)]
+    departures = sorted({d for r in failing for d in r.departures})
+    violations = sorted({v for r in failing for v in r.violations})
+    if failing:
+        tests = sorted({t for r in failing for t in r.failed_tests if _of(t, marks)})
+        named = all((r.departures or r.violations) and not r.unnamed_failures for r in failing)
+        text = "fails: " + ", ".join(tests) + (f" (breaks '{violations[0]}')" if violations else "")
+        kind = "departs" if named else "UNNAMED"
+        return {**base, "kind": kind, "text": text, "departures": departures, "violations": violations}
+    if deviating:
+        tests = sorted({t for r in deviating for t in r.known_deviations if _of(t, marks)})
+        return {
+            **base,
+            "kind": "known deviation",
+            "text": "known deviation: " + ", ".join(tests),
+            "departures": [],
+            "violations": [],
+        }
+    rows = {id(r): r for r, _ in ran}.values()
+
+    def most(directions: tuple[str, ...], key: str) -> float | None:
+        seen = [r.apart[key] for r in rows if r.direction in directions and key in r.apart]
+        return max(seen) if seen else None
+
+    text = "pass"
+    if column == BATCH_INVARIANCE:
+        ahead, padded, grads = most((FORWARD, DECODE), "in a batch"), most((FORWARD, DECODE), "padded"), None
+        grads = most((BACKWARD,), "in a batch")
+        moved = sorted(
+            {
+                "decoding" if r.direction == DECODE else record(r.equation).short
+                for r in rows
+                if r.direction in (FORWARD, DECODE) and r.apart.get("in a batch", 0.0) > 0
+            }
+        )
+        text = (
+            "pass, forward bit for bit in a batch"
+            if ahead == 0.0
+            else f"pass within budget: forward up to {ahead:.3g} ulps in a batch ({', '.join(moved)})"
+            if ahead is not None
+            else "pass"
+        )
+        text += "".join(
+            f"; {what} up to {v:.3g} ulps" for what, v in (("padded", padded), ("gradients in a batch", grads)) if v
+        )
+    elif column == DETERMINISM:
+        reruns = most((BACKWARD,), "rerun")
+        if reruns is not None:
+            text = "pass, gradients bit for bit" if reruns == 0.0 else f"pass within budget: {reruns:.3g} ulps apart"
+    return {**base, "kind": "pass", "text": text, "departures": [], "violations": []}
 
 
 def summarise(name: str, data: Mapping[str, Any] | None, library: str, what: str) -> dict[str, Any]:
@@ -208,6 +307,8 @@ def summarise(name: str, data: Mapping[str, Any] | None, library: str, what: str
     cells = {eq: cell([r for r in rows if r.equation == eq and r.direction == FORWARD]) for eq in EQUATIONS}
     cells[GRADIENTS] = cell([r for r in rows if r.direction == BACKWARD])
     cells[DECODING] = cell([r for r in rows if r.direction == DECODE])
+    for column in PROPERTIES:
+        cells[column] = property_cell(rows, column)
     contract = [r for r in rows if r.equation == CONTRACT]
     if contract and contract[0].status is Status.FAIL:
         cells["contract"] = {
@@ -402,7 +503,11 @@ def _write(
         "name the dtypes when they differ); *gradients* combines every backward row (the gradients the library "
         "gives through autograd or jax.vjp, against the oracle's VJP); *decoding* combines every decode row (the "
         "library's cached decoder fed in chunks and reordered, and its beam search, against the oracle's full "
-        "forward pass and §6.1's beam search, `conformance/checks/decoding.py`). *pass (Nx)*: every check within its "
+        "forward pass and §6.1's beam search, `conformance/checks/decoding.py`); the last five columns are properties "
+        "over every row: *batch invariance* (bit for bit in a batch where every forward arrangement came out 0 ulps "
+        "from the example alone, measured, else the most ulps and the equations that moved), *determinism* (the "
+        "gradients' reruns), *across tiles*, *split keys* (the library's log-sum-exp, merge and paged read, where it "
+        "gives them) and *canaries*. *pass (Nx)*: every check within its "
         "derived budget, N the smallest headroom; *'name'*: the check failed and the output matches that catalogued "
         "departure (`conformance/diagnoses/forward.py`, `conformance/diagnoses/backward.py`, "
         "`conformance/diagnoses/decoding.py`) on the failing inputs; *known deviation*: documented behaviour the "
@@ -410,7 +515,13 @@ def _write(
         "*not provided*; *UNNAMED*: a failure no departure explains.",
         "",
     )
-    headers = ["implementation", "version", "verdict", *[record(e).short for e in EQUATIONS], GRADIENTS, DECODING]
+    headers = [
+        "implementation",
+        "version",
+        "verdict",
+        *[record(e).short for e in EQUATIONS],
+        *COLUMNS[len(EQUATIONS) :],
+    ]
     notes: dict[str, int] = {}
     table = []
     for r in rows:
@@ -482,7 +593,7 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_ylim(len(rows), 0)
         ax.set_xticks(
             [j + 0.5 for j in range(len(COLUMNS))],
-            [*(record(e).short for e in EQUATIONS), GRADIENTS, DECODING],
+            [*(record(e).short for e in EQUATIONS), *COLUMNS[len(EQUATIONS) :]],
             rotation=40,
             ha="right",
             fontsize=8,
