@@ -241,6 +241,8 @@ def property_cell(report_rows: Sequence[Row | Mapping[str, Any]], column: str) -
     marks = PROPERTIES[column]
     if column == SPLIT_KEYS:
         return cell([r for r in typed if r.direction == SPLIT])
+    idle = (Status.NOT_PROVIDED, Status.SKIPPED, Status.NOT_RUN, Status.NOT_APPLICABLE, Status.OUT_OF_SCOPE)
+    typed = [r for r in typed if r.status not in idle]  # rows whose tests did not run say nothing of the property
     ran = [(r, t) for r in typed for t in r.tests if _of(t, marks)]
     base = {"dtypes": sorted({r.dtype for r, _ in ran}), "headroom": None, "notes": []}
     if not ran:
@@ -251,9 +253,10 @@ def property_cell(report_rows: Sequence[Row | Mapping[str, Any]], column: str) -
     violations = sorted({v for r in failing for v in r.violations})
     if failing:
         tests = sorted({t for r in failing for t in r.failed_tests if _of(t, marks)})
-        named = all((r.departures or r.violations) and not r.unnamed_failures for r in failing)
-        text = "fails: " + ", ".join(tests) + (f" (breaks '{violations[0]}')" if violations else "")
-        kind = "departs" if named else "UNNAMED"
+        explained = all((r.departures or r.violations) and not r.unnamed_failures for r in failing)
+        named = [*(f"'{d}'" for d in departures), *(f"breaks '{v}'" for v in violations)]
+        text = "fails: " + ", ".join(tests) + (f"; their rows name {', '.join(named)}" if named else "")
+        kind = "departs" if explained else "UNNAMED"
         return {**base, "kind": kind, "text": text, "departures": departures, "violations": violations}
     if deviating:
         tests = sorted({t for r in deviating for t in r.known_deviations if _of(t, marks)})
