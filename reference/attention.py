@@ -169,6 +169,12 @@ def padding_mask(lengths: Any, n_k: int) -> np.ndarray:
 def _attention_inputs(q: Any, k: Any, v: Any, mask: Any, fully_masked: str):
     """Validate Eq. (1)'s inputs; return float64 arrays and the mask broadcast to the score shape."""
     choice("fully_masked", fully_masked, FULLY_MASKED_POLICIES)
+    return _block_inputs(q, k, v, mask, empty=False)[:4]
+
+
+def _block_inputs(q: Any, k: Any, v: Any, mask: Any, *, empty: bool):
+    """Validate q, k, v and a mask of Eq. (1) (``empty``: n_k = 0 allowed, an empty block of keys); return float64
+    arrays, the mask broadcast to the score shape, and the batch shape."""
     q = as_float_array("q", q, min_ndim=2)
     k = as_float_array("k", k, min_ndim=2)
     v = as_float_array("v", v, min_ndim=2)
@@ -176,12 +182,12 @@ def _attention_inputs(q: Any, k: Any, v: Any, mask: Any, fully_masked: str):
         raise ValueError(f"q: d_k must be >= 1, got q of shape {q.shape}")
     same_size("q", q.shape[-1], "k", k.shape[-1], "d_k (last axis)")
     same_size("k", k.shape[-2], "v", v.shape[-2], "n_k (second-to-last axis)")
-    if k.shape[-2] == 0:
+    if k.shape[-2] == 0 and not empty:
         raise ValueError(f"k: n_k must be >= 1, got k of shape {k.shape}")
     batch = batch_shape("q, k, v", q, k, v)
     score_shape = (*batch, q.shape[-2], k.shape[-2])
     visible = None if mask is None else as_mask("mask", mask, score_shape)
-    return q, k, v, visible
+    return q, k, v, visible, batch
 
 
 def _attention_ld(
@@ -271,21 +277,6 @@ def scaled_dot_product_attention_exact(
 # in longdouble and rounds once: within the same bound at unit roundoff 2^-64, then one float64 rounding.
 
 
-def _lse_inputs(q: Any, k: Any, v: Any, mask: Any):
-    """Validate the inputs of :func:`attention_with_lse` (Eq. (1)'s, with n_k = 0 allowed: an empty block)."""
-    q = as_float_array("q", q, min_ndim=2)
-    k = as_float_array("k", k, min_ndim=2)
-    v = as_float_array("v", v, min_ndim=2)
-    if q.shape[-1] == 0:
-        raise ValueError(f"q: d_k must be >= 1, got q of shape {q.shape}")
-    same_size("q", q.shape[-1], "k", k.shape[-1], "d_k (last axis)")
-    same_size("k", k.shape[-2], "v", v.shape[-2], "n_k (second-to-last axis)")
-    batch = batch_shape("q, k, v", q, k, v)
-    score_shape = (*batch, q.shape[-2], k.shape[-2])
-    visible = None if mask is None else as_mask("mask", mask, score_shape)
-    return q, k, v, visible, batch
-
-
 def attention_with_lse(q: Any, k: Any, v: Any, mask: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """Eq. (1) over one block of keys and the log-sum-exp of its scores; fast tier (longdouble inside, float64 out).
 
@@ -301,7 +292,7 @@ def attention_with_lse(q: Any, k: Any, v: Any, mask: Any = None) -> tuple[np.nda
     Shapes: q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask bool broadcastable to (..., n_q, n_k),
     n_k >= 0 -> (out (..., n_q, d_v), lse (..., n_q)) float64.
     """
-    q, k, v, visible, batch = _lse_inputs(q, k, v, mask)
+    q, k, v, visible, batch = _block_inputs(q, k, v, mask, empty=True)
     q, k, v = q.astype(LD), k.astype(LD), v.astype(LD)
     scores = np.matmul(q, np.swapaxes(k, -1, -2)) / np.sqrt(LD(q.shape[-1]))  # (..., n_q, n_k)
     if visible is not None:
@@ -340,7 +331,7 @@ def attention_with_lse_exact(
 
     Paper: §3.2.1, Eq. (1). Same definition, choices and shapes as :func:`attention_with_lse`.
     """
-    q, k, v, visible, batch = _lse_inputs(q, k, v, mask)
+    q, k, v, visible, batch = _block_inputs(q, k, v, mask, empty=True)
     shape = (*batch, q.shape[-2])
     if k.shape[-2] == 0:
         return np.zeros((*batch, q.shape[-2], v.shape[-1])), np.full(shape, -np.inf)
