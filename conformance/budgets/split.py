@@ -63,6 +63,7 @@ def _lse64(z: np.ndarray) -> np.ndarray:
     alive = m > -np.inf
     with np.errstate(invalid="ignore", divide="ignore", under="ignore"):
         s = np.sum(np.exp(z - np.where(alive, m, 0.0)[..., None]), axis=-1)
+        # a magnitude for the bound only: a row with nothing visible has no sum, and its bound is 0 (exactly -inf)
         return np.where(alive, m + np.log(np.where(alive, s, 1.0)), -np.inf)
 
 
@@ -84,6 +85,8 @@ def _lse_error(z: np.ndarray, delta: np.ndarray, prec: Precision, steps: int = 1
         rho = np.expm1(prec.op * gap) * (1 + prec.t) + prec.t
         big_r = widen[..., 0] * np.sum(_times(p, rho), axis=-1)
         low = (1 - big_r) * (1 - gamma(max(n - 1, 0), prec.op))
+        # (1 - R)(1 - gamma) <= 0: the relative error of the sum may reach 1, so the log's error has no finite bound;
+        # the bound is infinite and compare() counts the element "not checked" (its budget's name as the reason)
         lam = np.where(low > 0, -np.log(np.where(low > 0, low, 1.0)), np.inf)
     lse = np.abs(np.where(np.any(alive, axis=-1), _lse64(z), 0.0))
     log_n = math.log(max(n, 1))
