@@ -9,7 +9,8 @@ of its paper section:
 - ``layers``     §3.1, §3.3, §3.4: LayerNorm and the sub-layer connection, Eq. (2), embeddings; the backward of
   LayerNorm and Eq. (2)
 - ``positional`` §3.5: sinusoidal positional encoding and the shift matrix M_k
-- ``training``   §5.3, §5.4: Eq. (3)'s learning rate, label smoothing, smoothed cross-entropy
+- ``training``   §5.3, §5.4, §6.1: Eq. (3)'s learning rate, Adam's step, label smoothing, smoothed cross-entropy,
+  residual dropout given its mask, checkpoint averaging
 - ``model``      §3.1: encoder layer, decoder layer, the full forward pass (fast tier); their backward (both tiers:
   every input and parameter, the shared embedding receiving the sum of its three uses)
 - ``counts``     Tables 1-3, §6.1: configurations, parameter and operation counts, training cost
@@ -88,10 +89,17 @@ from aiayn.reference.positional import (
     positional_encoding_exact,
 )
 from aiayn.reference.training import (
+    adam_step,
+    adam_step_exact,
+    average_checkpoints,
+    average_checkpoints_exact,
     cross_entropy,
     cross_entropy_exact,
+    dropout,
+    dropout_exact,
     label_smoothing,
     label_smoothing_exact,
+    last_checkpoints,
     lrate,
     lrate_exact,
     smoothed_cross_entropy,
@@ -110,14 +118,20 @@ __all__ = [
     "HIGH_DPS",
     "TABLE3",
     "TransformerConfig",
+    "adam_step",
+    "adam_step_exact",
     "attention_with_lse",
     "attention_with_lse_exact",
+    "average_checkpoints",
+    "average_checkpoints_exact",
     "causal_mask",
     "cross_entropy",
     "cross_entropy_exact",
     "decoder_layer",
     "decoder_layer_vjp",
     "decoder_layer_vjp_exact",
+    "dropout",
+    "dropout_exact",
     "embedding_lookup",
     "embedding_lookup_exact",
     "encoder_layer",
@@ -131,6 +145,7 @@ __all__ = [
     "init_params",
     "label_smoothing",
     "label_smoothing_exact",
+    "last_checkpoints",
     "layer_norm",
     "layer_norm_exact",
     "layer_norm_vjp",

@@ -1,5 +1,5 @@
-"""Training, §5.3 and §5.4: the learning-rate schedule (Eq. 3), label smoothing, the (smoothed)
-cross-entropy and its minimum.
+"""Training, §5.3, §5.4 and §6.1: the learning-rate schedule (Eq. 3), Adam's step, label smoothing, the (smoothed)
+cross-entropy and its minimum, residual dropout given its mask, checkpoint averaging.
 
 Each function is encoded twice:
 
@@ -13,6 +13,7 @@ K is the number of classes (the vocabulary size); ``...`` is any number of batch
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import mpmath
@@ -476,3 +477,317 @@ def smoothed_target_entropy_exact(vocab_size: int, eps: float, *, variant: str =
         return np.array([-(1 - r) * mpmath.log1p(-r) - r * mpmath.log(b)], dtype=object)
 
     return np.float64(correctly_rounded(compute, dps)[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Adam, §5.3: "We used the Adam optimizer [Kingma & Ba, 2015] with beta1 = 0.9, beta2 = 0.98 and epsilon = 10^-9"
+
+#: §5.3's hyperparameters of Adam.
+ADAM_BETAS = (0.9, 0.98)
+ADAM_EPS = 1e-9
+#: Where epsilon enters the step. "outside": Kingma & Ba's Algorithm 1, m_hat / (sqrt(v_hat) + eps) (PyTorch's
+#: torch.optim.Adam, optax.adam); "inside": m_hat / sqrt(v_hat + eps); "hat": Kingma & Ba's "more efficient" order
+#: (§2, after Algorithm 1), lr sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps), epsilon added to the
+#: uncorrected sqrt(v) (Keras, TensorFlow): with bias correction it is "outside" with eps / sqrt(1 - beta2^t).
+EPS_PLACEMENTS = ("outside", "inside", "hat")
+
+
+def _validate_adam(
+    param: Any, grad: Any, m: Any, v: Any, step: Any, lr: Any, betas: Any, eps: Any, eps_placement: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, float, tuple[float, float], float]:
+    p = as_float_array("param", param)
+    arrays = [p]
+    for name, value in (("grad", grad), ("m", m), ("v", v)):
+        arr = as_float_array(name, value)
+        if arr.shape != p.shape:
+            raise ValueError(f"{name}: expected param's shape {p.shape}, got {arr.shape}")
+        arrays.append(arr)
+    if np.any(arrays[3] < 0):
+        where = _first(arrays[3] < 0)
+        raise ValueError(f"v: expected a second moment >= 0, got {arrays[3][where]!r} at index {where}")
+    t = positive_int("step", step)
+    rate = as_float_array("lr", lr)
+    if rate.ndim != 0 or rate < 0:
+        raise ValueError(f"lr: expected one number >= 0 (the step's learning rate), got {lr!r}")
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise TypeError(f"betas: expected a pair (beta1, beta2), got {betas!r}")
+    pair = tuple(float(as_float_array(f"betas[{i}]", b)) for i, b in enumerate(betas))
+    if not all(0 <= b < 1 for b in pair):
+        raise ValueError(f"betas: expected each in [0, 1) (the paper: {ADAM_BETAS}), got {betas!r}")
+    e = as_float_array("eps", eps)
+    if e.ndim != 0 or not e > 0:
+        raise ValueError(f"eps: expected one number > 0 (the paper: {ADAM_EPS}), got {eps!r}")
+    choice("eps_placement", eps_placement, EPS_PLACEMENTS)
+    return (*arrays, t, float(rate), pair, float(e))  # type: ignore[return-value]
+
+
+def _adam(
+    p: Any,
+    g: Any,
+    m: Any,
+    v: Any,
+    t: int,
+    lr: Any,
+    b1: Any,
+    b2: Any,
+    eps: Any,
+    corrected: bool,
+    where: str,
+    sqrt: Callable[[Any], Any],
+    one: Any,
+) -> tuple[Any, Any, Any]:
+    """One Adam step in the arithmetic of ``one`` (longdouble arrays or mpf scalars): (param, m, v) after it."""
+    m1 = b1 * m + (one - b1) * g
+    v1 = b2 * v + (one - b2) * (g * g)
+    c1, c2 = (one - b1**t, one - b2**t) if corrected else (one, one)
+    if where == "hat":
+        update = (lr * sqrt(c2) / c1) * m1 / (sqrt(v1) + eps)
+    elif where == "inside":
+        update = lr * (m1 / c1) / sqrt(v1 / c2 + eps)
+    else:
+        update = lr * (m1 / c1) / (sqrt(v1 / c2) + eps)
+    return p - update, m1, v1
+
+
+def adam_step(
+    param: Any,
+    grad: Any,
+    m: Any,
+    v: Any,
+    step: int,
+    lr: float,
+    betas: tuple[float, float] = ADAM_BETAS,
+    eps: float = ADAM_EPS,
+    *,
+    bias_correction: bool = True,
+    eps_placement: str = "outside",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One step of Adam for one parameter; fast tier (longdouble inside, float64 out).
+
+    Paper: §5.3 ("Adam [20] with beta1 = 0.9, beta2 = 0.98 and epsilon = 10^-9"), Kingma & Ba (2015), Algorithm 1:
+    m_t = beta1 m_{t-1} + (1 - beta1) g;  v_t = beta2 v_{t-1} + (1 - beta2) g^2;
+    m_hat = m_t / (1 - beta1^t);  v_hat = v_t / (1 - beta2^t);  theta_t = theta_{t-1} - lr m_hat / (sqrt(v_hat) + eps).
+    lr is the step's rate (Eq. (3)'s lrate at this step).
+
+    Choices:
+        bias_correction: True (Algorithm 1) divides by 1 - beta^t; False uses m_t and v_t as they are.
+        eps_placement: "outside" (Algorithm 1), "inside" (sqrt(v_hat + eps)), "hat" (Kingma & Ba's efficient order:
+        eps added to sqrt(v_t) before the correction, as Keras does); see :data:`EPS_PLACEMENTS`.
+        The step counts from 1 (t = 1 is the first update); no weight decay (the paper names none).
+
+    Shapes: param, grad, m, v (...) the same shape; step an int >= 1; lr, eps scalars; betas a pair
+    -> (param, m, v) after the step, float64 arrays of that shape.
+    """
+    p, g, m0, v0, t, rate, (b1, b2), e = _validate_adam(param, grad, m, v, step, lr, betas, eps, eps_placement)
+    out = _adam(
+        *(a.astype(LD) for a in (p, g, m0, v0)),
+        t,
+        LD(rate),
+        LD(b1),
+        LD(b2),
+        LD(e),
+        bias_correction,
+        eps_placement,
+        np.sqrt,
+        LD(1),
+    )
+    return tuple(np.asarray(a, dtype=np.float64) for a in out)  # type: ignore[return-value]
+
+
+def adam_step_exact(
+    param: Any,
+    grad: Any,
+    m: Any,
+    v: Any,
+    step: int,
+    lr: float,
+    betas: tuple[float, float] = ADAM_BETAS,
+    eps: float = ADAM_EPS,
+    *,
+    bias_correction: bool = True,
+    eps_placement: str = "outside",
+    dps: int = DEFAULT_DPS,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One step of Adam; exact tier (mpmath at ``dps`` digits, each result rounded once to float64).
+
+    Paper: §5.3, Kingma & Ba (2015) Algorithm 1. Choices and shapes: as :func:`adam_step`.
+    """
+    p, g, m0, v0, t, rate, (b1, b2), e = _validate_adam(param, grad, m, v, step, lr, betas, eps, eps_placement)
+    flat = [to_mp(a).reshape(-1) for a in (p, g, m0, v0)]
+    consts = to_mp(np.array([rate, b1, b2, e]))
+
+    def compute() -> np.ndarray:
+        lr_, b1_, b2_, e_ = consts.tolist()
+        out = np.empty((3, p.size), dtype=object)
+        for i in range(p.size):
+            out[:, i] = _adam(
+                *(a[i] for a in flat),
+                t,
+                lr_,
+                b1_,
+                b2_,
+                e_,
+                bias_correction,
+                eps_placement,
+                mpmath.sqrt,
+                mpmath.mpf(1),
+            )
+        return out
+
+    rounded = correctly_rounded(compute, dps)
+    return tuple(rounded[i].reshape(p.shape) for i in range(3))  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------
+# residual dropout, §5.4: "We apply dropout [Srivastava et al., 2014] to the output of each sub-layer, before it is
+# added to the sub-layer input and normalized ... to the sums of the embeddings and the positional encodings"
+
+#: §5.4's rate for the base model (Table 3; big EN-DE 0.3, big EN-FR 0.1).
+P_DROP = 0.1
+
+
+def _validate_dropout(x: Any, keep: Any, p: Any) -> tuple[np.ndarray, np.ndarray, float]:
+    arr = as_float_array("x", x)
+    mask = np.asarray(keep)
+    if mask.dtype != bool:
+        raise TypeError(f"keep: expected a boolean array (True = kept), got dtype {mask.dtype}")
+    if mask.shape != arr.shape:
+        raise ValueError(f"keep: expected x's shape {arr.shape}, got {mask.shape}")
+    rate = as_float_array("p", p)
+    if rate.ndim != 0 or not 0 <= rate < 1:
+        raise ValueError(f"p: expected one number in [0, 1) (the dropout rate; the paper: {P_DROP}), got {p!r}")
+    return arr, mask, float(rate)
+
+
+def dropout(x: Any, keep: Any, p: float) -> np.ndarray:
+    """Dropout given its mask; fast tier (longdouble inside, float64 out).
+
+    Paper: §5.4, P_drop = 0.1; Srivastava et al. (2014) with the scaling at training time ("inverted" dropout):
+    y = keep * x / (1 - p), keep in {0, 1} drawn with P(keep = 1) = 1 - p, so that E[y] = x and evaluation uses x.
+
+    Choices: the mask is an argument (the oracle draws nothing; an implementation's own draws are judged
+    statistically by the conformance checks). A dropped element is +0.0 whatever x holds there (0 * x would
+    keep x's sign and a NaN: finite inputs only).
+
+    Shapes: x (...) float, keep (...) bool of the same shape, p a scalar in [0, 1) -> (...) float64.
+    """
+    arr, mask, rate = _validate_dropout(x, keep, p)
+    return np.where(mask, (arr.astype(LD) / (1 - LD(rate))).astype(np.float64), 0.0)
+
+
+def dropout_exact(x: Any, keep: Any, p: float, *, dps: int = DEFAULT_DPS) -> np.ndarray:
+    """Dropout given its mask; exact tier (mpmath, correctly rounded). Paper, choices and shapes: as :func:`dropout`."""
+    arr, mask, rate = _validate_dropout(x, keep, p)
+    xm, pm = to_mp(arr), to_mp(rate)[()]
+
+    def compute() -> np.ndarray:
+        scale = 1 / (1 - pm)
+        return np.where(mask, np.vectorize(lambda a: a * scale, otypes=[object])(xm), mpmath.mpf(0))
+
+    return correctly_rounded(compute, dps).reshape(arr.shape)
+
+
+# --------------------------------------------------------------------------------------------
+# checkpoint averaging, §6.1: "a single model obtained by averaging the last 5 checkpoints, which were written at
+# 10-minute intervals. For the big models, we averaged the last 20 checkpoints."
+
+#: §6.1: how many of the last checkpoints are averaged, per model, and the interval they were written at.
+CHECKPOINTS_AVERAGED = {"base": 5, "big": 20}
+CHECKPOINT_INTERVAL_MINUTES = 10
+
+
+def _validate_checkpoints(checkpoints: Any, n: Any) -> tuple[list[int], int, list[str]]:
+    if not isinstance(checkpoints, Mapping):
+        raise TypeError(
+            f"checkpoints: expected a mapping of step -> parameters (name -> array), got {type(checkpoints).__name__}"
+        )
+    if not checkpoints:
+        raise ValueError("checkpoints: expected at least one checkpoint, got an empty mapping")
+    steps = list(checkpoints)
+    for s in steps:
+        if isinstance(s, (bool, np.bool_)) or not isinstance(s, numbers.Integral) or s < 0:
+            raise TypeError(f"checkpoints: expected steps (integers >= 0) as keys, got {s!r}")
+    count = positive_int("n", n)
+    if count > len(steps):
+        raise ValueError(f"n: expected at most the {len(steps)} checkpoints given, got {count}")
+    names: list[str] | None = None
+    for s in steps:
+        state = checkpoints[s]
+        if not isinstance(state, Mapping):
+            raise TypeError(f"checkpoints[{s}]: expected a mapping name -> array, got {type(state).__name__}")
+        if names is None:
+            names = list(state)
+        elif set(state) != set(names):
+            raise ValueError(
+                f"checkpoints[{s}]: its parameter names differ from checkpoints[{steps[0]}]'s: "
+                f"{sorted(set(state) ^ set(names))}"
+            )
+    return steps, count, names or []
+
+
+def last_checkpoints(steps: Any, n: int) -> list[int]:
+    """The steps of the checkpoints §6.1 averages: the ``n`` written last, i.e. at the largest steps, in order.
+
+    Paper: §6.1 ("the last 5 checkpoints"; 20 for big). Choices: "last" is by training step, not by the order the
+    steps are given in (a directory listing sorts checkpoint_100 before checkpoint_20). Shapes: a sequence of
+    distinct integer steps, n >= 1 -> a list of n steps, ascending.
+    """
+    given = list(steps)
+    for s in given:
+        if isinstance(s, (bool, np.bool_)) or not isinstance(s, numbers.Integral) or s < 0:
+            raise TypeError(f"steps: expected integers >= 0, got {s!r}")
+    if len(set(given)) != len(given):
+        raise ValueError(f"steps: expected distinct steps, got {sorted(given)}")
+    count = positive_int("n", n)
+    if count > len(given):
+        raise ValueError(f"n: expected at most the {len(given)} checkpoints given, got {count}")
+    return sorted(int(s) for s in given)[-count:]
+
+
+def average_checkpoints(checkpoints: Mapping[int, Mapping[str, Any]], n: int) -> dict[str, np.ndarray]:
+    """The model §6.1 evaluates: the element-wise mean of the last ``n`` checkpoints' parameters; fast tier
+    (longdouble sum, float64 out).
+
+    Paper: §6.1: theta_bar = (1 / n) sum_{i = 1..n} theta_i over the last n checkpoints (5 base, 20 big).
+
+    Choices: the checkpoints are those of :func:`last_checkpoints`; parameters only (an optimizer's moments are no
+    part of the evaluated model).
+
+    Shapes: checkpoints step -> {name: array (...)}, every checkpoint with the same names and shapes -> {name: float64
+    array}.
+    """
+    steps, count, names = _validate_checkpoints(checkpoints, n)
+    chosen = last_checkpoints(steps, count)
+    out = {}
+    for name in names:
+        stack = _stack(name, [checkpoints[s][name] for s in chosen], chosen)  # (n, ...)
+        out[name] = (np.sum(stack.astype(LD), axis=0) / count).astype(np.float64)
+    return out
+
+
+def average_checkpoints_exact(
+    checkpoints: Mapping[int, Mapping[str, Any]], n: int, *, dps: int = DEFAULT_DPS
+) -> dict[str, np.ndarray]:
+    """The mean of the last ``n`` checkpoints; exact tier (mpmath fsum, correctly rounded). Paper, choices and
+    shapes: as :func:`average_checkpoints`."""
+    steps, count, names = _validate_checkpoints(checkpoints, n)
+    chosen = last_checkpoints(steps, count)
+    out = {}
+    for name in names:
+        stack = to_mp(_stack(name, [checkpoints[s][name] for s in chosen], chosen)).reshape(count, -1)
+
+        def compute(stack: np.ndarray = stack) -> np.ndarray:
+            return np.array([mpmath.fsum(stack[:, j].tolist()) / count for j in range(stack.shape[1])], dtype=object)
+
+        out[name] = correctly_rounded(compute, dps).reshape(np.shape(checkpoints[chosen[0]][name]))
+    return out
+
+
+def _stack(name: str, arrays: list[Any], steps: list[int]) -> np.ndarray:
+    values = [as_float_array(f"checkpoints[{s}][{name!r}]", a) for s, a in zip(steps, arrays)]
+    for s, a in zip(steps, values):
+        if a.shape != values[0].shape:
+            raise ValueError(
+                f"checkpoints[{s}][{name!r}]: shape {a.shape}, checkpoints[{steps[0]}]'s is {values[0].shape}"
+            )
+    return np.stack(values)  # (n, ...)
