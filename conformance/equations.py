@@ -221,6 +221,7 @@ class Equation:
     backward: Backward | None = None
     decode: Decode | None = None
     differentiable: bool = True  # False: no float input to differentiate (sizes, steps, integer targets)
+    no_backward: str = "no float input"  # why, where ``differentiable`` is False
     # (mask broadcastable to the result, why) for the elements of a result no caller defines (the logits at padded
     # target positions): not compared, counted as not checked; from the raw arguments; None: every element compared
     undefined: Callable[[Args], tuple[np.ndarray, str] | None] | None = None
@@ -326,6 +327,51 @@ def lrate_value(case: Any, step: int, d_model: int, warmup_steps: int) -> float:
 
 def _lrate_call(case: Any, natives: Mapping[str, Any], a: Args) -> np.ndarray:
     return np.array([lrate_value(case, s, a["d_model"], a["warmup_steps"]) for s in a["steps"]], dtype=np.float64)
+
+
+#: Adam's arguments, in the contract's order, and its results, in the order it returns them (stacked (3, ...) for the
+#: comparison: a failure at index (0, ...) is in the parameter, (1, ...) in m, (2, ...) in v).
+ADAM_ARGUMENTS = ("param", "grad", "m", "v", "step", "lr", "betas", "eps")
+ADAM_RESULTS = ("param", "m", "v")
+
+
+def _checkpoint_names(a: Args) -> list[str]:
+    """The parameter names of the checkpoints, in the order of the first checkpoint: the order the averaged values are
+    compared in (flattened and concatenated)."""
+    return list(next(iter(a["checkpoints"].values())))
+
+
+def _averaging_call(case: Any, natives: Mapping[str, Any], a: Args) -> np.ndarray:
+    first = next(iter(a["checkpoints"].values()))
+    shapes = {name: np.shape(first[name]) for name in _checkpoint_names(a)}
+    return case.run("average_checkpoints", [natives["checkpoints"], natives["n"]], parts=shapes)
+
+
+def _averaged(a: Args) -> np.ndarray:
+    means = ref_training.average_checkpoints(a["checkpoints"], a["n"])
+    return np.concatenate([means[name].reshape(-1) for name in _checkpoint_names(a)])
+
+
+def _averaging_budget(a: Args, p: Any) -> np.ndarray:
+    chosen = ref_training.last_checkpoints(a["checkpoints"], a["n"])
+    return np.concatenate(
+        [
+            B.average_checkpoints(np.stack([a["checkpoints"][s][name] for s in chosen]), p).reshape(-1)
+            for name in _checkpoint_names(a)
+        ]
+    )
+
+
+def _adam(declared: Declared) -> dict[str, Any]:
+    """The oracle's choices of Adam from the declared policies (absent: Kingma & Ba's Algorithm 1)."""
+    return {
+        "bias_correction": declared.get("adam_bias_correction", True),
+        "eps_placement": declared.get("adam_eps", "outside"),
+    }
+
+
+def _adam_call(case: Any, natives: Mapping[str, Any], a: Args) -> np.ndarray:
+    return case.run("adam_step", [natives[name] for name in ADAM_ARGUMENTS], parts=ADAM_RESULTS)
 
 
 def _smoothed_targets(a: Args) -> np.ndarray:
@@ -573,6 +619,28 @@ _RECORDS: tuple[Equation, ...] = (
         differentiable=False,
     ),
     Equation(
+        name="adam_step",
+        title="Adam's step (§5.3; Kingma & Ba, Algorithm 1)",
+        short="Adam",
+        arguments=ADAM_ARGUMENTS,
+        call=_adam_call,
+        policies=_adam,
+        oracle=lambda a: np.stack(
+            ref_training.adam_step(
+                *(a[name] for name in ADAM_ARGUMENTS),
+                bias_correction=a["bias_correction"],
+                eps_placement=a["eps_placement"],
+            )
+        ),
+        budget=lambda a, e, p: B.adam_step(a, p),
+        budget_name="budgets.forward.adam_step",
+        model=D.adam_step,
+        departures=frozenset({"adam", _ALL}),
+        strategy=S.adam_inputs,
+        differentiable=False,
+        no_backward="an update rule: nothing of the paper differentiates it",
+    ),
+    Equation(
         name="label_smoothing",
         title="label smoothing (§5.4)",
         short="smoothing",
@@ -615,6 +683,21 @@ _RECORDS: tuple[Equation, ...] = (
             budget=lambda a, g, p: BB.smoothed_cross_entropy(a["logits"], _smoothed_targets(a), g, p),
             budget_name="cross-entropy VJP bound, budgets.backward.smoothed_cross_entropy",
         ),
+    ),
+    Equation(
+        name="average_checkpoints",
+        title="checkpoint averaging (§6.1)",
+        short="averaging",
+        arguments=("checkpoints", "n"),
+        call=_averaging_call,
+        oracle=_averaged,
+        budget=lambda a, e, p: _averaging_budget(a, p),
+        budget_name="budgets.forward.average_checkpoints",
+        model=D.average_checkpoints,
+        departures=frozenset({"averaging", _ALL}),
+        strategy=S.checkpoint_inputs,
+        differentiable=False,
+        no_backward="a mean of checkpoints after training: nothing of the paper differentiates it",
     ),
     Equation(
         name="encoder_layer",

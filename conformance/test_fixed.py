@@ -27,6 +27,8 @@ def _on_fixed_inputs(equation: str, direction: str = FORWARD) -> Callable[..., N
     @pytest.mark.aiayn_equation(equation, direction=direction)
     @pytest.mark.parametrize("case", F.cases(equation, direction), ids=str)
     def test(impl: Any, dtype: str, case: F.Fixed) -> None:
+        if case.dtypes is not None and dtype not in case.dtypes:
+            pytest.skip(f"the case's values are not {dtype} numbers: {dtype} runs its own case")
         scope = scope_of(impl, equation)
         unmet = scope.unmet(case.needs)
         if unmet:

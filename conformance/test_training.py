@@ -1,4 +1,5 @@
-"""§5.3 the learning-rate schedule (Eq. (3)) and §5.4 label smoothing and the smoothed cross-entropy.
+"""§5.3 the learning-rate schedule (Eq. (3)) and Adam's step, §5.4 label smoothing and the smoothed cross-entropy,
+§6.1 checkpoint averaging.
 
 ``lrate`` and ``label_smoothing`` take no float input; they run in the implementation's first
 (most precise) dtype only.
@@ -37,6 +38,13 @@ def test_lrate_rises_linearly_to_its_peak_then_decays_as_inverse_sqrt(
 @pytest.mark.aiayn_equation("lrate")
 def test_lrate_at_step_zero_follows_the_declared_policy(impl: Any, dtype: str) -> None:
     T.lrate_at_step_zero_follows_the_declared_policy(impl, dtype, d_model=512, warmup_steps=4000)
+
+
+@pytest.mark.aiayn_equation("adam_step")
+@profile()
+@given(data=st.data())
+def test_adam_step(impl: Any, dtype: str, data: st.DataObject) -> None:
+    T.adam_step(impl, dtype, **data.draw(S.adam_inputs(dtype)))
 
 
 @pytest.mark.aiayn_equation("label_smoothing")
@@ -79,3 +87,10 @@ def test_smoothed_cross_entropy_is_minimised_at_the_target_with_value_its_entrop
 def test_smoothed_cross_entropy_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.cross_entropy_inputs(dtype, min_classes=S.min_classes(impl)))
     T.smoothed_cross_entropy_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(args["targets"].shape)))
+
+
+@pytest.mark.aiayn_equation("average_checkpoints")
+@profile()
+@given(data=st.data())
+def test_average_checkpoints(impl: Any, dtype: str, data: st.DataObject) -> None:
+    T.average_checkpoints(impl, dtype, **data.draw(S.checkpoint_inputs(dtype)))

@@ -292,6 +292,46 @@ class NumpyImplementation(ImplementationBase):
         step = int(step)
         return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
+    def adam_step(
+        self,
+        param: np.ndarray,
+        grad: np.ndarray,
+        m: np.ndarray,
+        v: np.ndarray,
+        step: int,
+        lr: float,
+        betas: Any,
+        eps: float,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One Adam step (§5.3; Kingma & Ba, Algorithm 1) in the parameter's dtype: (param, m, v), new arrays.
+
+        m_t = beta1 m + (1 - beta1) g, v_t = beta2 v + (1 - beta2) g^2; the corrections 1 - beta^t in float64
+        (Python numbers), the update lr / (1 - beta1^t) * m_t / (sqrt(v_t / (1 - beta2^t)) + eps).
+        """
+        dt = self._float_dtype(param=param, grad=grad, m=m, v=v)
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 1:
+            raise ValueError(f"step: expected an int >= 1 (the first update is step 1), got {step!r}")
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"betas: expected a pair of numbers in [0, 1), got {betas!r}")
+        if not lr >= 0 or not eps > 0:
+            raise ValueError(f"lr, eps: expected lr >= 0 and eps > 0, got {lr!r}, {eps!r}")
+        b1, b2 = dt.type(betas[0]), dt.type(betas[1])
+        m1 = b1 * m + (dt.type(1) - b1) * grad
+        v1 = b2 * v + (dt.type(1) - b2) * (grad * grad)
+        c1, c2 = 1.0 - float(betas[0]) ** int(step), 1.0 - float(betas[1]) ** int(step)
+        den = np.sqrt(v1 / dt.type(c2)) + dt.type(eps)
+        return param - dt.type(lr / c1) * m1 / den, m1, v1
+
+    def average_checkpoints(self, checkpoints: Mapping[int, Mapping[str, np.ndarray]], n: int) -> dict[str, np.ndarray]:
+        """The mean of the ``n`` checkpoints of the largest steps (§6.1), in their dtype."""
+        chosen = _last_steps(checkpoints, n)
+        first = checkpoints[chosen[0]]
+        dt = self._float_dtype(**{str(name): value for name, value in first.items()})
+        return {
+            name: np.sum(np.stack([checkpoints[s][name] for s in chosen]), axis=0) / dt.type(len(chosen))
+            for name in first
+        }
+
     def label_smoothing(self, targets: np.ndarray, vocab_size: int, eps: float) -> np.ndarray:
         """Smoothed one-hot targets (§5.4) in ``dtypes[0]``; variant per ``policies["label_smoothing"]``.
 
@@ -913,6 +953,15 @@ class NumpyImplementation(ImplementationBase):
                     f"{name}: dtype {arr.dtype} differs from {first_name}'s {first.dtype}; use one dtype per call"
                 )
         return first.dtype
+
+
+def _last_steps(checkpoints: Mapping[int, Any], n: int) -> list[int]:
+    """The ``n`` largest steps of ``checkpoints`` (§6.1's last checkpoints), or ValueError naming the argument."""
+    if not isinstance(checkpoints, Mapping) or not checkpoints:
+        raise ValueError(f"checkpoints: expected a non-empty mapping of step -> parameters, got {checkpoints!r}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= len(checkpoints):
+        raise ValueError(f"n: expected an int in [1, {len(checkpoints)}], got {n!r}")
+    return sorted(checkpoints)[-int(n) :]
 
 
 def blocked_numpy_implementation() -> NumpyImplementation:

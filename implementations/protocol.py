@@ -163,8 +163,10 @@ EQUATIONS: tuple[str, ...] = (
     "layer_norm",  # §3.1 (LayerNorm(x + Sublayer(x)))
     "feed_forward",  # §3.3, Eq. (2)
     "lrate",  # §5.3, Eq. (3)
+    "adam_step",  # §5.3 (Adam, Kingma & Ba 2015, Algorithm 1)
     "label_smoothing",  # §5.4
     "smoothed_cross_entropy",  # §5.4
+    "average_checkpoints",  # §6.1
     "encoder_layer",  # §3.1
     "decoder_layer",  # §3.1
     "transformer_forward",  # §3.1-§3.5, Figure 1
@@ -191,6 +193,12 @@ EQUATIONS: tuple[str, ...] = (
 #:   the formula's own limit), ``"raise"`` (refused: ValueError, or any exception) or ``"one"``
 #:   (step 0 is computed as step 1:
 #:   the Annotated Transformer's ``rate()``, ``if step == 0: step = 1``).
+#: - ``"adam_eps"`` (optional, default ``"outside"``) — where Adam's epsilon enters its step (§5.3 cites Kingma & Ba,
+#:   whose Algorithm 1 writes m_hat / (sqrt(v_hat) + eps)): ``"outside"`` (Algorithm 1: torch.optim.Adam,
+#:   optax.adam), ``"hat"`` (their "more efficient" order, §2: lr sqrt(1 - beta2^t) / (1 - beta1^t) m / (sqrt(v) + eps),
+#:   eps added to the uncorrected sqrt(v): Keras, TensorFlow) or ``"inside"`` (m_hat / sqrt(v_hat + eps)).
+#: - ``"adam_bias_correction"`` (optional, default True) — Adam divides its moments by 1 - beta^t (Algorithm 1);
+#:   False: the moments are used as they are.
 #: - ``"flush_subnormals"`` (optional, default none) — where the implementation's arithmetic
 #:   flushes subnormal results to zero (FTZ/DAZ: fast-math builds, XLA's CPU backend, PyTorch's CPU
 #:   flash-attention kernel in bfloat16) instead of IEEE gradual underflow: a mapping from dtype to
@@ -219,6 +227,7 @@ POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "fully_masked": ("nan", "zeros", "uniform"),
         "label_smoothing": ("K", "K-1", "K-2"),
         "step_zero": ("zero", "raise", "one"),
+        "adam_eps": ("outside", "hat", "inside"),
     }
 )
 
@@ -561,6 +570,21 @@ class CompleteImplementation(Implementation, Protocol):
         """
         ...
 
+    def adam_step(
+        self, param: Any, grad: Any, m: Any, v: Any, step: int, lr: float, betas: tuple[float, float], eps: float
+    ) -> tuple[Any, Any, Any]:
+        """One step of Adam for one parameter (§5.3: beta1 = 0.9, beta2 = 0.98, eps = 1e-9; Kingma & Ba's Algorithm 1).
+
+        m_t = beta1 m + (1 - beta1) grad; v_t = beta2 v + (1 - beta2) grad^2; the parameter moves by
+        lr m_hat / (sqrt(v_hat) + eps), m_hat = m_t / (1 - beta1^t) and v_hat = v_t / (1 - beta2^t) (t = ``step`` >= 1,
+        the first update being 1). ``param``, ``grad``, ``m``, ``v`` native arrays of one shape in the call's dtype;
+        ``step`` a Python int, ``lr`` and ``eps`` Python floats, ``betas`` a pair of Python floats, all used as given
+        (no defaults of a framework). Returns ``(param, m, v)`` after the step, new native arrays in the call's dtype;
+        the inputs are left as they were. Where eps enters and whether the moments are corrected follow
+        ``policies["adam_eps"]`` and ``policies["adam_bias_correction"]`` (absent: Algorithm 1). No weight decay.
+        """
+        ...
+
     def label_smoothing(self, targets: Any, vocab_size: int, eps: float) -> Any:
         """Smoothed target distributions (§5.4, eps_ls = ``eps``), one row per target.
 
@@ -577,6 +601,15 @@ class CompleteImplementation(Implementation, Protocol):
         -sum_c q(c) * log_softmax(logits)_c, with q = :meth:`label_smoothing` (same variant).
         ``logits`` (..., K) float, ``targets`` (...,) int64; result (...,) in the dtype of
         ``logits``. No reduction over positions, no padding exclusion.
+        """
+        ...
+
+    def average_checkpoints(self, checkpoints: Mapping[int, Mapping[str, Any]], n: int) -> Mapping[str, Any]:
+        """The model §6.1 evaluates: the element-wise mean of the last ``n`` checkpoints (5 for base, 20 for big).
+
+        ``checkpoints`` maps each training step (a Python int) to its parameters, a mapping of names to native arrays
+        in the call's dtype, every checkpoint with the same names and shapes, the steps in any order (as a directory
+        lists them); "last" is by step. Returns a mapping of the same names to new native arrays in the call's dtype.
         """
         ...
 
@@ -742,6 +775,8 @@ def policy_problem(key: str, value: Any) -> str | None:
         or any(type(e) is not str or e not in EQUATIONS for e in value)
     ):
         return f"expected a tuple of equation names (EQUATIONS), got {value!r}"
+    if key == "adam_bias_correction" and not isinstance(value, bool):
+        return f"expected True or False, got {value!r}"
     if key == "layer_norm_eps" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
         return f"expected a positive float, got {value!r}"
     return None
@@ -754,7 +789,7 @@ def _policy_problems(policies: Any) -> list[str]:
     missing = sorted(set(DEFAULT_POLICIES) - set(policies))
     if missing:
         problems.append(f"policies: missing key(s) {missing}; every implementation declares {sorted(DEFAULT_POLICIES)}")
-    for key in (*POLICY_CHOICES, "layer_norm_eps", *DECLARED_PROPERTIES, "writes_out"):
+    for key in (*POLICY_CHOICES, "layer_norm_eps", "adam_bias_correction", *DECLARED_PROPERTIES, "writes_out"):
         problem = policy_problem(key, policies[key]) if key in policies else None
         if problem:
             problems.append(f"policies[{key!r}]: {problem}")

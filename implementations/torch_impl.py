@@ -43,7 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from aiayn.implementations.protocol import DEFAULT_POLICIES, ImplementationBase
+from aiayn.implementations.protocol import DEFAULT_POLICIES, ImplementationBase, Scope
 
 __all__ = ["TORCH_DTYPES", "TorchImplementation", "TorchSDPAImplementation", "default_device", "round_from_float64"]
 
@@ -128,6 +128,15 @@ def _merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(-2, -3).reshape(*batch, n, h * d)
 
 
+def _adam_scope(dtypes: tuple[str, ...]) -> Scope:
+    """Adam's state in float32 or wider: §5.3's eps = 1e-9 is below float16's smallest subnormal (6e-8), and
+    mixed-precision training keeps the optimizer's moments in float32."""
+    return Scope(
+        dtypes=tuple(d for d in dtypes if d in ("float64", "float32")),
+        note="Adam's state in float32 or wider (eps = 1e-9 is 0 in float16)",
+    )
+
+
 class TorchImplementation(ImplementationBase):
     """Every equation of the paper in plain PyTorch tensor ops (registry name ``"torch"``).
 
@@ -145,6 +154,7 @@ class TorchImplementation(ImplementationBase):
         on_cpu = torch.device(self.device).type == "cpu"
         self.version = f"torch {torch.__version__}" + ("" if on_cpu else f" ({_cuda_numerics(self.device)})")
         self.dtypes = ("float64", "float32", "float16", "bfloat16") if on_cpu else ("float32", "float16", "bfloat16")
+        self.scope = MappingProxyType({"adam_step": _adam_scope(self.dtypes)})
 
     # ---------------------------------------------------------------- arrays across the boundary
 
@@ -376,6 +386,44 @@ class TorchImplementation(ImplementationBase):
             return 0.0
         s = torch.tensor(float(step), dtype=torch.float64)
         return float(torch.rsqrt(d) * torch.minimum(torch.rsqrt(s), s * warm.pow(-1.5)))
+
+    def adam_step(
+        self,
+        param: torch.Tensor,
+        grad: torch.Tensor,
+        m: torch.Tensor,
+        v: torch.Tensor,
+        step: int,
+        lr: float,
+        betas: Any,
+        eps: float,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step of ``torch.optim.Adam`` (§5.3; what the translation reproduction trains with) from the given state:
+        (param, m, v) after it, new tensors; the inputs are copied, never updated."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise ValueError(f"step: expected an int >= 1 (the first update is step 1), got {step!r}")
+        p = torch.nn.Parameter(param.detach().clone())
+        p.grad = grad.detach().clone()
+        optimizer = torch.optim.Adam([p], lr=lr, betas=(float(betas[0]), float(betas[1])), eps=eps, foreach=False)
+        optimizer.state[p] = {
+            "step": torch.tensor(float(step - 1)),  # Adam counts this step itself
+            "exp_avg": m.detach().clone(),
+            "exp_avg_sq": v.detach().clone(),
+        }
+        optimizer.step()
+        state = optimizer.state[p]
+        return p.detach().clone(), state["exp_avg"].detach().clone(), state["exp_avg_sq"].detach().clone()
+
+    def average_checkpoints(self, checkpoints: Mapping[int, Mapping[str, torch.Tensor]], n: int) -> dict[str, Any]:
+        """The mean of the ``n`` checkpoints of the largest steps (§6.1), in their dtype."""
+        if not isinstance(checkpoints, Mapping) or not checkpoints:
+            raise ValueError("checkpoints: expected a non-empty mapping of step -> parameters")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(checkpoints):
+            raise ValueError(f"n: expected an int in [1, {len(checkpoints)}], got {n!r}")
+        chosen = sorted(checkpoints)[-n:]
+        return {
+            name: torch.stack([checkpoints[s][name] for s in chosen]).sum(dim=0) / n for name in checkpoints[chosen[0]]
+        }
 
     def _check_smoothing(self, targets: torch.Tensor, vocab_size: int, eps: float) -> int:
         """Validate §5.4's arguments; return K."""

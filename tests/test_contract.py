@@ -74,6 +74,8 @@ def test_policies_are_declared_with_allowed_values(impl: Any) -> None:
         f"{impl.name}: policy keys {sorted(policies)} miss some of {sorted(protocol.DEFAULT_POLICIES)}"
     )
     for key, allowed in POLICY_CHOICES.items():
+        if key not in protocol.DEFAULT_POLICIES and key not in policies:
+            continue  # an optional policy (Adam's eps placement) left at its default
         assert policies[key] in allowed, f"{impl.name}: policies[{key!r}] = {policies[key]!r}, allowed {allowed}"
     eps = policies["layer_norm_eps"]
     assert isinstance(eps, float) and eps > 0, f"{impl.name}: layer_norm_eps = {eps!r}, expected a positive float"
@@ -189,8 +191,9 @@ def _layer_params(rng: np.random.Generator, decoder: bool) -> dict[str, Any]:
     return {"self_attn": mha(), "norm1": norm(), "ffn": ffn, "norm2": norm()}
 
 
-def _equation_cases(rng: np.random.Generator) -> dict[str, tuple[tuple, tuple[int, ...] | None]]:
-    """equation -> (NumPy arguments, expected result shape); None shape = a Python float result.
+def _equation_cases(rng: np.random.Generator) -> dict[str, tuple[tuple, Any]]:
+    """equation -> (NumPy arguments, expected result shape); None shape = a Python float result, a list of shapes a
+    tuple of arrays (Adam's param, m and v).
 
     Float arrays become the dtype under test, int arrays "int64", bool arrays "bool"; other
     values (ints, floats, strings) pass through unchanged.
@@ -220,8 +223,13 @@ def _equation_cases(rng: np.random.Generator) -> dict[str, tuple[tuple, tuple[in
         ),
         "feed_forward": ((normal((2, 3, D_MODEL)), *_layer_params(rng, False)["ffn"].values()), (2, 3, D_MODEL)),
         "lrate": ((100, 512, 4000), None),
+        "adam_step": (
+            (normal((2, 3)), normal((2, 3)), normal((2, 3)), normal((2, 3)) ** 2, 7, 1e-3, [0.9, 0.98], 1e-9),
+            [(2, 3)] * 3,
+        ),
         "label_smoothing": ((ids(2, 5), VOCAB, 0.1), (2, 5, VOCAB)),
         "smoothed_cross_entropy": ((normal((2, 5, VOCAB)), ids(2, 5), 0.1), (2, 5)),
+        "average_checkpoints": (({s: {"w": normal((2, 3)), "b": normal(3)} for s in (300, 20, 1000)}, 2), {}),
         "encoder_layer": (
             (normal((2, 5, D_MODEL)), _layer_params(rng, False), HEADS, np.arange(5) < np.array([[[5]], [[3]]])),
             (2, 5, D_MODEL),
@@ -314,6 +322,27 @@ def test_equation_keeps_inputs_and_returns_the_declared_shape_and_dtype(impl: An
             assert isinstance(out, float), (
                 f"{impl.name}.{equation} returned {type(out).__name__}, expected a Python float"
             )
+            continue
+        if isinstance(shape, dict):  # averaged checkpoints: the parameters' names and shapes
+            names = set(args[0][next(iter(args[0]))])
+            assert isinstance(out, Mapping) and set(out) == names, (
+                f"{impl.name}.{equation} returned {type(out).__name__}, expected a mapping of {sorted(names)}"
+            )
+            for name, part in out.items():
+                result = impl.to_numpy(part)
+                assert result.shape == np.shape(args[0][300][name]) and _on_dtype_grid(impl, result, dtype), (
+                    f"{impl.name}.{equation} ({dtype}) returned {name} of shape {result.shape} or not in {dtype}"
+                )
+            continue
+        if isinstance(shape, list):
+            assert isinstance(out, tuple) and len(out) == len(shape), (
+                f"{impl.name}.{equation} returned {type(out).__name__}, expected a tuple of {len(shape)} arrays"
+            )
+            for part, part_shape in zip(out, shape):
+                result = impl.to_numpy(part)
+                assert result.shape == part_shape and _on_dtype_grid(impl, result, dtype), (
+                    f"{impl.name}.{equation} ({dtype}) returned shape {result.shape} or values not in {dtype}"
+                )
             continue
         result = impl.to_numpy(out)
         assert result.shape == shape, (

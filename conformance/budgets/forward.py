@@ -48,10 +48,12 @@ import numpy as np
 
 from aiayn.conformance.budgets._heads import merge as _merge
 from aiayn.conformance.budgets._heads import split as _split
-from aiayn.conformance.numerics import Precision, gamma
+from aiayn.conformance.numerics import Precision, gamma, round_to
 
 __all__ = [
     "SAFETY",
+    "adam_step",
+    "average_checkpoints",
     "attention_core",
     "attention_weights",
     "feed_forward",
@@ -495,6 +497,148 @@ def lrate(value: Any, prec: Precision, step: Any = 0, d_model: float = 1.0) -> A
     r = (1 + prec.t) ** 3 * (1 + prec.op) ** 4 - 1
     underflow = (np.asarray(step, dtype=np.float64) + 1) * d_model**-0.5 * (1 + r) * prec.eta + prec.eta
     return (np.abs(value) * r + underflow) * SAFETY
+
+
+# --------------------------------------------------------------------------------------------
+# §5.3: Adam's step (Kingma & Ba 2015, Algorithm 1)
+
+
+def _quotient(a: np.ndarray, e_a: np.ndarray, b: np.ndarray, e_b: np.ndarray) -> np.ndarray:
+    """A bound on |a' / b' - a / b| for |a' - a| <= e_a and |b' - b| <= e_b, b > 0: (e_a + |a / b| e_b) / (b - e_b);
+    infinite where e_b >= b (the denominator may vanish: nothing to bound)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = (e_a + np.abs(a / b) * e_b) / (b - e_b)
+    return np.where(b > e_b, out, np.inf)
+
+
+def _root(x: np.ndarray, e_x: np.ndarray) -> np.ndarray:
+    """A bound on |sqrt(x') - sqrt(x)| for |x' - x| <= e_x, x >= 0: |x' - x| / (sqrt(x') + sqrt(x)), so at most
+    e_x / sqrt(x) and at most sqrt(e_x) (sqrt is not Lipschitz at 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        near = np.where(x > 0, e_x / np.sqrt(x), np.inf)
+    return np.minimum(near, np.sqrt(e_x))
+
+
+def _constant(value: float, prec: Precision) -> float:
+    """How far a constant (a beta, eps, lr) may be from its value once rounded to the dtype: its nearest-rounding
+    error there, which also bounds it in any wider format (the dtype's value is among the wider format's numbers, so
+    the wider nearest rounding is no farther); 0 for code that keeps it in float64."""
+    return abs(float(round_to(np.float64(value), prec.name)) - value)
+
+
+def _correction(beta: float, d_beta: float, step: int, prec: Precision) -> tuple[float, float]:
+    """(c, e_c): Adam's bias correction c = 1 - beta^t and a bound on its computed error. beta as the code holds it
+    is within d_beta of beta (:func:`_constant`), so its t-th power (by pow: 1 +- T more) lies in
+    [(beta - d_beta)^t (1 - T), (beta + d_beta)^t (1 + T)], evaluated in logarithms (no overflow); then the
+    subtraction's rounding. Code that forms it in float64 (PyTorch) is far inside."""
+    u, t_pow = prec.op, prec.t
+    power = beta**step
+    with np.errstate(divide="ignore", over="ignore", under="ignore"):
+        hi = math.exp(step * math.log(beta + d_beta)) * (1 + t_pow) if beta + d_beta > 0 else 0.0
+        lo = math.exp(step * math.log(beta - d_beta)) * (1 - t_pow) if beta - d_beta > 0 else 0.0
+    c = 1.0 - power
+    return c, max(hi - power, power - lo) + u * c + prec.eta * (c != 0)
+
+
+def adam_step(a: Mapping[str, Any], prec: Precision) -> np.ndarray:
+    """Bound for one Adam step (§5.3; Kingma & Ba 2015, Algorithm 1): (param, m, v) after it, stacked (3, ...).
+
+    Derivation, u = ``prec.op``, eta the underflow unit, for any order of evaluation of the codes we know
+    (PyTorch's lerp and addcmul, optax's, Keras's), each constant (betas, lr, eps) within d of its value, its rounding
+    error in the dtype (:func:`_constant`; 1 - beta formed from the rounded beta errs by d_beta absolutely: relative
+    d_beta / (1 - beta), large where 1 - beta is near the dtype's spacing, as 0.999 in float16). An underflow errs
+    only where a result is not 0 (products and sums of zeros are exact), so each eta below counts only there:
+      m_t = beta1 m + (1 - beta1) g, or m + (1 - beta1)(g - m) (a lerp): at most four roundings on a path, and
+        (1 - beta1)|g - m| <= (1 - beta1)(|g| + |m|) with beta1 |m| + (1 - beta1)|m| = |m|:
+        e_m = gamma_4 (|m| + (1 - beta1)|g|) + d_beta1 (|g| + |m|)(1 + gamma_4) + 4 eta;
+      v_t = beta2 v + (1 - beta2) g^2, one rounding more for g^2 (every term non-negative):
+        e_v = gamma_5 (v + (1 - beta2) g^2) + d_beta2 (g^2 + v)(1 + gamma_5) + 5 eta;
+      c = 1 - beta^t (:func:`_correction`; 1 exactly without bias correction);
+      a quotient x / y with errors e_x, e_y: (e_x + |x / y| e_y) / (y - e_y) (:func:`_quotient`, infinite where the
+        denominator may vanish), then its own rounding and eta; a square root: e / sqrt(x), and at most sqrt(e)
+        (:func:`_root`), then its rounding, and two more roundings for code that forms sqrt(v_t) / sqrt(c2)
+        (PyTorch) instead of sqrt(v_t / c2);
+      "outside": den = sqrt(v_t / c2) + eps; "inside": sqrt(v_t / c2 + eps); "hat": den = sqrt(v_t) + eps and the
+        factor lr sqrt(c2) / c1 (relative (1 + e_c2 / c2)(1 + d_lr / lr)(1 + u)^4 / (1 - e_c1 / c1) - 1);
+      the update lr m_hat / den: (lr + d_lr) times the quotient's bound, plus d_lr |m_hat / den|, three roundings
+        of |update|, two underflows, and one of the product before the division (lr m_hat, then / den: eta / den);
+      the parameter: that, plus the subtraction's rounding and eta.
+    Infinite (not checked) where a denominator may vanish within its error.
+    """
+    u, eta = prec.op, prec.eta
+    p, g, m, v = (np.asarray(a[n], dtype=np.float64) for n in ("param", "grad", "m", "v"))
+    b1, b2 = (float(b) for b in a["betas"])
+    lr, eps, t = float(a["lr"]), float(a["eps"]), int(a["step"])
+    d_b1, d_b2, d_lr, d_eps = (_constant(x, prec) for x in (b1, b2, lr, eps))
+    m1 = b1 * m + (1 - b1) * g
+    v1 = b2 * v + (1 - b2) * g * g
+    e_m = gamma(4, u) * (np.abs(m) + (1 - b1) * np.abs(g)) + d_b1 * (np.abs(g) + np.abs(m)) * (1 + gamma(4, u))
+    e_m = e_m + 4 * eta * (e_m + np.abs(m1) > 0)
+    e_v = gamma(5, u) * (v + (1 - b2) * g * g) + d_b2 * (g * g + v) * (1 + gamma(5, u))
+    e_v = e_v + 5 * eta * (e_v + v1 > 0)
+    (c1, e_c1), (c2, e_c2) = (
+        (_correction(b1, d_b1, t, prec), _correction(b2, d_b2, t, prec))
+        if a["bias_correction"]
+        else ((1.0, 0.0), (1.0, 0.0))
+    )
+
+    def under(x: np.ndarray, e_x: np.ndarray) -> np.ndarray:
+        return eta * ((np.abs(x) + e_x) > 0)
+
+    if a["eps_placement"] == "hat":
+        root = np.sqrt(v1)
+        e_root = _root(v1, e_v) + gamma(3, u) * root
+        e_root = e_root + under(root, e_root)
+        den = root + eps
+        e_den = e_root + d_eps + u * den
+        factor = lr * math.sqrt(c2) / c1
+        lr_rel = d_lr / lr if lr else 0.0  # lr = 0 is exact in every dtype
+        rel = (1 + e_c2 / c2) * (1 + lr_rel) * (1 + u) ** 4 / (1 - e_c1 / c1) - 1 if e_c1 < c1 else math.inf
+        quotient = m1 / den
+        update = factor * quotient
+        e_update = factor * (1 + rel) * _quotient(m1, e_m, den, e_den) + np.abs(update) * (rel + u)
+    else:
+        m_hat, v_hat = m1 / c1, v1 / c2
+        e_m_hat = _quotient(m1, e_m, np.float64(c1), np.float64(e_c1)) + u * np.abs(m_hat)
+        e_m_hat = e_m_hat + under(m_hat, e_m_hat)
+        e_v_hat = _quotient(v1, e_v, np.float64(c2), np.float64(e_c2)) + u * v_hat
+        e_v_hat = e_v_hat + under(v_hat, e_v_hat)
+        if a["eps_placement"] == "inside":
+            inner = v_hat + eps
+            den = np.sqrt(inner)
+            e_inner = e_v_hat + d_eps + u * inner
+            e_den = _root(inner, e_inner) + gamma(3, u) * den
+        else:
+            root = np.sqrt(v_hat)
+            den = root + eps
+            e_root = _root(v_hat, e_v_hat) + gamma(3, u) * root
+            e_den = e_root + under(root, e_root) + d_eps + u * den
+        quotient = m_hat / den
+        update = lr * quotient
+        e_quotient = _quotient(m_hat, e_m_hat, den, e_den)
+        e_update = (lr + d_lr) * e_quotient + d_lr * np.abs(quotient) + gamma(3, u) * np.abs(update)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e_update = e_update + under(update, e_update) * (2 + 1 / den)
+        e_p = e_update + u * (np.abs(p - update) + e_update)
+        e_p = e_p + under(p - update, e_p)
+        out = np.stack([e_p, e_m, e_v]) * SAFETY
+    return np.where(np.isnan(out), np.inf, out)
+
+
+# --------------------------------------------------------------------------------------------
+# §6.1: checkpoint averaging
+
+
+def average_checkpoints(stacked: np.ndarray, prec: Precision) -> np.ndarray:
+    """Bound for the mean of n checkpoints (§6.1), ``stacked`` (n, ...) the chosen ones' values.
+
+    Derivation. A sum of n terms in any order errs by gamma_{n-1} sum |theta_i| [H, §4.2]; the division by n (or a
+    product with 1/n rounded) two roundings more: gamma_{n+1} sum |theta_i| / n, and eta for an underflow where the
+    mean is not 0.
+    """
+    n = stacked.shape[0]
+    total = np.sum(np.abs(stacked), axis=0)
+    return (gamma(n + 1, prec.op) * total / n + prec.eta * (total > 0)) * SAFETY
 
 
 # --------------------------------------------------------------------------------------------

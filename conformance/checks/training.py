@@ -1,4 +1,5 @@
-"""Checks for §5.3 (the learning-rate schedule, Eq. (3)) and §5.4 (label smoothing, the smoothed cross-entropy)."""
+"""Checks for §5.3 (the learning-rate schedule, Eq. (3), and Adam's step), §5.4 (label smoothing, the smoothed
+cross-entropy) and §6.1 (checkpoint averaging)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,13 @@ def _expect_refusal(case: Case, step: int, d_model: int, warmup_steps: int, why:
 
 
 # --------------------------------------------------------------------------------------------
+# Adam, §5.3 (Kingma & Ba 2015, Algorithm 1)
+
+
+adam_step = agreement_check("adam_step")
+
+
+# --------------------------------------------------------------------------------------------
 # label smoothing, §5.4
 
 
@@ -197,3 +205,10 @@ def smoothed_cross_entropy_is_minimised_at_the_target_with_value_its_entropy(
         what=f"the loss went below its minimum H(q) = {entropy!r} away from the target",
         expected_name="the minimum H(q)",
     )
+
+
+# --------------------------------------------------------------------------------------------
+# checkpoint averaging, §6.1
+
+
+average_checkpoints = agreement_check("average_checkpoints")

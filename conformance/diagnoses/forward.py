@@ -67,6 +67,11 @@ class Ops:
     causal_offset: int = 0
     unwritten_tail: int = 0  # 0: every query row written; T: beyond one tile, rows past the last whole tile left 0
     lrate_shift: int = 0
+    adam_beta2: float | None = None  # None: as given; else Adam's beta2 in its place (a framework's default)
+    adam_eps_value: float | None = None  # None: as given; else Adam's eps in its place
+    adam_eps: str | None = None  # None: the declared placement; else outside | hat | inside
+    adam_bias_correction: bool | None = None  # None: as declared
+    checkpoints: str = "last"  # which are averaged: last (by step) | first (as given) | by_name (step as text) | all
     smoothing: str | None = None  # None: the declared policy; else K | K-1 | K-2 | none
 
 
@@ -397,6 +402,50 @@ def lrate(steps: Any, d_model: int, warmup_steps: int, step_zero: str, ops: Ops 
         return np.where(
             s == 0, LD(0), np.minimum(1 / np.sqrt(s), s * LD(warmup_steps) ** LD(-1.5)) / np.sqrt(LD(d_model))
         )
+
+
+def adam_step(
+    param: Any,
+    grad: Any,
+    m: Any,
+    v: Any,
+    step: int,
+    lr: float,
+    betas: Any,
+    eps: float,
+    bias_correction: bool,
+    eps_placement: str,
+    ops: Ops = PAPER,
+) -> np.ndarray:
+    from aiayn.reference.training import adam_step as step_of
+
+    b1, b2 = (float(b) for b in betas)
+    out = step_of(
+        param,
+        grad,
+        m,
+        v,
+        step,
+        lr,
+        (b1, b2 if ops.adam_beta2 is None else ops.adam_beta2),
+        eps if ops.adam_eps_value is None else ops.adam_eps_value,
+        bias_correction=bias_correction if ops.adam_bias_correction is None else ops.adam_bias_correction,
+        eps_placement=ops.adam_eps or eps_placement,
+    )
+    return np.stack(out)  # (3, ...): param, m, v
+
+
+def average_checkpoints(checkpoints: Mapping[int, Mapping[str, Any]], n: int, ops: Ops = PAPER) -> np.ndarray:
+    steps = list(checkpoints)
+    chosen = {
+        "last": sorted(steps)[-n:],
+        "first": steps[:n],
+        "by_name": sorted(steps, key=str)[-n:],  # checkpoint_100 sorts before checkpoint_20
+        "all": steps,
+    }[ops.checkpoints]
+    names = list(checkpoints[steps[0]])
+    means = [np.mean(np.stack([np.asarray(checkpoints[s][name], dtype=LD) for s in chosen]), axis=0) for name in names]
+    return np.concatenate([m.reshape(-1) for m in means])
 
 
 def _smoothing_args(declared: str, padding_id: int, ops: Ops) -> dict[str, Any] | None:
@@ -750,6 +799,68 @@ CATALOGUE: tuple[Departure, ...] = (
         causal_offset=1,
     ),
     _d("lrate shifted by one step", "a 0-based step counter fed to Eq. (3)", "lrate", lrate_shift=1),
+    _d(
+        "Adam's beta2 at the frameworks' default 0.999",
+        "§5.3 sets beta2 = 0.98; torch.optim.Adam, optax.adam and Keras's Adam default to 0.999",
+        "adam",
+        adam_beta2=0.999,
+    ),
+    _d(
+        "Adam's eps at PyTorch's default 1e-8",
+        "§5.3 sets eps = 1e-9; torch.optim.Adam's default",
+        "adam",
+        adam_eps_value=1e-8,
+    ),
+    _d("Adam's eps at Keras's default 1e-7", "§5.3 sets eps = 1e-9; Keras's Adam default", "adam", adam_eps_value=1e-7),
+    _d(
+        "Adam's eps inside the square root",
+        "m_hat / sqrt(v_hat + eps), where another is declared",
+        "adam",
+        adam_eps="inside",
+    ),
+    _d(
+        "Adam's eps added before the bias correction (Keras's order)",
+        "lr sqrt(1 - beta2^t) / (1 - beta1^t) m / (sqrt(v) + eps): Kingma & Ba's efficient form, where another is "
+        "declared",
+        "adam",
+        adam_eps="hat",
+    ),
+    _d(
+        "Adam's eps added after the bias correction (Algorithm 1's order)",
+        "m_hat / (sqrt(v_hat) + eps), where another is declared",
+        "adam",
+        adam_eps="outside",
+    ),
+    _d(
+        "Adam without bias correction",
+        "m_t and v_t used as they are (Kingma & Ba divide by 1 - beta^t), where correction is declared",
+        "adam",
+        adam_bias_correction=False,
+    ),
+    _d(
+        "Adam with bias correction",
+        "the moments divided by 1 - beta^t, where no correction is declared",
+        "adam",
+        adam_bias_correction=True,
+    ),
+    _d(
+        "the first n checkpoints given averaged, not the last n",
+        "the checkpoints taken in the order they come (a directory listing, a dict), not by step",
+        "averaging",
+        checkpoints="first",
+    ),
+    _d(
+        "the last n checkpoints by name, not by step",
+        "file names sorted as text: checkpoint_100 before checkpoint_20",
+        "averaging",
+        checkpoints="by_name",
+    ),
+    _d(
+        "every checkpoint averaged, not the last n",
+        "§6.1 averages the last 5 (base) or 20 (big)",
+        "averaging",
+        checkpoints="all",
+    ),
     _d("smoothing over K classes", "Szegedy et al.'s form, where another is declared", "smoothing", smoothing="K"),
     _d("smoothing over K-1 classes", "tensor2tensor's form, where another is declared", "smoothing", smoothing="K-1"),
     _d(

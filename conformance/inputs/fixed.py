@@ -39,6 +39,8 @@ class Fixed:
         str, ...
     ] = ()  # what of the domain it uses (Scope.unmet): out of scope where a declared Scope excludes it
     direction: str = FORWARD  # BACKWARD: of the equation's gradients (a cotangent d_out among its args); DECODE
+    # the dtypes whose numbers hold the case's values (None: every dtype); another dtype runs a case of its own
+    dtypes: tuple[str, ...] | None = None
 
     def __str__(self) -> str:  # the test id, and the name a known deviation uses
         return self.label
@@ -259,6 +261,57 @@ def _training() -> list[Fixed]:
                 {"logits": logits, "targets": ce_targets, "eps": eps},
             )
             for eps in (0.1, 0.0)
+        ],
+        *[
+            Fixed(
+                "adam_step",
+                f"the paper's betas and eps at step {step}: zero moments, a gradient of 0, one near eps",
+                "adam_step",
+                {
+                    "param": np.array([0.5, -1.5, 2.0, 0.25]),
+                    "grad": np.array([0.1, 0.0, -3e-9, 2.0]),
+                    "m": np.array([0.0, 0.0, 1e-9, -0.5]) if step > 1 else np.zeros(4),
+                    "v": np.array([0.0, 1e-6, 1e-17, 0.25]) if step > 1 else np.zeros(4),
+                    "step": step,
+                    "lr": 0.0007,
+                    "betas": [0.9, 0.98],
+                    "eps": 1e-9,
+                },
+                # bfloat16 resolves no first step: 1 - beta2^t is within its pow's error of 0 (strategies.adam_inputs)
+                dtypes=("float64", "float32", *(("bfloat16",) if step > 1 else ())),
+            )
+            for step in (1, 4000)
+        ],
+        Fixed(  # eps = 1e-9 is 0 in float16, and its gradients' squares below 2.4e-4 too (strategies.adam_inputs)
+            "adam_step",
+            "float16's Adam at step 4000: eps 1e-3, a gradient of 0, moments from 1e-2",
+            "adam_step",
+            {
+                "param": np.array([0.5, -1.5, 2.0, 0.25]),
+                "grad": np.array([0.1, 0.0, -0.03, 2.0]),
+                "m": np.array([0.0, 0.0, 0.01, -0.5]),
+                "v": np.array([0.0, 1e-4, 1e-3, 0.25]),
+                "step": 4000,
+                "lr": 0.0007,
+                "betas": [0.9, 0.98],
+                "eps": 1e-3,
+            },
+            dtypes=("float16",),
+        ),
+        *[
+            Fixed(
+                "average_checkpoints",
+                f"checkpoints at steps 20, 1000, 5, 300 (in that order), n {n}",
+                "average_checkpoints",
+                {
+                    "checkpoints": {
+                        s: {"w": 0.1 * s * np.ones((2, 2)) + rng.normal(size=(2, 2)), "b": rng.normal(size=2)}
+                        for s in (20, 1000, 5, 300)
+                    },
+                    "n": n,
+                },
+            )
+            for n in (2, 4)
         ],
     ]
 

@@ -39,6 +39,8 @@ __all__ = [
     "attention_across_tiles",
     "mha_across_tiles",
     "TILE_LENGTHS",
+    "adam_inputs",
+    "checkpoint_inputs",
     "cross_entropy_inputs",
     "decoder_inputs",
     "encoder_inputs",
@@ -728,6 +730,64 @@ def lrate_shape_inputs(draw: Any) -> dict[str, Any]:
     rise = sorted(set(draw(st.lists(st.integers(1, w), min_size=1, max_size=4)) + [1, w]))
     decay = sorted(set(draw(st.lists(st.integers(w, 50 * w), min_size=1, max_size=4)) + [w + 1]))
     return {"rise": rise, "decay": decay, "d_model": draw(st.integers(1, 2048)), "warmup_steps": w}
+
+
+def _moments(draw: Any, shape: tuple[int, ...], low: int, high: int) -> np.ndarray:
+    """Signed values spanning magnitudes 10^low .. 10^high, some exactly 0: gradients and first moments, whose
+    magnitudes vary over orders across a model's parameters."""
+    exponents = draw(hnp.arrays(np.float64, shape, elements=st.floats(low, high)))
+    signs = draw(hnp.arrays(np.float64, shape, elements=st.sampled_from([-1.0, 1.0])))
+    zero = draw(hnp.arrays(np.bool_, shape, elements=st.sampled_from([False, False, False, True])))
+    return np.where(zero, 0.0, signs * 10.0**exponents)
+
+
+@st.composite
+def adam_inputs(draw: Any, dtype: str) -> dict[str, Any]:
+    """One parameter's Adam step (§5.3): param, grad and m in +-10^-6 .. 10^2 (some 0), v = (something of the same
+    range)^2 (some 0); steps 1 (the bias correction's largest), near warmup and far beyond; lr an Eq. (3) value, the
+    paper's betas and eps mostly (0.999 and 1e-8 besides: the framework defaults a departure leaves in place; float16
+    has ranges of its own, below)."""
+    sizes = _Sizes(draw, "adam_inputs")
+    shape = sizes.sampled_from([(1,), (4,), (2, 3)])
+    # a half precision cannot resolve the first steps' correction 1 - beta2^t (0.02 at t = 1) against its pow's error
+    # (4 ulps: 3% of beta2^t in bfloat16) and beta's rounding: from step 100 there
+    first = 100 if dtype in ("float16", "bfloat16") else 1
+    step = draw(st.sampled_from([first, first + 1, 4000, 100_000]) | st.integers(first, 10**6))
+    lr = draw(st.sampled_from([0.0007, 0.001]) | st.floats(1e-6, 1.0))
+    # bfloat16 rounds 0.999 to 1.0 (its spacing below 1 is 2^-8): 1 - beta2 = 0 and 1 - beta2^t = 0, no Adam at all
+    default = [] if dtype == "bfloat16" else [[0.9, 0.999]]
+    betas = draw(st.sampled_from([[0.9, 0.98], [0.9, 0.98], [0.5, 0.9], *default]))
+    # float16 resolves neither eps = 1e-9 (below its smallest subnormal, 6e-8: it becomes 0 and a zero second moment
+    # divides by 0) nor squares of gradients below 2.4e-4, and holds no update past 65504 (|m_hat| / eps, times lr):
+    # there, moments in 10^-2 .. 10 and eps of 10^-3 or more keep |update| <= 10^4
+    low, high, epsilons = (-2, 1, [1e-3, 1e-2]) if dtype == "float16" else (-6, 2, [1e-9, 1e-9, 1e-8, 1e-6])
+    eps = draw(st.sampled_from(epsilons))
+    return {
+        "param": _array(draw, shape, 3.0),
+        "grad": _moments(draw, shape, low, high),
+        "m": _moments(draw, shape, low, high),
+        "v": _moments(draw, shape, low, high) ** 2,
+        "step": step,
+        "lr": lr,
+        "betas": betas,
+        "eps": eps,
+    }
+
+
+@st.composite
+def checkpoint_inputs(draw: Any, dtype: str) -> dict[str, Any]:
+    """Checkpoints of one model (§6.1) at 1-8 distinct steps of 1 to 6 digits, given in a drawn order (a directory
+    lists them by name, not by step), each a drift of one set of parameters; n from 1 to their number (5 and 20 in
+    the paper)."""
+    sizes = _Sizes(draw, "checkpoint_inputs")
+    count = sizes.integers(1, 8)
+    steps = draw(st.lists(st.integers(1, 999_999), min_size=count, max_size=count, unique=True))
+    base = {"w": _array(draw, (2, 3), 3.0), "b": _array(draw, (3,), 1.0)}
+    checkpoints = {}
+    for s in steps:
+        drift = draw(st.sampled_from([0.0, 1e-3, 0.1, 1.0]))
+        checkpoints[s] = {name: value + drift * _weights(draw, value.shape, 1.0) for name, value in base.items()}
+    return {"checkpoints": checkpoints, "n": draw(st.integers(1, count))}
 
 
 @st.composite

@@ -33,7 +33,7 @@ def traceability() -> str:
                 f"{r.budget_name} ({r.oracle_share})",
                 f"`{r.name}_vjp`; {r.backward.budget_name}"
                 if r.backward
-                else ("not yet" if r.differentiable else "none (no float input)"),
+                else ("not yet" if r.differentiable else f"none ({r.no_backward})"),
                 ", ".join(f"`{c}`" for c in checks),
                 f"{len(names)} ({', '.join(sorted(r.departures))})",
             ]

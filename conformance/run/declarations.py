@@ -23,9 +23,11 @@ __all__ = ["POLICY_KEYS", "declaration_problems", "known_tests", "tests_from"]
 #: Every key of ``policies`` the suite reads: those of ``POLICY_CHOICES``, ``layer_norm_eps``, and the optional
 #: ``padding_id`` (label smoothing "K-2"'s padding class, default 0), ``flush_subnormals``, ``beam_search`` (the
 #: choices of §6.1's beam search, ``implementations/decoding.py``), the declared properties
-#: (``DECLARED_PROPERTIES``: ``batch_invariant``, ``deterministic``) and ``writes_out`` (the methods taking ``out=``).
+#: (``DECLARED_PROPERTIES``: ``batch_invariant``, ``deterministic``), ``writes_out`` (the methods taking ``out=``) and
+#: ``adam_bias_correction`` (Adam's choice beside ``adam_eps``, one of ``POLICY_CHOICES``).
 POLICY_KEYS: tuple[str, ...] = (
     *POLICY_CHOICES,
+    "adam_bias_correction",
     "layer_norm_eps",
     "padding_id",
     "flush_subnormals",

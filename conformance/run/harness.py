@@ -438,14 +438,23 @@ class Case:
         return self.guard(f"{self.impl.name}.{method}({shown})", fn, *native_args)
 
     def run(
-        self, method: str, native_args: list[Any], *, out_dtype: str | None = None, repeat: bool = True
+        self,
+        method: str,
+        native_args: list[Any],
+        *,
+        out_dtype: str | None = None,
+        repeat: bool = True,
+        parts: tuple[str, ...] | Mapping[str, tuple[int, ...]] = (),
     ) -> np.ndarray:
         """Call ``method`` with hygiene checks; return the result as float64.
 
         Hygiene: inputs not mutated; the result is an array of the
         declared dtype (its native ``dtype`` attribute if it has one, and every value exactly
         representable in that dtype) on the declared device (its ``device`` attribute if any);
-        and the same bits when called twice with the same inputs.
+        and the same bits when called twice with the same inputs. ``parts``: the method returns several arrays, each
+        checked so: a tuple of names (Adam's step: param, m, v), a tuple of arrays of one shape, returned stacked
+        (len(parts), ...); a mapping of names to shapes (averaged checkpoints: parameter name -> shape), a mapping of
+        exactly those names to arrays of those shapes, returned flattened and concatenated in the mapping's order.
         """
         __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         out_dtype = out_dtype or self.dtype
@@ -459,7 +468,7 @@ class Case:
         inputs = _natives_in(native_args)
         # the inputs after the calls and the results in one exchange (one per array, where the results are nested)
         results = [(f"{method}(...)", out), (f"{method}(...) (second call)", again)][: 2 if repeat else 1]
-        single = all(_is_leaf(r) for _, r in results)
+        single = not parts and all(_is_leaf(r) for _, r in results)
         arrays = self.numpy_each(inputs + (results if single else []))
         after = [(path, np.array(a, copy=True)) for (path, _), a in zip(inputs, arrays)]
         for path, (b, a) in _paired(before, after):
@@ -469,6 +478,8 @@ class Case:
                     f"{method} modified its input {path} in place"
                     + (f" (first change at index {where})" if where else "")
                 )
+        if parts:
+            return self._parts(method, parts, out, again, out_dtype)
         got = arrays[len(inputs)] if single else self.numpy(out, f"{method}(...)")
         if not isinstance(got, np.ndarray):
             self.fail(f"{method} returned {type(out).__name__}, expected a native array")
@@ -480,6 +491,52 @@ class Case:
                 diff = _first_difference(got, got2)
                 self.fail(f"{method} is not deterministic: two calls with the same inputs differ{diff}")
         return got
+
+    def _parts(
+        self, method: str, parts: tuple[str, ...] | Mapping[str, tuple[int, ...]], out: Any, again: Any, dtype: str
+    ) -> np.ndarray:
+        """The arrays of a method that returns several (:meth:`run`'s ``parts``): the answer's type and its length or
+        keys first, then each array as :meth:`run` checks one (dtype, device, shape, the same bits when called
+        again)."""
+        __tracebackhide__ = True
+        keyed = isinstance(parts, Mapping)
+        names = list(parts)
+        calls = [(f"{method}(...)", out)] + ([(f"{method}(...) (second call)", again)] if again is not None else [])
+        listed = []
+        for what, result in calls:
+            if keyed:
+                if not isinstance(result, Mapping) or set(result) != set(names):
+                    keys = f" with keys {sorted(map(str, result))}" if isinstance(result, Mapping) else ""
+                    self.fail(f"{what} returned {_what_it_is(result)}{keys}, expected a mapping of {sorted(names)}")
+                result = [result[name] for name in names]
+            elif not isinstance(result, (tuple, list)) or len(result) != len(names):
+                size = f" of {len(result)} items" if isinstance(result, (tuple, list)) else ""
+                self.fail(
+                    f"{what} returned {_what_it_is(result)}{size}, expected a tuple of {len(names)} native arrays "
+                    f"({', '.join(names)})"
+                )
+            for name, r in zip(names, result):
+                if not _is_leaf(r) or isinstance(r, tuple):
+                    self.fail(f"{what}'s {name} is {_what_it_is(r)}, expected a native array")
+            listed.append((what, result))
+        named = [(f"{what}'s {name}", r) for what, result in listed for name, r in zip(names, result)]
+        arrays = self.numpy_each(named)
+        got = arrays[: len(names)]
+        for (what, native), array in zip(named, got):
+            self._check_native_dtype(native, array, dtype, what)
+            self._check_device(native, what)
+        wanted = [tuple(parts[name]) for name in names] if keyed else [got[0].shape] * len(names)
+        if [a.shape for a in got] != wanted:
+            shapes = ", ".join(f"{name} {a.shape}" for name, a in zip(names, got))
+            expected = ", ".join(f"{name} {shape}" for name, shape in zip(names, wanted)) if keyed else "one shape"
+            self.fail(f"{method} returned arrays of shapes {shapes}; expected {expected}")
+        for name, first, second in zip(names, got, arrays[len(names) :]):
+            if second.shape != first.shape or not _same_bits(first, second):
+                self.fail(
+                    f"{method} is not deterministic: two calls with the same inputs differ in {name}"
+                    f"{_first_difference(first, second)}"
+                )
+        return np.concatenate([a.reshape(-1) for a in got]) if keyed else np.stack(got)
 
     def _check_native_dtype(self, out: Any, got: np.ndarray, dtype: str, method: str) -> None:
         """The result is in ``dtype`` by meaning: its native dtype, named as the contract names dtypes
@@ -784,8 +841,8 @@ def _describe_args(args: Mapping[str, Any], dtype: str) -> str:
             return f"{kind} {v.shape}"
         if isinstance(v, Mapping):
             return "{" + ", ".join(f"{k}: {one(x)}" for k, x in v.items()) + "}"
-        if isinstance(v, (list, tuple)) and v and all(type(x) is int for x in v) and len(v) <= 16:
-            return repr(list(v))  # a few integers (cut points, lengths): shown as they are
+        if isinstance(v, (list, tuple)) and v and all(type(x) in (int, float) for x in v) and len(v) <= 16:
+            return repr(list(v))  # a few numbers (cut points, lengths, Adam's betas): shown as they are
         if isinstance(v, (list, tuple)):
             return f"[{len(v)} x {one(v[0])}]" if v else "[]"
         return repr(v)

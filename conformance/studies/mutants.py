@@ -387,6 +387,67 @@ class LrateOffByOne(Mutant):
         return super().lrate(step + 1, d_model, warmup_steps)
 
 
+class AdamBeta2Default(Mutant):
+    """Adam with beta2 left at the frameworks' default 0.999 (the beta2 it is given never reaches the step)."""
+
+    name, targets = "mutant-adam-beta2-default", frozenset({"adam_step"})
+    departure = "Adam's beta2 at the frameworks' default 0.999"
+
+    def adam_step(self, param, grad, m, v, step, lr, betas, eps):
+        return super().adam_step(param, grad, m, v, step, lr, [betas[0], 0.999], eps)
+
+
+class AdamEpsInsideSqrt(Mutant):
+    """Adam with eps inside the square root, m_hat / sqrt(v_hat + eps), while declaring Algorithm 1."""
+
+    name, targets = "mutant-adam-eps-inside-sqrt", frozenset({"adam_step"})
+    departure = "Adam's eps inside the square root"
+
+    def adam_step(self, param, grad, m, v, step, lr, betas, eps):
+        dt = param.dtype
+        b1, b2 = dt.type(betas[0]), dt.type(betas[1])
+        m1 = b1 * m + (dt.type(1) - b1) * grad
+        v1 = b2 * v + (dt.type(1) - b2) * (grad * grad)
+        c1, c2 = 1.0 - float(betas[0]) ** step, 1.0 - float(betas[1]) ** step
+        return param - dt.type(lr / c1) * m1 / np.sqrt(v1 / dt.type(c2) + dt.type(eps)), m1, v1
+
+
+class AdamNoBiasCorrection(Mutant):
+    """Adam without bias correction (m_t and v_t used as they are) while declaring Algorithm 1."""
+
+    name, targets = "mutant-adam-no-bias-correction", frozenset({"adam_step"})
+    departure = "Adam without bias correction"
+
+    def adam_step(self, param, grad, m, v, step, lr, betas, eps):
+        dt = param.dtype
+        b1, b2 = dt.type(betas[0]), dt.type(betas[1])
+        m1 = b1 * m + (dt.type(1) - b1) * grad
+        v1 = b2 * v + (dt.type(1) - b2) * (grad * grad)
+        return param - dt.type(lr) * m1 / (np.sqrt(v1) + dt.type(eps)), m1, v1
+
+
+class AveragesFirstGiven(Mutant):
+    """Checkpoint averaging over the first n checkpoints as given (a directory's order), not the last n by step."""
+
+    name, targets = "mutant-averages-first-given", frozenset({"average_checkpoints"})
+    departure = "the first n checkpoints given averaged, not the last n"
+
+    def average_checkpoints(self, checkpoints, n):
+        first = list(checkpoints)[:n]
+        return super().average_checkpoints({s: checkpoints[s] for s in first}, n)
+
+
+class AveragesByName(Mutant):
+    """Checkpoint averaging over the last n checkpoints by file name (checkpoint_100 before checkpoint_20)."""
+
+    name, targets = "mutant-averages-by-name", frozenset({"average_checkpoints"})
+    departure = "the last n checkpoints by name, not by step"
+
+    def average_checkpoints(self, checkpoints, n):
+        last = sorted(checkpoints, key=lambda s: f"checkpoint_{s}.pt")[-n:]
+        return super().average_checkpoints({s: checkpoints[s] for s in last}, n)
+
+
 class SmoothingOverKMinus1(Mutant):
     """Label smoothing spreads eps over the K-1 other classes while declaring the "K" variant."""
 
@@ -522,6 +583,11 @@ FORWARD_MUTANTS: dict[str, type[Mutant]] = {
         LayerNormOnePassVariance,
         FFNWithoutReLU,
         LrateOffByOne,
+        AdamBeta2Default,
+        AdamEpsInsideSqrt,
+        AdamNoBiasCorrection,
+        AveragesFirstGiven,
+        AveragesByName,
         SmoothingOverKMinus1,
         CrossEntropyIgnoresSmoothing,
         CausalMaskOffByOne,

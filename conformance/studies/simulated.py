@@ -241,6 +241,32 @@ class Simulated(ImplementationBase):
         # in the dtype: float16 would overflow at 65520)
         return r(r(d_model**-0.5) * min(r(step**-0.5), r(step * r(warmup_steps**-1.5))))
 
+    def adam_step(self, param: Sim, grad: Sim, m: Sim, v: Sim, step: int, lr: float, betas: Any, eps: float) -> Any:
+        """Algorithm 1 of Kingma & Ba with the constants rounded to the dtype, every operation rounded (beta^t: the
+        float64 power of the rounded beta, rounded once)."""
+        dtype = self._dtype(param, grad, m, v)
+
+        def r(x: Any) -> np.ndarray:
+            return round_to(np.asarray(x, dtype=np.float64), dtype)
+
+        b1, b2, e, rate = (r(x) for x in (betas[0], betas[1], eps, lr))
+        g = grad.values
+        m1 = r(r(b1 * m.values) + r(r(1 - b1) * g))
+        v1 = r(r(b2 * v.values) + r(r(1 - b2) * r(g * g)))
+        c1, c2 = r(1 - r(b1**step)), r(1 - r(b2**step))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            update = r(r(rate * r(m1 / c1)) / r(r(np.sqrt(r(v1 / c2))) + e))
+        return Sim(r(param.values - update), dtype), Sim(m1, dtype), Sim(v1, dtype)
+
+    def average_checkpoints(self, checkpoints: Mapping[int, Mapping[str, Sim]], n: int) -> dict[str, Sim]:
+        """The last n checkpoints by step summed left to right, each addition rounded, then divided (rounded)."""
+        chosen = sorted(checkpoints)[-n:]
+        out = {}
+        for name, first in checkpoints[chosen[0]].items():
+            stacked = np.stack([checkpoints[s][name].values for s in chosen], axis=-1)
+            out[name] = Sim(round_to(self._sum(stacked, first.dtype)[..., 0] / n, first.dtype), first.dtype)
+        return out
+
     def _smoothed(self, targets: np.ndarray, k: int, eps: float, dtype: str) -> np.ndarray:
         off = float(round_to(np.float64(eps / k), dtype))
         on = float(round_to(round_to(np.float64(1.0 - eps), dtype) + off, dtype))

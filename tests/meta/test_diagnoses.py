@@ -58,6 +58,20 @@ def _paper_cases() -> list[tuple[str, dict[str, Any], Any]]:
     targets, logits = np.array([[0, 3, 6], [2, 2, 5]]), RNG.normal(size=(2, 3, 7))
     src, tgt = np.array([[1, 2, 3], [4, 5, 6]]), np.array([[0, 1], [2, 3]])
     lone = np.array([[0.5], [-np.inf]])  # length-1 rows: only a masked (-inf) one tells a shortcut
+    # checkpoints in a directory's order: by step the last two are 1000 and 300, by name ("1000" < "20" < "300" < "5")
+    # 300 and 5, the first two given 20 and 1000
+    checkpoints = {s: {"w": RNG.normal(size=(2, 2)), "b": RNG.normal(size=2)} for s in (20, 1000, 5, 300)}
+    # Adam at step 3 with a gradient whose sqrt(v_hat) is near eps (1e-8): every constant and placement shows
+    adam = {
+        "param": RNG.normal(size=3),
+        "grad": np.array([0.3, -2e-8, 1e-3]),
+        "m": np.array([0.1, 1e-8, -1e-3]),
+        "v": np.array([0.04, 1e-16, 1e-6]),
+        "step": 3,
+        "lr": 1e-3,
+        "betas": [0.9, 0.98],
+        "eps": 1e-9,
+    }
     # 70 queries: past the last whole tile of 16, 32 and 64 rows (a kernel that leaves its last partial tile unwritten)
     long_q, long_k, long_v = RNG.normal(size=(70, 4)), RNG.normal(size=(9, 4)), RNG.normal(size=(9, 3))
     return [
@@ -88,6 +102,16 @@ def _paper_cases() -> list[tuple[str, dict[str, Any], Any]]:
             "lrate",
             {"steps": [1, 10, 4000, 9000], "d_model": 512, "warmup_steps": 4000, "step_zero": "zero"},
             lambda: RT.lrate(np.array([1, 10, 4000, 9000]), 512, 4000),
+        ),
+        (
+            "adam_step",
+            {**adam, "bias_correction": True, "eps_placement": "outside"},
+            lambda: np.stack(RT.adam_step(**adam)),
+        ),
+        (
+            "average_checkpoints",
+            {"checkpoints": checkpoints, "n": 2},
+            lambda: np.concatenate([v.reshape(-1) for v in RT.average_checkpoints(checkpoints, 2).values()]),
         ),
         (
             "label_smoothing",
@@ -166,6 +190,9 @@ def test_every_departure_changes_some_output(departure: D.Departure) -> None:
             )  # overflow for the unshifted form
         if equation == "lrate":
             args["step_zero"] = "zero"
+        if equation == "adam_step":  # a placement or correction departs only from another declared one
+            args["eps_placement"] = "hat" if departure.ops.adam_eps == "outside" else "outside"
+            args["bias_correction"] = departure.ops.adam_bias_correction is not True
         if equation == "label_smoothing" or equation == "smoothed_cross_entropy":
             args["declared"] = "K-1" if departure.ops.smoothing == "K" else "K"
         for fm in ("nan", "zeros"):

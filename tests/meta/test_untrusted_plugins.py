@@ -186,6 +186,61 @@ def test_what_crosses_the_boundary_is_checked_by_type(cls: type, message: str) -
 
 
 # --------------------------------------------------------------------------------------------
+# Adam's answer: a tuple of (param, m, v)
+
+
+def _adam(transform: Any) -> type:
+    """The built-in with its Adam step's answer passed through ``transform(param, m, v)``."""
+
+    class Transformed(NumpyImplementation):
+        name = "transformed-adam"
+
+        def adam_step(self, *args: Any) -> Any:
+            return transform(*super().adam_step(*args))
+
+    return Transformed
+
+
+_ADAM = {
+    "param": np.array([0.5, -1.0]),
+    "grad": np.array([0.1, -0.2]),
+    "m": np.array([0.01, 0.0]),
+    "v": np.array([1e-4, 0.0]),
+    "step": 3,
+    "lr": 1e-3,
+    "betas": [0.9, 0.98],
+    "eps": 1e-9,
+}
+
+
+@pytest.mark.parametrize(
+    ("transform", "message"),
+    [
+        (lambda p, m, v: p, "returned ndarray"),
+        (lambda p, m, v: (p, m), "of 2 items, expected a tuple of 3 native arrays (param, m, v)"),
+        (lambda p, m, v: (p, m, v.astype(np.float32)), "'s v returned native dtype float32, expected float64"),
+        (lambda p, m, v: (p, m, v[:1]), "returned arrays of shapes param (2,), m (2,), v (1,); expected one shape"),
+        (lambda p, m, v: (p, m, [float(x) for x in v]), "adam_step(...)'s v is list"),
+    ],
+    ids=["one-array", "two-arrays", "v-in-float32", "v-cut", "v-a-list"],
+)
+def test_adams_tuple_is_judged_by_type_before_value(transform: Any, message: str) -> None:
+    CHECKS["adam_step"](NumpyImplementation(), "float64", **_ADAM)  # the control
+    with pytest.raises(ConformanceFailure) as failure:
+        CHECKS["adam_step"](_adam(transform)(), "float64", **_ADAM)
+    assert message in str(failure.value), str(failure.value)
+
+
+def test_an_adam_step_that_changes_between_calls_is_not_deterministic() -> None:
+    calls = iter(range(10))
+    broken = _adam(lambda p, m, v: (p, m, v + next(calls) * 2.0**-30))
+    with pytest.raises(
+        ConformanceFailure, match="adam_step is not deterministic: two calls with the same inputs differ in v"
+    ):
+        CHECKS["adam_step"](broken(), "float64", **_ADAM)
+
+
+# --------------------------------------------------------------------------------------------
 # beam search's answer
 
 
