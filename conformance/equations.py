@@ -335,6 +335,17 @@ ADAM_ARGUMENTS = ("param", "grad", "m", "v", "step", "lr", "betas", "eps")
 ADAM_RESULTS = ("param", "m", "v")
 
 
+def _dropout_call(case: Any, natives: Mapping[str, Any], a: Args) -> np.ndarray:
+    """y, the result; the mask the call drew joins the arguments as ``keep`` (a bool array, judged so by the harness):
+    the oracle computes y given it."""
+    y, keep = case.run("dropout", [natives[n] for n in ("x", "p", "seed")], parts=("y", "keep"), part_dtypes=_BOOL)
+    a["keep"] = keep != 0  # type: ignore[index]  (the arguments as seen: the one place a call adds to them)
+    return y
+
+
+_BOOL = MappingProxyType({"keep": "bool"})
+
+
 def _checkpoint_names(a: Args) -> list[str]:
     """The parameter names of the checkpoints, in the order of the first checkpoint: the order the averaged values are
     compared in (flattened and concatenated)."""
@@ -683,6 +694,21 @@ _RECORDS: tuple[Equation, ...] = (
             budget=lambda a, g, p: BB.smoothed_cross_entropy(a["logits"], _smoothed_targets(a), g, p),
             budget_name="cross-entropy VJP bound, budgets.backward.smoothed_cross_entropy",
         ),
+    ),
+    Equation(
+        name="dropout",
+        title="residual dropout (§5.4)",
+        short="dropout",
+        arguments=("x", "p", "seed"),
+        call=_dropout_call,
+        oracle=lambda a: ref_training.dropout(a["x"], a["keep"], a["p"]),
+        budget=lambda a, e, p: B.dropout(e, a["p"], p),
+        budget_name="budgets.forward.dropout (given its own mask; the mask itself: budgets.draws)",
+        model=D.dropout,
+        departures=frozenset({"dropout", _ALL}),
+        strategy=S.dropout_inputs,
+        differentiable=False,
+        no_backward="not yet: its gradient is the same mask and scale",
     ),
     Equation(
         name="average_checkpoints",

@@ -1,5 +1,5 @@
-"""§5.3 the learning-rate schedule (Eq. (3)) and Adam's step, §5.4 label smoothing and the smoothed cross-entropy,
-§6.1 checkpoint averaging.
+"""§5.3 the learning-rate schedule (Eq. (3)) and Adam's step, §5.4 label smoothing, the smoothed cross-entropy and
+residual dropout, §6.1 checkpoint averaging.
 
 ``lrate`` and ``label_smoothing`` take no float input; they run in the implementation's first
 (most precise) dtype only.
@@ -87,6 +87,34 @@ def test_smoothed_cross_entropy_is_minimised_at_the_target_with_value_its_entrop
 def test_smoothed_cross_entropy_gradients(impl: Any, dtype: str, data: st.DataObject) -> None:
     args = data.draw(S.cross_entropy_inputs(dtype, min_classes=S.min_classes(impl)))
     T.smoothed_cross_entropy_gradients(impl, dtype, **args, d_out=data.draw(S.cotangent(args["targets"].shape)))
+
+
+@pytest.mark.aiayn_equation("dropout")
+@profile()
+@given(data=st.data())
+def test_dropout(impl: Any, dtype: str, data: st.DataObject) -> None:
+    T.dropout(impl, dtype, **data.draw(S.dropout_inputs(dtype)))
+
+
+@pytest.mark.aiayn_equation("dropout")
+@profile(0.25)
+@given(data=st.data())
+def test_dropout_keeps_each_element_with_probability_one_minus_p(impl: Any, dtype: str, data: st.DataObject) -> None:
+    T.dropout_keeps_each_element_with_probability_one_minus_p(impl, dtype, **data.draw(S.dropout_draws(dtype)))
+
+
+@pytest.mark.aiayn_equation("dropout")
+@profile(0.25)
+@given(data=st.data())
+def test_dropout_keeps_neighbours_independently(impl: Any, dtype: str, data: st.DataObject) -> None:
+    T.dropout_keeps_neighbours_independently(impl, dtype, **data.draw(S.dropout_draws(dtype)))
+
+
+@pytest.mark.aiayn_equation("dropout")
+@profile(0.25)
+@given(data=st.data())
+def test_dropout_masks_of_different_seeds_are_independent(impl: Any, dtype: str, data: st.DataObject) -> None:
+    T.dropout_masks_of_different_seeds_are_independent(impl, dtype, **data.draw(S.dropout_draws(dtype)))
 
 
 @pytest.mark.aiayn_equation("average_checkpoints")

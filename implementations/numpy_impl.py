@@ -322,6 +322,14 @@ class NumpyImplementation(ImplementationBase):
         den = np.sqrt(v1 / dt.type(c2)) + dt.type(eps)
         return param - dt.type(lr / c1) * m1 / den, m1, v1
 
+    def dropout(self, x: np.ndarray, p: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Dropout (§5.4): keep = uniform(seed) >= p, y = keep x (1 / (1 - p)), in x's dtype."""
+        dt = self._float_dtype(x=x)
+        if not 0 <= p < 1:
+            raise ValueError(f"p: expected a rate in [0, 1), got {p!r}")
+        keep = np.random.default_rng(seed).random(x.shape) >= p
+        return np.where(keep, x * dt.type(1 / (1 - p)), dt.type(0)), keep
+
     def average_checkpoints(self, checkpoints: Mapping[int, Mapping[str, np.ndarray]], n: int) -> dict[str, np.ndarray]:
         """The mean of the ``n`` checkpoints of the largest steps (§6.1), in their dtype."""
         chosen = _last_steps(checkpoints, n)

@@ -166,6 +166,7 @@ EQUATIONS: tuple[str, ...] = (
     "adam_step",  # §5.3 (Adam, Kingma & Ba 2015, Algorithm 1)
     "label_smoothing",  # §5.4
     "smoothed_cross_entropy",  # §5.4
+    "dropout",  # §5.4 (residual dropout, P_drop)
     "average_checkpoints",  # §6.1
     "encoder_layer",  # §3.1
     "decoder_layer",  # §3.1
@@ -601,6 +602,16 @@ class CompleteImplementation(Implementation, Protocol):
         -sum_c q(c) * log_softmax(logits)_c, with q = :meth:`label_smoothing` (same variant).
         ``logits`` (..., K) float, ``targets`` (...,) int64; result (...,) in the dtype of
         ``logits``. No reduction over positions, no padding exclusion.
+        """
+        ...
+
+    def dropout(self, x: Any, p: float, seed: int) -> tuple[Any, Any]:
+        """Dropout in training mode (§5.4, P_drop = ``p``; Srivastava et al. 2014, scaled at training time).
+
+        Each element of ``x`` (a native float array of any shape) is kept with probability 1 - p, independently of
+        the others, and scaled by 1 / (1 - p); a dropped one is 0. Returns ``(y, keep)``: y in the call's dtype, keep
+        the mask drawn (a native bool array of x's shape, True = kept). ``seed`` (a Python int) fixes the draw: the
+        same seed draws the same mask, different seeds independent ones.
         """
         ...
 

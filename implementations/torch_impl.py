@@ -414,6 +414,15 @@ class TorchImplementation(ImplementationBase):
         state = optimizer.state[p]
         return p.detach().clone(), state["exp_avg"].detach().clone(), state["exp_avg_sq"].detach().clone()
 
+    def dropout(self, x: torch.Tensor, p: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Dropout (§5.4) as ``nn.Dropout`` computes it, x * keep * (1 / (1 - p)), with its own generator seeded by
+        ``seed`` (the global one untouched): (y, keep)."""
+        if not 0 <= p < 1:
+            raise ValueError(f"p: expected a rate in [0, 1), got {p!r}")
+        generator = torch.Generator(device=x.device).manual_seed(int(seed))
+        keep = torch.rand(x.shape, generator=generator, device=x.device) >= p
+        return x * keep * (1 / (1 - p)), keep
+
     def average_checkpoints(self, checkpoints: Mapping[int, Mapping[str, torch.Tensor]], n: int) -> dict[str, Any]:
         """The mean of the ``n`` checkpoints of the largest steps (§6.1), in their dtype."""
         if not isinstance(checkpoints, Mapping) or not checkpoints:

@@ -229,6 +229,7 @@ def _equation_cases(rng: np.random.Generator) -> dict[str, tuple[tuple, Any]]:
         ),
         "label_smoothing": ((ids(2, 5), VOCAB, 0.1), (2, 5, VOCAB)),
         "smoothed_cross_entropy": ((normal((2, 5, VOCAB)), ids(2, 5), 0.1), (2, 5)),
+        "dropout": ((normal((2, 3)), 0.1, 7), [(2, 3), (2, 3)]),
         "average_checkpoints": (({s: {"w": normal((2, 3)), "b": normal(3)} for s in (300, 20, 1000)}, 2), {}),
         "encoder_layer": (
             (normal((2, 5, D_MODEL)), _layer_params(rng, False), HEADS, np.arange(5) < np.array([[[5]], [[3]]])),
@@ -340,7 +341,8 @@ def test_equation_keeps_inputs_and_returns_the_declared_shape_and_dtype(impl: An
             )
             for part, part_shape in zip(out, shape):
                 result = impl.to_numpy(part)
-                assert result.shape == part_shape and _on_dtype_grid(impl, result, dtype), (
+                on_grid = result.dtype == np.bool_ or _on_dtype_grid(impl, result, dtype)  # dropout's mask: bool
+                assert result.shape == part_shape and on_grid, (
                     f"{impl.name}.{equation} ({dtype}) returned shape {result.shape} or values not in {dtype}"
                 )
             continue

@@ -54,6 +54,7 @@ __all__ = [
     "SAFETY",
     "adam_step",
     "average_checkpoints",
+    "dropout",
     "attention_core",
     "attention_weights",
     "feed_forward",
@@ -623,6 +624,22 @@ def adam_step(a: Mapping[str, Any], prec: Precision) -> np.ndarray:
         e_p = e_p + under(p - update, e_p)
         out = np.stack([e_p, e_m, e_v]) * SAFETY
     return np.where(np.isnan(out), np.inf, out)
+
+
+# --------------------------------------------------------------------------------------------
+# §5.4: dropout given its mask
+
+
+def dropout(y: np.ndarray, p: float, prec: Precision) -> np.ndarray:
+    """Bound for y = keep x / (1 - p) given the mask (§5.4).
+
+    Derivation. p held in the dtype within d_p (:func:`_constant`), 1 - p, its reciprocal and the product (or the
+    quotient x / (1 - p)): relative (1 + d_p / (1 - p))(1 + u)^3 - 1 of |y|, and eta for an underflow where y is not
+    0. A dropped element is exactly 0.
+    """
+    u = prec.op
+    rel = (1 + _constant(p, prec) / (1 - p)) * (1 + u) ** 3 - 1
+    return (np.abs(y) * rel + prec.eta * (y != 0)) * SAFETY
 
 
 # --------------------------------------------------------------------------------------------

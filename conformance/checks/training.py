@@ -1,12 +1,13 @@
 """Checks for §5.3 (the learning-rate schedule, Eq. (3), and Adam's step), §5.4 (label smoothing, the smoothed
-cross-entropy) and §6.1 (checkpoint averaging)."""
+cross-entropy, residual dropout) and §6.1 (checkpoint averaging)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from aiayn.conformance.budgets.draws import ALPHA, binomial_region
 from aiayn.conformance.checks._common import agreement, agreement_check, declared, gradient_check, policy
-from aiayn.conformance.equations import lrate_value, smoothing
+from aiayn.conformance.equations import lrate_value, record, smoothing
 from aiayn.conformance.numerics import gamma
 from aiayn.conformance.run.comparison import compare
 from aiayn.conformance.run.harness import Case, check, current_stats
@@ -204,6 +205,74 @@ def smoothed_cross_entropy_is_minimised_at_the_target_with_value_its_entropy(
         budget2,
         what=f"the loss went below its minimum H(q) = {entropy!r} away from the target",
         expected_name="the minimum H(q)",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# residual dropout, §5.4
+
+
+dropout = agreement_check("dropout")
+
+
+def _kept(case: Case, x: np.ndarray, p: float, seed: int) -> np.ndarray:
+    """The mask the implementation drew for ``x`` of ones, read from y (0 exactly where dropped), y agreeing with the
+    oracle given the mask the call returned."""
+    got, expected, budget = agreement(case, x=x, p=p, seed=seed)
+    compare(case, got, expected, budget, budget_name=record("dropout").budget_name)
+    return got != 0
+
+
+def _count_within(case: Case, count: int, n: int, q: float, what: str) -> None:
+    """``count`` of ``n`` is among the counts of Binomial(n, q) accepted at the false-alarm rate ALPHA
+    (``budgets/draws.py``), or the property fails."""
+    lo, hi = binomial_region(n, q)
+    case.tally(checked=1)
+    if not lo <= count <= hi:
+        case.fail(
+            f"{what}: {count} of {n}, outside [{lo}, {hi}], the counts of Binomial({n}, {q:.6g}) accepted at "
+            f"false-alarm rate {ALPHA:g} (expected about {n * q:.1f})",
+            breaks_property=True,
+        )
+
+
+def _agreeing(p: float) -> float:
+    """The probability that two independent draws of a mask agree at one element: both kept or both dropped."""
+    return p * p + (1 - p) * (1 - p)
+
+
+@check("dropout", kind="property", violates="dropout keeps each element with probability 1 - p (§5.4)")
+def dropout_keeps_each_element_with_probability_one_minus_p(
+    case: Case, x: np.ndarray, p: float, seed: int, other_seed: int
+) -> None:
+    """The number kept of n elements is Binomial(n, 1 - p): an exact two-sided test at false-alarm rate ALPHA. Its
+    power against p = 0.11 where 0.1 is meant, and against p taken as the keep probability, is computed in
+    ``tests/test_draws.py``."""
+    kept = _kept(case, x, p, seed)
+    _count_within(case, int(np.sum(kept)), kept.size, 1 - p, f"dropout(p={p!r}, seed={seed}) kept")
+
+
+@check("dropout", kind="property", violates="dropout draws each element independently of the others (§5.4)")
+def dropout_keeps_neighbours_independently(case: Case, x: np.ndarray, p: float, seed: int, other_seed: int) -> None:
+    """Disjoint pairs of neighbours, along the last axis and along the first: with each element drawn independently,
+    a pair agrees (both kept or both dropped) with probability p^2 + (1 - p)^2 and the pairs are independent, so the
+    agreeing pairs are a binomial count. A mask shared along an axis (drawn once for every position, or for the
+    whole batch) agrees in every pair along it."""
+    kept = _kept(case, x, p, seed)
+    for axis, pairs in (("last", kept[..., 0::2] == kept[..., 1::2]), ("first", kept[0::2] == kept[1::2])):
+        _count_within(case, int(np.sum(pairs)), pairs.size, _agreeing(p), f"neighbours along the {axis} axis agreeing")
+
+
+@check("dropout", kind="property", violates="dropout with different seeds draws independent masks (§5.4)")
+def dropout_masks_of_different_seeds_are_independent(
+    case: Case, x: np.ndarray, p: float, seed: int, other_seed: int
+) -> None:
+    """Two seeds' masks agree element by element with probability p^2 + (1 - p)^2 each: a binomial count (a seed
+    ignored, or one generator restarted, agrees everywhere). The same seed's mask repeats bit for bit: the harness
+    calls every method twice."""
+    agree = _kept(case, x, p, seed) == _kept(case, x, p, other_seed)
+    _count_within(
+        case, int(np.sum(agree)), agree.size, _agreeing(p), f"the masks of seeds {seed} and {other_seed} agreeing"
     )
 
 

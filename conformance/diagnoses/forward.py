@@ -72,6 +72,7 @@ class Ops:
     adam_eps: str | None = None  # None: the declared placement; else outside | hat | inside
     adam_bias_correction: bool | None = None  # None: as declared
     checkpoints: str = "last"  # which are averaged: last (by step) | first (as given) | by_name (step as text) | all
+    dropout: str = "inverted"  # inverted: keep x / (1 - p) | unscaled: keep x | times_keep: keep x (1 - p) | over_p
     smoothing: str | None = None  # None: the declared policy; else K | K-1 | K-2 | none
 
 
@@ -433,6 +434,18 @@ def adam_step(
         eps_placement=ops.adam_eps or eps_placement,
     )
     return np.stack(out)  # (3, ...): param, m, v
+
+
+def dropout(x: Any, keep: Any, p: float, seed: Any = None, ops: Ops = PAPER) -> np.ndarray:
+    # seed: the draw's; the mask it drew is given
+    xs, kept = np.asarray(x, dtype=LD), np.asarray(keep, dtype=bool)
+    scale = {
+        "inverted": 1 / (1 - LD(p)),
+        "unscaled": LD(1),
+        "times_keep": 1 - LD(p),
+        "over_p": 1 / LD(p) if p else LD(np.inf),
+    }[ops.dropout]
+    return np.where(kept, xs * scale, LD(0))
 
 
 def average_checkpoints(checkpoints: Mapping[int, Mapping[str, Any]], n: int, ops: Ops = PAPER) -> np.ndarray:
@@ -842,6 +855,25 @@ CATALOGUE: tuple[Departure, ...] = (
         "the moments divided by 1 - beta^t, where no correction is declared",
         "adam",
         adam_bias_correction=True,
+    ),
+    _d(
+        "dropout without its 1 / (1 - p) scaling",
+        "the kept elements left as they are: evaluation then sees larger activations than training did",
+        "dropout",
+        dropout="unscaled",
+    ),
+    _d(
+        "dropout scaled by (1 - p) at training",
+        "the original paper's test-time rule applied while training (Srivastava et al. scale at test, not by 1 - p "
+        "at training)",
+        "dropout",
+        dropout="times_keep",
+    ),
+    _d(
+        "dropout's p taken as the keep probability",
+        "kept elements scaled by 1 / p (TensorFlow 1's keep_prob where a rate is meant)",
+        "dropout",
+        dropout="over_p",
     ),
     _d(
         "the first n checkpoints given averaged, not the last n",

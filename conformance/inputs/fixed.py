@@ -300,6 +300,15 @@ def _training() -> list[Fixed]:
         ),
         *[
             Fixed(
+                "dropout",
+                f"x N(0,1) (4,8), p {p}",
+                "dropout",
+                {"x": _rng(8).normal(size=(4, 8)), "p": p, "seed": 2017},
+            )
+            for p in (0.1, 0.3)
+        ],
+        *[
+            Fixed(
                 "average_checkpoints",
                 f"checkpoints at steps 20, 1000, 5, 300 (in that order), n {n}",
                 "average_checkpoints",

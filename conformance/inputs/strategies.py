@@ -41,6 +41,8 @@ __all__ = [
     "TILE_LENGTHS",
     "adam_inputs",
     "checkpoint_inputs",
+    "dropout_draws",
+    "dropout_inputs",
     "cross_entropy_inputs",
     "decoder_inputs",
     "encoder_inputs",
@@ -772,6 +774,30 @@ def adam_inputs(draw: Any, dtype: str) -> dict[str, Any]:
         "betas": betas,
         "eps": eps,
     }
+
+
+@st.composite
+def dropout_inputs(draw: Any, dtype: str) -> dict[str, Any]:
+    """x of a few elements (the sub-layer outputs of §5.4), p the paper's 0.1, big EN-DE's 0.3, 0 or drawn below 0.9,
+    a seed."""
+    sizes = _Sizes(draw, "dropout_inputs")
+    shape = sizes.sampled_from([(1,), (2, 3), (4, 8)])
+    p = draw(st.sampled_from([0.1, 0.3, 0.0, 0.5]) | st.floats(0.0, 0.9))
+    return {"x": _array(draw, shape, 3.0), "p": p, "seed": draw(st.integers(0, 2**32 - 1))}
+
+
+#: The elements of one statistical check of dropout's mask: 256 x 256. At the false-alarm rate budgets.draws.ALPHA it
+#: tells p = 0.11 from the paper's 0.1 with probability 0.9998 (tests/test_draws.py computes it).
+DRAW_SHAPE = (256, 256)
+
+
+@st.composite
+def dropout_draws(draw: Any, dtype: str) -> dict[str, Any]:
+    """Ones of :data:`DRAW_SHAPE` (y is then 0 exactly where dropped), p the paper's 0.1, 0.3 or drawn in
+    [0.01, 0.9], and two distinct seeds."""
+    p = draw(st.sampled_from([0.1, 0.3, 0.5]) | st.floats(0.01, 0.9))
+    seeds = draw(st.lists(st.integers(0, 2**32 - 1), min_size=2, max_size=2, unique=True))
+    return {"x": np.ones(DRAW_SHAPE), "p": p, "seed": seeds[0], "other_seed": seeds[1]}
 
 
 @st.composite

@@ -445,6 +445,7 @@ class Case:
         out_dtype: str | None = None,
         repeat: bool = True,
         parts: tuple[str, ...] | Mapping[str, tuple[int, ...]] = (),
+        part_dtypes: Mapping[str, str] | None = None,
     ) -> np.ndarray:
         """Call ``method`` with hygiene checks; return the result as float64.
 
@@ -455,6 +456,7 @@ class Case:
         checked so: a tuple of names (Adam's step: param, m, v), a tuple of arrays of one shape, returned stacked
         (len(parts), ...); a mapping of names to shapes (averaged checkpoints: parameter name -> shape), a mapping of
         exactly those names to arrays of those shapes, returned flattened and concatenated in the mapping's order.
+        ``part_dtypes``: a part's dtype where it is not the call's (dropout's mask: "bool").
         """
         __tracebackhide__ = True  # the failure message says it all; pytest shows the check, not the harness
         out_dtype = out_dtype or self.dtype
@@ -479,7 +481,7 @@ class Case:
                     + (f" (first change at index {where})" if where else "")
                 )
         if parts:
-            return self._parts(method, parts, out, again, out_dtype)
+            return self._parts(method, parts, out, again, out_dtype, part_dtypes or {})
         got = arrays[len(inputs)] if single else self.numpy(out, f"{method}(...)")
         if not isinstance(got, np.ndarray):
             self.fail(f"{method} returned {type(out).__name__}, expected a native array")
@@ -493,7 +495,13 @@ class Case:
         return got
 
     def _parts(
-        self, method: str, parts: tuple[str, ...] | Mapping[str, tuple[int, ...]], out: Any, again: Any, dtype: str
+        self,
+        method: str,
+        parts: tuple[str, ...] | Mapping[str, tuple[int, ...]],
+        out: Any,
+        again: Any,
+        dtype: str,
+        part_dtypes: Mapping[str, str],
     ) -> np.ndarray:
         """The arrays of a method that returns several (:meth:`run`'s ``parts``): the answer's type and its length or
         keys first, then each array as :meth:`run` checks one (dtype, device, shape, the same bits when called
@@ -522,8 +530,11 @@ class Case:
         named = [(f"{what}'s {name}", r) for what, result in listed for name, r in zip(names, result)]
         arrays = self.numpy_each(named)
         got = arrays[: len(names)]
-        for (what, native), array in zip(named, got):
-            self._check_native_dtype(native, array, dtype, what)
+        for name, (what, native), array in zip(names, named, got):
+            wanted = part_dtypes.get(name, dtype)
+            if wanted == "bool" and array.dtype != np.bool_:
+                self.fail(f"{what} came back as {array.dtype} values, expected a bool array")
+            self._check_native_dtype(native, array, wanted, what)
             self._check_device(native, what)
         wanted = [tuple(parts[name]) for name in names] if keyed else [got[0].shape] * len(names)
         if [a.shape for a in got] != wanted:

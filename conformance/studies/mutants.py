@@ -426,6 +426,39 @@ class AdamNoBiasCorrection(Mutant):
         return param - dt.type(lr) * m1 / (np.sqrt(v1) + dt.type(eps)), m1, v1
 
 
+class DropoutUnscaled(Mutant):
+    """Dropout that zeroes the dropped elements but leaves the kept ones unscaled (no 1 / (1 - p))."""
+
+    name, targets = "mutant-dropout-unscaled", frozenset({"dropout"})
+    departure = "dropout without its 1 / (1 - p) scaling"
+
+    def dropout(self, x, p, seed):
+        keep = np.random.default_rng(seed).random(x.shape) >= p
+        return np.where(keep, x, x.dtype.type(0)), keep
+
+
+class DropoutMaskSharedAcrossRows(Mutant):
+    """Dropout whose mask is drawn for the last axis only and shared by every row (a broadcast dimension)."""
+
+    name, targets = "mutant-dropout-mask-shared-across-rows", frozenset({"dropout"})
+    departure = "dropout draws each element independently of the others (§5.4)"
+
+    def dropout(self, x, p, seed):
+        row = np.random.default_rng(seed).random(x.shape[-1:]) >= p
+        keep = np.broadcast_to(row, x.shape).copy()
+        return np.where(keep, x * x.dtype.type(1 / (1 - p)), x.dtype.type(0)), keep
+
+
+class DropoutSeedIgnored(Mutant):
+    """Dropout that draws every mask from one fixed seed, whatever seed it is given."""
+
+    name, targets = "mutant-dropout-seed-ignored", frozenset({"dropout"})
+    departure = "dropout with different seeds draws independent masks (§5.4)"
+
+    def dropout(self, x, p, seed):
+        return super().dropout(x, p, 0)
+
+
 class AveragesFirstGiven(Mutant):
     """Checkpoint averaging over the first n checkpoints as given (a directory's order), not the last n by step."""
 
@@ -588,6 +621,9 @@ FORWARD_MUTANTS: dict[str, type[Mutant]] = {
         AdamNoBiasCorrection,
         AveragesFirstGiven,
         AveragesByName,
+        DropoutUnscaled,
+        DropoutMaskSharedAcrossRows,
+        DropoutSeedIgnored,
         SmoothingOverKMinus1,
         CrossEntropyIgnoresSmoothing,
         CausalMaskOffByOne,

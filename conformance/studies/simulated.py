@@ -258,6 +258,12 @@ class Simulated(ImplementationBase):
             update = r(r(rate * r(m1 / c1)) / r(r(np.sqrt(r(v1 / c2))) + e))
         return Sim(r(param.values - update), dtype), Sim(m1, dtype), Sim(v1, dtype)
 
+    def dropout(self, x: Sim, p: float, seed: int) -> tuple[Sim, np.ndarray]:
+        """keep x times 1 / (1 - p) rounded to the dtype, the product rounded."""
+        keep = np.random.default_rng(seed).random(x.shape) >= p
+        scale = round_to(np.float64(1 / (1 - p)), x.dtype)
+        return Sim(np.where(keep, round_to(x.values * scale, x.dtype), 0.0), x.dtype), keep
+
     def average_checkpoints(self, checkpoints: Mapping[int, Mapping[str, Sim]], n: int) -> dict[str, Sim]:
         """The last n checkpoints by step summed left to right, each addition rounded, then divided (rounded)."""
         chosen = sorted(checkpoints)[-n:]

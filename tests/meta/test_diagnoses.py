@@ -109,6 +109,11 @@ def _paper_cases() -> list[tuple[str, dict[str, Any], Any]]:
             lambda: np.stack(RT.adam_step(**adam)),
         ),
         (
+            "dropout",
+            {"x": x, "keep": x > 0, "p": 0.1, "seed": 0},
+            lambda: R.dropout(x, x > 0, 0.1),
+        ),
+        (
             "average_checkpoints",
             {"checkpoints": checkpoints, "n": 2},
             lambda: np.concatenate([v.reshape(-1) for v in RT.average_checkpoints(checkpoints, 2).values()]),
