@@ -197,7 +197,8 @@ class Equation:
     plus ``model_policies(case)``; ``diagnosis_policies``: the values the diagnoses' budget takes
     instead of the declared ones (the widest fully-masked policy, so that every variant is judged
     by one bound). ``departures``: the catalogue families that concern it. ``call``: how to call
-    the implementation, where a plain ``case.run`` does not do (lrate returns Python floats).
+    the implementation, where a plain ``case.run`` does not do (lrate returns Python floats; Adam, dropout and the
+    averaged checkpoints several arrays; dropout's call adds the mask it drew to the arguments, as ``keep``).
     """
 
     name: str

@@ -154,7 +154,11 @@ class TorchImplementation(ImplementationBase):
         on_cpu = torch.device(self.device).type == "cpu"
         self.version = f"torch {torch.__version__}" + ("" if on_cpu else f" ({_cuda_numerics(self.device)})")
         self.dtypes = ("float64", "float32", "float16", "bfloat16") if on_cpu else ("float32", "float16", "bfloat16")
-        self.scope = MappingProxyType({"adam_step": _adam_scope(self.dtypes)})
+
+    @property
+    def scope(self) -> Mapping[str, Scope]:  # type: ignore[override]
+        """Adam's domain (:func:`_adam_scope`), of the dtypes declared now (a subclass may narrow them)."""
+        return MappingProxyType({"adam_step": _adam_scope(self.dtypes)})
 
     # ---------------------------------------------------------------- arrays across the boundary
 
