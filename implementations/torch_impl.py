@@ -43,7 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from aiayn.implementations.protocol import DEFAULT_POLICIES, ImplementationBase, Scope
+from aiayn.implementations.protocol import DEFAULT_POLICIES, ImplementationBase
 
 __all__ = ["TORCH_DTYPES", "TorchImplementation", "TorchSDPAImplementation", "default_device", "round_from_float64"]
 
@@ -128,15 +128,6 @@ def _merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(-2, -3).reshape(*batch, n, h * d)
 
 
-def _adam_scope(dtypes: tuple[str, ...]) -> Scope:
-    """Adam's state in float32 or wider: §5.3's eps = 1e-9 is below float16's smallest subnormal (6e-8), and
-    mixed-precision training keeps the optimizer's moments in float32."""
-    return Scope(
-        dtypes=tuple(d for d in dtypes if d in ("float64", "float32")),
-        note="Adam's state in float32 or wider (eps = 1e-9 is 0 in float16)",
-    )
-
-
 class TorchImplementation(ImplementationBase):
     """Every equation of the paper in plain PyTorch tensor ops (registry name ``"torch"``).
 
@@ -154,11 +145,6 @@ class TorchImplementation(ImplementationBase):
         on_cpu = torch.device(self.device).type == "cpu"
         self.version = f"torch {torch.__version__}" + ("" if on_cpu else f" ({_cuda_numerics(self.device)})")
         self.dtypes = ("float64", "float32", "float16", "bfloat16") if on_cpu else ("float32", "float16", "bfloat16")
-
-    @property
-    def scope(self) -> Mapping[str, Scope]:  # type: ignore[override]
-        """Adam's domain (:func:`_adam_scope`), of the dtypes declared now (a subclass may narrow them)."""
-        return MappingProxyType({"adam_step": _adam_scope(self.dtypes)})
 
     # ---------------------------------------------------------------- arrays across the boundary
 
