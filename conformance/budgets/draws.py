@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import gammaln
 
 __all__ = ["ALPHA", "binomial_region", "outside_region"]
 
@@ -24,7 +23,8 @@ ALPHA = 1e-6
 def _pmf(n: int, q: float) -> np.ndarray:
     """The probabilities of 0..n successes of Binomial(n, q), 0 < q < 1, from their logarithms (no overflow)."""
     k = np.arange(n + 1, dtype=np.float64)
-    log_pmf = gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1) + k * math.log(q) + (n - k) * math.log1p(-q)
+    log_factorial = np.array([math.lgamma(i + 1) for i in range(n + 1)])  # log i!, each within an ulp or so
+    log_pmf = log_factorial[n] - log_factorial - log_factorial[::-1] + k * math.log(q) + (n - k) * math.log1p(-q)
     return np.exp(log_pmf)
 
 
