@@ -443,7 +443,7 @@ def dropout(x: Any, keep: Any, p: float, seed: Any = None, ops: Ops = PAPER) -> 
         "inverted": 1 / (1 - LD(p)),
         "unscaled": LD(1),
         "times_keep": 1 - LD(p),
-        "over_p": 1 / LD(p) if p else LD(np.inf),
+        "over_p": 1 / LD(p) if p else LD(np.inf),  # p = 0: inf, which agrees with no finite output (names nothing)
     }[ops.dropout]
     return np.where(kept, xs * scale, LD(0))
 
