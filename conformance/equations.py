@@ -230,6 +230,9 @@ class Equation:
     batch: Batching | None = None
     # the equation over blocks of its keys, merged (``checks/split.py``); None: it has no keys to split
     split: Split | None = None
+    # the oracle's function and how it is called, where not ``aiayn.reference``'s function of the record's name (a
+    # layer in training mode is the evaluation layer's oracle given the masks): "function (arguments)"
+    oracle_name: str = ""
 
     def model_arguments(self, declared: Declared, seen: Mapping[str, Any]) -> dict[str, Any]:
         """The diagnoses' arguments of :attr:`model` (``diagnoses.forward.evaluate``): the arguments as the
@@ -372,6 +375,28 @@ def _averaging_budget(a: Args, p: Any) -> np.ndarray:
             for name in _checkpoint_names(a)
         ]
     )
+
+
+def _layer_training_call(name: str, arguments: tuple[str, ...], sublayers: tuple[str, ...]) -> Callable[..., Any]:
+    """How a layer in training mode is called: its output, and the masks it drew by sub-layer (§5.4), judged as bool
+    arrays of the output's shape by the harness, join the arguments as ``keep``: the oracle computes the layer given
+    them."""
+
+    def call(case: Any, natives: Mapping[str, Any], a: Args) -> np.ndarray:
+        got = case.run(
+            name,
+            [natives[n] for n in arguments],
+            parts=("out", *sublayers),
+            part_dtypes=MappingProxyType(dict.fromkeys(sublayers, "bool")),
+        )
+        a["keep"] = {s: got[i + 1] != 0 for i, s in enumerate(sublayers)}  # type: ignore[index]
+        return got[0]
+
+    return call
+
+
+ENCODER_TRAINING_ARGUMENTS = ("x", "params", "num_heads", "p", "seed", "mask")
+DECODER_TRAINING_ARGUMENTS = ("y", "memory", "params", "num_heads", "p", "seed", "self_mask", "memory_mask")
 
 
 def _adam(declared: Declared) -> dict[str, Any]:
@@ -783,6 +808,69 @@ _RECORDS: tuple[Equation, ...] = (
             oracle_share=PROPAGATED,
             budget_name="first-order bound of the VJP, budgets.composites.backward.decoder_layer",
         ),
+    ),
+    Equation(
+        name="encoder_layer_training",
+        title="encoder layer in training mode (§3.1, §5.4's residual dropout)",
+        short="encoder layer, training",
+        arguments=ENCODER_TRAINING_ARGUMENTS,
+        call=_layer_training_call("encoder_layer_training", ENCODER_TRAINING_ARGUMENTS, ref_model.ENCODER_SUBLAYERS),
+        oracle_name="encoder_layer (keep=, p_drop=)",
+        policies=_eps,
+        oracle=lambda a: ref_model.encoder_layer(
+            a["x"], a["params"], a["num_heads"], a["mask"], eps=a["eps"], keep=a["keep"], p_drop=a["p"]
+        ),
+        budget=lambda a, e, prec: PR.encoder_layer(
+            a["x"], a["params"], a["num_heads"], a["mask"], a["eps"], prec, keep=a["keep"], p=a["p"]
+        ),
+        oracle_share=PROPAGATED,
+        budget_name="first-order bound with dropout's stages, budgets.composites.forward.encoder_layer",
+        model=D.encoder_layer,
+        model_policies=_layers_model,
+        departures=_LAYER_FAMILIES | {"dropout"},
+        strategy=S.encoder_training_inputs,
+        differentiable=False,
+        no_backward="not yet: the evaluation layer's VJP with each sub-layer's cotangent masked and scaled",
+    ),
+    Equation(
+        name="decoder_layer_training",
+        title="decoder layer in training mode (§3.1, §5.4's residual dropout)",
+        short="decoder layer, training",
+        arguments=DECODER_TRAINING_ARGUMENTS,
+        call=_layer_training_call("decoder_layer_training", DECODER_TRAINING_ARGUMENTS, ref_model.DECODER_SUBLAYERS),
+        oracle_name="decoder_layer (keep=, p_drop=)",
+        policies=_eps,
+        oracle=lambda a: ref_model.decoder_layer(
+            a["y"],
+            a["memory"],
+            a["params"],
+            a["num_heads"],
+            a["self_mask"],
+            a["memory_mask"],
+            eps=a["eps"],
+            keep=a["keep"],
+            p_drop=a["p"],
+        ),
+        budget=lambda a, e, prec: PR.decoder_layer(
+            a["y"],
+            a["memory"],
+            a["params"],
+            a["num_heads"],
+            a["self_mask"],
+            a["memory_mask"],
+            a["eps"],
+            prec,
+            keep=a["keep"],
+            p=a["p"],
+        ),
+        oracle_share=PROPAGATED,
+        budget_name="first-order bound with dropout's stages, budgets.composites.forward.decoder_layer",
+        model=D.decoder_layer,
+        model_policies=_layers_model,
+        departures=_LAYER_FAMILIES | {"causal", "dropout"},
+        strategy=S.decoder_training_inputs,
+        differentiable=False,
+        no_backward="not yet: the evaluation layer's VJP with each sub-layer's cotangent masked and scaled",
     ),
     Equation(
         name="transformer_forward",

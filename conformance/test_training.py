@@ -122,3 +122,61 @@ def test_dropout_masks_of_different_seeds_are_independent(impl: Any, dtype: str,
 @given(data=st.data())
 def test_average_checkpoints(impl: Any, dtype: str, data: st.DataObject) -> None:
     T.average_checkpoints(impl, dtype, **data.draw(S.checkpoint_inputs(dtype)))
+
+
+@pytest.mark.aiayn_equation("encoder_layer_training")
+@profile(0.5)
+@given(data=st.data())
+def test_encoder_layer_training(impl: Any, dtype: str, data: st.DataObject) -> None:
+    T.encoder_layer_training(
+        impl, dtype, **data.draw(S.encoder_training_inputs(dtype, scope=S.scope(impl, "encoder_layer_training")))
+    )
+
+
+@pytest.mark.aiayn_equation("encoder_layer_training")
+@profile(0.25)
+@given(data=st.data())
+def test_encoder_layer_training_keeps_each_element_with_probability_one_minus_p(
+    impl: Any, dtype: str, data: st.DataObject
+) -> None:
+    T.encoder_layer_training_keeps_each_element_with_probability_one_minus_p(
+        impl, dtype, **data.draw(S.encoder_training_inputs(dtype, scope=S.scope(impl, "encoder_layer_training")))
+    )
+
+
+@pytest.mark.aiayn_equation("decoder_layer_training")
+@profile(0.5)
+@given(data=st.data())
+def test_decoder_layer_training(impl: Any, dtype: str, data: st.DataObject) -> None:
+    T.decoder_layer_training(
+        impl, dtype, **data.draw(S.decoder_training_inputs(dtype, scope=S.scope(impl, "decoder_layer_training")))
+    )
+
+
+@pytest.mark.aiayn_equation("decoder_layer_training")
+@profile(0.25)
+@given(data=st.data())
+def test_decoder_layer_training_keeps_each_element_with_probability_one_minus_p(
+    impl: Any, dtype: str, data: st.DataObject
+) -> None:
+    T.decoder_layer_training_keeps_each_element_with_probability_one_minus_p(
+        impl, dtype, **data.draw(S.decoder_training_inputs(dtype, scope=S.scope(impl, "decoder_layer_training")))
+    )
+
+
+@pytest.mark.aiayn_equation("encoder_layer")
+@profile(0.25)
+@given(data=st.data())
+def test_encoder_layer_applies_no_dropout_at_evaluation(impl: Any, dtype: str, data: st.DataObject) -> None:
+    T.encoder_layer_applies_no_dropout_at_evaluation(
+        impl, dtype, **data.draw(S.encoder_inputs(dtype, scope=S.scope(impl, "encoder_layer")))
+    )
+
+
+@pytest.mark.aiayn_equation("decoder_layer")
+@profile(0.25)
+@given(data=st.data())
+def test_decoder_layer_applies_no_dropout_at_evaluation(impl: Any, dtype: str, data: st.DataObject) -> None:
+    T.decoder_layer_applies_no_dropout_at_evaluation(
+        impl, dtype, **data.draw(S.decoder_inputs(dtype, scope=S.scope(impl, "decoder_layer")))
+    )

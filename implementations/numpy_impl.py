@@ -477,10 +477,21 @@ class NumpyImplementation(ImplementationBase):
         self, x: np.ndarray, params: Mapping[str, Any], num_heads: int, mask: np.ndarray | None = None
     ) -> np.ndarray:
         """LayerNorm(z + FFN(z)), z = LayerNorm(x + MultiHead(x, x, x)) (§3.1, post-norm)."""
+        return self._encoder(x, params, num_heads, mask, _evaluation)
+
+    def encoder_layer_training(
+        self, x: np.ndarray, params: Mapping[str, Any], num_heads: int, p: float, seed: int, mask: Any = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`encoder_layer` with §5.4's dropout on each sub-layer's output before its residual sum; returns the
+        output and the masks drawn (the self-attention's, the feed-forward's)."""
+        drop = _Dropouts(self, p, seed)
+        return (self._encoder(x, params, num_heads, mask, drop), *drop.masks)
+
+    def _encoder(self, x: np.ndarray, params: Mapping[str, Any], num_heads: int, mask: Any, drop: Any) -> np.ndarray:
         z = self._residual_norm(
-            x, self.multi_head_attention(x, x, x, params["self_attn"], num_heads, mask), params["norm1"]
+            x, drop(self.multi_head_attention(x, x, x, params["self_attn"], num_heads, mask)), params["norm1"]
         )
-        return self._residual_norm(z, self.feed_forward(z, **params["ffn"]), params["norm2"])
+        return self._residual_norm(z, drop(self.feed_forward(z, **params["ffn"])), params["norm2"])
 
     def decoder_layer(
         self,
@@ -495,18 +506,46 @@ class NumpyImplementation(ImplementationBase):
 
         ``self_mask`` None means causal (query i sees keys j <= i, §3.2.3).
         """
+        return self._decoder(y, memory, params, num_heads, self_mask, memory_mask, _evaluation)
+
+    def decoder_layer_training(
+        self,
+        y: np.ndarray,
+        memory: np.ndarray,
+        params: Mapping[str, Any],
+        num_heads: int,
+        p: float,
+        seed: int,
+        self_mask: np.ndarray | None = None,
+        memory_mask: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`decoder_layer` with §5.4's dropout on each sub-layer's output before its residual sum; returns the
+        output and the three masks drawn, in the order the sub-layers run."""
+        drop = _Dropouts(self, p, seed)
+        return (self._decoder(y, memory, params, num_heads, self_mask, memory_mask, drop), *drop.masks)
+
+    def _decoder(
+        self,
+        y: np.ndarray,
+        memory: np.ndarray,
+        params: Mapping[str, Any],
+        num_heads: int,
+        self_mask: np.ndarray | None,
+        memory_mask: np.ndarray | None,
+        drop: Any,
+    ) -> np.ndarray:
         if self_mask is None:
             n = y.shape[-2]
             self_mask = np.tri(n, n, dtype=bool)  # (n_tgt, n_tgt)
         a = self._residual_norm(
-            y, self.multi_head_attention(y, y, y, params["self_attn"], num_heads, self_mask), params["norm1"]
+            y, drop(self.multi_head_attention(y, y, y, params["self_attn"], num_heads, self_mask)), params["norm1"]
         )
         b = self._residual_norm(
             a,
-            self.multi_head_attention(a, memory, memory, params["cross_attn"], num_heads, memory_mask),
+            drop(self.multi_head_attention(a, memory, memory, params["cross_attn"], num_heads, memory_mask)),
             params["norm2"],
         )
-        return self._residual_norm(b, self.feed_forward(b, **params["ffn"]), params["norm3"])
+        return self._residual_norm(b, drop(self.feed_forward(b, **params["ffn"])), params["norm3"])
 
     def transformer_forward(
         self,
@@ -1309,3 +1348,22 @@ def _padding_mask(lengths: Any, n: int, name: str) -> np.ndarray:
     ):
         raise ValueError(f"{name}: expected a 1-D integer array of lengths in [0, {n}], got {lengths!r}")
     return (np.arange(n) < lengths[:, None])[:, None, :]
+
+
+def _evaluation(t: np.ndarray) -> np.ndarray:
+    """No dropout (evaluation mode)."""
+    return t
+
+
+class _Dropouts:
+    """§5.4's dropout of one layer's sub-layer outputs, the k-th drawn from the stream (seed, k); the masks kept in the
+    order drawn."""
+
+    def __init__(self, impl: NumpyImplementation, p: float, seed: int) -> None:
+        self.impl, self.p, self.seed = impl, p, seed
+        self.masks: list[np.ndarray] = []
+
+    def __call__(self, t: np.ndarray) -> np.ndarray:
+        y, keep = self.impl.dropout(t, self.p, [self.seed, len(self.masks)])
+        self.masks.append(keep)
+        return y

@@ -170,6 +170,8 @@ EQUATIONS: tuple[str, ...] = (
     "average_checkpoints",  # §6.1
     "encoder_layer",  # §3.1
     "decoder_layer",  # §3.1
+    "encoder_layer_training",  # §3.1 with §5.4's residual dropout
+    "decoder_layer_training",  # §3.1 with §5.4's residual dropout
     "transformer_forward",  # §3.1-§3.5, Figure 1
 )
 
@@ -494,7 +496,8 @@ class CompleteImplementation(Implementation, Protocol):
     - Results are native arrays in the dtype of the float inputs, with the shapes stated.
     - Inputs are never modified in place.
     - Leading "batch" dimensions ``...`` broadcast as in NumPy where stated.
-    - Dropout is never applied (the suite checks the deterministic function).
+    - Dropout is applied only by the methods that say so (:meth:`dropout`, the layers' ``*_training`` methods, which
+      return the masks they drew); every other method is the deterministic function (evaluation mode).
     """
 
     def softmax(self, x: Any, axis: int = -1) -> Any:
@@ -654,6 +657,42 @@ class CompleteImplementation(Implementation, Protocol):
         yourself). ``memory_mask`` broadcasts to (..., n_tgt, n_src); None means all visible.
         ``params``: ``{"self_attn", "norm1", "cross_attn", "norm2", "ffn", "norm3"}`` laid out as
         in :meth:`encoder_layer`.
+        """
+        ...
+
+    def encoder_layer_training(
+        self, x: Any, params: Mapping[str, Any], num_heads: int, p: float, seed: int, mask: Any | None = None
+    ) -> tuple[Any, Any, Any]:
+        """One encoder layer in training mode (§3.1 with §5.4's residual dropout, P_drop = ``p``).
+
+        z = LayerNorm(x + Dropout(MultiHead(x, x, x; mask))); out = LayerNorm(z + Dropout(FFN(z))): "dropout to the
+        output of each sub-layer, before it is added to the sub-layer input and normalized" (§5.4), each Dropout as
+        :meth:`dropout` (kept with probability 1 - p, scaled by 1 / (1 - p)), and nowhere else (§5.4 names no dropout
+        of the attention weights or of the feed-forward's hidden units). Arguments as :meth:`encoder_layer`; ``seed``
+        (a Python int) fixes the draws: the same seed draws the same masks. Returns ``(out, keep_attn, keep_ffn)``:
+        out (..., n, d_model) in the call's dtype, and the two masks drawn, native bool arrays of out's shape (True =
+        kept): the self-attention's output's and the feed-forward's. Evaluation mode is :meth:`encoder_layer`, with no
+        dropout.
+        """
+        ...
+
+    def decoder_layer_training(
+        self,
+        y: Any,
+        memory: Any,
+        params: Mapping[str, Any],
+        num_heads: int,
+        p: float,
+        seed: int,
+        self_mask: Any | None = None,
+        memory_mask: Any | None = None,
+    ) -> tuple[Any, Any, Any, Any]:
+        """One decoder layer in training mode (§3.1 with §5.4's residual dropout, P_drop = ``p``).
+
+        :meth:`decoder_layer` with each sub-layer's output dropped before its residual sum, as
+        :meth:`encoder_layer_training`. Returns ``(out, keep_self, keep_cross, keep_ffn)``: out (..., n_tgt, d_model)
+        and the masks of the self-attention's, the encoder-decoder attention's and the feed-forward's outputs, native
+        bool arrays of out's shape.
         """
         ...
 

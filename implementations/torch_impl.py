@@ -405,13 +405,27 @@ class TorchImplementation(ImplementationBase):
         return p.detach().clone(), state["exp_avg"].detach().clone(), state["exp_avg_sq"].detach().clone()
 
     def dropout(self, x: torch.Tensor, p: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Dropout (§5.4) as ``nn.Dropout`` computes it, x * keep * (1 / (1 - p)), with its own generator seeded by
-        ``seed`` (the global one untouched): (y, keep)."""
+        """Dropout (§5.4) by ``torch.nn.functional.dropout`` in training mode (what ``nn.Dropout`` calls), PyTorch's
+        generator seeded by ``seed`` inside ``torch.random.fork_rng`` (the caller's state restored after): (y, keep).
+
+        PyTorch returns no mask: keep is what the same draw gives on ones (:func:`drawn_mask`)."""
         if not 0 <= p < 1:
             raise ValueError(f"p: expected a rate in [0, 1), got {p!r}")
-        generator = torch.Generator(device=x.device).manual_seed(int(seed))
-        keep = torch.rand(x.shape, generator=generator, device=x.device) >= p
-        return x * keep * (1 / (1 - p)), keep
+        with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
+            torch.manual_seed(int(seed))
+            return drawn_mask(lambda t: F.dropout(t, p, training=True), x)
+
+    def _dropouts(self, p: float, seed: int) -> tuple[Any, list[torch.Tensor]]:
+        """§5.4's dropout of one layer's sub-layer outputs, the k-th seeded by 4 seed + k (a layer has at most three);
+        the masks kept in the order drawn."""
+        masks: list[torch.Tensor] = []
+
+        def drop(t: torch.Tensor) -> torch.Tensor:
+            y, keep = self.dropout(t, p, 4 * int(seed) + len(masks))
+            masks.append(keep)
+            return y
+
+        return drop, masks
 
     def average_checkpoints(self, checkpoints: Mapping[int, Mapping[str, torch.Tensor]], n: int) -> dict[str, Any]:
         """The mean of the ``n`` checkpoints of the largest steps (§6.1), in their dtype."""
@@ -482,9 +496,20 @@ class TorchImplementation(ImplementationBase):
         self, x: torch.Tensor, params: Mapping[str, Any], num_heads: int, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         """z = LayerNorm(x + MultiHead(x, x, x)); LayerNorm(z + FFN(z)) (§3.1, post-norm, no dropout)."""
+        return self._encoder(x, params, num_heads, mask, _evaluation)
+
+    def encoder_layer_training(
+        self, x: torch.Tensor, params: Mapping[str, Any], num_heads: int, p: float, seed: int, mask: Any = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`encoder_layer` with §5.4's dropout on each sub-layer's output before its residual sum: the output and
+        the masks drawn (the self-attention's, the feed-forward's)."""
+        drop, masks = self._dropouts(p, seed)
+        return (self._encoder(x, params, num_heads, mask, drop), *masks)
+
+    def _encoder(self, x: torch.Tensor, params: Mapping[str, Any], num_heads: int, mask: Any, drop: Any) -> Any:
         attn = _param(params, "self_attn", "params (encoder layer)")
-        z = self._norm(x + self.multi_head_attention(x, x, x, attn, num_heads, mask), params, "norm1")
-        return self._norm(z + self._ffn(z, params), params, "norm2")
+        z = self._norm(x + drop(self.multi_head_attention(x, x, x, attn, num_heads, mask)), params, "norm1")
+        return self._norm(z + drop(self._ffn(z, params)), params, "norm2")
 
     def _causal(self, n: int) -> torch.Tensor:
         """(n, n) bool: query i sees keys j <= i (§3.2.3)."""
@@ -503,15 +528,43 @@ class TorchImplementation(ImplementationBase):
 
         ``self_mask`` None = causal (§3.2.3); a given one is used as is.
         """
+        return self._decoder(y, memory, params, num_heads, self_mask, memory_mask, _evaluation)
+
+    def decoder_layer_training(
+        self,
+        y: torch.Tensor,
+        memory: torch.Tensor,
+        params: Mapping[str, Any],
+        num_heads: int,
+        p: float,
+        seed: int,
+        self_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        """:meth:`decoder_layer` with §5.4's dropout on each sub-layer's output before its residual sum: the output and
+        the three masks drawn, in the order the sub-layers run."""
+        drop, masks = self._dropouts(p, seed)
+        return (self._decoder(y, memory, params, num_heads, self_mask, memory_mask, drop), *masks)
+
+    def _decoder(
+        self,
+        y: torch.Tensor,
+        memory: torch.Tensor,
+        params: Mapping[str, Any],
+        num_heads: int,
+        self_mask: torch.Tensor | None,
+        memory_mask: torch.Tensor | None,
+        drop: Any,
+    ) -> torch.Tensor:
         if self_mask is None:
             self_mask = self._causal(y.shape[-2])
         self_attn = _param(params, "self_attn", "params (decoder layer)")
         cross_attn = _param(params, "cross_attn", "params (decoder layer)")
-        a = self._norm(y + self.multi_head_attention(y, y, y, self_attn, num_heads, self_mask), params, "norm1")
+        a = self._norm(y + drop(self.multi_head_attention(y, y, y, self_attn, num_heads, self_mask)), params, "norm1")
         b = self._norm(
-            a + self.multi_head_attention(a, memory, memory, cross_attn, num_heads, memory_mask), params, "norm2"
+            a + drop(self.multi_head_attention(a, memory, memory, cross_attn, num_heads, memory_mask)), params, "norm2"
         )
-        return self._norm(b + self._ffn(b, params), params, "norm3")
+        return self._norm(b + drop(self._ffn(b, params)), params, "norm3")
 
     # ---------------------------------------------------------------- §3.1-§3.5, Figure 1
 
@@ -573,6 +626,28 @@ class TorchImplementation(ImplementationBase):
             y = self.decoder_layer(y, x, layer, num_heads, tgt_mask, src_mask)
         emb = params["embedding"]
         return self._linear(y, emb.transpose(0, 1), None).to(emb.dtype)  # (B, n_tgt, vocab)
+
+
+def drawn_mask(drop: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(drop(x), keep)``: a PyTorch dropout that returns no mask, and the mask it drew, read by running ``drop`` again
+    on ones of x's shape and dtype from the generator state it started from (the state after the first run restored).
+
+    Read from drop(x) itself, an element of x that is 0 (or a subnormal flushed) would look dropped; a dropout whose
+    draw depended on anything but the generator, the shape and the dtype would disagree with y given this mask, which
+    the suite's comparison with the oracle catches."""
+    cuda = x.device.type == "cuda"
+    start = torch.cuda.get_rng_state(x.device) if cuda else torch.get_rng_state()
+    y = drop(x)
+    after = torch.cuda.get_rng_state(x.device) if cuda else torch.get_rng_state()
+    (torch.cuda.set_rng_state(start, x.device) if cuda else torch.set_rng_state(start))
+    keep = drop(torch.ones_like(x)) != 0
+    (torch.cuda.set_rng_state(after, x.device) if cuda else torch.set_rng_state(after))
+    return y, keep
+
+
+def _evaluation(t: torch.Tensor) -> torch.Tensor:
+    """No dropout (evaluation mode)."""
+    return t
 
 
 class TorchSDPAImplementation(TorchImplementation):

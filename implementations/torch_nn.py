@@ -56,7 +56,7 @@ import torch
 from torch import nn
 
 from aiayn.implementations.protocol import DEFAULT_POLICIES
-from aiayn.implementations.torch_impl import TorchSDPAImplementation, _param, _positive_int
+from aiayn.implementations.torch_impl import TorchSDPAImplementation, _param, _positive_int, drawn_mask
 
 __all__ = ["TorchNNFastPath", "TorchNNImplementation"]
 
@@ -64,6 +64,15 @@ __all__ = ["TorchNNFastPath", "TorchNNImplementation"]
 def _batched(t: torch.Tensor, batch: tuple[int, ...]) -> torch.Tensor:
     """(..., n, d) broadcast to ``batch`` + (n, d), flattened to the (N, n, d) PyTorch's layers take."""
     return t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:])
+
+
+#: Why PyTorch's layers in training mode depart from §5.4 (measured on the CPU in torch 2.13: with the attention's and
+#: the feed-forward's inner dropout set to 0 by hand, the layer agrees with the oracle given its two masks to 1e-15).
+_EXTRA_DROPOUT = (
+    "nn.TransformerEncoderLayer's and nn.TransformerDecoderLayer's one dropout argument also drops the attention "
+    "weights (nn.MultiheadAttention's dropout) and the feed-forward's hidden units (the layer's dropout module, "
+    "between linear1 and linear2), where §5.4 drops only each sub-layer's output and the embeddings' sums"
+)
 
 
 class TorchNNImplementation(TorchSDPAImplementation):
@@ -87,6 +96,8 @@ class TorchNNImplementation(TorchSDPAImplementation):
                 "nn.LayerNorm's native backward gives a nonzero dx and dweight on rows of one element, where x_hat is "
                 "exactly 0 (PyTorch #188372); measured on the CPU in torch 2.13"
             ),
+            "encoder_layer_training": _EXTRA_DROPOUT,
+            "decoder_layer_training": _EXTRA_DROPOUT,
         }
     )
 
@@ -295,6 +306,87 @@ class TorchNNImplementation(TorchSDPAImplementation):
         out = self._run_layer(layer, tensors, (_batched(y, batch), _batched(memory, batch)), masks)
         return out.reshape(*batch, n_tgt, -1)
 
+    def encoder_layer_training(
+        self, x: torch.Tensor, params: Mapping[str, Any], num_heads: int, p: float, seed: int, mask: Any = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """§3.1's encoder layer by ``nn.TransformerEncoderLayer(dropout=p)`` in training mode, as PyTorch users train
+        it: the output and the masks its ``dropout1`` and ``dropout2`` drew (the sub-layers' outputs, §5.4)."""
+        kwargs = {**self._layer_kwargs(params, num_heads), "dropout": float(p)}
+        layer = nn.TransformerEncoderLayer(**kwargs)
+        tensors = self._layer_tensors(params, {"self_attn": "self_attn"}, 2, kwargs["d_model"])
+        batch, n = tuple(x.shape[:-2]), x.shape[-2]
+        src_mask = self._attn_mask(mask, batch, n, n, layer.self_attn.num_heads)
+        out, masks = self._train_layer(
+            layer, ("dropout1", "dropout2"), tensors, (_batched(x, batch),), {"src_mask": src_mask}, seed
+        )
+        return (out.reshape(x.shape), *(m.reshape(x.shape) for m in masks))
+
+    def decoder_layer_training(
+        self,
+        y: torch.Tensor,
+        memory: torch.Tensor,
+        params: Mapping[str, Any],
+        num_heads: int,
+        p: float,
+        seed: int,
+        self_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        """§3.1's decoder layer by ``nn.TransformerDecoderLayer(dropout=p)`` in training mode: the output and the masks
+        its ``dropout1``, ``dropout2`` and ``dropout3`` drew."""
+        kwargs = {**self._layer_kwargs(params, num_heads), "dropout": float(p)}
+        layer = nn.TransformerDecoderLayer(**kwargs)
+        tensors = self._layer_tensors(
+            params, {"self_attn": "self_attn", "multihead_attn": "cross_attn"}, 3, kwargs["d_model"]
+        )
+        n_tgt, n_src = y.shape[-2], memory.shape[-2]
+        if self_mask is None:
+            self_mask = self._causal(n_tgt)
+        batch = tuple(torch.broadcast_shapes(y.shape[:-2], memory.shape[:-2]))
+        h = layer.self_attn.num_heads
+        masks = {
+            "tgt_mask": self._attn_mask(self_mask, batch, n_tgt, n_tgt, h),
+            "memory_mask": self._attn_mask(memory_mask, batch, n_tgt, n_src, h),
+        }
+        out, kept = self._train_layer(
+            layer,
+            ("dropout1", "dropout2", "dropout3"),
+            tensors,
+            (_batched(y, batch), _batched(memory, batch)),
+            masks,
+            seed,
+        )
+        shape = (*batch, n_tgt, out.shape[-1])
+        return (out.reshape(shape), *(m.reshape(shape) for m in kept))
+
+    def _train_layer(
+        self, layer: nn.Module, drops: tuple[str, ...], tensors: dict, args: tuple, kwargs: dict, seed: int
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The layer in training mode, PyTorch's generator seeded by ``seed`` (``torch.random.fork_rng``: the caller's
+        state restored after), with the mask each of its ``drops`` modules (``nn.Dropout``) drew: each module's forward
+        run through :func:`~aiayn.implementations.torch_impl.drawn_mask`, which reads it on ones from the same
+        generator state."""
+        seen: dict[str, torch.Tensor] = {}
+        patched = []
+        for name in drops:
+            module = layer.get_submodule(name)
+
+            def forward(t: torch.Tensor, module: nn.Module = module, name: str = name) -> torch.Tensor:
+                y, seen[name] = drawn_mask(lambda a: type(module).forward(module, a), t)
+                return y
+
+            module.forward = forward
+            patched.append(module)
+        devices = [args[0].device] if args[0].device.type == "cuda" else []
+        try:
+            with torch.random.fork_rng(devices=devices):
+                torch.manual_seed(int(seed))
+                out = torch.func.functional_call(layer.train(), tensors, args, kwargs)
+        finally:
+            for module in patched:
+                del module.forward
+        return out, [seen[name] for name in drops]
+
 
 class TorchNNFastPath(TorchNNImplementation):
     """PyTorch's modules in eval mode, so that its fused inference kernels run (registry name ``"torch-nn-fastpath"``).
@@ -321,6 +413,10 @@ class TorchNNFastPath(TorchNNImplementation):
             ),
         }
     )
+
+    # the fused kernels are inference's: training mode is the torch-nn row's
+    encoder_layer_training = None  # type: ignore[assignment]
+    decoder_layer_training = None  # type: ignore[assignment]
 
     def __init__(self, device: str | None = None) -> None:
         super().__init__(device, fastpath=True)

@@ -66,6 +66,7 @@ from aiayn.reference.layers import (
     sublayer_connection,
 )
 from aiayn.reference.positional import DEFAULT_BASE, _pe_rows_ld, _pe_rows_mp, positional_encoding
+from aiayn.reference.training import P_DROP, dropout
 
 DEFAULT_EPS = 1e-6  # LayerNorm eps; the paper is silent (see aiayn.reference.layers.layer_norm)
 
@@ -87,26 +88,56 @@ def _ffn(params: Mapping[str, Any]):
         raise ValueError("params['ffn']: expected a mapping with 'w1', 'b1', 'w2', 'b2'") from None
 
 
+#: The sub-layers of each layer whose outputs §5.4 drops, by their params' names, in the order they run (§3.1).
+ENCODER_SUBLAYERS = ("self_attn", "ffn")
+DECODER_SUBLAYERS = ("self_attn", "cross_attn", "ffn")
+
+
+def _residual_dropout(keep: Any, p_drop: float, sublayers: tuple[str, ...]) -> Callable[[str, Callable], Callable]:
+    """Wraps a sub-layer so that its output goes through §5.4's dropout with ``keep[name]`` (identity: ``keep`` None,
+    evaluation mode)."""
+    if keep is None:
+        return lambda name, sublayer: sublayer
+    if not isinstance(keep, Mapping) or set(keep) != set(sublayers):
+        got = sorted(map(str, keep)) if isinstance(keep, Mapping) else type(keep).__name__
+        raise ValueError(f"keep: expected a mapping of the sub-layers {list(sublayers)} to boolean masks, got {got}")
+    return lambda name, sublayer: lambda t: dropout(sublayer(t), keep[name], p_drop)
+
+
 def encoder_layer(
-    x: Any, params: Mapping[str, Any], num_heads: int, mask: Any = None, *, eps: float = DEFAULT_EPS
+    x: Any,
+    params: Mapping[str, Any],
+    num_heads: int,
+    mask: Any = None,
+    *,
+    eps: float = DEFAULT_EPS,
+    keep: Mapping[str, Any] | None = None,
+    p_drop: float = P_DROP,
 ) -> np.ndarray:
     """One encoder layer: self-attention then feed-forward, each as LayerNorm(x + Sublayer(x)).
 
     Paper: §3.1 ("The first is a multi-head self-attention mechanism, and the second is a simple,
     position-wise fully connected feed-forward network ... LayerNorm(x + Sublayer(x))"), §3.2.3
-    (encoder self-attention: keys, values and queries all from the previous layer).
+    (encoder self-attention: keys, values and queries all from the previous layer), §5.4 (training: "dropout to the
+    output of each sub-layer, before it is added to the sub-layer input and normalized").
 
     Choices:
-        Post-norm (the paper's); dropout excluded (inference); LayerNorm ``eps`` (paper silent,
-        default 1e-6); ``mask`` (e.g. a padding mask) applies to the self-attention.
+        Post-norm (the paper's); LayerNorm ``eps`` (paper silent, default 1e-6); ``mask`` (e.g. a padding mask)
+        applies to the self-attention. ``keep`` None: evaluation mode, no dropout; else training mode given its masks,
+        ``{"self_attn": keep, "ffn": keep}`` (bool, x's shape, True = kept), each sub-layer's output
+        ``aiayn.reference.training.dropout(out, keep[name], p_drop)`` before its residual sum, and nothing else dropped.
 
     Shapes: x (..., n, d_model) -> (..., n, d_model).
     """
+    drop = _residual_dropout(keep, p_drop, ENCODER_SUBLAYERS)
     attn = params["self_attn"]
     x = sublayer_connection(
-        x, lambda t: multi_head_attention(t, t, t, attn, num_heads, mask), *_norm(params, "norm1"), eps
+        x,
+        drop("self_attn", lambda t: multi_head_attention(t, t, t, attn, num_heads, mask)),
+        *_norm(params, "norm1"),
+        eps,
     )
-    return sublayer_connection(x, _ffn(params), *_norm(params, "norm2"), eps)
+    return sublayer_connection(x, drop("ffn", _ffn(params)), *_norm(params, "norm2"), eps)
 
 
 def decoder_layer(
@@ -118,6 +149,8 @@ def decoder_layer(
     memory_mask: Any = None,
     *,
     eps: float = DEFAULT_EPS,
+    keep: Mapping[str, Any] | None = None,
+    p_drop: float = P_DROP,
 ) -> np.ndarray:
     """One decoder layer: masked self-attention, encoder-decoder attention, feed-forward; each post-norm.
 
@@ -127,24 +160,29 @@ def decoder_layer(
 
     Choices:
         ``self_mask`` defaults to the causal mask (the paper's); pass a combined causal and
-        padding mask to also hide padded target keys. ``memory_mask`` hides padded source keys.
+        padding mask to also hide padded target keys. ``memory_mask`` hides padded source keys. ``keep``: as
+        :func:`encoder_layer`'s, ``{"self_attn", "cross_attn", "ffn"}`` (§5.4).
 
     Shapes: y (..., n_tgt, d_model), memory (..., n_src, d_model) -> (..., n_tgt, d_model).
     """
+    drop = _residual_dropout(keep, p_drop, DECODER_SUBLAYERS)
     n_tgt = np.shape(y)[-2]
     if self_mask is None:
         self_mask = causal_mask(n_tgt, n_tgt)
     self_attn, cross_attn = params["self_attn"], params["cross_attn"]
     y = sublayer_connection(
-        y, lambda t: multi_head_attention(t, t, t, self_attn, num_heads, self_mask), *_norm(params, "norm1"), eps
+        y,
+        drop("self_attn", lambda t: multi_head_attention(t, t, t, self_attn, num_heads, self_mask)),
+        *_norm(params, "norm1"),
+        eps,
     )
     y = sublayer_connection(
         y,
-        lambda t: multi_head_attention(t, memory, memory, cross_attn, num_heads, memory_mask),
+        drop("cross_attn", lambda t: multi_head_attention(t, memory, memory, cross_attn, num_heads, memory_mask)),
         *_norm(params, "norm2"),
         eps,
     )
-    return sublayer_connection(y, _ffn(params), *_norm(params, "norm3"), eps)
+    return sublayer_connection(y, drop("ffn", _ffn(params)), *_norm(params, "norm3"), eps)
 
 
 def _embed(tokens: Any, params: Mapping[str, Any], name: str) -> np.ndarray:

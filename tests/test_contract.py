@@ -246,6 +246,30 @@ def _equation_cases(rng: np.random.Generator) -> dict[str, tuple[tuple, Any]]:
             ),
             (2, 4, D_MODEL),
         ),
+        "encoder_layer_training": (
+            (
+                normal((2, 5, D_MODEL)),
+                _layer_params(rng, False),
+                HEADS,
+                0.1,
+                7,
+                np.arange(5) < np.array([[[5]], [[3]]]),
+            ),
+            [(2, 5, D_MODEL)] * 3,
+        ),
+        "decoder_layer_training": (
+            (
+                normal((2, 4, D_MODEL)),
+                normal((2, 5, D_MODEL)),
+                _layer_params(rng, True),
+                HEADS,
+                0.1,
+                7,
+                None,
+                np.arange(5) < np.array([[[5]], [[3]]]),
+            ),
+            [(2, 4, D_MODEL)] * 4,
+        ),
         "transformer_forward": (
             (
                 ids(2, 5),

@@ -135,3 +135,72 @@ def test_bad_model_input_is_named():
         transformer_forward(np.array([[1, 2]]), np.array([[1]]), {**params, "encoder": []}, 2)
     with pytest.raises(ValueError, match="norm2"):
         encoder_layer(np.ones((2, 8)), {k: v for k, v in params["encoder"][0].items() if k != "norm2"}, 2)
+
+
+# --------------------------------------------------------------------------------------------
+# the layers in training mode (§5.4's residual dropout, given the masks)
+
+
+def _masks(names, shape, value):
+    return {name: np.full(shape, value) for name in names}
+
+
+def test_training_layers_with_every_element_kept_at_rate_zero_are_the_evaluation_layers_bit_for_bit():
+    """keep all True and p = 0: dropout is x / 1 = x exactly, so the layer is the evaluation layer."""
+    rng = np.random.default_rng(6)
+    params = init_params(SMALL, 11, rng)
+    x, memory = rng.normal(size=(2, 5, 8)), rng.normal(size=(2, 4, 8))
+    enc, dec = params["encoder"][0], params["decoder"][0]
+    kept = encoder_layer(x, enc, 2, keep=_masks(("self_attn", "ffn"), x.shape, True), p_drop=0.0)
+    assert np.array_equal(kept, encoder_layer(x, enc, 2))
+    kept = decoder_layer(x, memory, dec, 2, keep=_masks(("self_attn", "cross_attn", "ffn"), x.shape, True), p_drop=0.0)
+    assert np.array_equal(kept, decoder_layer(x, memory, dec, 2))
+
+
+def test_training_layers_with_every_element_dropped_are_layer_norms_of_their_inputs():
+    """Every sub-layer output dropped: each sub-layer connection is LayerNorm(x + 0), the layer LayerNorm applied once
+    per sub-layer (an independent computation through aiayn.reference.layers.layer_norm, whatever the weights)."""
+    from aiayn.reference.layers import layer_norm
+
+    rng = np.random.default_rng(7)
+    params = init_params(SMALL, 11, rng)
+    x, memory = rng.normal(size=(2, 5, 8)), rng.normal(size=(2, 4, 8))
+    enc, dec = params["encoder"][0], params["decoder"][0]
+    expected = x
+    for norm in ("norm1", "norm2"):
+        expected = layer_norm(expected, enc[norm]["gain"], enc[norm]["bias"], 1e-6)
+    got = encoder_layer(x, enc, 2, keep=_masks(("self_attn", "ffn"), x.shape, False), p_drop=0.3)
+    assert np.array_equal(got, expected)
+    expected = x
+    for norm in ("norm1", "norm2", "norm3"):
+        expected = layer_norm(expected, dec[norm]["gain"], dec[norm]["bias"], 1e-6)
+    got = decoder_layer(x, memory, dec, 2, keep=_masks(("self_attn", "cross_attn", "ffn"), x.shape, False), p_drop=0.3)
+    assert np.array_equal(got, expected)
+
+
+def test_training_layers_drop_each_sub_layer_by_its_own_mask():
+    """Dropping only the feed-forward's output: the self-attention's connection is the evaluation one, so the layer
+    is LayerNorm(z + 0) with z the evaluation layer's first connection; the masks are read by sub-layer name."""
+    from aiayn.reference.attention import multi_head_attention
+    from aiayn.reference.layers import layer_norm, sublayer_connection
+
+    rng = np.random.default_rng(8)
+    enc = init_params(SMALL, 11, rng)["encoder"][0]
+    x = rng.normal(size=(1, 4, 8))
+    keep = {"self_attn": np.ones(x.shape, dtype=bool), "ffn": np.zeros(x.shape, dtype=bool)}
+    mha = lambda t: multi_head_attention(t, t, t, enc["self_attn"], 2)  # noqa: E731
+    z = sublayer_connection(x, mha, enc["norm1"]["gain"], enc["norm1"]["bias"], 1e-6)
+    expected = layer_norm(z, enc["norm2"]["gain"], enc["norm2"]["bias"], 1e-6)
+    assert np.array_equal(encoder_layer(x, enc, 2, keep=keep, p_drop=0.0), expected)
+
+
+def test_training_layers_name_a_wrong_set_of_masks():
+    rng = np.random.default_rng(9)
+    params = init_params(SMALL, 11, rng)
+    x = rng.normal(size=(1, 3, 8))
+    with pytest.raises(ValueError, match=r"keep: expected a mapping of the sub-layers \['self_attn', 'ffn'\]"):
+        encoder_layer(x, params["encoder"][0], 2, keep={"self_attn": np.ones(x.shape, dtype=bool)})
+    with pytest.raises(ValueError, match="cross_attn"):
+        decoder_layer(x, x, params["decoder"][0], 2, keep=_masks(("self_attn", "ffn"), x.shape, True))
+    with pytest.raises(TypeError, match="keep: expected a boolean array"):
+        encoder_layer(x, params["encoder"][0], 2, keep=_masks(("self_attn", "ffn"), x.shape, 1.0))

@@ -894,3 +894,231 @@ def test_looping_trend_is_a_stated_test_not_a_word() -> None:
     assert "p = 0.125" in looping_trend((0.0, 3), (1.0, 7))  # 2 * 0.5^4
     assert "not checked" in looping_trend((0.0, 0), (1.0, 10))  # 2 * 0.5^10 < 0.05: counts cannot decide
     assert "no change" in looping_trend((0.0, 4), (1.0, 4))
+
+
+# --------------------------------------------------------------------------------------------- training, checked
+
+
+def test_train_config_defaults_are_the_papers() -> None:
+    """§5.3's Adam (beta1 0.9, beta2 0.98, eps 1e-9) and §5.4's P_drop 0.1 for the base model, as the oracle states
+    them."""
+    from aiayn.reference.training import ADAM_BETAS, ADAM_EPS, P_DROP
+    from aiayn.reproductions.translation.run import PRESETS
+
+    assert TrainConfig().betas == ADAM_BETAS == (0.9, 0.98)
+    assert TrainConfig().adam_eps == ADAM_EPS == 1e-9
+    assert PRESETS["base"].config.p_drop == P_DROP == 0.1
+    assert PRESETS["base"].train == TrainConfig()
+
+
+def test_train_builds_its_optimizer_through_adam(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """train() gets its optimizer from train.adam, the function the checked adapter steps (one way to build it)."""
+    from aiayn.reproductions.translation import train as T
+
+    built, original = [], T.adam
+
+    def spy(parameters, cfg):
+        built.append(original(parameters, cfg))
+        return built[-1]
+
+    monkeypatch.setattr(T, "adam", spy)
+    vocab, ex = _synthetic()
+    tc = TrainConfig(max_tokens=80, steps=1, warmup=2, checkpoint_steps=10, log_steps=10**6)
+    train(_model(TINY, vocab.size), ex, tc, tmp_path, log=lambda *a: None)
+    assert len(built) == 1 and isinstance(built[0], torch.optim.Adam)
+    assert built[0].defaults["betas"] == tc.betas and built[0].defaults["eps"] == tc.adam_eps
+    assert built[0].state, "the optimizer train() stepped is not the one train.adam built"
+
+
+def test_last_checkpoints_are_the_newest_by_step(tmp_path: Path) -> None:
+    """What run.py averages (§6.1): the last n by step, not by name (ckpt-100 sorts before ckpt-20 as text)."""
+    from aiayn.reproductions.translation.train import last_checkpoints
+
+    m = _model(TransformerConfig(n_layers=1, d_model=8, d_ff=8, num_heads=2), 6)
+    opt = torch.optim.Adam(m.parameters())
+    for step in (100, 20, 3):
+        save_checkpoint(tmp_path, m, opt, step, (0, 0), keep=5, tokens=0)
+    assert [p.name for p in last_checkpoints(tmp_path, 2)] == ["ckpt-20.pt", "ckpt-100.pt"]
+    assert [p.name for p in last_checkpoints(tmp_path, 5)] == ["ckpt-3.pt", "ckpt-20.pt", "ckpt-100.pt"]
+    with pytest.raises(ValueError, match="n: expected"):
+        last_checkpoints(tmp_path, 0)  # [-0:] would be every checkpoint
+
+
+def test_training_adapter_meets_the_contract() -> None:
+    from aiayn.implementations.protocol import contract_problems
+    from aiayn.reproductions.translation.checked import TranslationTraining
+
+    impl = TranslationTraining()
+    assert contract_problems(impl) == []
+    assert impl.name == "translation-training" and impl.dtypes == ("float32",)
+    assert impl.provides() == {
+        "adam_step",
+        "dropout",
+        "average_checkpoints",
+        "encoder_layer_training",
+        "decoder_layer_training",
+    }
+
+
+def _layer_case(decoder: bool, seed: int = 0):
+    """One layer's canonical float32 weights (the reference's init, attention biases on) and float32 inputs, as
+    tensors and as the float64 arrays the oracle reads (exactly the same numbers)."""
+    import types
+
+    from aiayn.reference.model import init_params
+
+    rng = np.random.default_rng(seed)
+    config = types.SimpleNamespace(n_layers=1, d_model=8, d_ff=16, num_heads=2, d_k=4, d_v=4)
+    layer = init_params(config, 4, rng, biases=True)["decoder" if decoder else "encoder"][0]
+    layer = {
+        name: {k: v.astype(np.float32).astype(np.float64) for k, v in group.items()} for name, group in layer.items()
+    }
+    tensors = {
+        name: {k: torch.tensor(v, dtype=torch.float32) for k, v in group.items()} for name, group in layer.items()
+    }
+    x = rng.uniform(-2, 2, (2, 5, 8)).astype(np.float32).astype(np.float64)
+    memory = rng.uniform(-2, 2, (2, 4, 8)).astype(np.float32).astype(np.float64)
+    return layer, tensors, x, memory
+
+
+def _within_layer_budget(got: torch.Tensor, expected: np.ndarray, bound: np.ndarray) -> None:
+    """|got - oracle| within the suite's threshold for a float32 layer: the first-order bound of
+    conformance/budgets/composites/forward.py given float32 and the oracle's float64 (its "propagated" share), floored
+    at 1 ulp of float32 at the expected value (conformance/numerics.py, floored), as the suite compares it."""
+    from aiayn.conformance.numerics import floored
+
+    diff = np.abs(got.detach().double().numpy() - expected)
+    threshold = floored(bound, "float32", expected)
+    worst = np.unravel_index(np.argmax(diff / threshold), diff.shape)
+    assert np.all(diff <= threshold), (
+        f"differs from the oracle by {diff[worst]:.3e} at {worst}, threshold {threshold[worst]:.3e}"
+    )
+
+
+def test_training_encoder_layer_is_the_oracle_given_its_masks() -> None:
+    """model.py's encoder layer in training mode (checked.TranslationTraining) against reference.model.encoder_layer
+    given the masks it reports, P_drop 0.3, a padding mask; the masks are one draw per seed and drop something."""
+    from aiayn.conformance.budgets.composites import forward as PR
+    from aiayn.conformance.numerics import precision
+    from aiayn.reference.model import encoder_layer
+    from aiayn.reproductions.translation.checked import TranslationTraining
+
+    impl = TranslationTraining()
+    layer, tensors, x, _ = _layer_case(decoder=False)
+    mask = (np.arange(5)[None, :] < np.array([5, 3])[:, None])[:, None, :]  # (B, 1, n)
+    out, *keeps = impl.encoder_layer_training(
+        torch.tensor(x, dtype=torch.float32), tensors, 2, 0.3, 7, torch.tensor(mask)
+    )
+    again = impl.encoder_layer_training(torch.tensor(x, dtype=torch.float32), tensors, 2, 0.3, 7, torch.tensor(mask))
+    assert all(torch.equal(a, b) for a, b in zip((out, *keeps), again)), "the same seed drew other masks"
+    assert [k.shape for k in keeps] == [out.shape] * 2 and all(k.dtype == torch.bool for k in keeps)
+    assert all(0 < int(k.sum()) < k.numel() for k in keeps), "a mask kept everything or nothing at P_drop 0.3"
+    keep = {"self_attn": keeps[0].numpy(), "ffn": keeps[1].numpy()}
+    eps = impl.policies["layer_norm_eps"]
+    expected = encoder_layer(x, layer, 2, mask, eps=eps, keep=keep, p_drop=0.3)
+    bound = PR.encoder_layer(x, layer, 2, mask, eps, [precision("float32"), precision("float64")], keep=keep, p=0.3)
+    _within_layer_budget(out, expected, bound)
+
+
+def test_training_decoder_layer_is_the_oracle_given_its_masks() -> None:
+    """model.py's decoder layer in training mode against reference.model.decoder_layer given its three masks, causal
+    self-attention, a source padding mask, P_drop 0.3 (threshold as the encoder's)."""
+    from aiayn.conformance.budgets.composites import forward as PR
+    from aiayn.conformance.numerics import precision
+    from aiayn.reference.model import decoder_layer
+    from aiayn.reproductions.translation.checked import TranslationTraining
+
+    impl = TranslationTraining()
+    layer, tensors, y, memory = _layer_case(decoder=True, seed=1)
+    memory_mask = (np.arange(4)[None, :] < np.array([4, 2])[:, None])[:, None, :]
+    out, *keeps = impl.decoder_layer_training(
+        torch.tensor(y, dtype=torch.float32),
+        torch.tensor(memory, dtype=torch.float32),
+        tensors,
+        2,
+        0.3,
+        8,
+        None,
+        torch.tensor(memory_mask),
+    )
+    assert [k.shape for k in keeps] == [out.shape] * 3 and all(0 < int(k.sum()) < k.numel() for k in keeps)
+    keep = dict(zip(("self_attn", "cross_attn", "ffn"), (k.numpy() for k in keeps)))
+    eps = impl.policies["layer_norm_eps"]
+    expected = decoder_layer(y, memory, layer, 2, None, memory_mask, eps=eps, keep=keep, p_drop=0.3)
+    bound = PR.decoder_layer(
+        y, memory, layer, 2, None, memory_mask, eps, [precision("float32"), precision("float64")], keep=keep, p=0.3
+    )
+    _within_layer_budget(out, expected, bound)
+
+
+def test_training_layers_refuse_masks_the_model_cannot_take() -> None:
+    """The model masks keys by length and its decoder by causality alone: another mask is Unsupported, not
+    approximated."""
+    from aiayn.implementations.protocol import Unsupported
+    from aiayn.reproductions.translation.checked import TranslationTraining
+
+    impl = TranslationTraining()
+    _, tensors, x, _ = _layer_case(decoder=False)
+    holes = torch.ones(2, 5, 5, dtype=torch.bool)
+    holes[0, 1, 2] = False
+    with pytest.raises(Unsupported, match="key-padding"):
+        impl.encoder_layer_training(torch.tensor(x, dtype=torch.float32), tensors, 2, 0.1, 0, holes)
+    _, tensors, y, memory = _layer_case(decoder=True)
+    padded = torch.ones(5, 5, dtype=torch.bool).tril() & (torch.arange(5) < 3)
+    with pytest.raises(Unsupported, match="causal"):
+        impl.decoder_layer_training(
+            torch.tensor(y, dtype=torch.float32), torch.tensor(memory, dtype=torch.float32), tensors, 2, 0.1, 0, padded
+        )
+
+
+def test_training_adapter_leaves_its_inputs_and_the_global_generator_alone() -> None:
+    """adam_step returns new tensors; dropout and the layers draw from the seeded generator inside fork_rng."""
+    from aiayn.reproductions.translation.checked import TranslationTraining
+
+    impl = TranslationTraining()
+    p, g, m, v = (torch.rand(3) for _ in range(4))
+    before = [t.clone() for t in (p, g, m, v)]
+    out = impl.adam_step(p, g, m, v, 3, 1e-3, (0.9, 0.98), 1e-9)
+    assert all(torch.equal(a, b) for a, b in zip((p, g, m, v), before)), "adam_step changed its inputs"
+    assert not any(o is t for o in out for t in (p, g, m, v))
+    state = torch.get_rng_state()
+    a, b = impl.dropout(torch.ones(64), 0.5, 3), impl.dropout(torch.ones(64), 0.5, 3)
+    assert torch.equal(torch.get_rng_state(), state), "dropout moved the global generator"
+    assert torch.equal(a[1], b[1]) and not torch.equal(a[1], impl.dropout(torch.ones(64), 0.5, 4)[1])
+
+
+def test_the_training_code_passes_the_suites_checks(tmp_path: Path) -> None:
+    """train.py's Adam and checkpoint averaging, model.py's dropout and layers in training mode
+    (``checked.TranslationTraining``) through the suite's checks of those five equations at the smoke profile."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "check",
+            "aiayn.reproductions.translation.checked:TranslationTraining",
+            "--profile",
+            "smoke",
+            "--workers",
+            "0",
+            "-k",
+            "adam_step or dropout or average_checkpoints or layer_training",
+            "--report",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "conformance-translation-training.json").read_text())["rows"]
+    five = ("adam_step", "dropout", "average_checkpoints", "encoder_layer_training", "decoder_layer_training")
+    checked = {r["equation"]: r for r in rows if r["direction"] == "forward" and r["equation"] in five}
+    assert sorted(checked) == sorted(five), sorted(checked)
+    for name, row in checked.items():
+        assert row["dtype"] == "float32" and row["status"] in ("pass", "pass within scope"), (name, row["status"])
+        assert row["checked"] > 0 and row["examples"] > 0, (name, row)

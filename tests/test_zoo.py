@@ -16,9 +16,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from _checks import run_check
 
 from aiayn.conformance.equations import record
+from aiayn.conformance.run.harness import ConformanceFailure
 from aiayn.conformance.studies.zoo import (
     BATCH_INVARIANCE,
     BUILTIN_ROWS,
@@ -324,3 +327,58 @@ def test_zoo_smoke_names_every_failure(tmp_path):
     assert (
         redone["rows"] == data["rows"] and redone["seconds"] == data["seconds"]
     )  # written again from the stored reports alone
+
+
+def _adapter(name: str):
+    """The zoo adapter ``name``, or a skip where its library is absent (a failure under ``AIAYN_REQUIRE_ZOO=1``)."""
+    library = ZOO[name].library
+    if not installed(library):
+        if os.environ.get("AIAYN_REQUIRE_ZOO") == "1":
+            pytest.fail(f"{library} is not installed, and AIAYN_REQUIRE_ZOO=1 (make test installs the zoo extra)")
+        pytest.skip(f"{library} not installed (pip install 'aiayn[zoo]')")
+    return registry.load(name)
+
+
+_ADAM_STEP = {  # §5.3's betas and eps, a learning rate of Eq. (3), a step near warmup
+    "param": np.array([1.5, -0.25, 3.0]),
+    "grad": np.array([0.5, -2.0, 1e-3]),
+    "m": np.array([0.1, -0.3, 0.0]),
+    "v": np.array([0.04, 1.0, 1e-6]),
+    "step": 4001,
+    "lr": 0.0007,
+    "betas": [0.9, 0.98],
+    "eps": 1e-9,
+}
+
+
+@pytest.mark.parametrize("name", ["optax-adam", "keras-adam"])
+def test_zoo_adam_steps_agree_with_the_oracle_where_their_eps_is_declared(name: str) -> None:
+    """One §5.3 step in float32 within budget, the oracle placing eps as each declares: optax Algorithm 1's
+    m_hat / (sqrt(v_hat) + eps) ("outside"), Keras the epsilon hat of Kingma & Ba's efficient form ("hat")."""
+    impl = _adapter(name)
+    assert impl.policies["adam_eps"] == {"optax-adam": "outside", "keras-adam": "hat"}[name]
+    assert run_check(impl, "adam_step", "float32", **_ADAM_STEP).checked == 3 * _ADAM_STEP["param"].size
+
+
+def test_keras_adam_keeps_its_learning_rate_in_float32() -> None:
+    """What keras-adam's float64 row fails on, left failing: Keras holds the learning rate in a float32 variable, so
+    a float64 step is the oracle's with lr rounded to float32, not with lr: given a learning rate float32 holds
+    exactly, the same step passes the suite's float64 check (its own derived budget)."""
+    impl = _adapter("keras-adam")
+    with pytest.raises(ConformanceFailure):
+        run_check(impl, "adam_step", "float64", **_ADAM_STEP)
+    exact_in_float32 = {**_ADAM_STEP, "lr": float(np.float32(_ADAM_STEP["lr"]))}
+    assert run_check(impl, "adam_step", "float64", **exact_in_float32).checked == 3 * _ADAM_STEP["param"].size
+
+
+@pytest.mark.parametrize("name", ["flax-nnx-dropout", "keras-adam"])
+def test_zoo_dropouts_return_the_mask_they_drew(name: str) -> None:
+    """y agrees with the oracle given the returned mask, that mask is the library's own (y is 0 exactly where it
+    drops, x being non-zero there) whatever x holds, and the kept fraction is Binomial(n, 1 - p)."""
+    impl = _adapter(name)
+    x = np.array([[1.0, 0.0, -2.5, 3.0], [0.0, 0.5, 7.0, -1.0]])
+    assert run_check(impl, "dropout", "float32", x=x, p=0.3, seed=11).checked == x.size
+    y, keep = (impl.to_numpy(a) for a in impl.dropout(impl.from_numpy(x, "float32"), 0.3, 11))
+    assert keep.dtype == np.bool_ and np.array_equal(keep[x != 0], y[x != 0] != 0)
+    draws = {"x": np.ones((256, 256)), "p": 0.1, "seed": 3, "other_seed": 4}
+    run_check(impl, "dropout_keeps_each_element_with_probability_one_minus_p", "float32", **draws)

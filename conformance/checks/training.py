@@ -6,7 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 from aiayn.conformance.budgets.draws import ALPHA, binomial_region
-from aiayn.conformance.checks._common import agreement, agreement_check, declared, gradient_check, policy
+from aiayn.conformance.checks._common import (
+    agreement,
+    agreement_check,
+    declared,
+    gradient_check,
+    implementation_result,
+    policy,
+)
 from aiayn.conformance.equations import lrate_value, record, smoothing
 from aiayn.conformance.numerics import gamma
 from aiayn.conformance.run.comparison import compare
@@ -276,6 +283,128 @@ def dropout_masks_of_different_seeds_are_independent(
     )
 
 
+# the layers in training mode, §5.4: "dropout to the output of each sub-layer, before it is added to the sub-layer
+# input and normalized"; and none at evaluation
+
+encoder_layer_training = agreement_check("encoder_layer_training")
+decoder_layer_training = agreement_check("decoder_layer_training")
+
+
+def _layer_masks_keep(case: Case, p: float, seed: int, **args: object) -> None:
+    """The masks a layer drew for all its sub-layers together: a binomial count of kept elements (as
+    :func:`dropout_keeps_each_element_with_probability_one_minus_p`; the output given them is the agreement check's)."""
+    _, seen = implementation_result(case, p=p, seed=seed, **args)
+    keep = seen["keep"]
+    kept = sum(int(np.sum(k)) for k in keep.values())
+    total = sum(int(np.size(k)) for k in keep.values())
+    _count_within(case, kept, total, 1 - p, f"{case.equation}(p={p!r}, seed={seed})'s masks ({', '.join(keep)}) kept")
+
+
+@check(
+    "encoder_layer_training",
+    kind="property",
+    violates="dropout keeps each element with probability 1 - p (§5.4)",
+)
+def encoder_layer_training_keeps_each_element_with_probability_one_minus_p(
+    case: Case, x: np.ndarray, params: dict, num_heads: int, p: float, seed: int, mask: np.ndarray | None
+) -> None:
+    """The masks of the self-attention's and the feed-forward's outputs keep Binomial(n, 1 - p) of their n elements."""
+    _layer_masks_keep(case, p, seed, x=x, params=params, num_heads=num_heads, mask=mask)
+
+
+@check(
+    "decoder_layer_training",
+    kind="property",
+    violates="dropout keeps each element with probability 1 - p (§5.4)",
+)
+def decoder_layer_training_keeps_each_element_with_probability_one_minus_p(
+    case: Case,
+    y: np.ndarray,
+    memory: np.ndarray,
+    params: dict,
+    num_heads: int,
+    p: float,
+    seed: int,
+    self_mask: np.ndarray | None,
+    memory_mask: np.ndarray | None,
+) -> None:
+    """The masks of the three sub-layers' outputs keep Binomial(n, 1 - p) of their n elements."""
+    _layer_masks_keep(
+        case,
+        p,
+        seed,
+        y=y,
+        memory=memory,
+        params=params,
+        num_heads=num_heads,
+        self_mask=self_mask,
+        memory_mask=memory_mask,
+    )
+
+
+#: What an evaluation-mode layer that drops breaks (the name a failure carries, and the mutant's).
+NO_DROPOUT_AT_EVALUATION = "evaluation applies no dropout (§5.4 drops while training): copies of one input agree"
+
+
+def _twice(a: np.ndarray | None) -> np.ndarray | None:
+    """A batch of two copies of ``a`` along its first axis (None: no mask)."""
+    return None if a is None else np.concatenate([a, a])
+
+
+def _copies_agree(case: Case, got: np.ndarray, budget: np.ndarray) -> None:
+    """The two halves of a batch of copies agree within the sum of their budgets (each is within its own of the
+    oracle's one value); a dropped element moves a sub-layer's output by all of it, far outside."""
+    half = got.shape[0] // 2
+    compare(
+        case,
+        got[half:],
+        got[:half],
+        budget[half:] + budget[:half],
+        what="two copies of one input in a batch differ in evaluation mode",
+        expected_name="the first copy's output",
+    )
+
+
+@check("encoder_layer", kind="property", violates=NO_DROPOUT_AT_EVALUATION)
+def encoder_layer_applies_no_dropout_at_evaluation(
+    case: Case, x: np.ndarray, params: dict, num_heads: int, mask: np.ndarray | None
+) -> None:
+    """The evaluation layer run on a batch of two copies of x: any mask it drew differs between the copies (or it
+    draws none): dropout left on at evaluation, with a fixed seed or not, makes them differ."""
+    got, _, budget = agreement(case, x=_twice(x), params=params, num_heads=num_heads, mask=_twice(mask))
+    _copies_agree(case, got, budget)
+
+
+@check("decoder_layer", kind="property", violates=NO_DROPOUT_AT_EVALUATION)
+def decoder_layer_applies_no_dropout_at_evaluation(
+    case: Case,
+    y: np.ndarray,
+    memory: np.ndarray,
+    params: dict,
+    num_heads: int,
+    self_mask: np.ndarray | None,
+    memory_mask: np.ndarray | None,
+) -> None:
+    """As :func:`encoder_layer_applies_no_dropout_at_evaluation`, for the decoder layer (a mask given per sentence,
+    (B, n, n), is copied with it; a shared one, (n, n), serves both)."""
+
+    def batched(m: np.ndarray | None) -> np.ndarray | None:
+        return _twice(m) if m is not None and np.ndim(m) == 3 and np.shape(m)[0] == np.shape(y)[0] else m
+
+    got, _, budget = agreement(
+        case,
+        y=_twice(y),
+        memory=_twice(memory),
+        params=params,
+        num_heads=num_heads,
+        self_mask=batched(self_mask),
+        memory_mask=batched(memory_mask),
+    )
+    _copies_agree(case, got, budget)
+
+
+# --------------------------------------------------------------------------------------------
+# checkpoint averaging, §6.1
 # --------------------------------------------------------------------------------------------
 # checkpoint averaging, §6.1
 

@@ -73,6 +73,9 @@ class Ops:
     adam_bias_correction: bool | None = None  # None: as declared
     checkpoints: str = "last"  # which are averaged: last (by step) | first (as given) | by_name (step as text) | all
     dropout: str = "inverted"  # inverted: keep x / (1 - p) | unscaled: keep x | times_keep: keep x (1 - p) | over_p
+    # where a layer in training mode drops (§5.4): residual (each sub-layer's output, before its sum) | after_norm
+    # (the layer's LayerNorm output) | on_sum (x + Sublayer(x), before its LayerNorm) | none (its masks not applied)
+    dropout_place: str = "residual"
     smoothing: str | None = None  # None: the declared policy; else K | K-1 | K-2 | none
 
 
@@ -284,12 +287,32 @@ def _norm(x: np.ndarray, p: Mapping[str, Any], eps: float, ops: Ops) -> np.ndarr
 
 
 def _sublayer(
-    x: np.ndarray, norm: Mapping[str, Any], eps: float, ops: Ops, f: Callable[[np.ndarray], np.ndarray]
+    x: np.ndarray,
+    norm: Mapping[str, Any],
+    eps: float,
+    ops: Ops,
+    f: Callable[[np.ndarray], np.ndarray],
+    keep: Any = None,
+    p: float = 0.0,
 ) -> np.ndarray:
-    """LayerNorm(x + f(x)) (post-norm, §3.1) or x + f(LayerNorm(x)) (pre-norm)."""
+    """LayerNorm(x + f(x)) (post-norm, §3.1) or x + f(LayerNorm(x)) (pre-norm); in training mode (``keep``, the
+    sub-layer's mask) with §5.4's dropout where ``ops.dropout_place`` puts it."""
+    place = "none" if keep is None else ops.dropout_place
+
+    def drop(t: np.ndarray) -> np.ndarray:
+        return t if place == "none" else dropout(t, keep, p, ops=ops)
+
     if ops.residual == "pre":
-        return x + f(_norm(x, norm, eps, ops))
-    return _norm(x + f(x), norm, eps, ops)
+        return x + drop(f(_norm(x, norm, eps, ops)))
+    if place == "after_norm":
+        return drop(_norm(x + f(x), norm, eps, ops))
+    if place == "on_sum":
+        return _norm(drop(x + f(x)), norm, eps, ops)
+    return _norm(x + (drop(f(x)) if place == "residual" else f(x)), norm, eps, ops)
+
+
+def _kept(keep: Mapping[str, Any] | None, name: str) -> Any:
+    return None if keep is None else keep[name]
 
 
 def encoder_layer(
@@ -300,7 +323,11 @@ def encoder_layer(
     eps: float,
     fully_masked: str,
     ops: Ops = PAPER,
+    keep: Mapping[str, Any] | None = None,
+    p: float = 0.0,
+    seed: Any = None,
 ) -> np.ndarray:
+    # keep, p: training mode (§5.4), the masks the implementation drew by sub-layer; seed: its draw's
     x = np.asarray(x, dtype=LD)
     z = _sublayer(
         x,
@@ -308,9 +335,19 @@ def encoder_layer(
         eps,
         ops,
         lambda t: multi_head_attention(t, t, t, params["self_attn"], num_heads, mask, fully_masked, ops),
+        _kept(keep, "self_attn"),
+        p,
     )
     f = params["ffn"]
-    return _sublayer(z, params["norm2"], eps, ops, lambda t: feed_forward(t, f["w1"], f["b1"], f["w2"], f["b2"], ops))
+    return _sublayer(
+        z,
+        params["norm2"],
+        eps,
+        ops,
+        lambda t: feed_forward(t, f["w1"], f["b1"], f["w2"], f["b2"], ops),
+        _kept(keep, "ffn"),
+        p,
+    )
 
 
 def _causal(n: int, ops: Ops) -> np.ndarray:
@@ -327,7 +364,11 @@ def decoder_layer(
     eps: float,
     fully_masked: str,
     ops: Ops = PAPER,
+    keep: Mapping[str, Any] | None = None,
+    p: float = 0.0,
+    seed: Any = None,
 ) -> np.ndarray:
+    # keep, p, seed: as encoder_layer's
     y, memory = np.asarray(y, dtype=LD), np.asarray(memory, dtype=LD)
     self_mask = _causal(y.shape[-2], ops) if self_mask is None else self_mask
     a = _sublayer(
@@ -336,6 +377,8 @@ def decoder_layer(
         eps,
         ops,
         lambda t: multi_head_attention(t, t, t, params["self_attn"], num_heads, self_mask, fully_masked, ops),
+        _kept(keep, "self_attn"),
+        p,
     )
     b = _sublayer(
         a,
@@ -345,9 +388,19 @@ def decoder_layer(
         lambda t: multi_head_attention(
             t, memory, memory, params["cross_attn"], num_heads, memory_mask, fully_masked, ops
         ),
+        _kept(keep, "cross_attn"),
+        p,
     )
     f = params["ffn"]
-    return _sublayer(b, params["norm3"], eps, ops, lambda t: feed_forward(t, f["w1"], f["b1"], f["w2"], f["b2"], ops))
+    return _sublayer(
+        b,
+        params["norm3"],
+        eps,
+        ops,
+        lambda t: feed_forward(t, f["w1"], f["b1"], f["w2"], f["b2"], ops),
+        _kept(keep, "ffn"),
+        p,
+    )
 
 
 def transformer_forward(
@@ -874,6 +927,25 @@ CATALOGUE: tuple[Departure, ...] = (
         "kept elements scaled by 1 / p (TensorFlow 1's keep_prob where a rate is meant)",
         "dropout",
         dropout="over_p",
+    ),
+    _d(
+        "dropout after the LayerNorm",
+        "LayerNorm(x + Sublayer(x)) dropped, where §5.4 drops the sub-layer's output before it is added and normalized",
+        "dropout",
+        dropout_place="after_norm",
+    ),
+    _d(
+        "dropout of the residual sum",
+        "x + Sublayer(x) dropped before the LayerNorm: the residual stream itself loses elements, where §5.4 drops the "
+        "sub-layer's output only",
+        "dropout",
+        dropout_place="on_sum",
+    ),
+    _d(
+        "no dropout in training mode",
+        "the masks returned but not applied (a rate not passed down, a module left in evaluation mode)",
+        "dropout",
+        dropout_place="none",
     ),
     _d(
         "the first n checkpoints given averaged, not the last n",

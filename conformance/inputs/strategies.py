@@ -974,6 +974,24 @@ def decoder_inputs(draw: Any, dtype: str, *, causal_check: bool = False, scope: 
     }
 
 
+def _rate_and_seed(draw: Any) -> dict[str, Any]:
+    """§5.4's rate: the paper's 0.1, big EN-DE's 0.3, 0, 0.5 or drawn below 0.9; and a seed."""
+    p = draw(st.sampled_from([0.1, 0.3, 0.0, 0.5]) | st.floats(0.0, 0.9))
+    return {"p": p, "seed": draw(st.integers(0, 2**32 - 1))}
+
+
+@st.composite
+def encoder_training_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """:func:`encoder_inputs` in training mode: with dropout's rate p and a seed (§5.4)."""
+    return {**draw(encoder_inputs(dtype, scope=scope)), **_rate_and_seed(draw)}
+
+
+@st.composite
+def decoder_training_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """:func:`decoder_inputs` in training mode: with dropout's rate p and a seed (§5.4)."""
+    return {**draw(decoder_inputs(dtype, scope=scope)), **_rate_and_seed(draw)}
+
+
 def _condition_model(params: dict[str, Any], h: int, dtype: str) -> None:
     """Every attention of the model conditioned in place (:func:`condition_attention`), layer by layer.
 

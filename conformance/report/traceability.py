@@ -29,7 +29,7 @@ def traceability() -> str:
             [
                 f"`{r.name}`",
                 r.title,
-                f"`aiayn.reference.{_oracle_module(r)}.{r.name}`",
+                _oracle(r),
                 f"{r.budget_name} ({r.oracle_share})",
                 f"`{r.name}_vjp`; {r.backward.budget_name}"
                 if r.backward
@@ -50,8 +50,10 @@ def traceability() -> str:
     return "\n".join(md_table(headers, rows))
 
 
-def _oracle_module(r: Equation) -> str:
+def _oracle(r: Equation) -> str:
+    """`aiayn.reference.<module>.<function>` and, where the record names one, how it is called."""
+    function, _, how = (r.oracle_name or r.name).partition(" ")
     for module in (ref_attention, ref_positional, ref_layers, ref_training, ref_model):
-        if callable(getattr(module, r.name, None)):
-            return module.__name__.rsplit(".", 1)[-1]
-    raise LookupError(f"no oracle function {r.name!r} in aiayn.reference")
+        if callable(getattr(module, function, None)):
+            return f"`aiayn.reference.{module.__name__.rsplit('.', 1)[-1]}.{function}`" + (f" {how}" if how else "")
+    raise LookupError(f"no oracle function {function!r} in aiayn.reference")

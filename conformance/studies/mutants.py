@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.conformance.checks.training import NO_DROPOUT_AT_EVALUATION
 from aiayn.conformance.diagnoses.split import PAGE_TAIL_TIMES_ZERO, UNNORMALISED_MERGE
 from aiayn.conformance.report.results import Row, Status
 from aiayn.conformance.run.runner import pytest_arguments
@@ -459,6 +460,64 @@ class DropoutSeedIgnored(Mutant):
         return super().dropout(x, p, 0)
 
 
+class LayerDropoutAfterNorm(Mutant):
+    """A layer in training mode that drops the LayerNorm's output, LayerNorm(x + Sublayer(x)), instead of the
+    sub-layer's output before the sum."""
+
+    name = "mutant-layer-dropout-after-norm"
+    targets = frozenset({"encoder_layer_training", "decoder_layer_training"})
+    departure = "dropout after the LayerNorm"
+
+    def _residual_norm(self, x, sublayer_out, norm):
+        drop = getattr(self, "_dropping", None)
+        if drop is None:
+            return super()._residual_norm(x, sublayer_out, norm)
+        return drop(super()._residual_norm(x, sublayer_out, norm))
+
+    def encoder_layer_training(self, x, params, num_heads, p, seed, mask=None):
+        drop = base._Dropouts(self, p, seed)
+        self._dropping = drop
+        try:
+            out = self._encoder(x, params, num_heads, mask, base._evaluation)
+        finally:
+            self._dropping = None
+        return (out, *drop.masks)
+
+    def decoder_layer_training(self, y, memory, params, num_heads, p, seed, self_mask=None, memory_mask=None):
+        drop = base._Dropouts(self, p, seed)
+        self._dropping = drop
+        try:
+            out = self._decoder(y, memory, params, num_heads, self_mask, memory_mask, base._evaluation)
+        finally:
+            self._dropping = None
+        return (out, *drop.masks)
+
+
+class LayerDropoutNotApplied(Mutant):
+    """A layer in training mode that draws its masks and returns them but applies none (a rate not passed down to
+    its sub-layers)."""
+
+    name = "mutant-layer-dropout-not-applied"
+    targets = frozenset({"encoder_layer_training"})
+    departure = "no dropout in training mode"
+
+    def encoder_layer_training(self, x, params, num_heads, p, seed, mask=None):
+        drop = base._Dropouts(self, p, seed)
+        out = self._encoder(x, params, num_heads, mask, lambda t: (drop(t), t)[1])
+        return (out, *drop.masks)
+
+
+class DropoutLeftOnAtEvaluation(Mutant):
+    """The evaluation layer still drops (P_drop = 0.1 from a generator seeded once): a model never switched to
+    evaluation mode."""
+
+    name, targets = "mutant-dropout-left-on-at-evaluation", frozenset({"encoder_layer"})
+    departure = NO_DROPOUT_AT_EVALUATION
+
+    def encoder_layer(self, x, params, num_heads, mask=None):
+        return self.encoder_layer_training(x, params, num_heads, 0.1, 0, mask)[0]
+
+
 class AveragesFirstGiven(Mutant):
     """Checkpoint averaging over the first n checkpoints as given (a directory's order), not the last n by step."""
 
@@ -624,6 +683,9 @@ FORWARD_MUTANTS: dict[str, type[Mutant]] = {
         DropoutUnscaled,
         DropoutMaskSharedAcrossRows,
         DropoutSeedIgnored,
+        LayerDropoutAfterNorm,
+        LayerDropoutNotApplied,
+        DropoutLeftOnAtEvaluation,
         SmoothingOverKMinus1,
         CrossEntropyIgnoresSmoothing,
         CausalMaskOffByOne,

@@ -431,14 +431,16 @@ class Simulated(ImplementationBase):
         return self._layer_norm(x, p["gain"].values, p["bias"].values, self._eps(), dtype)
 
     def _encoder(
-        self, x: np.ndarray, params: Mapping[str, Any], h: int, mask: np.ndarray | None, dtype: str
+        self, x: np.ndarray, params: Mapping[str, Any], h: int, mask: np.ndarray | None, dtype: str, drop: Any = None
     ) -> np.ndarray:
+        # drop: §5.4's dropout of each sub-layer's output (training mode); None: evaluation
+        d = drop or _identity
         z = self._norm(
-            round_to(x + self._mha(x, x, x, params["self_attn"], h, mask, dtype), dtype), params["norm1"], dtype
+            round_to(x + d(self._mha(x, x, x, params["self_attn"], h, mask, dtype)), dtype), params["norm1"], dtype
         )
         f = params["ffn"]
         return self._norm(
-            round_to(z + self._ffn(z, f["w1"], f["b1"], f["w2"], f["b2"], dtype), dtype), params["norm2"], dtype
+            round_to(z + d(self._ffn(z, f["w1"], f["b1"], f["w2"], f["b2"], dtype)), dtype), params["norm2"], dtype
         )
 
     def _decoder(
@@ -450,26 +452,66 @@ class Simulated(ImplementationBase):
         self_mask: np.ndarray | None,
         memory_mask: np.ndarray | None,
         dtype: str,
+        drop: Any = None,
     ) -> np.ndarray:
+        d = drop or _identity  # as _encoder's
         n = y.shape[-2]
         if self_mask is None:
             self_mask = np.arange(n)[None, :] <= np.arange(n)[:, None]  # causal, §3.2.3
         a = self._norm(
-            round_to(y + self._mha(y, y, y, params["self_attn"], h, self_mask, dtype), dtype), params["norm1"], dtype
+            round_to(y + d(self._mha(y, y, y, params["self_attn"], h, self_mask, dtype)), dtype),
+            params["norm1"],
+            dtype,
         )
         b = self._norm(
-            round_to(a + self._mha(a, memory, memory, params["cross_attn"], h, memory_mask, dtype), dtype),
+            round_to(a + d(self._mha(a, memory, memory, params["cross_attn"], h, memory_mask, dtype)), dtype),
             params["norm2"],
             dtype,
         )
         f = params["ffn"]
         return self._norm(
-            round_to(b + self._ffn(b, f["w1"], f["b1"], f["w2"], f["b2"], dtype), dtype), params["norm3"], dtype
+            round_to(b + d(self._ffn(b, f["w1"], f["b1"], f["w2"], f["b2"], dtype)), dtype), params["norm3"], dtype
         )
 
     def encoder_layer(self, x: Sim, params: Mapping[str, Any], num_heads: int, mask: np.ndarray | None = None) -> Sim:
         dtype = self._dtype(x)
         return Sim(self._encoder(x.values, params, int(num_heads), mask, dtype), dtype)
+
+    def encoder_layer_training(
+        self, x: Sim, params: Mapping[str, Any], num_heads: int, p: float, seed: int, mask: np.ndarray | None = None
+    ) -> tuple[Sim, ...]:
+        """The layer with each sub-layer's output dropped (:meth:`dropout`, the k-th mask from the stream (seed, k))
+        before its rounded residual sum."""
+        dtype = self._dtype(x)
+        drop, masks = self._dropouts(p, seed, dtype)
+        return (Sim(self._encoder(x.values, params, int(num_heads), mask, dtype, drop), dtype), *masks)
+
+    def decoder_layer_training(
+        self,
+        y: Sim,
+        memory: Sim,
+        params: Mapping[str, Any],
+        num_heads: int,
+        p: float,
+        seed: int,
+        self_mask: np.ndarray | None = None,
+        memory_mask: np.ndarray | None = None,
+    ) -> tuple[Sim, ...]:
+        """As :meth:`encoder_layer_training`, the three sub-layers' masks."""
+        dtype = self._dtype(y, memory)
+        drop, masks = self._dropouts(p, seed, dtype)
+        out = self._decoder(y.values, memory.values, params, int(num_heads), self_mask, memory_mask, dtype, drop)
+        return (Sim(out, dtype), *masks)
+
+    def _dropouts(self, p: float, seed: int, dtype: str) -> tuple[Any, list[np.ndarray]]:
+        masks: list[np.ndarray] = []
+
+        def drop(t: np.ndarray) -> np.ndarray:
+            y, keep = self.dropout(Sim(t, dtype), p, [seed, len(masks)])
+            masks.append(keep)
+            return y.values
+
+        return drop, masks
 
     def decoder_layer(
         self,
@@ -660,3 +702,8 @@ one_pass_float16 = OnePassVariance(("float16",), "simulated-one-pass-variance-fl
 finite_mask_float32 = FiniteMask(("float32",), "simulated-finite-mask-float32")
 finite_mask_float16 = FiniteMask(("float16",), "simulated-finite-mask-float16")
 finite_mask_bfloat16 = FiniteMask(("bfloat16",), "simulated-finite-mask-bfloat16")
+
+
+def _identity(t: np.ndarray) -> np.ndarray:
+    """No dropout (evaluation mode)."""
+    return t

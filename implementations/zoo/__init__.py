@@ -71,5 +71,16 @@ ZOO: Mapping[str, ZooEntry] = MappingProxyType(
             "onnx",
             "the ONNX Attention operator (opset 23) run by onnx.reference",
         ),
+        "optax-adam": ZooEntry(
+            "aiayn.implementations.zoo.optax_adam:OptaxAdam", "optax", "optax.adam: one step of Adam (§5.3)"
+        ),
+        "flax-nnx-dropout": ZooEntry(
+            "aiayn.implementations.zoo.flax_nnx:FlaxDropout", "flax", "flax.nnx.Dropout in training mode (§5.4)"
+        ),
+        "keras-adam": ZooEntry(
+            "aiayn.implementations.zoo.keras_training:KerasAdam",
+            "keras",
+            "keras.optimizers.Adam (one step, §5.3) and keras.layers.Dropout in training mode (§5.4), Keras 3",
+        ),
     }
 )

@@ -1,4 +1,4 @@
-"""The translation reproduction's decoder as an implementation the conformance suite checks.
+"""The translation reproduction's decoder and training code as implementations the conformance suite checks.
 
 ``aiayn train`` translates with :func:`aiayn.reproductions.translation.decode.beam_search` over
 :class:`~aiayn.reproductions.translation.model.Transformer`'s cached decoder (``encode``, ``start_state``, ``step``,
@@ -19,22 +19,42 @@ Declared: float32 only (the reproduction trains and decodes in float32; its sinu
 the beam-search choices of ``decode.py``: an EOS finishes among the best k, hypotheses alive at the maximum length
 finish as they stand, the early stop is the bound (``decode.py`` compares the best finished score with it, which
 returns what comparing the k-th best does), |Y| counts EOS.
+
+:class:`TranslationTraining` hands the suite what ``aiayn train`` trains with (``train.py``, ``model.py``), each
+through the function training calls: Adam from :func:`~aiayn.reproductions.translation.train.adam` (what ``train()``
+builds) given the suite's state; residual dropout as ``Transformer._drop`` in training mode, torch's generator seeded
+by the suite's seed; checkpoint averaging through the reproduction's files (written by ``save_checkpoint``, the last
+n chosen by ``last_checkpoints`` as ``run.py`` chooses them, averaged by ``average_checkpoints``); and one encoder or
+decoder layer in training mode as a one-layer model's ``encode`` or ``decode`` runs it, the suite's input fed in place
+of the embedding step. The dropout masks are what ``_drop`` drew, read at each call by ``drawn_mask`` (the same draw
+on ones), in the order the layer calls it (self-attention, [encoder-decoder attention,] feed-forward). The model
+takes a key-padding mask from lengths and a causal flag, not an arbitrary mask: its layers' scopes say so (a mask of
+another kind is ``Unsupported``). Declared: float32 only, as the reproduction trains.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import torch
 
-from aiayn.implementations.protocol import DEFAULT_POLICIES, Unsupported
-from aiayn.implementations.torch_impl import TorchSDPAImplementation
+from aiayn.implementations.protocol import DEFAULT_POLICIES, Scope, Unsupported
+from aiayn.implementations.torch_impl import TorchSDPAImplementation, drawn_mask
 from aiayn.reference.counts import TransformerConfig
 from aiayn.reproductions.translation.data import BOS, EOS
 from aiayn.reproductions.translation.decode import beam_search
 from aiayn.reproductions.translation.model import Transformer
+from aiayn.reproductions.translation.train import (
+    TrainConfig,
+    adam,
+    average_checkpoints,
+    last_checkpoints,
+    save_checkpoint,
+)
 
 
 class TranslationDecoder(TorchSDPAImplementation):
@@ -79,14 +99,10 @@ class TranslationDecoder(TorchSDPAImplementation):
             raise Unsupported("the translation model has as many decoder layers as encoder layers")
         positions = params["positional"].shape[0] if learned else 1024
         model = Transformer(config, vocab, max_positions=positions, device=str(emb.device)).to(emb.dtype).eval()
-        given, target = _flat(params), _flat(model.canonical_params())
-        with torch.no_grad():
-            for path, tensor in target.items():  # biases the suite's weights leave out are zero
-                value = given.get(path)
-                if value is None:
-                    tensor.zero_()
-                else:
-                    tensor.copy_(value[torch.argsort(perm)] if path == "embedding" and perm is not None else value)
+        given = _flat(params)
+        if perm is not None:
+            given["embedding"] = emb[torch.argsort(perm)]
+        _copy_in(_flat(model.canonical_params()), given)
         return model
 
     def provides(self) -> frozenset[str]:
@@ -133,6 +149,200 @@ class TranslationDecoder(TorchSDPAImplementation):
             ids = [int(inverse[t]) for t in tokens] + ([eos] if ended else [])
             out.append((ids, float(score)))
         return out
+
+
+class TranslationTraining(TranslationDecoder):
+    """``train.py``'s optimizer and checkpoint averaging, ``model.py``'s residual dropout and its layers in training
+    mode, on the suite's inputs (see the module)."""
+
+    name = "translation-training"
+    scope = MappingProxyType(
+        {
+            "encoder_layer_training": Scope(
+                masks=("none", "padding"),
+                batch_dims=(1,),
+                note="the self-attention mask is a key-padding mask from source lengths (Transformer.encode)",
+            ),
+            "decoder_layer_training": Scope(
+                masks=("none", "padding"),
+                batch_dims=(1,),
+                note=(
+                    "the self-attention mask is the causal mask alone (Transformer.decode masks no target padding: "
+                    "Unsupported otherwise), the encoder-decoder one a key-padding mask from source lengths"
+                ),
+                note_directions=("forward", "backward"),
+            ),
+        }
+    )
+
+    def provides(self) -> frozenset[str]:
+        """What training runs: Adam, residual dropout, checkpoint averaging and the layers in training mode."""
+        return frozenset(
+            {"adam_step", "dropout", "average_checkpoints", "encoder_layer_training", "decoder_layer_training"}
+        )
+
+    def adam_step(self, param, grad, m, v, step, lr, betas, eps):
+        """One step of the optimizer :func:`train.adam` builds, from the given state, its learning rate set on the
+        param group as :func:`train.train` sets Eq. (3)'s."""
+        p = torch.nn.Parameter(param.detach().clone())
+        p.grad = grad.detach().clone()
+        optimizer = adam([p], TrainConfig(betas=betas, adam_eps=eps))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        # torch.optim.Adam's state of a parameter: "step" (the updates so far, a float32 tensor on the CPU; the step
+        # counts itself), "exp_avg" (m) and "exp_avg_sq" (v)
+        optimizer.state[p] = {
+            "step": torch.tensor(float(step - 1), dtype=torch.float32),
+            "exp_avg": m.detach().clone(),
+            "exp_avg_sq": v.detach().clone(),
+        }
+        optimizer.step()
+        state = optimizer.state[p]
+        return p.detach().clone(), state["exp_avg"].clone(), state["exp_avg_sq"].clone()
+
+    def dropout(self, x, p, seed):
+        """``Transformer._drop`` in training mode with P_drop = ``p``, torch's generator seeded by ``seed`` (its state
+        outside left as it was); the mask read by :func:`~aiayn.implementations.torch_impl.drawn_mask`."""
+        with torch.random.fork_rng():
+            model = _model_for_dropout(p, x.device).train()
+            torch.manual_seed(seed)
+            return drawn_mask(model._drop, x)
+
+    def average_checkpoints(self, checkpoints, n):
+        """§6.1 through ``train.py``'s files: each step's weights written by :func:`train.save_checkpoint`, the last
+        ``n`` chosen by :func:`train.last_checkpoints` (what ``run.py`` averages), their mean by
+        :func:`train.average_checkpoints`."""
+        with tempfile.TemporaryDirectory() as folder:
+            for step, weights in checkpoints.items():
+                save_checkpoint(folder, _StateDict(weights), _StateDict({}), step, (0, 0), len(checkpoints), 0)
+            averaged = average_checkpoints(last_checkpoints(Path(folder), n))
+        return {name: t.to(self.device) for name, t in averaged.items()}
+
+    def encoder_layer_training(self, x, params, num_heads, p, seed, mask=None):
+        """A one-layer model's ``encode`` in training mode on ``x`` (its embedding step replaced by ``x``), the source
+        lengths read from the padding mask; the masks its two sub-layers' ``_drop`` drew, in the order drawn."""
+        lengths = _lengths_of(mask, x.shape[0], x.shape[1], x.shape[1], "mask", x.device)
+        with torch.random.fork_rng():
+            model = _layer_model(params, num_heads, p, x, decoder=False)
+            drawn, _ = _record(model, x)
+            torch.manual_seed(seed)
+            out, _ = model.encode(torch.zeros(x.shape[:2], dtype=torch.long, device=x.device), lengths)
+        keep_attn, keep_ffn = _sublayer_masks(drawn, 2)
+        return out, keep_attn, keep_ffn
+
+    def decoder_layer_training(self, y, memory, params, num_heads, p, seed, self_mask=None, memory_mask=None):
+        """A one-layer model's ``decode`` in training mode on ``y`` (its embedding step replaced by ``y``) and
+        ``memory`` (its key mask from the lengths read from ``memory_mask``); the layer's output is its last
+        ``_sublayer``'s, and the masks its three sub-layers' ``_drop`` drew, in the order drawn."""
+        b, n_tgt, n_src = y.shape[0], y.shape[1], memory.shape[1]
+        if self_mask is not None:
+            causal = torch.ones(n_tgt, n_tgt, dtype=torch.bool, device=y.device).tril()
+            if not torch.equal(torch.broadcast_to(self_mask, (b, n_tgt, n_tgt)), causal.expand(b, n_tgt, n_tgt)):
+                raise Unsupported(
+                    "self_mask: the model's decoder self-attention is causal alone (Transformer.decode masks no target "
+                    "padding), got a mask that is not the causal one"
+                )
+        lengths = _lengths_of(memory_mask, b, n_tgt, n_src, "memory_mask", y.device)
+        with torch.random.fork_rng():
+            model = _layer_model(params, num_heads, p, y, decoder=True)
+            drawn, outputs = _record(model, y)
+            torch.manual_seed(seed)
+            tgt_in = torch.zeros((b, n_tgt), dtype=torch.long, device=y.device)
+            model.decode(tgt_in, memory, model.key_mask(lengths, n_src))
+        keep_self, keep_cross, keep_ffn = _sublayer_masks(drawn, 3)
+        return outputs[-1], keep_self, keep_cross, keep_ffn
+
+
+class _StateDict:
+    """What :func:`train.save_checkpoint` reads of a model or an optimizer: its ``state_dict()``, here the suite's
+    weights (name -> tensor, any names and shapes) or an empty optimizer state."""
+
+    def __init__(self, state: Mapping[str, Any]) -> None:
+        self.state = state
+
+    def state_dict(self) -> dict[str, Any]:
+        return {name: t.detach() for name, t in self.state.items()}
+
+
+def _model_for_dropout(p: float, device: torch.device) -> Transformer:
+    """The smallest model whose ``_drop`` is residual dropout with P_drop = ``p``."""
+    config = TransformerConfig(n_layers=1, d_model=2, d_ff=1, num_heads=1, p_drop=p)
+    return Transformer(config, 4, max_positions=1, device=str(device))
+
+
+def _layer_model(params: Mapping[str, Any], num_heads: int, p: float, x: torch.Tensor, decoder: bool) -> Transformer:
+    """A one-layer model in training mode with P_drop = ``p``, the layer's weights (canonical layout) copied into its
+    encoder's (``decoder`` False) or decoder's layer."""
+    attn, ffn = params["self_attn"], params["ffn"]
+    config = TransformerConfig(
+        n_layers=1,
+        d_model=x.shape[-1],
+        d_ff=ffn["w1"].shape[1],
+        num_heads=num_heads,
+        d_k=attn["w_q"].shape[1] // num_heads,
+        d_v=attn["w_v"].shape[1] // num_heads,
+        p_drop=p,
+    )
+    model = Transformer(config, 4, max_positions=1, device=str(x.device)).to(x.dtype).train()
+    layer = model.canonical_params()["decoder" if decoder else "encoder"][0]
+    _copy_in(_flat(layer), _flat(params))
+    return model
+
+
+def _record(model: Transformer, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Feed ``x`` to the model's stack in place of its embedding step, and record, in call order, the mask of every
+    ``_drop`` (read by ``drawn_mask``) and the output of every ``_sublayer``: two lists, filled as the model runs."""
+    drawn: list[torch.Tensor] = []
+    outputs: list[torch.Tensor] = []
+    drop, sublayer = model._drop, model._sublayer
+
+    def recorded_drop(t: torch.Tensor) -> torch.Tensor:
+        out, keep = drawn_mask(drop, t)
+        drawn.append(keep)
+        return out
+
+    def recorded_sublayer(*args: Any) -> torch.Tensor:
+        outputs.append(sublayer(*args))
+        return outputs[-1]
+
+    model.embed = lambda tokens, start=0: x
+    model._drop, model._sublayer = recorded_drop, recorded_sublayer
+    return drawn, outputs
+
+
+def _sublayer_masks(drawn: list[torch.Tensor], count: int) -> list[torch.Tensor]:
+    """The masks of a layer's ``count`` sub-layers: exactly one ``_drop`` per sub-layer (§5.4)."""
+    if len(drawn) != count:
+        raise RuntimeError(f"the layer called _drop {len(drawn)} times, expected once per sub-layer ({count})")
+    return drawn
+
+
+def _lengths_of(mask: torch.Tensor | None, b: int, n_q: int, n_k: int, name: str, device: torch.device) -> torch.Tensor:
+    """The key lengths (B,) of a key-padding mask (the one kind of mask the model builds, ``Transformer.key_mask``):
+    every key where ``mask`` is None; Unsupported for a mask that is not the same prefix of keys for every query."""
+    if mask is None:
+        return torch.full((b,), n_k, dtype=torch.long, device=device)
+    full = torch.broadcast_to(mask, (b, n_q, n_k))
+    lengths = full[:, 0].sum(-1)
+    prefix = torch.arange(n_k, device=mask.device)[None, None, :] < lengths[:, None, None]
+    if not torch.equal(full, prefix.expand(b, n_q, n_k)):
+        raise Unsupported(
+            f"{name}: the model masks keys by length only (a key-padding mask, Transformer.key_mask), got a mask that "
+            "is not one prefix of the keys for every query"
+        )
+    return lengths
+
+
+def _copy_in(target: Mapping[str, torch.Tensor], given: Mapping[str, Any]) -> None:
+    """Copy the suite's weights ``given`` into the model's ``target`` (both by dotted path); the biases the suite's
+    weights leave out are zero."""
+    with torch.no_grad():
+        for path, tensor in target.items():
+            value = given.get(path)
+            if value is None:
+                tensor.zero_()
+            else:
+                tensor.copy_(value)
 
 
 def _flat(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

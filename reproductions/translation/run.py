@@ -51,9 +51,9 @@ from aiayn.reproductions.translation.model import Transformer, parameter_total
 from aiayn.reproductions.translation.train import (
     TrainConfig,
     average_checkpoints,
-    checkpoints,
     collate,
     evaluate,
+    last_checkpoints,
     train,
 )
 
@@ -300,7 +300,7 @@ def run(args: Any) -> dict[str, Any]:
         "cpus": os.cpu_count(),
     }
     results["dev_last"] = evaluate(model, dev_x, tcfg.max_tokens)
-    ckpts = checkpoints(work / "checkpoints")[-tcfg.keep :]
+    ckpts = last_checkpoints(work / "checkpoints", tcfg.keep)
     model.load_state_dict(average_checkpoints(ckpts))
     results["averaged"] = [p.name for p in ckpts]
     results["dev_averaged"] = evaluate(model, dev_x, tcfg.max_tokens)

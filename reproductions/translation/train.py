@@ -37,7 +37,7 @@ import os
 import pickle
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -260,6 +260,13 @@ def load_checkpoint(path: Path, map_location: Any = "cpu") -> dict[str, Any]:
     return state
 
 
+def last_checkpoints(folder: Path, n: int) -> list[Path]:
+    """The checkpoints §6.1 averages: the newest ``n`` of ``folder`` by step (all of them where fewer), oldest first."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n: expected a number of checkpoints >= 1, got {n!r}")
+    return checkpoints(folder)[-n:]
+
+
 def average_checkpoints(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
     """Elementwise mean of the models in ``paths`` (§6.1 checkpoint averaging), accumulated in float64."""
     if not paths:
@@ -289,6 +296,12 @@ def _fmt_time(seconds: float) -> str:
     )
 
 
+def adam(parameters: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Adam:
+    """§5.3's optimizer: Adam with ``cfg.betas`` and ``cfg.adam_eps``; its learning rate, 0 here, is set on each param
+    group before every step (Eq. (3), in :func:`train`)."""
+    return torch.optim.Adam(parameters, lr=0.0, betas=cfg.betas, eps=cfg.adam_eps)
+
+
 def train(
     model: Transformer, examples: Sequence[Example], cfg: TrainConfig, folder: Path, *, log=print
 ) -> dict[str, Any]:
@@ -300,7 +313,7 @@ def train(
     rank, world = _world()
     parts = world * cfg.accumulate
     eps_ls = model.config.eps_ls
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=cfg.betas, eps=cfg.adam_eps)
+    optimizer = adam(model.parameters(), cfg)
     step, cursor, tokens_seen, seconds_before = 0, (0, 0), 0, 0.0
     found = checkpoints(folder)
     if found:

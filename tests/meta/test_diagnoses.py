@@ -72,6 +72,9 @@ def _paper_cases() -> list[tuple[str, dict[str, Any], Any]]:
         "betas": [0.9, 0.98],
         "eps": 1e-9,
     }
+    # the masks of a layer in training mode, by sub-layer: about a third dropped
+    enc_keep = {name: RNG.random(x.shape) >= 0.3 for name in RM.ENCODER_SUBLAYERS}
+    dec_keep = {name: RNG.random((2, 2, 4)) >= 0.3 for name in RM.DECODER_SUBLAYERS}
     # 70 queries: past the last whole tile of 16, 32 and 64 rows (a kernel that leaves its last partial tile unwritten)
     long_q, long_k, long_v = RNG.normal(size=(70, 4)), RNG.normal(size=(9, 4)), RNG.normal(size=(9, 3))
     return [
@@ -146,6 +149,38 @@ def _paper_cases() -> list[tuple[str, dict[str, Any], Any]]:
                 "fully_masked": "nan",
             },
             lambda: RM.decoder_layer(x[:, :2], x, p["decoder"][0], 2, None, None, eps=1e-6),
+        ),
+        (
+            "encoder_layer_training",
+            {
+                "x": x,
+                "params": p["encoder"][0],
+                "num_heads": 2,
+                "p": 0.3,
+                "seed": 0,
+                "mask": None,
+                "keep": enc_keep,
+                "eps": 1e-6,
+                "fully_masked": "nan",
+            },
+            lambda: RM.encoder_layer(x, p["encoder"][0], 2, None, eps=1e-6, keep=enc_keep, p_drop=0.3),
+        ),
+        (
+            "decoder_layer_training",
+            {
+                "y": x[:, :2],
+                "memory": x,
+                "params": p["decoder"][0],
+                "num_heads": 2,
+                "p": 0.3,
+                "seed": 0,
+                "self_mask": None,
+                "memory_mask": None,
+                "keep": dec_keep,
+                "eps": 1e-6,
+                "fully_masked": "nan",
+            },
+            lambda: RM.decoder_layer(x[:, :2], x, p["decoder"][0], 2, None, None, eps=1e-6, keep=dec_keep, p_drop=0.3),
         ),
         (
             "transformer_forward",

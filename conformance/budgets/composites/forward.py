@@ -323,13 +323,40 @@ def _add_ffn(g: _Graph, name: str, x: str, ffn: Mapping[str, np.ndarray]) -> Non
     )
 
 
+def _add_dropout(g: _Graph, sub: str, keep: Mapping[str, np.ndarray] | None, name: str, p: float) -> str:
+    """§5.4's dropout of a sub-layer's output given its mask, keep x / (1 - p): a stage whose local error is
+    ``budgets.forward.dropout``'s and whose Jacobian is the same mask and scale; ``keep`` None (evaluation): none."""
+    if keep is None:
+        return sub
+    kept = np.asarray(keep[name], dtype=bool)
+    scale = np.where(kept, 1 / (1 - p), 0.0)
+    value = g.values[sub] * scale
+    g.stage(
+        f"{sub}.drop",
+        (sub,),
+        value,
+        lambda a, ta: ta * scale,
+        lambda prec: B.dropout(value, p, prec),
+        lambda c: (c * scale,),
+    )
+    return f"{sub}.drop"
+
+
 def _encoder(
-    g: _Graph, x: str, params: Mapping[str, Any], h: int, mask: np.ndarray | None, eps: float, tag: str
+    g: _Graph,
+    x: str,
+    params: Mapping[str, Any],
+    h: int,
+    mask: np.ndarray | None,
+    eps: float,
+    tag: str,
+    keep: Mapping[str, np.ndarray] | None = None,
+    p: float = 0.0,
 ) -> str:
     _add_mha(g, f"{tag}.attn", x, x, x, params["self_attn"], h, mask)
-    _add_residual_norm(g, f"{tag}.z", x, f"{tag}.attn", params["norm1"], eps)
+    _add_residual_norm(g, f"{tag}.z", x, _add_dropout(g, f"{tag}.attn", keep, "self_attn", p), params["norm1"], eps)
     _add_ffn(g, f"{tag}.ffn", f"{tag}.z", params["ffn"])
-    _add_residual_norm(g, f"{tag}.out", f"{tag}.z", f"{tag}.ffn", params["norm2"], eps)
+    _add_residual_norm(g, f"{tag}.out", f"{tag}.z", _add_dropout(g, f"{tag}.ffn", keep, "ffn", p), params["norm2"], eps)
     return f"{tag}.out"
 
 
@@ -343,13 +370,16 @@ def _decoder(
     memory_mask: np.ndarray | None,
     eps: float,
     tag: str,
+    keep: Mapping[str, np.ndarray] | None = None,
+    p: float = 0.0,
 ) -> str:
     _add_mha(g, f"{tag}.self", y, y, y, params["self_attn"], h, self_mask)
-    _add_residual_norm(g, f"{tag}.a", y, f"{tag}.self", params["norm1"], eps)
+    _add_residual_norm(g, f"{tag}.a", y, _add_dropout(g, f"{tag}.self", keep, "self_attn", p), params["norm1"], eps)
     _add_mha(g, f"{tag}.cross", f"{tag}.a", memory, memory, params["cross_attn"], h, memory_mask)
-    _add_residual_norm(g, f"{tag}.b", f"{tag}.a", f"{tag}.cross", params["norm2"], eps)
+    cross = _add_dropout(g, f"{tag}.cross", keep, "cross_attn", p)
+    _add_residual_norm(g, f"{tag}.b", f"{tag}.a", cross, params["norm2"], eps)
     _add_ffn(g, f"{tag}.ffn", f"{tag}.b", params["ffn"])
-    _add_residual_norm(g, f"{tag}.out", f"{tag}.b", f"{tag}.ffn", params["norm3"], eps)
+    _add_residual_norm(g, f"{tag}.out", f"{tag}.b", _add_dropout(g, f"{tag}.ffn", keep, "ffn", p), params["norm3"], eps)
     return f"{tag}.out"
 
 
@@ -384,11 +414,15 @@ def encoder_layer(
     mask: np.ndarray | None,
     eps: float,
     precisions: Sequence[Precision],
+    keep: Mapping[str, np.ndarray] | None = None,
+    p: float = 0.0,
 ) -> np.ndarray:
-    """First-order bound for the encoder layer (§3.1): MHA, sum, LayerNorm, FFN, sum, LayerNorm."""
+    """First-order bound for the encoder layer (§3.1): MHA, sum, LayerNorm, FFN, sum, LayerNorm; in training mode
+    (``keep``: the masks of §5.4's dropout by sub-layer, ``p`` its rate) each sub-layer's output dropped before its
+    sum."""
     g = _Graph()
     _input(g, "x", x)
-    return g.bound(_encoder(g, "x", params, num_heads, mask, eps, "enc"), precisions)
+    return g.bound(_encoder(g, "x", params, num_heads, mask, eps, "enc", keep, p), precisions)
 
 
 def decoder_layer(
@@ -400,13 +434,17 @@ def decoder_layer(
     memory_mask: np.ndarray | None,
     eps: float,
     precisions: Sequence[Precision],
+    keep: Mapping[str, np.ndarray] | None = None,
+    p: float = 0.0,
 ) -> np.ndarray:
-    """First-order bound for the decoder layer (§3.1); ``self_mask`` None means causal (§3.2.3)."""
+    """First-order bound for the decoder layer (§3.1); ``self_mask`` None means causal (§3.2.3); ``keep``, ``p``: as
+    :func:`encoder_layer`'s."""
     self_mask = causal(y.shape[-2]) if self_mask is None else self_mask
     g = _Graph()
     _input(g, "y", y)
     _input(g, "memory", memory)
-    return g.bound(_decoder(g, "y", "memory", params, num_heads, self_mask, memory_mask, eps, "dec"), precisions)
+    out = _decoder(g, "y", "memory", params, num_heads, self_mask, memory_mask, eps, "dec", keep, p)
+    return g.bound(out, precisions)
 
 
 def _embedding(g: _Graph, name: str, tokens: np.ndarray, embedding: np.ndarray) -> None:
