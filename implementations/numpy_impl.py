@@ -315,9 +315,7 @@ class NumpyImplementation(ImplementationBase):
             raise ValueError(f"betas: expected a pair of numbers in [0, 1), got {betas!r}")
         if not lr >= 0 or not eps > 0:
             raise ValueError(f"lr, eps: expected lr >= 0 and eps > 0, got {lr!r}, {eps!r}")
-        b1, b2 = dt.type(betas[0]), dt.type(betas[1])
-        m1 = b1 * m + (dt.type(1) - b1) * grad
-        v1 = b2 * v + (dt.type(1) - b2) * (grad * grad)
+        m1, v1 = adam_moments(grad, m, v, betas, dt)
         c1, c2 = 1.0 - float(betas[0]) ** int(step), 1.0 - float(betas[1]) ** int(step)
         den = np.sqrt(v1 / dt.type(c2)) + dt.type(eps)
         return param - dt.type(lr / c1) * m1 / den, m1, v1
@@ -1367,3 +1365,10 @@ class _Dropouts:
         y, keep = self.impl.dropout(t, self.p, [self.seed, len(self.masks)])
         self.masks.append(keep)
         return y
+
+
+def adam_moments(grad: np.ndarray, m: np.ndarray, v: np.ndarray, betas: Any, dt: np.dtype) -> tuple[Any, Any]:
+    """Adam's moments after one step in ``dt`` (Kingma & Ba, Algorithm 1): m_t = beta1 m + (1 - beta1) g and
+    v_t = beta2 v + (1 - beta2) g^2, each beta rounded to ``dt``."""
+    b1, b2 = dt.type(betas[0]), dt.type(betas[1])
+    return b1 * m + (dt.type(1) - b1) * grad, b2 * v + (dt.type(1) - b2) * (grad * grad)

@@ -11,12 +11,24 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from aiayn.reference._exact import HIGH_DPS, round_to_float64
+from aiayn.reference._exact import HIGH_DPS, correctly_rounded, round_to_float64
 
 #: The unit roundoffs the tier-agreement bounds are written in (exact, as mpf).
 u = mpmath.mpf(2) ** -64  # longdouble (x87 extended, 64-bit significand): the fast tier's working precision
 U = mpmath.mpf(2) ** -53  # float64: the final rounding
 TINY = mpmath.mpf(2) ** -1075  # half the float64 subnormal spacing: one rounding's absolute error in that range
+
+
+def gamma(n: int, unit: mpmath.mpf = u) -> mpmath.mpf:
+    """gamma_n = n unit / (1 - n unit), the bound on n roundings' relative error [Higham, §3.1]."""
+    return n * unit / (1 - n * unit)
+
+
+def rounded(truth) -> np.ndarray:
+    """fl64 of a truth evaluated at HIGH_DPS (a callable that evaluates it, or the values already evaluated), made
+    certain by _exact's Ziv loop."""
+    compute = truth if callable(truth) else (lambda: truth)
+    return correctly_rounded(lambda: np.asarray(compute(), dtype=object), HIGH_DPS)
 
 
 def assert_sandwiched(fast, true_values, bound, what: str, inputs: str) -> None:

@@ -27,12 +27,12 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
-from _sandwich import U, assert_exact_equal, assert_sandwiched, u
+from _sandwich import U, assert_exact_equal, assert_sandwiched, gamma, rounded, u
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from aiayn.reference._exact import HIGH_DPS, correctly_rounded, round_to_float64, to_mp
+from aiayn.reference._exact import HIGH_DPS, round_to_float64, to_mp
 from aiayn.reference.training import (
     _cross_entropy_mp,
     cross_entropy,
@@ -51,15 +51,6 @@ LIBM = 4 * u
 TRUTH_SLACK = mpmath.mpf(10) ** (2 - HIGH_DPS)  # relative error of a truth evaluated at HIGH_DPS
 # No extra input error: the default of the fast-tier bounds below that take one.
 _MPF_ZERO = mpmath.mpf(0)
-
-
-def gamma(n: int, unit: mpmath.mpf = u) -> mpmath.mpf:
-    return n * unit / (1 - n * unit)
-
-
-def rounded(compute) -> np.ndarray:
-    """fl64 of an independent mpmath evaluation, made certain by _exact's Ziv loop."""
-    return correctly_rounded(lambda: np.asarray(compute(), dtype=object), HIGH_DPS)
 
 
 # --------------------------------------------------------------------------------------------

@@ -40,12 +40,12 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
-from _sandwich import assert_exact_equal, assert_sandwiched, u
+from _sandwich import assert_exact_equal, assert_sandwiched, gamma, rounded, u
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from aiayn.reference._exact import HIGH_DPS, correctly_rounded
+from aiayn.reference._exact import HIGH_DPS
 from aiayn.reference.training import (
     ADAM_BETAS,
     ADAM_EPS,
@@ -64,15 +64,6 @@ from aiayn.reference.training import (
 LIBM = 4 * u
 TRUTH_SLACK = mpmath.mpf(10) ** (2 - HIGH_DPS)  # relative error of a truth evaluated at HIGH_DPS
 SECOND_ORDER = 1 + mpmath.mpf(2) ** -30  # products of two relative errors, each below 2^-45 here
-
-
-def gamma(n: int) -> mpmath.mpf:
-    return n * u / (1 - n * u)
-
-
-def rounded(values: list) -> np.ndarray:
-    """fl64 of truths already evaluated at HIGH_DPS, made certain by _exact's Ziv loop."""
-    return correctly_rounded(lambda: np.asarray(values, dtype=object), HIGH_DPS)
 
 
 # --------------------------------------------------------------------------------------------

@@ -406,9 +406,7 @@ class AdamEpsInsideSqrt(Mutant):
 
     def adam_step(self, param, grad, m, v, step, lr, betas, eps):
         dt = param.dtype
-        b1, b2 = dt.type(betas[0]), dt.type(betas[1])
-        m1 = b1 * m + (dt.type(1) - b1) * grad
-        v1 = b2 * v + (dt.type(1) - b2) * (grad * grad)
+        m1, v1 = base.adam_moments(grad, m, v, betas, dt)
         c1, c2 = 1.0 - float(betas[0]) ** step, 1.0 - float(betas[1]) ** step
         return param - dt.type(lr / c1) * m1 / np.sqrt(v1 / dt.type(c2) + dt.type(eps)), m1, v1
 
@@ -421,9 +419,7 @@ class AdamNoBiasCorrection(Mutant):
 
     def adam_step(self, param, grad, m, v, step, lr, betas, eps):
         dt = param.dtype
-        b1, b2 = dt.type(betas[0]), dt.type(betas[1])
-        m1 = b1 * m + (dt.type(1) - b1) * grad
-        v1 = b2 * v + (dt.type(1) - b2) * (grad * grad)
+        m1, v1 = base.adam_moments(grad, m, v, betas, dt)
         return param - dt.type(lr) * m1 / (np.sqrt(v1) + dt.type(eps)), m1, v1
 
 

@@ -12,14 +12,9 @@ import pytest
 from aiayn.conformance.checks import load_all
 from aiayn.conformance.inputs import fixed as F
 from aiayn.conformance.run.harness import CHECKS, ConformanceFailure
-from aiayn.implementations.numpy_impl import NumpyImplementation
+from aiayn.implementations.numpy_impl import NumpyImplementation, adam_moments
 
 load_all()
-
-
-def _moments(dt: np.dtype, grad: Any, m: Any, v: Any, betas: Any) -> tuple[Any, Any]:
-    b1, b2 = dt.type(betas[0]), dt.type(betas[1])
-    return b1 * m + (1 - b1) * grad, b2 * v + (1 - b2) * grad * grad
 
 
 class KerasOrder(NumpyImplementation):
@@ -29,7 +24,7 @@ class KerasOrder(NumpyImplementation):
 
     def adam_step(self, param, grad, m, v, step, lr, betas, eps):  # type: ignore[no-untyped-def]
         dt = param.dtype
-        m1, v1 = _moments(dt, grad, m, v, betas)
+        m1, v1 = adam_moments(grad, m, v, betas, dt)
         b1, b2, t = dt.type(betas[0]), dt.type(betas[1]), dt.type(step)
         alpha = dt.type(lr) * np.sqrt(1 - b2**t) / (1 - b1**t)
         return param - (m1 * alpha) / (np.sqrt(v1) + dt.type(eps)), m1, v1
@@ -42,7 +37,7 @@ class InsideUncorrected(NumpyImplementation):
 
     def adam_step(self, param, grad, m, v, step, lr, betas, eps):  # type: ignore[no-untyped-def]
         dt = param.dtype
-        m1, v1 = _moments(dt, grad, m, v, betas)
+        m1, v1 = adam_moments(grad, m, v, betas, dt)
         return param - dt.type(lr) * m1 / np.sqrt(v1 + dt.type(eps)), m1, v1
 
 
