@@ -395,6 +395,32 @@ def _layer_training_call(name: str, arguments: tuple[str, ...], sublayers: tuple
     return call
 
 
+def _model_training_call(case: Any, natives: Mapping[str, Any], a: Args) -> np.ndarray:
+    """The whole model in training mode: a mapping of its logits and its masks by place
+    (``reference.model.dropout_places``), each judged by the harness (the masks bool arrays of the shapes they drop);
+    the masks join the arguments as ``keep`` and the logits are the result."""
+    src, tgt, params = np.shape(a["src"]), np.shape(a["tgt"]), a["params"]
+    vocab, d = np.shape(params["embedding"])
+    places = ref_model.dropout_places(len(params["encoder"]), len(params["decoder"]))
+    shapes = {"logits": (*tgt, vocab)} | {
+        place: (*(src if place.startswith(("src", "encoder")) else tgt), d) for place in places
+    }
+    got = case.run(
+        "transformer_forward_training",
+        [natives[n] for n in MODEL_TRAINING_ARGUMENTS],
+        parts=shapes,
+        part_dtypes=MappingProxyType(dict.fromkeys(places, "bool")),
+    )
+    parts, start = {}, 0
+    for name, shape in shapes.items():
+        size = int(np.prod(shape))
+        parts[name] = got[start : start + size].reshape(shape)
+        start += size
+    a["keep"] = {place: parts[place] != 0 for place in places}  # type: ignore[index]
+    return parts["logits"]
+
+
+MODEL_TRAINING_ARGUMENTS = ("src", "tgt", "params", "num_heads", "p", "seed", "src_lengths", "tgt_lengths")
 ENCODER_TRAINING_ARGUMENTS = ("x", "params", "num_heads", "p", "seed", "mask")
 DECODER_TRAINING_ARGUMENTS = ("y", "memory", "params", "num_heads", "p", "seed", "self_mask", "memory_mask")
 
@@ -938,6 +964,47 @@ _RECORDS: tuple[Equation, ...] = (
                 rows="src",
             ),
         ),
+    ),
+    Equation(
+        name="transformer_forward_training",
+        title="full forward pass in training mode (Figure 1, §5.4's residual dropout)",
+        short="whole model, training",
+        arguments=MODEL_TRAINING_ARGUMENTS,
+        call=_model_training_call,
+        oracle_name="transformer_forward (keep=, p_drop=)",
+        policies=_eps,
+        oracle=lambda a: ref_model.transformer_forward(
+            a["src"],
+            a["tgt"],
+            a["params"],
+            a["num_heads"],
+            src_lengths=a["src_lengths"],
+            tgt_lengths=a["tgt_lengths"],
+            eps=a["eps"],
+            keep=a["keep"],
+            p_drop=a["p"],
+        ),
+        budget=lambda a, e, prec: PR.transformer_forward(
+            a["src"],
+            a["tgt"],
+            a["params"],
+            a["num_heads"],
+            a["src_lengths"],
+            a["tgt_lengths"],
+            a["eps"],
+            prec,
+            keep=a["keep"],
+            p=a["p"],
+        ),
+        oracle_share=PROPAGATED,
+        budget_name="first-order bound with dropout's stages, budgets.composites.forward.transformer_forward",
+        model=D.transformer_forward,
+        model_policies=_layers_model,
+        departures=_LAYER_FAMILIES | {"causal", "positional", "embedding", "final_norm", "dropout"},
+        strategy=S.forward_training_inputs,
+        undefined=_padded_targets,
+        differentiable=False,
+        no_backward="not yet: the evaluation model's VJP with each dropped array's cotangent masked and scaled",
     ),
 )
 

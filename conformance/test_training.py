@@ -180,3 +180,23 @@ def test_decoder_layer_applies_no_dropout_at_evaluation(impl: Any, dtype: str, d
     T.decoder_layer_applies_no_dropout_at_evaluation(
         impl, dtype, **data.draw(S.decoder_inputs(dtype, scope=S.scope(impl, "decoder_layer")))
     )
+
+
+@pytest.mark.aiayn_equation("transformer_forward_training")
+@profile(0.375)
+@given(data=st.data())
+def test_transformer_forward_training(impl: Any, dtype: str, data: st.DataObject) -> None:
+    T.transformer_forward_training(
+        impl, dtype, **data.draw(S.forward_training_inputs(dtype, scope=S.scope(impl, "transformer_forward_training")))
+    )
+
+
+@pytest.mark.aiayn_equation("transformer_forward_training")
+@profile(0.125)
+@given(data=st.data())
+def test_transformer_forward_training_keeps_each_element_with_probability_one_minus_p(
+    impl: Any, dtype: str, data: st.DataObject
+) -> None:
+    T.transformer_forward_training_keeps_each_element_with_probability_one_minus_p(
+        impl, dtype, **data.draw(S.forward_training_inputs(dtype, scope=S.scope(impl, "transformer_forward_training")))
+    )

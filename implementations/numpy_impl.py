@@ -564,6 +564,29 @@ class NumpyImplementation(ImplementationBase):
         _, ys, _, _ = self._stacks(src_tokens, tgt_tokens, params, num_heads, src_lengths, tgt_lengths)
         return ys[-1] @ params["embedding"].T  # (B, n_tgt, V)
 
+    def transformer_forward_training(
+        self,
+        src_tokens: np.ndarray,
+        tgt_tokens: np.ndarray,
+        params: Mapping[str, Any],
+        num_heads: int,
+        p: float,
+        seed: int,
+        src_lengths: np.ndarray | None = None,
+        tgt_lengths: np.ndarray | None = None,
+    ) -> dict[str, np.ndarray]:
+        """:meth:`transformer_forward` with §5.4's dropout on the embeddings' sums and on each sub-layer's output: the
+        logits and the masks drawn, by place."""
+        drop = _Dropouts(self, p, seed)
+        _, ys, _, _ = self._stacks(src_tokens, tgt_tokens, params, num_heads, src_lengths, tgt_lengths, drop)
+        places = (
+            "src_embedding",
+            *(f"encoder.{i}.{s}" for i in range(len(params["encoder"])) for s in ("self_attn", "ffn")),
+            "tgt_embedding",
+            *(f"decoder.{i}.{s}" for i in range(len(params["decoder"])) for s in ("self_attn", "cross_attn", "ffn")),
+        )
+        return {"logits": ys[-1] @ params["embedding"].T, **dict(zip(places, drop.masks, strict=True))}
+
     def _stacks(
         self,
         src_tokens: np.ndarray,
@@ -572,10 +595,11 @@ class NumpyImplementation(ImplementationBase):
         num_heads: int,
         src_lengths: np.ndarray | None,
         tgt_lengths: np.ndarray | None,
+        drop: Any = None,
     ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray | None, np.ndarray]:
         """Figure 1 up to the logits: each encoder layer's input then the memory (B, n_src, d_model), each decoder
         layer's input then the decoder's output (B, n_tgt, d_model), and the masks (source padding; target causal
-        and padding)."""
+        and padding). ``drop``: §5.4's dropout (training mode), drawn in the order applied; None: evaluation."""
         embedding, positional = params["embedding"], params.get("positional")  # (V, d_model), (max_len, d_model)
         arrays = {"params['embedding']": embedding} | (
             {} if positional is None else {"params['positional']": positional}
@@ -592,12 +616,20 @@ class NumpyImplementation(ImplementationBase):
         tgt_mask = (
             causal if tgt_lengths is None else causal & _padding_mask(tgt_lengths, n_tgt, "tgt_lengths")
         )  # (B, n_tgt, n_tgt)
-        xs = [self._embed(src_tokens, embedding, positional, dt)]
+        if drop is None:
+            xs = [self._embed(src_tokens, embedding, positional, dt)]
+            for layer in params["encoder"]:
+                xs.append(self.encoder_layer(xs[-1], layer, num_heads, src_mask))
+            ys = [self._embed(tgt_tokens, embedding, positional, dt)]
+            for layer in params["decoder"]:
+                ys.append(self.decoder_layer(ys[-1], xs[-1], layer, num_heads, tgt_mask, src_mask))
+            return xs, ys, src_mask, tgt_mask
+        xs = [drop(self._embed(src_tokens, embedding, positional, dt))]
         for layer in params["encoder"]:
-            xs.append(self.encoder_layer(xs[-1], layer, num_heads, src_mask))
-        ys = [self._embed(tgt_tokens, embedding, positional, dt)]
+            xs.append(self._encoder(xs[-1], layer, num_heads, src_mask, drop))
+        ys = [drop(self._embed(tgt_tokens, embedding, positional, dt))]
         for layer in params["decoder"]:
-            ys.append(self.decoder_layer(ys[-1], xs[-1], layer, num_heads, tgt_mask, src_mask))
+            ys.append(self._decoder(ys[-1], xs[-1], layer, num_heads, tgt_mask, src_mask, drop))
         return xs, ys, src_mask, tgt_mask
 
     def _embed(

@@ -173,6 +173,7 @@ EQUATIONS: tuple[str, ...] = (
     "encoder_layer_training",  # §3.1 with §5.4's residual dropout
     "decoder_layer_training",  # §3.1 with §5.4's residual dropout
     "transformer_forward",  # §3.1-§3.5, Figure 1
+    "transformer_forward_training",  # Figure 1 with §5.4's residual dropout
 )
 
 #: The policies an implementation declares where the paper leaves a choice open, and the values
@@ -725,6 +726,30 @@ class CompleteImplementation(Implementation, Protocol):
         causal and sees target keys j < tgt_lengths[b]. The logits at padded target positions
         (i >= tgt_lengths[b]) are not compared (no decoder defines them, nothing reads them): an
         implementation may return anything there; they are counted as not checked.
+        """
+        ...
+
+    def transformer_forward_training(
+        self,
+        src_tokens: Any,
+        tgt_tokens: Any,
+        params: Mapping[str, Any],
+        num_heads: int,
+        p: float,
+        seed: int,
+        src_lengths: Any | None = None,
+        tgt_lengths: Any | None = None,
+    ) -> Mapping[str, Any]:
+        """The whole model in training mode (Figure 1 with §5.4's residual dropout, P_drop = ``p``).
+
+        :meth:`transformer_forward` with dropout, as :meth:`dropout`, "to the sums of the embeddings and the positional
+        encodings in both the encoder and decoder stacks" and to each sub-layer's output before its residual sum (as
+        :meth:`encoder_layer_training` and :meth:`decoder_layer_training`), nowhere else. ``seed`` (a Python int) fixes
+        the draws. Returns a mapping: ``"logits"``, the logits (B, n_tgt, vocab) in the call's dtype, and the mask drawn
+        at each place, a native bool array of the shape it drops (True = kept): ``"src_embedding"`` (B, n_src, d_model),
+        ``"encoder.<i>.self_attn"`` and ``"encoder.<i>.ffn"`` for each encoder layer i (B, n_src, d_model),
+        ``"tgt_embedding"`` (B, n_tgt, d_model), ``"decoder.<i>.self_attn"``, ``"decoder.<i>.cross_attn"`` and
+        ``"decoder.<i>.ffn"`` (B, n_tgt, d_model). The logits at padded target positions are not compared.
         """
         ...
 

@@ -627,6 +627,38 @@ class TorchImplementation(ImplementationBase):
         emb = params["embedding"]
         return self._linear(y, emb.transpose(0, 1), None).to(emb.dtype)  # (B, n_tgt, vocab)
 
+    def transformer_forward_training(
+        self,
+        src_tokens: torch.Tensor,
+        tgt_tokens: torch.Tensor,
+        params: Mapping[str, Any],
+        num_heads: int,
+        p: float,
+        seed: int,
+        src_lengths: torch.Tensor | None = None,
+        tgt_lengths: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """:meth:`transformer_forward` in training mode: the embeddings' sums dropped (:meth:`dropout`), each layer
+        its :meth:`encoder_layer_training` or :meth:`decoder_layer_training`; the k-th draw seeded by 1024 seed + k.
+        Returns the logits and the masks by place."""
+        src_mask = self._key_mask(src_lengths, src_tokens.shape[1])  # (B, 1, n_src)
+        n_tgt = tgt_tokens.shape[1]
+        tgt_mask = self._causal(n_tgt)  # (n_tgt, n_tgt)
+        if tgt_lengths is not None:
+            tgt_mask = tgt_mask & self._key_mask(tgt_lengths, n_tgt)  # (B, n_tgt, n_tgt)
+        seeds = (1024 * int(seed) + k for k in range(1024))
+        out: dict[str, torch.Tensor] = {}
+        x, out["src_embedding"] = self.dropout(self._embed(src_tokens, params, "src_tokens"), p, next(seeds))
+        for i, layer in enumerate(_param(params, "encoder", "params (transformer)")):
+            x, *masks = self.encoder_layer_training(x, layer, num_heads, p, next(seeds), src_mask)
+            out |= {f"encoder.{i}.{s}": m for s, m in zip(("self_attn", "ffn"), masks, strict=True)}
+        y, out["tgt_embedding"] = self.dropout(self._embed(tgt_tokens, params, "tgt_tokens"), p, next(seeds))
+        for i, layer in enumerate(_param(params, "decoder", "params (transformer)")):
+            y, *masks = self.decoder_layer_training(y, x, layer, num_heads, p, next(seeds), tgt_mask, src_mask)
+            out |= {f"decoder.{i}.{s}": m for s, m in zip(("self_attn", "cross_attn", "ffn"), masks, strict=True)}
+        emb = params["embedding"]
+        return {"logits": self._linear(y, emb.transpose(0, 1), None).to(emb.dtype), **out}
+
 
 def drawn_mask(drop: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(drop(x), keep)``: a PyTorch dropout that returns no mask, and the mask it drew, read by running ``drop`` again

@@ -98,6 +98,7 @@ class TorchNNImplementation(TorchSDPAImplementation):
             ),
             "encoder_layer_training": _EXTRA_DROPOUT,
             "decoder_layer_training": _EXTRA_DROPOUT,
+            "transformer_forward_training": _EXTRA_DROPOUT,
         }
     )
 
@@ -417,6 +418,7 @@ class TorchNNFastPath(TorchNNImplementation):
     # the fused kernels are inference's: training mode is the torch-nn row's
     encoder_layer_training = None  # type: ignore[assignment]
     decoder_layer_training = None  # type: ignore[assignment]
+    transformer_forward_training = None  # type: ignore[assignment]
 
     def __init__(self, device: str | None = None) -> None:
         super().__init__(device, fastpath=True)

@@ -93,6 +93,27 @@ ENCODER_SUBLAYERS = ("self_attn", "ffn")
 DECODER_SUBLAYERS = ("self_attn", "cross_attn", "ffn")
 
 
+def dropout_places(n_encoder: int, n_decoder: int) -> tuple[str, ...]:
+    """Where §5.4 drops in the whole model, in the order applied: the source's embedding sum, each encoder layer's
+    sub-layers ("encoder.<i>.self_attn", "encoder.<i>.ffn"), the target's, each decoder layer's
+    ("decoder.<i>.self_attn", "decoder.<i>.cross_attn", "decoder.<i>.ffn")."""
+    return (
+        "src_embedding",
+        *(f"encoder.{i}.{s}" for i in range(n_encoder) for s in ENCODER_SUBLAYERS),
+        "tgt_embedding",
+        *(f"decoder.{i}.{s}" for i in range(n_decoder) for s in DECODER_SUBLAYERS),
+    )
+
+
+def layer_keep(keep: Mapping[str, Any] | None, stack: str, i: int) -> dict[str, Any] | None:
+    """The masks of layer ``i`` of ``stack`` ("encoder" or "decoder") among the whole model's (:func:`dropout_places`),
+    by sub-layer name; None: evaluation."""
+    if keep is None:
+        return None
+    names = ENCODER_SUBLAYERS if stack == "encoder" else DECODER_SUBLAYERS
+    return {s: keep[f"{stack}.{i}.{s}"] for s in names}
+
+
 def _residual_dropout(keep: Any, p_drop: float, sublayers: tuple[str, ...]) -> Callable[[str, Callable], Callable]:
     """Wraps a sub-layer so that its output goes through §5.4's dropout with ``keep[name]`` (identity: ``keep`` None,
     evaluation mode)."""
@@ -208,6 +229,8 @@ def transformer_forward(
     src_lengths: Any = None,
     tgt_lengths: Any = None,
     eps: float = DEFAULT_EPS,
+    keep: Mapping[str, Any] | None = None,
+    p_drop: float = P_DROP,
 ) -> np.ndarray:
     """The full encoder-decoder forward pass to pre-softmax logits (teacher forcing).
 
@@ -220,7 +243,9 @@ def transformer_forward(
         vocabulary). Padding: ``src_lengths`` masks padded source keys in encoder self-attention
         and encoder-decoder attention; ``tgt_lengths`` masks padded target keys in decoder
         self-attention (combined with the causal mask). A length of 0 gives fully masked rows
-        (NaN, the attention's default policy). Dropout excluded; no final LayerNorm.
+        (NaN, the attention's default policy). No final LayerNorm. ``keep`` None: evaluation mode, no dropout; else
+        training mode given its masks by place (:func:`dropout_places`: bool, each of the array it drops's shape),
+        §5.4's dropout with rate ``p_drop`` on the embeddings' sums and on each layer's sub-layer outputs.
 
     Shapes: src_tokens (B, n_src), tgt_tokens (B, n_tgt) integer ids -> logits (B, n_tgt, vocab).
     """
@@ -235,12 +260,24 @@ def transformer_forward(
         )
     src_mask, tgt_mask = _masks(src.shape[1], tgt.shape[1], src_lengths, tgt_lengths)
 
-    x = _embed(src, params, "src_tokens")  # (B, n_src, d_model)
-    for layer in _layers(params, "encoder"):
-        x = encoder_layer(x, layer, h, src_mask, eps=eps)
-    y = _embed(tgt, params, "tgt_tokens")  # (B, n_tgt, d_model)
-    for layer in _layers(params, "decoder"):
-        y = decoder_layer(y, x, layer, h, tgt_mask, src_mask, eps=eps)
+    encoders, decoders = _layers(params, "encoder"), _layers(params, "decoder")
+    if keep is not None:
+        places = dropout_places(len(encoders), len(decoders))
+        if not isinstance(keep, Mapping) or set(keep) != set(places):
+            got = sorted(map(str, keep)) if isinstance(keep, Mapping) else type(keep).__name__
+            raise ValueError(f"keep: expected a mapping of the places {list(places)} to boolean masks, got {got}")
+
+    def drop(a: np.ndarray, place: str) -> np.ndarray:
+        return a if keep is None else dropout(a, keep[place], p_drop)
+
+    x = drop(_embed(src, params, "src_tokens"), "src_embedding")  # (B, n_src, d_model)
+    for i, layer in enumerate(encoders):
+        x = encoder_layer(x, layer, h, src_mask, eps=eps, keep=layer_keep(keep, "encoder", i), p_drop=p_drop)
+    y = drop(_embed(tgt, params, "tgt_tokens"), "tgt_embedding")  # (B, n_tgt, d_model)
+    for i, layer in enumerate(decoders):
+        y = decoder_layer(
+            y, x, layer, h, tgt_mask, src_mask, eps=eps, keep=layer_keep(keep, "decoder", i), p_drop=p_drop
+        )
     return output_logits(y, params["embedding"])  # (B, n_tgt, vocab)
 
 

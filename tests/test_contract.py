@@ -285,6 +285,28 @@ def _equation_cases(rng: np.random.Generator) -> dict[str, tuple[tuple, Any]]:
             ),
             (2, 4, VOCAB),
         ),
+        "transformer_forward_training": (
+            (
+                ids(2, 5),
+                ids(2, 4),
+                {
+                    "embedding": normal((VOCAB, D_MODEL)) / np.sqrt(D_MODEL),
+                    "encoder": [_layer_params(rng, False)],
+                    "decoder": [_layer_params(rng, True)],
+                },
+                HEADS,
+                0.1,
+                7,
+                np.array([5, 3]),
+                np.array([4, 2]),
+            ),
+            {"logits": (2, 4, VOCAB)}
+            | {p: (2, 5, D_MODEL) for p in ("src_embedding", "encoder.0.self_attn", "encoder.0.ffn")}
+            | {
+                p: (2, 4, D_MODEL)
+                for p in ("tgt_embedding", "decoder.0.self_attn", "decoder.0.cross_attn", "decoder.0.ffn")
+            },
+        ),
     }
 
 
@@ -347,6 +369,18 @@ def test_equation_keeps_inputs_and_returns_the_declared_shape_and_dtype(impl: An
             assert isinstance(out, float), (
                 f"{impl.name}.{equation} returned {type(out).__name__}, expected a Python float"
             )
+            continue
+        if isinstance(shape, dict) and shape:  # the whole model in training mode: its logits and masks by place
+            assert isinstance(out, Mapping) and set(out) == set(shape), (
+                f"{impl.name}.{equation} returned {type(out).__name__}, expected a mapping of {sorted(shape)}"
+            )
+            for name, part in out.items():
+                result = impl.to_numpy(part)
+                on_grid = result.dtype == np.bool_ if name != "logits" else _on_dtype_grid(impl, result, dtype)
+                assert result.shape == shape[name] and on_grid, (
+                    f"{impl.name}.{equation} ({dtype}) returned {name} of shape {result.shape} or not a "
+                    f"{'bool' if name != 'logits' else dtype} array"
+                )
             continue
         if isinstance(shape, dict):  # averaged checkpoints: the parameters' names and shapes
             names = set(args[0][next(iter(args[0]))])

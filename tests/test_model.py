@@ -204,3 +204,34 @@ def test_training_layers_name_a_wrong_set_of_masks():
         decoder_layer(x, x, params["decoder"][0], 2, keep=_masks(("self_attn", "ffn"), x.shape, True))
     with pytest.raises(TypeError, match="keep: expected a boolean array"):
         encoder_layer(x, params["encoder"][0], 2, keep=_masks(("self_attn", "ffn"), x.shape, 1.0))
+
+
+def test_the_whole_model_in_training_mode_drops_the_embeddings_sums_and_each_sub_layer():
+    """keep all True at rate 0 is the evaluation model bit for bit; with the source's embedding sum dropped whole
+    (every other place kept, rate 0), the logits are those of a composition by hand whose encoder reads zeros (the
+    layers, the target's embedding sum and the tied projection called one by one); every place is needed."""
+    from aiayn.reference.layers import embedding_lookup, output_logits
+    from aiayn.reference.model import dropout_places
+    from aiayn.reference.positional import positional_encoding
+
+    rng = np.random.default_rng(10)
+    params = init_params(SMALL, 11, rng)
+    src, tgt = rng.integers(0, 11, size=(2, 4)), rng.integers(0, 11, size=(2, 3))
+    places = dropout_places(2, 2)
+    assert places[:3] == ("src_embedding", "encoder.0.self_attn", "encoder.0.ffn") and places[5] == "tgt_embedding"
+
+    def masks(dropped: str = "") -> dict[str, np.ndarray]:
+        return {p: np.full((2, 4 if p.startswith(("src", "encoder")) else 3, 8), p != dropped) for p in places}
+
+    evaluation = transformer_forward(src, tgt, params, 2)
+    assert np.array_equal(transformer_forward(src, tgt, params, 2, keep=masks(), p_drop=0.0), evaluation)
+    memory = np.zeros((2, 4, 8))
+    for layer in params["encoder"]:
+        memory = encoder_layer(memory, layer, 2)
+    y = embedding_lookup(tgt, params["embedding"]) + positional_encoding(3, 8)
+    for layer in params["decoder"]:
+        y = decoder_layer(y, memory, layer, 2)
+    expected = output_logits(y, params["embedding"])
+    assert np.array_equal(transformer_forward(src, tgt, params, 2, keep=masks("src_embedding"), p_drop=0.0), expected)
+    with pytest.raises(ValueError, match="keep: expected a mapping of the places"):
+        transformer_forward(src, tgt, params, 2, keep={p: m for p, m in masks().items() if p != "decoder.1.ffn"})

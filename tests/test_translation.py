@@ -957,6 +957,7 @@ def test_training_adapter_meets_the_contract() -> None:
         "average_checkpoints",
         "encoder_layer_training",
         "decoder_layer_training",
+        "transformer_forward_training",
     }
 
 
@@ -1088,8 +1089,8 @@ def test_training_adapter_leaves_its_inputs_and_the_global_generator_alone() -> 
 
 
 def test_the_training_code_passes_the_suites_checks(tmp_path: Path) -> None:
-    """train.py's Adam and checkpoint averaging, model.py's dropout and layers in training mode
-    (``checked.TranslationTraining``) through the suite's checks of those five equations at the smoke profile."""
+    """train.py's Adam and checkpoint averaging, model.py's dropout, layers and whole model in training mode
+    (``checked.TranslationTraining``) through the suite's checks of those six equations at the smoke profile."""
     import json
     import subprocess
     import sys
@@ -1106,7 +1107,7 @@ def test_the_training_code_passes_the_suites_checks(tmp_path: Path) -> None:
             "--workers",
             "0",
             "-k",
-            "adam_step or dropout or average_checkpoints or layer_training",
+            "adam_step or dropout or average_checkpoints or training",
             "--report",
             str(tmp_path),
         ],
@@ -1116,9 +1117,16 @@ def test_the_training_code_passes_the_suites_checks(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     rows = json.loads((tmp_path / "conformance-translation-training.json").read_text())["rows"]
-    five = ("adam_step", "dropout", "average_checkpoints", "encoder_layer_training", "decoder_layer_training")
-    checked = {r["equation"]: r for r in rows if r["direction"] == "forward" and r["equation"] in five}
-    assert sorted(checked) == sorted(five), sorted(checked)
+    six = (
+        "adam_step",
+        "dropout",
+        "average_checkpoints",
+        "encoder_layer_training",
+        "decoder_layer_training",
+        "transformer_forward_training",
+    )
+    checked = {r["equation"]: r for r in rows if r["direction"] == "forward" and r["equation"] in six}
+    assert sorted(checked) == sorted(six), sorted(checked)
     for name, row in checked.items():
         assert row["dtype"] == "float32" and row["status"] in ("pass", "pass within scope"), (name, row["status"])
         assert row["checked"] > 0 and row["examples"] > 0, (name, row)

@@ -297,7 +297,8 @@ def _layer_masks_keep(case: Case, p: float, seed: int, **args: object) -> None:
     keep = seen["keep"]
     kept = sum(int(np.sum(k)) for k in keep.values())
     total = sum(int(np.size(k)) for k in keep.values())
-    _count_within(case, kept, total, 1 - p, f"{case.equation}(p={p!r}, seed={seed})'s masks ({', '.join(keep)}) kept")
+    names = ", ".join(keep) if len(keep) <= 4 else f"{len(keep)} places"
+    _count_within(case, kept, total, 1 - p, f"{case.equation}(p={p!r}, seed={seed})'s masks ({names}) kept")
 
 
 @check(
@@ -339,6 +340,40 @@ def decoder_layer_training_keeps_each_element_with_probability_one_minus_p(
         num_heads=num_heads,
         self_mask=self_mask,
         memory_mask=memory_mask,
+    )
+
+
+transformer_forward_training = agreement_check("transformer_forward_training")
+
+
+@check(
+    "transformer_forward_training",
+    kind="property",
+    violates="dropout keeps each element with probability 1 - p (§5.4)",
+)
+def transformer_forward_training_keeps_each_element_with_probability_one_minus_p(
+    case: Case,
+    src: np.ndarray,
+    tgt: np.ndarray,
+    params: dict,
+    num_heads: int,
+    p: float,
+    seed: int,
+    src_lengths: np.ndarray | None,
+    tgt_lengths: np.ndarray | None,
+) -> None:
+    """The masks of every place §5.4 drops (the embeddings' sums, every sub-layer's output) keep Binomial(n, 1 - p) of
+    their n elements together."""
+    _layer_masks_keep(
+        case,
+        p,
+        seed,
+        src=src,
+        tgt=tgt,
+        params=params,
+        num_heads=num_heads,
+        src_lengths=src_lengths,
+        tgt_lengths=tgt_lengths,
     )
 
 

@@ -76,6 +76,7 @@ class Ops:
     # where a layer in training mode drops (§5.4): residual (each sub-layer's output, before its sum) | after_norm
     # (the layer's LayerNorm output) | on_sum (x + Sublayer(x), before its LayerNorm) | none (its masks not applied)
     dropout_place: str = "residual"
+    embedding_dropout: bool = True  # the whole model in training mode drops the embeddings' sums (§5.4)
     smoothing: str | None = None  # None: the declared policy; else K | K-1 | K-2 | none
 
 
@@ -413,9 +414,18 @@ def transformer_forward(
     eps: float,
     fully_masked: str,
     ops: Ops = PAPER,
+    keep: Mapping[str, Any] | None = None,
+    p: float = 0.0,
+    seed: Any = None,
 ) -> np.ndarray:
+    # keep, p, seed: training mode (§5.4), the masks the implementation drew by place (reference.model.dropout_places)
+    from aiayn.reference.model import layer_keep
+
     emb = np.asarray(params["embedding"], dtype=LD)
     d = emb.shape[1]
+
+    def drop(a: np.ndarray, place: str) -> np.ndarray:
+        return a if keep is None or not ops.embedding_dropout else dropout(a, keep[place], p, ops=ops)
 
     def embed(tokens: np.ndarray) -> np.ndarray:
         n = tokens.shape[-1]
@@ -435,14 +445,16 @@ def transformer_forward(
     if tgt_lengths is not None:
         tgt_mask = tgt_mask & (np.arange(n_tgt)[None, :] < np.asarray(tgt_lengths)[:, None])[:, None, :]
     ones, zeros = np.ones(d, dtype=LD), np.zeros(d, dtype=LD)
-    x = embed(np.asarray(src))
-    for layer in params["encoder"]:
-        x = encoder_layer(x, layer, num_heads, src_mask, eps, fully_masked, ops)
+    x = drop(embed(np.asarray(src)), "src_embedding")
+    for i, layer in enumerate(params["encoder"]):
+        x = encoder_layer(x, layer, num_heads, src_mask, eps, fully_masked, ops, layer_keep(keep, "encoder", i), p)
     if ops.final_norm in ("encoder", "both"):
         x = layer_norm(x, ones, zeros, eps, ops)
-    y = embed(np.asarray(tgt))
-    for layer in params["decoder"]:
-        y = decoder_layer(y, x, layer, num_heads, tgt_mask, src_mask, eps, fully_masked, ops)
+    y = drop(embed(np.asarray(tgt)), "tgt_embedding")
+    for i, layer in enumerate(params["decoder"]):
+        y = decoder_layer(
+            y, x, layer, num_heads, tgt_mask, src_mask, eps, fully_masked, ops, layer_keep(keep, "decoder", i), p
+        )
     if ops.final_norm in ("decoder", "both"):
         y = layer_norm(y, ones, zeros, eps, ops)
     return np.matmul(y / np.sqrt(LD(d)) if ops.output_scale == "rsqrt_d" else y, emb.T)
@@ -940,6 +952,13 @@ CATALOGUE: tuple[Departure, ...] = (
         "sub-layer's output only",
         "dropout",
         dropout_place="on_sum",
+    ),
+    _d(
+        "no dropout of the embeddings' sums",
+        "E[x] sqrt(d_model) + PE left whole in training mode, where §5.4 drops it in both stacks (the masks returned "
+        "but not applied there)",
+        "dropout",
+        embedding_dropout=False,
     ),
     _d(
         "no dropout in training mode",

@@ -1113,6 +1113,12 @@ def forward_inputs(draw: Any, dtype: str, *, kind: str = "agreement", scope: Sco
     return args
 
 
+@st.composite
+def forward_training_inputs(draw: Any, dtype: str, *, scope: Scope = FULL_SCOPE) -> dict[str, Any]:
+    """:func:`forward_inputs` in training mode: with dropout's rate p and a seed (§5.4)."""
+    return {**draw(forward_inputs(dtype, scope=scope)), **_rate_and_seed(draw)}
+
+
 # --------------------------------------------------------------------------------------------
 # decoding (§3.2.3, §6.1): chunk schedules, beam reorderings, beam searches
 

@@ -503,6 +503,25 @@ class LayerDropoutNotApplied(Mutant):
         return (out, *drop.masks)
 
 
+class EmbeddingsNotDropped(Mutant):
+    """The whole model in training mode draws a mask for each embedding sum but drops only the sub-layers' outputs."""
+
+    name, targets = "mutant-embeddings-not-dropped", frozenset({"transformer_forward_training"})
+    departure = "no dropout of the embeddings' sums"
+
+    def _stacks(self, src_tokens, tgt_tokens, params, num_heads, src_lengths, tgt_lengths, drop=None):
+        if drop is None:
+            return super()._stacks(src_tokens, tgt_tokens, params, num_heads, src_lengths, tgt_lengths)
+        embeddings = {0, 1 + 2 * len(params["encoder"])}  # the draws of the source's and the target's sums
+
+        def sub_layers_only(t):
+            k = len(drop.masks)
+            y = drop(t)
+            return t if k in embeddings else y
+
+        return super()._stacks(src_tokens, tgt_tokens, params, num_heads, src_lengths, tgt_lengths, sub_layers_only)
+
+
 class DropoutLeftOnAtEvaluation(Mutant):
     """The evaluation layer still drops (P_drop = 0.1 from a generator seeded once): a model never switched to
     evaluation mode."""
@@ -682,6 +701,7 @@ FORWARD_MUTANTS: dict[str, type[Mutant]] = {
         LayerDropoutAfterNorm,
         LayerDropoutNotApplied,
         DropoutLeftOnAtEvaluation,
+        EmbeddingsNotDropped,
         SmoothingOverKMinus1,
         CrossEntropyIgnoresSmoothing,
         CausalMaskOffByOne,

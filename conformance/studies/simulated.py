@@ -534,9 +534,12 @@ class Simulated(ImplementationBase):
         src_lengths: np.ndarray | None,
         tgt_lengths: np.ndarray | None,
         dtype: str,
+        drop: Any = None,
     ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray | None, np.ndarray]:
         """Figure 1 up to the logits: each encoder layer's input then the memory, each decoder layer's input then
-        the decoder's output, and the masks (source padding; target causal and padding)."""
+        the decoder's output, and the masks (source padding; target causal and padding). ``drop``: §5.4's dropout of
+        the embeddings' sums and every sub-layer's output (training mode); None: evaluation."""
+        d_ = drop or _identity
         emb = params["embedding"]
         if "positional" in params:
             raise ValueError("params['positional']: learned positions are not simulated (sinusoids only)")
@@ -554,12 +557,12 @@ class Simulated(ImplementationBase):
         tgt_mask = np.arange(n_tgt)[None, :] <= np.arange(n_tgt)[:, None]
         if tgt_lengths is not None:
             tgt_mask = tgt_mask & (np.arange(n_tgt)[None, :] < np.asarray(tgt_lengths)[:, None])[:, None, :]
-        xs = [embed(src_tokens)]
+        xs = [d_(embed(src_tokens))]
         for layer in params["encoder"]:
-            xs.append(self._encoder(xs[-1], layer, h, src_mask, dtype))
-        ys = [embed(tgt_tokens)]
+            xs.append(self._encoder(xs[-1], layer, h, src_mask, dtype, drop))
+        ys = [d_(embed(tgt_tokens))]
         for layer in params["decoder"]:
-            ys.append(self._decoder(ys[-1], xs[-1], layer, h, tgt_mask, src_mask, dtype))
+            ys.append(self._decoder(ys[-1], xs[-1], layer, h, tgt_mask, src_mask, dtype, drop))
         return xs, ys, src_mask, tgt_mask
 
     def transformer_forward(
@@ -574,6 +577,32 @@ class Simulated(ImplementationBase):
         dtype = params["embedding"].dtype
         _, ys, _, _ = self._stacks(src_tokens, tgt_tokens, params, int(num_heads), src_lengths, tgt_lengths, dtype)
         return Sim(self._dot(ys[-1], params["embedding"].values.T, dtype), dtype)
+
+    def transformer_forward_training(
+        self,
+        src_tokens: np.ndarray,
+        tgt_tokens: np.ndarray,
+        params: Mapping[str, Any],
+        num_heads: int,
+        p: float,
+        seed: int,
+        src_lengths: np.ndarray | None = None,
+        tgt_lengths: np.ndarray | None = None,
+    ) -> dict[str, Any]:
+        """The model with §5.4's dropout on the embeddings' sums and each sub-layer's output (:meth:`dropout`, the k-th
+        mask from the stream (seed, k)): the logits and the masks by place, in the order drawn."""
+        dtype = params["embedding"].dtype
+        drop, masks = self._dropouts(p, seed, dtype)
+        h = int(num_heads)
+        _, ys, _, _ = self._stacks(src_tokens, tgt_tokens, params, h, src_lengths, tgt_lengths, dtype, drop)
+        places = (
+            "src_embedding",
+            *(f"encoder.{i}.{s}" for i in range(len(params["encoder"])) for s in ("self_attn", "ffn")),
+            "tgt_embedding",
+            *(f"decoder.{i}.{s}" for i in range(len(params["decoder"])) for s in ("self_attn", "cross_attn", "ffn")),
+        )
+        logits = Sim(self._dot(ys[-1], params["embedding"].values.T, dtype), dtype)
+        return {"logits": logits, **dict(zip(places, masks, strict=True))}
 
     # ---------------------------------------------------------------- §3.1 layers, Figure 1: the backward pass
 

@@ -77,7 +77,9 @@ class TranslationDecoder(TorchSDPAImplementation):
         super().__init__(device)
         self.dtypes = ("float32",)
 
-    def _model(self, params: Mapping[str, Any], num_heads: int, perm: torch.Tensor | None = None) -> Transformer:
+    def _model(
+        self, params: Mapping[str, Any], num_heads: int, perm: torch.Tensor | None = None, p_drop: float = 0.0
+    ) -> Transformer:
         """The reproduction's model with ``params`` (canonical layout) copied in, evaluation mode; ``perm`` relabels
         the vocabulary (row ``perm[v]`` of its embedding is row v of ``params['embedding']``)."""
         emb = params["embedding"]
@@ -92,7 +94,7 @@ class TranslationDecoder(TorchSDPAImplementation):
             d_model=d_model,
             d_ff=ffn,
             num_heads=num_heads,
-            p_drop=0.0,
+            p_drop=p_drop,
             positional="learned" if learned else "sinusoid",
         )
         if len(params["decoder"]) != len(layers):
@@ -176,10 +178,39 @@ class TranslationTraining(TranslationDecoder):
     )
 
     def provides(self) -> frozenset[str]:
-        """What training runs: Adam, residual dropout, checkpoint averaging and the layers in training mode."""
+        """What training runs: Adam, residual dropout, checkpoint averaging, the layers and the whole model in training
+        mode."""
         return frozenset(
-            {"adam_step", "dropout", "average_checkpoints", "encoder_layer_training", "decoder_layer_training"}
+            {
+                "adam_step",
+                "dropout",
+                "average_checkpoints",
+                "encoder_layer_training",
+                "decoder_layer_training",
+                "transformer_forward_training",
+            }
         )
+
+    def transformer_forward_training(
+        self, src_tokens, tgt_tokens, params, num_heads, p, seed, src_lengths=None, tgt_lengths=None
+    ):
+        """The model's teacher-forced forward (``Transformer.forward``, what ``train.token_losses`` runs) in training
+        mode with P_drop = ``p``, torch's generator seeded by ``seed``; the masks its ``_drop`` drew, in the order
+        drawn (the source's embedding sum, the encoder's sub-layers, the target's, the decoder's). Target padding needs
+        no mask of its own (``Transformer.decode``): a real position sees only real keys, and the logits at padded
+        positions are not compared."""
+        with torch.random.fork_rng():
+            model = self._model(params, num_heads, p_drop=p).train()
+            drawn, _ = _record(model, None)
+            torch.manual_seed(seed)
+            logits = model(src_tokens, _lengths(src_tokens, src_lengths), tgt_tokens, tgt_lengths)
+        places = (
+            "src_embedding",
+            *(f"encoder.{i}.{s}" for i in range(len(params["encoder"])) for s in ("self_attn", "ffn")),
+            "tgt_embedding",
+            *(f"decoder.{i}.{s}" for i in range(len(params["decoder"])) for s in ("self_attn", "cross_attn", "ffn")),
+        )
+        return {"logits": logits, **dict(zip(places, _sublayer_masks(drawn, len(places)), strict=True))}
 
     def adam_step(self, param, grad, m, v, step, lr, betas, eps):
         """One step of the optimizer :func:`train.adam` builds, from the given state, its learning rate set on the
@@ -289,9 +320,10 @@ def _layer_model(params: Mapping[str, Any], num_heads: int, p: float, x: torch.T
     return model
 
 
-def _record(model: Transformer, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Feed ``x`` to the model's stack in place of its embedding step, and record, in call order, the mask of every
-    ``_drop`` (read by ``drawn_mask``) and the output of every ``_sublayer``: two lists, filled as the model runs."""
+def _record(model: Transformer, x: torch.Tensor | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Feed ``x`` to the model's stack in place of its embedding step (None: the model embeds its tokens), and record,
+    in call order, the mask of every ``_drop`` (read by ``drawn_mask``) and the output of every ``_sublayer``: two
+    lists, filled as the model runs."""
     drawn: list[torch.Tensor] = []
     outputs: list[torch.Tensor] = []
     drop, sublayer = model._drop, model._sublayer
@@ -305,15 +337,17 @@ def _record(model: Transformer, x: torch.Tensor) -> tuple[list[torch.Tensor], li
         outputs.append(sublayer(*args))
         return outputs[-1]
 
-    model.embed = lambda tokens, start=0: x
+    if x is not None:
+        model.embed = lambda tokens, start=0: x
     model._drop, model._sublayer = recorded_drop, recorded_sublayer
     return drawn, outputs
 
 
 def _sublayer_masks(drawn: list[torch.Tensor], count: int) -> list[torch.Tensor]:
-    """The masks of a layer's ``count`` sub-layers: exactly one ``_drop`` per sub-layer (§5.4)."""
+    """The masks of ``count`` places: exactly one ``_drop`` per place §5.4 drops (a layer's sub-layers, the model's
+    embedding sums)."""
     if len(drawn) != count:
-        raise RuntimeError(f"the layer called _drop {len(drawn)} times, expected once per sub-layer ({count})")
+        raise RuntimeError(f"the model called _drop {len(drawn)} times, expected once per place §5.4 drops ({count})")
     return drawn
 
 

@@ -75,6 +75,10 @@ def _paper_cases() -> list[tuple[str, dict[str, Any], Any]]:
     # the masks of a layer in training mode, by sub-layer: about a third dropped
     enc_keep = {name: RNG.random(x.shape) >= 0.3 for name in RM.ENCODER_SUBLAYERS}
     dec_keep = {name: RNG.random((2, 2, 4)) >= 0.3 for name in RM.DECODER_SUBLAYERS}
+    model_keep = {
+        place: RNG.random((2, 3 if place.startswith(("src", "encoder")) else 2, 4)) >= 0.3
+        for place in RM.dropout_places(2, 2)
+    }
     # 70 queries: past the last whole tile of 16, 32 and 64 rows (a kernel that leaves its last partial tile unwritten)
     long_q, long_k, long_v = RNG.normal(size=(70, 4)), RNG.normal(size=(9, 4)), RNG.normal(size=(9, 3))
     return [
@@ -196,6 +200,33 @@ def _paper_cases() -> list[tuple[str, dict[str, Any], Any]]:
             },
             lambda: RM.transformer_forward(
                 src, tgt, p, 2, src_lengths=np.array([3, 2]), tgt_lengths=np.array([2, 1]), eps=1e-6
+            ),
+        ),
+        (
+            "transformer_forward_training",
+            {
+                "src": src,
+                "tgt": tgt,
+                "params": p,
+                "num_heads": 2,
+                "p": 0.3,
+                "seed": 0,
+                "src_lengths": np.array([3, 2]),
+                "tgt_lengths": np.array([2, 1]),
+                "keep": model_keep,
+                "eps": 1e-6,
+                "fully_masked": "nan",
+            },
+            lambda: RM.transformer_forward(
+                src,
+                tgt,
+                p,
+                2,
+                src_lengths=np.array([3, 2]),
+                tgt_lengths=np.array([2, 1]),
+                eps=1e-6,
+                keep=model_keep,
+                p_drop=0.3,
             ),
         ),
     ]

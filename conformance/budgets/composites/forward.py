@@ -41,6 +41,7 @@ from aiayn.conformance.budgets import forward as B
 from aiayn.conformance.budgets._heads import merge as _merge
 from aiayn.conformance.budgets._heads import split as _split
 from aiayn.conformance.numerics import Precision, gamma
+from aiayn.reference.model import layer_keep
 
 __all__ = ["decoder_layer", "encoder_layer", "layer_norm_inputs", "transformer_forward"]
 
@@ -469,19 +470,23 @@ def _forward_graph(
     src_lengths: np.ndarray | None,
     tgt_lengths: np.ndarray | None,
     eps: float,
+    keep: Mapping[str, np.ndarray] | None = None,
+    p: float = 0.0,
 ) -> _Graph:
-    """The whole model's stages (Figure 1) evaluated in float64, the last one its logits (stage "logits")."""
+    """The whole model's stages (Figure 1) evaluated in float64, the last one its logits (stage "logits"); in training
+    mode (``keep``: the masks by place, ``reference.model.dropout_places``) with dropout's stages where §5.4 puts
+    them."""
     src_mask, tgt_mask = source_and_target_masks(src.shape[1], tgt.shape[1], src_lengths, tgt_lengths)
     emb = params["embedding"]
     g = _Graph()
     _embedding(g, "src", src, emb)
-    x = "src"
+    x = _add_dropout(g, "src", keep, "src_embedding", p)
     for i, layer in enumerate(params["encoder"]):
-        x = _encoder(g, x, layer, num_heads, src_mask, eps, f"enc{i}")
+        x = _encoder(g, x, layer, num_heads, src_mask, eps, f"enc{i}", layer_keep(keep, "encoder", i), p)
     _embedding(g, "tgt", tgt, emb)
-    y = "tgt"
+    y = _add_dropout(g, "tgt", keep, "tgt_embedding", p)
     for i, layer in enumerate(params["decoder"]):
-        y = _decoder(g, y, x, layer, num_heads, tgt_mask, src_mask, eps, f"dec{i}")
+        y = _decoder(g, y, x, layer, num_heads, tgt_mask, src_mask, eps, f"dec{i}", layer_keep(keep, "decoder", i), p)
     yv = g.values[y]
     d = emb.shape[1]
     g.stage(
@@ -504,13 +509,16 @@ def transformer_forward(
     tgt_lengths: np.ndarray | None,
     eps: float,
     precisions: Sequence[Precision],
+    keep: Mapping[str, np.ndarray] | None = None,
+    p: float = 0.0,
 ) -> np.ndarray:
-    """First-order bound for the logits (Figure 1): both embeddings, the stacks, the tied projection y E^T (§3.4).
+    """First-order bound for the logits (Figure 1): both embeddings, the stacks, the tied projection y E^T (§3.4); in
+    training mode (``keep``, ``p``) with §5.4's dropout stages.
 
     The encoder's stages reach the logits through every decoder layer's encoder-decoder attention
     (the graph is a DAG: the memory feeds each cross-attention).
     """
-    g = _forward_graph(src, tgt, params, num_heads, src_lengths, tgt_lengths, eps)
+    g = _forward_graph(src, tgt, params, num_heads, src_lengths, tgt_lengths, eps, keep, p)
     return g.bound("logits", precisions)
 
 
