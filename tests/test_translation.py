@@ -26,6 +26,7 @@ from aiayn.reproductions.translation.train import (
     checkpoints,
     collate,
     evaluate,
+    last_checkpoints,
     save_checkpoint,
     train,
 )
@@ -407,6 +408,28 @@ def test_checkpoints_keep_the_last_k_and_average(tmp_path: Path) -> None:
     assert [p.name for p in checkpoints(tmp_path)] == ["ckpt-2.pt", "ckpt-3.pt"]
     avg = average_checkpoints(checkpoints(tmp_path))
     assert all(torch.all(t == 2.5) for t in avg.values()), "the mean of all-2 and all-3 weights is 2.5 exactly"
+
+
+def test_averaging_takes_the_models_weights_not_the_optimizers_state(tmp_path: Path) -> None:
+    """§6.1 averages the models: with Adam's moments in every checkpoint (the optimizer stepped, its exp_avg and
+    exp_avg_sq of every parameter's shape), the average has exactly the model's names and is the mean of the model's
+    weights, the moments left out (their values, 1e3 here, would show in any entry that mixed them in)."""
+    m = _model(TransformerConfig(n_layers=1, d_model=8, d_ff=8, num_heads=2), 6)
+    opt = torch.optim.Adam(m.parameters())
+    for p in m.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    with torch.no_grad():
+        for state in opt.state.values():
+            state["exp_avg"].fill_(1e3)
+            state["exp_avg_sq"].fill_(1e3)
+        for step in (1, 2):
+            for p in m.parameters():
+                p.fill_(float(step))
+            save_checkpoint(tmp_path, m, opt, step, (0, step), keep=2, tokens=0)
+    avg = average_checkpoints(last_checkpoints(tmp_path, 2))
+    assert set(avg) == set(m.state_dict()), sorted(set(avg) ^ set(m.state_dict()))
+    assert all(torch.all(t == 1.5) for t in avg.values()), "the mean of all-1 and all-2 weights is 1.5 exactly"
 
 
 def test_tiny_model_learns_the_synthetic_task(tmp_path: Path) -> None:
@@ -932,7 +955,6 @@ def test_train_builds_its_optimizer_through_adam(tmp_path: Path, monkeypatch: py
 
 def test_last_checkpoints_are_the_newest_by_step(tmp_path: Path) -> None:
     """What run.py averages (§6.1): the last n by step, not by name (ckpt-100 sorts before ckpt-20 as text)."""
-    from aiayn.reproductions.translation.train import last_checkpoints
 
     m = _model(TransformerConfig(n_layers=1, d_model=8, d_ff=8, num_heads=2), 6)
     opt = torch.optim.Adam(m.parameters())
