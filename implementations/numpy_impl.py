@@ -36,6 +36,7 @@ from aiayn.implementations.protocol import (
     ImplementationBase,
     _policy_problems,
 )
+from aiayn.reference.counts import dropout_places
 
 __all__ = ["NumpyImplementation", "blocked_numpy_implementation"]
 
@@ -579,12 +580,7 @@ class NumpyImplementation(ImplementationBase):
         logits and the masks drawn, by place."""
         drop = _Dropouts(self, p, seed)
         _, ys, _, _ = self._stacks(src_tokens, tgt_tokens, params, num_heads, src_lengths, tgt_lengths, drop)
-        places = (
-            "src_embedding",
-            *(f"encoder.{i}.{s}" for i in range(len(params["encoder"])) for s in ("self_attn", "ffn")),
-            "tgt_embedding",
-            *(f"decoder.{i}.{s}" for i in range(len(params["decoder"])) for s in ("self_attn", "cross_attn", "ffn")),
-        )
+        places = dropout_places(len(params["encoder"]), len(params["decoder"]))
         return {"logits": ys[-1] @ params["embedding"].T, **dict(zip(places, drop.masks, strict=True))}
 
     def _stacks(

@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from aiayn.implementations.protocol import DEFAULT_POLICIES, ImplementationBase
+from aiayn.reference.counts import DECODER_SUBLAYERS, ENCODER_SUBLAYERS
 
 __all__ = ["TORCH_DTYPES", "TorchImplementation", "TorchSDPAImplementation", "default_device", "round_from_float64"]
 
@@ -651,11 +652,11 @@ class TorchImplementation(ImplementationBase):
         x, out["src_embedding"] = self.dropout(self._embed(src_tokens, params, "src_tokens"), p, next(seeds))
         for i, layer in enumerate(_param(params, "encoder", "params (transformer)")):
             x, *masks = self.encoder_layer_training(x, layer, num_heads, p, next(seeds), src_mask)
-            out |= {f"encoder.{i}.{s}": m for s, m in zip(("self_attn", "ffn"), masks, strict=True)}
+            out |= {f"encoder.{i}.{s}": m for s, m in zip(ENCODER_SUBLAYERS, masks, strict=True)}
         y, out["tgt_embedding"] = self.dropout(self._embed(tgt_tokens, params, "tgt_tokens"), p, next(seeds))
         for i, layer in enumerate(_param(params, "decoder", "params (transformer)")):
             y, *masks = self.decoder_layer_training(y, x, layer, num_heads, p, next(seeds), tgt_mask, src_mask)
-            out |= {f"decoder.{i}.{s}": m for s, m in zip(("self_attn", "cross_attn", "ffn"), masks, strict=True)}
+            out |= {f"decoder.{i}.{s}": m for s, m in zip(DECODER_SUBLAYERS, masks, strict=True)}
         emb = params["embedding"]
         return {"logits": self._linear(y, emb.transpose(0, 1), None).to(emb.dtype), **out}
 

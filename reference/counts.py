@@ -503,3 +503,23 @@ def training_step_flops(config: TransformerConfig, vocab_size: int, batch: int, 
     embeddings' lookup, which is not a product, is not counted, nor is the optimizer's O(N) update.
     """
     return 3 * forward_flops(config, vocab_size, batch, n_src, n_tgt)
+
+
+# --------------------------------------------------------------------------------------------
+# where §5.4 drops: the model's places by name (what a training-mode implementation reports its masks under)
+
+#: The sub-layers of each layer whose outputs §5.4 drops, by their params' names, in the order they run (§3.1).
+ENCODER_SUBLAYERS = ("self_attn", "ffn")
+DECODER_SUBLAYERS = ("self_attn", "cross_attn", "ffn")
+
+
+def dropout_places(n_encoder: int, n_decoder: int) -> tuple[str, ...]:
+    """Where §5.4 drops in the whole model, in the order applied: the source's embedding sum, each encoder layer's
+    sub-layers ("encoder.<i>.self_attn", "encoder.<i>.ffn"), the target's, each decoder layer's
+    ("decoder.<i>.self_attn", "decoder.<i>.cross_attn", "decoder.<i>.ffn")."""
+    return (
+        "src_embedding",
+        *(f"encoder.{i}.{s}" for i in range(n_encoder) for s in ENCODER_SUBLAYERS),
+        "tgt_embedding",
+        *(f"decoder.{i}.{s}" for i in range(n_decoder) for s in DECODER_SUBLAYERS),
+    )

@@ -54,6 +54,7 @@ from aiayn.reference.attention import (
     multi_head_attention,
     padding_mask,
 )
+from aiayn.reference.counts import DECODER_SUBLAYERS, ENCODER_SUBLAYERS, dropout_places
 from aiayn.reference.layers import (
     LD,
     RELU_AT_ZERO,
@@ -86,23 +87,6 @@ def _ffn(params: Mapping[str, Any]):
         return lambda t: feed_forward(t, w["w1"], w["b1"], w["w2"], w["b2"])
     except (KeyError, TypeError):
         raise ValueError("params['ffn']: expected a mapping with 'w1', 'b1', 'w2', 'b2'") from None
-
-
-#: The sub-layers of each layer whose outputs §5.4 drops, by their params' names, in the order they run (§3.1).
-ENCODER_SUBLAYERS = ("self_attn", "ffn")
-DECODER_SUBLAYERS = ("self_attn", "cross_attn", "ffn")
-
-
-def dropout_places(n_encoder: int, n_decoder: int) -> tuple[str, ...]:
-    """Where §5.4 drops in the whole model, in the order applied: the source's embedding sum, each encoder layer's
-    sub-layers ("encoder.<i>.self_attn", "encoder.<i>.ffn"), the target's, each decoder layer's
-    ("decoder.<i>.self_attn", "decoder.<i>.cross_attn", "decoder.<i>.ffn")."""
-    return (
-        "src_embedding",
-        *(f"encoder.{i}.{s}" for i in range(n_encoder) for s in ENCODER_SUBLAYERS),
-        "tgt_embedding",
-        *(f"decoder.{i}.{s}" for i in range(n_decoder) for s in DECODER_SUBLAYERS),
-    )
 
 
 def layer_keep(keep: Mapping[str, Any] | None, stack: str, i: int) -> dict[str, Any] | None:

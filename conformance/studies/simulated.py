@@ -37,6 +37,7 @@ import numpy as np
 
 from aiayn.conformance.numerics import precision, round_to
 from aiayn.implementations.protocol import DEFAULT_POLICIES, DTYPES, ImplementationBase
+from aiayn.reference.counts import dropout_places
 
 __all__ = ["OnePassVariance", "Sim", "Simulated", "bfloat16", "float16", "float32", "float64", "one_pass_float16"]
 
@@ -595,12 +596,7 @@ class Simulated(ImplementationBase):
         drop, masks = self._dropouts(p, seed, dtype)
         h = int(num_heads)
         _, ys, _, _ = self._stacks(src_tokens, tgt_tokens, params, h, src_lengths, tgt_lengths, dtype, drop)
-        places = (
-            "src_embedding",
-            *(f"encoder.{i}.{s}" for i in range(len(params["encoder"])) for s in ("self_attn", "ffn")),
-            "tgt_embedding",
-            *(f"decoder.{i}.{s}" for i in range(len(params["decoder"])) for s in ("self_attn", "cross_attn", "ffn")),
-        )
+        places = dropout_places(len(params["encoder"]), len(params["decoder"]))
         logits = Sim(self._dot(ys[-1], params["embedding"].values.T, dtype), dtype)
         return {"logits": logits, **dict(zip(places, masks, strict=True))}
 

@@ -44,7 +44,7 @@ import torch
 
 from aiayn.implementations.protocol import DEFAULT_POLICIES, Scope, Unsupported
 from aiayn.implementations.torch_impl import TorchSDPAImplementation, drawn_mask
-from aiayn.reference.counts import TransformerConfig
+from aiayn.reference.counts import TransformerConfig, dropout_places
 from aiayn.reproductions.translation.data import BOS, EOS
 from aiayn.reproductions.translation.decode import beam_search
 from aiayn.reproductions.translation.model import Transformer
@@ -204,12 +204,7 @@ class TranslationTraining(TranslationDecoder):
             drawn, _ = _record(model, None)
             torch.manual_seed(seed)
             logits = model(src_tokens, _lengths(src_tokens, src_lengths), tgt_tokens, tgt_lengths)
-        places = (
-            "src_embedding",
-            *(f"encoder.{i}.{s}" for i in range(len(params["encoder"])) for s in ("self_attn", "ffn")),
-            "tgt_embedding",
-            *(f"decoder.{i}.{s}" for i in range(len(params["decoder"])) for s in ("self_attn", "cross_attn", "ffn")),
-        )
+        places = dropout_places(len(params["encoder"]), len(params["decoder"]))
         return {"logits": logits, **dict(zip(places, _sublayer_masks(drawn, len(places)), strict=True))}
 
     def adam_step(self, param, grad, m, v, step, lr, betas, eps):
