@@ -749,7 +749,8 @@ class CompleteImplementation(Implementation, Protocol):
         at each place, a native bool array of the shape it drops (True = kept): ``"src_embedding"`` (B, n_src, d_model),
         ``"encoder.<i>.self_attn"`` and ``"encoder.<i>.ffn"`` for each encoder layer i (B, n_src, d_model),
         ``"tgt_embedding"`` (B, n_tgt, d_model), ``"decoder.<i>.self_attn"``, ``"decoder.<i>.cross_attn"`` and
-        ``"decoder.<i>.ffn"`` (B, n_tgt, d_model). The logits at padded target positions are not compared.
+        ``"decoder.<i>.ffn"`` (B, n_tgt, d_model) (``aiayn.reference.counts.dropout_places(N_enc, N_dec)`` lists
+        them in the order applied). The logits at padded target positions are not compared.
         """
         ...
 
