@@ -198,16 +198,21 @@ def test_a_builtin_row_is_read_from_its_own_report(tmp_path: Path) -> None:
     assert row["cells"]["feed_forward"]["text"] == "'no ReLU' [float32]"
 
 
-@pytest.mark.parametrize("name", list(ZOO))
-def test_zoo_names_resolve_and_adapters_keep_the_contract(name):
-    entry = ZOO[name]
-    if not installed(entry.library):
+def _adapter(name: str):
+    """The zoo adapter ``name``, loaded; where its library is absent, a failure under ``AIAYN_REQUIRE_ZOO=1``."""
+    library = ZOO[name].library
+    if not installed(library):
         if os.environ.get("AIAYN_REQUIRE_ZOO") == "1":
-            pytest.fail(f"{entry.library} is not installed, and AIAYN_REQUIRE_ZOO=1 (make test installs the zoo extra)")
+            pytest.fail(f"{library} is not installed, and AIAYN_REQUIRE_ZOO=1 (make test installs the zoo extra)")
         # nothing to check without the library (an install without the zoo extra); make test and CI set
         # AIAYN_REQUIRE_ZOO=1, where a missing library fails above instead of skipping
-        pytest.skip(f"{entry.library} not installed (pip install 'aiayn[zoo]')")
-    impl = registry.load(name)
+        pytest.skip(f"{library} not installed (pip install 'aiayn[zoo]')")
+    return registry.load(name)
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_zoo_names_resolve_and_adapters_keep_the_contract(name):
+    impl = _adapter(name)
     assert contract_problems(impl) == []
     assert impl.provides(), f"{name} provides no equation"
 
@@ -327,16 +332,6 @@ def test_zoo_smoke_names_every_failure(tmp_path):
     assert (
         redone["rows"] == data["rows"] and redone["seconds"] == data["seconds"]
     )  # written again from the stored reports alone
-
-
-def _adapter(name: str):
-    """The zoo adapter ``name``, or a skip where its library is absent (a failure under ``AIAYN_REQUIRE_ZOO=1``)."""
-    library = ZOO[name].library
-    if not installed(library):
-        if os.environ.get("AIAYN_REQUIRE_ZOO") == "1":
-            pytest.fail(f"{library} is not installed, and AIAYN_REQUIRE_ZOO=1 (make test installs the zoo extra)")
-        pytest.skip(f"{library} not installed (pip install 'aiayn[zoo]')")
-    return registry.load(name)
 
 
 _ADAM_STEP = {  # §5.3's betas and eps, a learning rate of Eq. (3), a step near warmup
